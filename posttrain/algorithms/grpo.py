@@ -1,0 +1,189 @@
+"""GRPO: Group Relative Policy Optimization (Shao et al., DeepSeekMath, arXiv:2402.03300).
+
+Background. PPO needs a learned critic V(s) as its baseline. GRPO drops the critic: for
+each prompt it samples a group of G responses, scores them, and uses the group itself as
+the baseline. A response's advantage is how much better it scored than its siblings,
+
+    A_i = (r_i − mean(r_1..r_G)) / std(r_1..r_G)                          (Sec. 4.1.2)
+
+and every token of response i gets that same A_i (outcome supervision). The policy then
+takes PPO's clipped step on those advantages, with an optional KL penalty to a frozen
+reference policy added to the loss rather than folded into the reward (Eq. 3):
+
+    J(θ) = E[ 1/G Σ_i 1/|o_i| Σ_t ( min(ρ_t A_i, clip(ρ_t, 1−ε, 1+ε) A_i) − β KL_t ) ]
+    ρ_t  = π_θ(o_t | q, o_<t) / π_old(o_t | q, o_<t),   KL_t = k3 estimate (Eq. 4)
+
+Pseudocode, one step (the controller and trainer do the plumbing):
+
+    sample G responses per prompt from π_old; score them          -> batch.rewards
+    advantages = compute_advantages(batch)                         # no gradients
+    for each epoch / minibatch:
+        loss = clipped surrogate + β · KL − entropy_coef · H       # compute_loss
+        loss.backward(); optimizer.step()
+
+Dr. GRPO (arXiv:2503.20783) is this file with two divisors deleted: `adv_norm="none"`
+(no std) and `loss_agg="seq-mean-token-sum-norm"` (no 1/|o_i|).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from posttrain.algorithms.core import (
+    KL_ESTIMATORS,
+    LOSS_AGG_MODES,
+    agg_loss,
+    check_field,
+    clipped_surrogate,
+    group_mean_std,
+    kl_estimate,
+    masked_mean,
+    masked_var,
+)
+from posttrain.types import PolicyOutputs, RolloutBatch
+
+ADV_NORMS = ("group", "batch", "hybrid", "none")
+
+
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
+    """One advantage per sequence: its reward minus its group's mean, then scaled.
+
+    Args:
+        rewards:   (B,) float, one scalar reward per sequence.
+        group_ids: (B,) long; the G samples of one prompt share an id.
+        norm:      what to divide the centred reward by, always as (r − mean) / (std + eps):
+            "group"   std of the rewards in the row's group: GRPO (arXiv:2402.03300, 4.1.2).
+            "batch"   std of all B rewards: the group mean with a batch-level std, the
+                      "Lite PPO" recipe (Liu et al., "Tricks or Traps? Part I",
+                      arXiv:2508.08221; TRL's scale_rewards="batch"). The batch std also
+                      counts the spread *between* prompts (easy vs hard).
+            "hybrid"  std over the batch of the centred rewards r − group mean: REINFORCE++
+                      with a group baseline (Hu et al., arXiv:2501.03262), which subtracts
+                      the group mean and then whitens over the global batch. This is the
+                      *within*-group spread pooled over all prompts, so one scale for the
+                      batch, but hard and easy prompts no longer inflate it.
+            "none"    no division: Dr. GRPO (arXiv:2503.20783), which argues the group std
+                      up-weights prompts that are nearly always right or always wrong.
+        eps:       added to the std, so a zero-variance group gives 0 / eps = 0.
+
+    All stds are unbiased (Bessel, N − 1). A group of size 1 has std 0 and advantage 0:
+    it is its own baseline. A group whose rewards are all equal also gets 0 everywhere.
+
+    Returns (B,) advantages.
+    """
+    mean, group_std, _ = group_mean_std(rewards, group_ids)  # (B,), (B,)
+    centred = rewards - mean  # (B,)
+    if norm == "group":
+        std = group_std  # (B,)
+    elif norm == "batch":
+        std = _batch_std(rewards)  # scalar
+    elif norm == "hybrid":
+        std = _batch_std(centred)  # scalar
+    elif norm == "none":
+        return centred
+    else:
+        raise ValueError(f"unknown advantage normalisation {norm!r}; choose one of {list(ADV_NORMS)}")
+    return centred / (std + eps)  # (B,)
+
+
+def _batch_std(x: torch.Tensor) -> torch.Tensor:
+    """Unbiased std of a (B,) tensor; 0 for a single element (torch.std would give NaN)."""
+    return x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+
+
+@dataclass
+class GRPO:
+    """Group Relative Policy Optimization. Fields are the hyperparameters."""
+
+    name: ClassVar[str] = "grpo"
+
+    clip_eps_low: float = 0.2  # PPO's ε = 0.2 (arXiv:1707.06347); DeepSeekMath does not state its ε
+    clip_eps_high: float = 0.2  # symmetric as in PPO; DAPO's clip-higher raises it to 0.28
+    # GRPO uses β = 0.04 (Sec. 4.2). We default to 0: many recent recipes (DAPO, Dr. GRPO)
+    # drop the KL term for verifiable rewards, and with β = 0 the reference forward pass
+    # is skipped entirely.
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"  # the paper's unbiased, non-negative estimator (Eq. 4)
+    adv_norm: str = "group"  # divide by the group std, as in the paper (Sec. 4.1.2)
+    adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0
+    loss_agg: str = "seq-mean-token-mean"  # the paper's 1/G Σ_i 1/|o_i| Σ_t (Eq. 3)
+    entropy_coef: float = 0.0  # the paper has no entropy bonus
+    # The constant divisor of loss_agg="seq-mean-token-sum-norm" (unused otherwise): Dr. GRPO
+    # divides by the generation budget, so set it to max_new_tokens.
+    max_len: int | None = None
+
+    def __post_init__(self) -> None:
+        check_field(self, "clip_eps_low", 0.0 <= self.clip_eps_low < 1.0, "0 <= value < 1")
+        check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
+        check_field(self, "kl_coef", self.kl_coef >= 0.0, "a number >= 0")
+        check_field(self, "kl_estimator", self.kl_estimator in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}")
+        check_field(self, "adv_norm", self.adv_norm in ADV_NORMS, f"one of {list(ADV_NORMS)}")
+        check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
+        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
+        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
+        if self.loss_agg == "seq-mean-token-sum-norm":
+            check_field(
+                self,
+                "max_len",
+                isinstance(self.max_len, int) and self.max_len > 0,
+                "a positive int with loss_agg='seq-mean-token-sum-norm' (the generation budget, max_new_tokens)",
+            )
+
+    @property
+    def uses_reference(self) -> bool:
+        return self.kl_coef > 0
+
+    @property
+    def uses_critic(self) -> bool:
+        return False
+
+    @torch.no_grad()
+    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """Group-relative advantage of each sequence, copied onto each of its response
+        tokens (outcome supervision, arXiv:2402.03300 Sec. 4.1.2); 0 off the response."""
+        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps)  # (B,)
+        advantages = adv_seq[:, None] * batch.response_mask  # (B, T)
+        return {"advantages": advantages}
+
+    def compute_loss(
+        self, outputs: PolicyOutputs, batch: RolloutBatch
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """clipped surrogate + kl_coef · agg(KL(π_θ ‖ π_ref)) − entropy_coef · agg(H), all
+        aggregated over response tokens with `loss_agg`."""
+        if batch.advantages is None:
+            raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+        mask = batch.response_mask  # (B, T)
+        pg_loss, metrics = clipped_surrogate(
+            outputs.logp,
+            batch.old_logp,
+            batch.advantages,
+            mask,
+            eps_low=self.clip_eps_low,
+            eps_high=self.clip_eps_high,
+            agg=self.loss_agg,
+            max_len=self.max_len,
+        )
+        loss = pg_loss
+        metrics = {"pg_loss": pg_loss.item(), **metrics}
+
+        # The loss terms use `loss_agg`; the logged kl / entropy are plain per-token means,
+        # so they read the same whatever the aggregation.
+        if self.kl_coef > 0:
+            if batch.ref_logp is None:
+                raise ValueError("GRPO with kl_coef > 0 needs batch.ref_logp; run the reference role first")
+            kl_mat = kl_estimate(outputs.logp, batch.ref_logp, self.kl_estimator)  # (B, T)
+            kl = agg_loss(kl_mat, mask, self.loss_agg, self.max_len)
+            loss = loss + self.kl_coef * kl  # the + β·KL term of Eq. 3, a loss, not a reward penalty
+            metrics["kl"] = masked_mean(kl_mat.detach(), mask).item()
+        if self.entropy_coef > 0:
+            # a bonus for keeping the policy stochastic, so exploration does not collapse
+            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
+        metrics["entropy"] = masked_mean(outputs.entropy.detach(), mask).item()
+
+        adv = batch.advantages
+        metrics["adv_mean"] = masked_mean(adv, mask).item()
+        metrics["adv_std"] = masked_var(adv, mask).sqrt().item()
+        return loss, metrics

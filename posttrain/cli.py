@@ -1,0 +1,98 @@
+"""`posttrain` command line.
+
+    posttrain run                      the main job: SFT → GRPO → held-out eval (Loop C)
+    posttrain train --algo NAME ...    the same pipeline with any setting changed
+    posttrain train --resume runs/ID   continue a killed run from its last checkpoint
+    posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
+
+Every setting is a flag named after its place in the config (`--rl.lr 3e-4`), and
+`--config FILE` (JSON or TOML, e.g. a run's config.json) sets many at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from posttrain.config import ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file, resolve
+
+TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps"}
+
+
+def _train_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--config", help="a JSON or TOML file of settings (flags override it)")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue runs/<id> from its last checkpoint")
+    add_config_flags(parser, TrainConfig, TRAIN_SHORTCUTS)
+    return parser
+
+
+def cmd_train(argv: list[str], command: str) -> int:
+    from posttrain.roles.controller import console, run_pipeline, start_run
+    from posttrain.eval.rundir import RunDir
+
+    parser = _train_parser(f"posttrain {command}", __doc__.split("\n")[0])
+    args = parser.parse_args(argv)
+    if args.resume:
+        given = [a for a in argv if a.startswith("--") and a.split("=")[0] != "--resume"]
+        if given:
+            raise ConfigError(f"--resume continues a run with its saved config.json; drop {given} "
+                              "(to change settings, start a new run with --config runs/<id>/config.json)")
+        run = RunDir.open(args.resume)
+        cfg = from_dict(TrainConfig, run.read_json("config.json"))
+        cfg.validate()
+    else:
+        cfg = resolve(TrainConfig, args, load_file(args.config) if args.config else None)
+        run = start_run(cfg, command)
+    summary = run_pipeline(cfg, run)
+    console.print(f"\n[bold]done[/]: {run.path}/summary.md")
+    console.print((run.path / "summary.md").read_text())
+    return 0 if summary else 1
+
+
+def cmd_eval(argv: list[str]) -> int:
+    from posttrain.eval.loop_a import evaluate_checkpoint
+
+    parser = argparse.ArgumentParser(prog="posttrain eval", description="held-out pass@1 of a checkpoint (Loop A)")
+    parser.add_argument("--config", help="a JSON or TOML file of settings")
+    add_config_flags(parser, EvalConfig)
+    args = parser.parse_args(argv)
+    cfg = resolve(EvalConfig, args, load_file(args.config) if args.config else None)
+    evaluate_checkpoint(cfg)
+    return 0
+
+
+COMMANDS = {
+    "run": lambda argv: cmd_train(argv, "run"),
+    "train": lambda argv: cmd_train(argv, "train"),
+    "eval": cmd_eval,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"posttrain: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[name](rest)
+    except (ValueError, FileNotFoundError) as error:
+        # errors we raise on purpose carry a message meant for the user; a traceback would
+        # bury it. POSTTRAIN_DEBUG=1 shows the traceback anyway.
+        if os.environ.get("POSTTRAIN_DEBUG"):
+            raise
+        print(f"posttrain {name}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nposttrain {name}: interrupted; `posttrain train --resume runs/<id>` continues from the last checkpoint",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

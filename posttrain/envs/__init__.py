@@ -1,0 +1,30 @@
+"""Environments: a prompt distribution plus a scorer.
+
+Every environment takes its settings as keyword arguments and offers the same methods
+(`sample`, `fixed_set`, `solution`, `score`), so the registry is a plain dict and
+callers never ask which environment they hold.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from posttrain.envs.arithmetic import ArithmeticEnv
+
+ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv}
+
+
+def make_env(name: str, **kwargs: Any):
+    """Build the environment registered as `name`, e.g. make_env("arithmetic", level=2)."""
+    if name not in ENVIRONMENTS:
+        raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(ENVIRONMENTS)}")
+    env_class = ENVIRONMENTS[name]
+    parameters = [p for p in inspect.signature(env_class).parameters if p != "self"]
+    unknown = sorted(set(kwargs) - set(parameters))
+    if unknown:
+        raise ValueError(
+            f"environment {name!r} has no parameter(s) {unknown}; "
+            f"valid parameters: {', '.join(parameters)}"
+        )
+    return env_class(**kwargs)

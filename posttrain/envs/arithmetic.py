@@ -1,0 +1,377 @@
+"""Arithmetic: the default verifiable task, short enough for a character-level model.
+
+    prompt:      "Q: 7+5+9+3+1\\n"
+    completion:  "7+5=12,12+9=21,21+3=24,24+1=25\\nFinal: 25"     (cot=True, spec cot-v1)
+    completion:  "Final: 25"                                      (cot=False, spec strict-v1)
+
+The running-sum chain of thought gives the model one small step per comma, which is what
+lets a tiny model learn the task. The rollout appends the end-of-sequence token.
+
+Difficulty levels (terms are drawn uniformly and independently):
+
+    level  terms  numbers  operators  distinct problems  train / dev / heldout
+    1      2      0..9     +          100                90 / 3 / 7
+    2      3      0..9     +          1,000              795 / 102 / 103
+    3      5      0..9     +          100,000            79,977 / 9,975 / 10,048  (default)
+    4      5      0..99    +          10^10              ~80% / 10% / 10%: unlimited
+    5      5      0..9     + and -    1,600,000          ~80% / 10% / 10%; answers may be < 0
+
+Is the held-out split big enough? A pass@1 estimated from m problems has a standard error
+of up to 0.5/sqrt(m). Level 1's 7 held-out problems (±0.19) and level 2's 103 (±0.05) are
+for smoke tests and curricula, not for claims; from level 3 up a held-out set of 1,000 or
+more problems (±0.016) is available. `fixed_set` raises when a split cannot supply n.
+
+Splits never overlap, by construction: a problem's split is a pure function of its
+canonical expression ("7+5+9+3+1"), through sha256 into 100 buckets: train 0..79, dev
+80..89, heldout 90..99. The level is not hashed, so an expression that exists at two
+levels ("3+4+5+6+7" at levels 3 and 4) lands in the same split at both, and a curriculum
+cannot leak held-out problems into training. Python's `hash()` is salted per process and
+would reshuffle the splits every run, so it is never used.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import itertools
+import json
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from posttrain.envs.final_int import HONEST_SPECS, SPECS, get_spec
+from posttrain.types import Example
+
+SPLIT_BUCKETS = {"train": range(0, 80), "dev": range(80, 90), "heldout": range(90, 100)}
+# Recorded in every run's meta.json: change the rule and every split changes with it.
+SPLIT_RULE = (
+    "bucket = first 8 bytes of sha256(expression), big-endian, mod 100; "
+    "train 0-79, dev 80-89, heldout 90-99"
+)
+
+
+@dataclass(frozen=True)
+class Level:
+    n_terms: int
+    max_term: int  # terms are drawn from 0..max_term
+    allow_minus: bool  # operators drawn from {+, -} instead of {+}
+
+    @property
+    def operators(self) -> str:
+        return "+-" if self.allow_minus else "+"
+
+    @property
+    def n_problems(self) -> int:
+        return (self.max_term + 1) ** self.n_terms * len(self.operators) ** (self.n_terms - 1)
+
+
+LEVELS = {
+    1: Level(n_terms=2, max_term=9, allow_minus=False),
+    2: Level(n_terms=3, max_term=9, allow_minus=False),
+    3: Level(n_terms=5, max_term=9, allow_minus=False),
+    4: Level(n_terms=5, max_term=99, allow_minus=False),
+    5: Level(n_terms=5, max_term=9, allow_minus=True),
+}
+
+# Up to this many problems, fixed_set lists the whole split (exact, and quick: level 3's
+# 100,000 expressions hash in about half a second); above it, it samples distinct ones.
+ENUMERATE_UP_TO = 200_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    terms: tuple[int, ...]
+    ops: tuple[str, ...]  # ops[i] joins terms[i] and terms[i + 1]
+
+    @property
+    def expression(self) -> str:
+        parts = [str(self.terms[0])]
+        for op, term in zip(self.ops, self.terms[1:]):
+            parts += [op, str(term)]
+        return "".join(parts)
+
+    def running_sums(self) -> list[int]:
+        sums = [self.terms[0]]
+        for op, term in zip(self.ops, self.terms[1:]):
+            sums.append(sums[-1] + term if op == "+" else sums[-1] - term)
+        return sums
+
+    def chain_of_thought(self) -> str:
+        """'7+5=12,12+9=21,...': one step per operator, each starting from the last sum."""
+        sums = self.running_sums()
+        steps = [
+            f"{sums[i]}{op}{term}={sums[i + 1]}"
+            for i, (op, term) in enumerate(zip(self.ops, self.terms[1:]))
+        ]
+        return ",".join(steps)
+
+    @staticmethod
+    def from_expression(expression: str) -> Problem:
+        terms, ops, digits = [], [], ""
+        for char in expression:
+            if char.isascii() and char.isdigit():
+                digits += char
+            elif char in "+-" and digits:
+                terms.append(int(digits))
+                ops.append(char)
+                digits = ""
+            else:
+                raise ValueError(f"not an arithmetic expression: {expression!r}")
+        if not digits:
+            raise ValueError(f"not an arithmetic expression: {expression!r}")
+        return Problem(tuple(terms + [int(digits)]), tuple(ops))
+
+
+def split_of(expression: str) -> str:
+    """The split a problem belongs to, from a stable hash of its canonical expression."""
+    bucket = int.from_bytes(hashlib.sha256(expression.encode()).digest()[:8], "big") % 100
+    return next(split for split, buckets in SPLIT_BUCKETS.items() if bucket in buckets)
+
+
+def all_expressions(level: int) -> Iterator[str]:
+    """Every problem of a level as its canonical expression, in lexicographic order.
+    Strings, not Problem objects: building 100,000 dataclasses would triple the time."""
+    shape = LEVELS[level]
+    numbers = [str(term) for term in range(shape.max_term + 1)]
+    for terms in itertools.product(numbers, repeat=shape.n_terms):
+        for ops in itertools.product(shape.operators, repeat=shape.n_terms - 1):
+            yield terms[0] + "".join(op + term for op, term in zip(ops, terms[1:]))
+
+
+@functools.lru_cache(maxsize=None)
+def expressions_by_split(level: int) -> dict[str, tuple[str, ...]]:
+    """All expressions of a (small) level grouped by split; computed once per process."""
+    groups: dict[str, list[str]] = {split: [] for split in SPLIT_BUCKETS}
+    for expression in all_expressions(level):
+        groups[split_of(expression)].append(expression)
+    return {split: tuple(expressions) for split, expressions in groups.items()}
+
+
+def _check_choice(field: str, value: Any, allowed: list) -> None:
+    # compare types too: `True in [1, 2]` holds, because bool is a subclass of int
+    if not any(value == choice and type(value) is type(choice) for choice in allowed):
+        raise ValueError(f"{field} must be one of {allowed}, got {value!r}")
+
+
+class ArithmeticEnv:
+    """Sum-of-terms problems with a `Final: <int>` answer.
+
+    level          difficulty 1..5 (table in the module docstring); 3 is the default task.
+    cot            True: the reference completion shows the running sums (spec cot-v1);
+                   False: it is only `Final: <int>` (spec strict-v1).
+    seed           seeds the environment's own stream for `sample(..., seed=None)`.
+    spec_version   override the scorer, e.g. with a hackable variant for red-teaming; it
+                   must accept this environment's reference solutions.
+    """
+
+    def __init__(
+        self, level: int = 3, cot: bool = True, seed: int = 0, spec_version: str | None = None
+    ):
+        _check_choice("level", level, list(LEVELS))
+        _check_choice("cot", cot, [True, False])
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        if spec_version is None:
+            spec_version = "final_int/cot-v1" if cot else "final_int/strict-v1"
+        _check_choice("spec_version", spec_version, list(SPECS))
+        self.level, self.cot, self.seed = level, cot, seed
+        self._spec = get_spec(spec_version)
+        self._rng = random.Random(seed)
+        # A scorer that rejects the environment's own demonstrations would train nothing:
+        # catch that mismatch here (e.g. cot=True with strict-v1) instead of mid-run.
+        probe = self._example(self._draw(random.Random(0)))
+        if self.score(probe, self.solution(probe))["reward"] != 1.0:
+            raise ValueError(
+                f"spec_version {spec_version!r} gives 0 to this environment's reference "
+                f"solution with cot={cot} ({self.solution(probe)!r}); use cot=False with "
+                f"'final_int/strict-v1' or cot=True with 'final_int/cot-v1'"
+            )
+
+    @property
+    def spec_version(self) -> str:
+        return self._spec.version
+
+    @property
+    def name(self) -> str:
+        return f"arithmetic-L{self.level}" + ("-cot" if self.cot else "")
+
+    @property
+    def split_rule(self) -> str:
+        return SPLIT_RULE
+
+    @property
+    def honest(self) -> bool:
+        """False when scored by a deliberately hackable spec."""
+        return self.spec_version in HONEST_SPECS
+
+    # --- problems --------------------------------------------------------------------
+
+    def _draw(self, rng: random.Random) -> Problem:
+        shape = LEVELS[self.level]
+        terms = tuple(rng.randint(0, shape.max_term) for _ in range(shape.n_terms))
+        ops = tuple(rng.choice(shape.operators) for _ in range(shape.n_terms - 1))
+        return Problem(terms, ops)
+
+    def _example(self, problem: Problem) -> Example:
+        return Example(
+            prompt=f"Q: {problem.expression}\n",
+            expected_answer=str(problem.running_sums()[-1]),
+            id=f"arith-L{self.level}-{problem.expression}",
+            meta={
+                "level": self.level,
+                "terms": list(problem.terms),
+                "ops": list(problem.ops),
+                "split": split_of(problem.expression),
+            },
+        )
+
+    # --- the environment interface -----------------------------------------------------
+
+    def sample(self, split: str, n: int, seed: int | None = None) -> list[Example]:
+        """n problems drawn i.i.d. from `split` (repeats possible), by rejection sampling.
+        With an int `seed` the draw is reproducible on its own; with None it continues the
+        environment's stream, so successive training batches differ."""
+        _check_choice("split", split, list(SPLIT_BUCKETS))
+        _check_count(n)
+        rng = self._rng if seed is None else random.Random(seed)
+        examples = []
+        while len(examples) < n:
+            problem = self._draw(rng)
+            if split_of(problem.expression) == split:
+                examples.append(self._example(problem))
+        return examples
+
+    def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        """n DISTINCT problems of `split`, the same ones every call: the evaluation set.
+        A smaller set is a prefix of a larger one with the same seed."""
+        _check_choice("split", split, list(SPLIT_BUCKETS))
+        _check_count(n)
+        rng = random.Random(seed)
+        shape = LEVELS[self.level]
+        if shape.n_problems <= ENUMERATE_UP_TO:
+            in_split = list(expressions_by_split(self.level)[split])  # a copy: we shuffle it
+            if len(in_split) < n:
+                raise ValueError(
+                    f"split {split!r} of level {self.level} holds only {len(in_split)} "
+                    f"distinct problems, fewer than n={n}; ask for fewer or use a higher level"
+                )
+            rng.shuffle(in_split)
+            return [self._example(Problem.from_expression(e)) for e in in_split[:n]]
+        chosen: dict[str, Problem] = {}  # dicts keep insertion order: deterministic output
+        max_draws = 50 * n + 10_000  # ~10 draws per dev/heldout hit, plus room for repeats
+        for _ in range(max_draws):
+            problem = self._draw(rng)
+            if split_of(problem.expression) == split:
+                chosen.setdefault(problem.expression, problem)
+                if len(chosen) == n:
+                    return [self._example(p) for p in chosen.values()]
+        raise ValueError(
+            f"found only {len(chosen)} distinct problems of split {split!r} at level "
+            f"{self.level} in {max_draws} draws, fewer than n={n}; ask for fewer"
+        )
+
+    def solution(self, example: Example) -> str:
+        """The reference completion (an SFT demonstration); it scores 1 under this env's
+        spec. It is computed from the prompt, not copied from `expected_answer`, so scoring
+        it checks that the two agree."""
+        if not (example.prompt.startswith("Q: ") and example.prompt.endswith("\n")):
+            raise ValueError(f"not an arithmetic prompt (want 'Q: <expr>\\n'): {example.prompt!r}")
+        problem = Problem.from_expression(example.prompt[len("Q: ") : -1])
+        final = f"Final: {problem.running_sums()[-1]}"
+        if not self.cot:
+            return final
+        return f"{problem.chain_of_thought()}\n{final}"
+
+    def score(self, example: Example, completion: str) -> dict[str, Any]:
+        """The one scorer contract; delegates to the spec (see final_int.py)."""
+        return self._spec(example, completion)
+
+    def __repr__(self) -> str:
+        return (
+            f"ArithmeticEnv(level={self.level}, cot={self.cot}, seed={self.seed}, "
+            f"spec_version={self.spec_version!r})"
+        )
+
+
+def _check_count(n: Any) -> None:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+
+
+# --- JSONL files: one Example per line ----------------------------------------------------
+
+REQUIRED_FIELDS = ("prompt", "expected_answer")
+OPTIONAL_FIELDS = ("id", "meta")
+
+
+def save_examples_jsonl(examples: list[Example], path: str | Path) -> None:
+    """Write one JSON object per line. Written to a temporary file and renamed, so a
+    killed process never leaves half a dataset behind."""
+    path = Path(path)
+    temporary = path.with_name(path.name + ".tmp")
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            for example in examples:
+                record = {
+                    "prompt": example.prompt,
+                    "expected_answer": example.expected_answer,
+                    "id": example.id,
+                    "meta": example.meta,
+                }
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)  # only still there if writing failed
+
+
+def load_examples_jsonl(path: str | Path) -> list[Example]:
+    """Read the file `save_examples_jsonl` writes. Blank lines are skipped; anything else
+    that is not a valid example stops loading with the file, line number and problem."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read examples file: {error}") from error
+    examples = []
+    for line_number, line in enumerate(text.split("\n"), start=1):
+        if line.strip() == "":
+            continue
+        where = f"{path}, line {line_number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: not valid JSON ({error.msg}): {line[:80]!r}") from None
+        examples.append(_example_from_record(record, where))
+    if not examples:
+        raise ValueError(f"{path}: the file holds no examples (it is empty or blank)")
+    return examples
+
+
+def _example_from_record(record: Any, where: str) -> Example:
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    # an unknown key is usually a typo ("answer" for "expected_answer"): say so, don't drop it
+    allowed = REQUIRED_FIELDS + OPTIONAL_FIELDS
+    unknown = sorted(set(record) - set(allowed))
+    if unknown:
+        raise ValueError(f"{where}: unknown field(s) {unknown}; allowed: {list(allowed)}")
+    for name in REQUIRED_FIELDS:
+        if name not in record:
+            raise ValueError(f"{where}: missing required field {name!r}")
+    for name in ("prompt", "expected_answer", "id"):
+        if name in record and not isinstance(record[name], str):
+            value = record[name]
+            raise ValueError(
+                f"{where}: field {name!r} must be a string, got {type(value).__name__} "
+                f"{value!r:.40}; quote it (\"{value}\")"
+            )
+    meta = record.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+    return Example(
+        prompt=record["prompt"],
+        expected_answer=record["expected_answer"],
+        id=record.get("id", ""),
+        meta=meta,
+    )

@@ -1,0 +1,1 @@
+"""The six roles of an RL post-training system, one module each (see README)."""

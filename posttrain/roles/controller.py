@@ -1,0 +1,316 @@
+"""Controller: the loop that makes the other five roles take turns.
+
+One RL step, in the order a paper's pseudocode gives it (see `rl_step`):
+
+    1. sample    the rollout engine draws K completions per prompt, capturing old_logp
+    2. score     the environment's verifier turns each completion into a reward
+    3. reference the frozen reference model scores the same tokens (only if the loss uses KL)
+    4. advantage the algorithm turns rewards into per-token advantages
+    5. update    the trainer minimises the algorithm's loss
+    6. sync      the fresh weights are copied into the rollout engine
+    7. log       metrics, samples, and now and then a checkpoint
+
+The whole job (`run_pipeline`) is: SFT from scratch → held-out eval → RL → held-out eval.
+Every random draw of step s is seeded from (seed, stage, s), never from a global stream,
+so a run resumed from a checkpoint makes exactly the draws an uninterrupted run makes.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from posttrain.algorithms import make_algorithm
+from posttrain.algorithms.core import zero_variance_group_fraction
+from posttrain.config import TrainConfig, to_dict
+from posttrain.envs import make_env
+from posttrain.eval.evaluate import evaluate_pass_at_1
+from posttrain.eval.report import write_plots, write_summary
+from posttrain.eval.rundir import RunDir
+from posttrain.models import build_model, load_checkpoint_model, save_checkpoint_model
+from posttrain.models.tokenizer import CharTokenizer
+from posttrain.roles.environment import score_episodes
+from posttrain.roles.reference import Reference
+from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.roles.trainer import Trainer, sft_loss
+from posttrain.roles.weight_sync import InProcessWeightSync
+from posttrain.types import Episode, RolloutBatch
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+console = Console()
+
+
+def derive_seed(seed: int, *parts: object) -> int:
+    """A seed for one purpose at one step, independent of everything that ran before."""
+    digest = hashlib.sha256(repr((seed, *parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "little") & (2**63 - 1)
+
+
+def generator_for(seed: int, *parts: object) -> torch.Generator:
+    return torch.Generator().manual_seed(derive_seed(seed, *parts))
+
+
+# ---------------------------------------------------------------------------------------
+# checkpoints: checkpoints/<stage>/step_<N>/ holds the model (a transformers-loadable
+# directory) and trainer_state.pt; checkpoints/<stage>/latest names the newest complete one
+# ---------------------------------------------------------------------------------------
+
+
+def save_checkpoint(run: RunDir, stage: str, step: int, model, tokenizer, trainer: Trainer | None = None,
+                    extra: dict | None = None, keep_last: int = 2) -> Path:
+    stage_dir = run.checkpoints / stage
+    final = stage_dir / f"step_{step:06d}"
+    tmp = stage_dir / f".step_{step:06d}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_checkpoint_model(model, tokenizer, tmp)
+    if trainer is not None:
+        torch.save({"trainer": trainer.state_dict(), "step": step, **(extra or {})}, tmp / "trainer_state.pt")
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    (stage_dir / ".latest.tmp").write_text(final.name)
+    (stage_dir / ".latest.tmp").replace(stage_dir / "latest")
+    for old in sorted(stage_dir.glob("step_*"))[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(run: RunDir, stage: str) -> Path | None:
+    pointer = run.checkpoints / stage / "latest"
+    if not pointer.exists():
+        return None
+    path = run.checkpoints / stage / pointer.read_text().strip()
+    return path if path.is_dir() else None
+
+
+# ---------------------------------------------------------------------------------------
+# the shared step loop: resume, progress bar, metrics, checkpoints
+# ---------------------------------------------------------------------------------------
+
+
+def run_stage(
+    run: RunDir,
+    stage: str,
+    steps: int,
+    step_fn: Callable[[int], dict[str, float]],
+    model,
+    tokenizer,
+    trainer: Trainer,
+    checkpoint_every: int,
+    on_resume: Callable[[dict], None] = lambda state: None,
+    extra_state: Callable[[], dict] = lambda: {},
+    show: Callable[[dict], str] = lambda m: "",
+) -> None:
+    """Run steps [start, steps) of a stage, where start follows the last checkpoint."""
+    start = 0
+    checkpoint = latest_checkpoint(run, stage)
+    if checkpoint is not None:
+        model.load_state_dict(load_checkpoint_model(checkpoint, model.config).state_dict())
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        trainer.load_state_dict(state["trainer"])
+        on_resume(state)
+        start = state["step"] + 1
+        console.print(f"[yellow]resuming {stage} from {checkpoint} (step {start} of {steps})")
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        run.truncate_jsonl(name, lambda row: row.get("stage") != stage or row.get("step", -1) < start)
+    if start >= steps:
+        return
+
+    columns = [TextColumn(f"[bold]{stage}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(stage, total=steps, completed=start, info="")
+        for step in range(start, steps):
+            metrics = step_fn(step)
+            run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
+            if (step + 1) % checkpoint_every == 0 or step == steps - 1:
+                save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
+            progress.update(task, advance=1, info=show(metrics))
+
+
+# ---------------------------------------------------------------------------------------
+# stage 1: supervised fine-tuning on the environment's worked solutions
+# ---------------------------------------------------------------------------------------
+
+
+def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
+    """Each demonstration as an Episode whose response is the reference solution + EOS."""
+    episodes = []
+    for i, example in enumerate(examples):
+        response = tokenizer.encode(env.solution(example)) + [tokenizer.eos_id]
+        episodes.append(Episode(example=example, group_id=i, prompt_ids=[tokenizer.bos_id] + tokenizer.encode(example.prompt),
+                                response_ids=response, response_logp=[0.0] * len(response)))
+    return episodes
+
+
+def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:
+    demos = demonstration_episodes(env, tokenizer, env.fixed_set("train", cfg.sft.num_examples, seed=cfg.seed))
+    trainer = Trainer(policy, lr=cfg.sft.lr, total_steps=cfg.sft.steps, warmup_steps=cfg.sft.warmup_steps,
+                      weight_decay=cfg.sft.weight_decay, grad_clip=1.0)
+
+    def step_fn(step: int) -> dict[str, float]:
+        rows = torch.randint(len(demos), (cfg.sft.batch_size,), generator=generator_for(cfg.seed, "sft", step))
+        batch = RolloutBatch.collate([demos[i] for i in rows.tolist()], tokenizer.pad_id)
+        return trainer.update(batch, sft_loss)
+
+    run_stage(run, "sft", cfg.sft.steps, step_fn, policy, tokenizer, trainer, cfg.checkpoint_every,
+              show=lambda m: f"loss {m['loss']:.3f}")
+
+
+# ---------------------------------------------------------------------------------------
+# stage 2: reinforcement learning against the verifier
+# ---------------------------------------------------------------------------------------
+
+
+def sampling_params(cfg: TrainConfig) -> SamplingParams:
+    s = cfg.rl.sampling
+    return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
+                          stop_at_newline=not cfg.env.cot)
+
+
+def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
+    algo = make_algorithm(cfg.rl.algo, **cfg.rl.algo_params)
+    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
+    sync = InProcessWeightSync(policy, engine)
+    reference = Reference(load_checkpoint_model(reference_weights, policy.config)) if algo.uses_reference else None
+    trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
+                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size)
+    dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
+
+    def rl_step(step: int) -> dict[str, float]:
+        timings = {}
+        clock = time.perf_counter()
+
+        def lap(name: str) -> None:
+            nonlocal clock
+            now = time.perf_counter()
+            timings[f"time/{name}"] = now - clock
+            clock = now
+
+        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", step))
+        episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "rl-sample", step))
+        lap("rollout")  # 1. sample
+        score_episodes(env, episodes)
+        lap("score")  # 2. score
+        batch = RolloutBatch.collate(episodes, tokenizer.pad_id, temperature=engine.params.temperature or 1.0)
+        if reference is not None:
+            batch.ref_logp = reference.logp(batch)
+        lap("reference")  # 3. reference
+        batch = dataclasses.replace(batch, **algo.compute_advantages(batch))  # 4. advantage
+        metrics = trainer.update(batch, algo.compute_loss, cfg.rl.epochs, cfg.rl.minibatches,
+                                 generator_for(cfg.seed, "rl-minibatch", step))
+        lap("train")  # 5. update
+        sync.push()
+        lap("sync")  # 6. sync
+        metrics.update(**rollout_metrics(batch), **timings, weight_version=sync.version)
+        if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+            metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
+        run.append_jsonl("samples.jsonl", [sample_row("rl", step, e) for e in episodes])  # 7. log
+        return metrics
+
+    def on_resume(state: dict) -> None:
+        sync.push()  # the engine must sample from the restored weights
+        sync.version = engine.weight_version = state["weight_version"]
+
+    run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, trainer, cfg.checkpoint_every,
+              on_resume=on_resume, extra_state=lambda: {"weight_version": sync.version},
+              show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
+                             + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
+
+
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
+    lengths = batch.response_lengths()
+    return {
+        "reward_mean": batch.rewards.mean().item(),
+        "reward_std": batch.rewards.std().item() if batch.batch_size > 1 else 0.0,
+        "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),
+        "response_length": lengths.mean().item(),
+        "truncated_fraction": sum(not e.finished for e in batch.episodes) / batch.batch_size,
+    }
+
+
+def sample_row(stage: str, step: int, episode: Episode) -> dict:
+    return {"stage": stage, "step": step, "id": episode.example.id, "group": episode.group_id,
+            "prompt": episode.example.prompt, "completion": episode.completion, "reward": episode.reward,
+            "details": episode.details, "weight_version": episode.weight_version}
+
+
+# ---------------------------------------------------------------------------------------
+# the whole job
+# ---------------------------------------------------------------------------------------
+
+
+def start_run(cfg: TrainConfig, command: str) -> RunDir:
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    run.write_json("config.json", to_dict(cfg))
+    env = make_env(cfg.env.name, **env_kwargs(cfg))
+    run.write_meta({
+        "loop": "C (train)",
+        "entry_point": command,
+        "seed": cfg.seed,
+        "spec_version": env.spec_version,
+        "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
+                    "heldout_size": cfg.eval_size},
+        "sampling": {"train": dataclasses.asdict(cfg.rl.sampling), "eval": {"temperature": 0.0, "decoding": "greedy"}},
+    })
+    return run
+
+
+def env_kwargs(cfg: TrainConfig) -> dict:
+    kwargs = {"level": cfg.env.level, "cot": cfg.env.cot}
+    if cfg.env.spec_version:
+        kwargs["spec_version"] = cfg.env.spec_version
+    return kwargs
+
+
+def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
+    """SFT → held-out eval → RL → held-out eval → summary. Safe to call again on a
+    partly finished run directory: finished pieces are skipped, the rest resumes."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    env = make_env(cfg.env.name, **env_kwargs(cfg))
+    tokenizer = CharTokenizer()
+    heldout = env.fixed_set("heldout", cfg.eval_size, seed=0)
+    console.print(f"[bold]run[/] {run.path}  spec={env.spec_version}  algo={cfg.rl.algo}")
+
+    if cfg.init:
+        policy = load_checkpoint_model(Path(cfg.init), cfg.model)
+        start_weights = Path(cfg.init)
+    else:
+        torch.manual_seed(derive_seed(cfg.seed, "init"))
+        policy = build_model(cfg.model, tokenizer)
+        sft_stage(cfg, run, env, tokenizer, policy)
+        # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
+        start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
+        policy.load_state_dict(load_checkpoint_model(start_weights, policy.config).state_dict())
+
+    results = run.read_json("summary.json") or {}
+    eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
+    if "sft" not in results:
+        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params)
+        run.write_json("summary.json", results)
+
+    rl_stage(cfg, run, env, tokenizer, policy, start_weights)
+    if "rl" not in results:
+        results["rl"] = evaluate_and_log(run, "rl", policy, tokenizer, env, heldout, eval_params)
+    write_summary(run, results, cfg, env.spec_version)
+    write_plots(run)
+    return run.read_json("summary.json")
+
+
+def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams) -> dict:
+    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+    result = evaluate_pass_at_1(engine, env, examples)
+    run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
+    ci = result["ci"]
+    console.print(f"[bold]held-out pass@1 after {stage}[/]: {ci['mean']:.3f} "
+                  f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']})")
+    return ci

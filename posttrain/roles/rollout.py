@@ -1,0 +1,134 @@
+"""Rollout: sample K completions per prompt from the current policy.
+
+The one thing this role must get right for RL is `old_logp`: the log-probability the
+sampling distribution gave each token *at the moment it was sampled*. The algorithm's
+importance ratio π_θ / π_old divides by it, so it is captured here, from the same logits
+that chose the token, rather than recomputed later by a model that may have moved on.
+
+Sampling is batched with a KV cache: one forward pass over all (left-padded) prompts
+fills the cache, then one single-token forward pass per generated position. Rows that
+have stopped keep feeding a padding token whose key is masked out, so they cannot
+influence the rows still running.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.models.gpt_mini import KVCache
+from posttrain.types import Episode, Example
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # 0 = greedy
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    stop_at_newline: bool = False  # a one-line answer spec ends at the first newline
+
+
+def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Choose one token per row; return (token (N,), its log-prob (N,)).
+
+    The log-prob is that of the temperature-scaled distribution, before top-p truncation:
+    the trainer recomputes exactly this quantity, so the ratio is 1 before any update.
+    """
+    if params.temperature == 0:
+        logp = F.log_softmax(logits.float(), dim=-1)  # (N, V)
+        token = logp.argmax(dim=-1)  # (N,)
+        return token, logp.gather(-1, token[:, None]).squeeze(-1)
+    logp = F.log_softmax(logits.float() / params.temperature, dim=-1)  # (N, V)
+    probs = logp.exp()
+    if params.top_p < 1.0:
+        # keep the smallest set of tokens whose probability mass reaches top_p
+        sorted_probs, order = probs.sort(dim=-1, descending=True)
+        mass_before = sorted_probs.cumsum(dim=-1) - sorted_probs
+        sorted_probs = sorted_probs.masked_fill(mass_before >= params.top_p, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+    token = torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (N,)
+    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+
+
+class RolloutEngine:
+    """Holds its own copy of the policy (kept fresh by roles/weight_sync.py) and a
+    tokenizer; turns Examples into Episodes."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams):
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.params = params
+        self.weight_version = 0
+
+    def prompt_ids(self, example: Example) -> list[int]:
+        return [self.tokenizer.bos_id] + self.tokenizer.encode(example.prompt)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        examples: list[Example],
+        samples_per_prompt: int = 1,
+        generator: torch.Generator | None = None,
+        params: SamplingParams | None = None,
+    ) -> list[Episode]:
+        """K = samples_per_prompt completions for each example, grouped by example."""
+        params = params or self.params
+        tok = self.tokenizer
+        prompts = [self.prompt_ids(ex) for ex in examples for _ in range(samples_per_prompt)]
+        N, P = len(prompts), max(len(p) for p in prompts)
+        max_len = P + params.max_new_tokens
+        if max_len > self.model.config.max_seq_len:
+            raise ValueError(
+                f"prompt ({P} tokens) + max_new_tokens ({params.max_new_tokens}) = {max_len} exceeds the "
+                f"model's max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
+            )
+
+        # left-pad so every prompt ends at the same column and decoding is one column per step
+        input_ids = torch.full((N, P), tok.pad_id, dtype=torch.long)
+        attention_mask = torch.zeros(N, max_len)
+        for i, p in enumerate(prompts):
+            input_ids[i, P - len(p) :] = torch.tensor(p)
+            attention_mask[i, P - len(p) : P] = 1.0
+
+        stop_ids = [tok.eos_id] + ([tok.encode("\n")[0]] if params.stop_at_newline else [])
+        stop_ids = torch.tensor(stop_ids)
+        cache = KVCache.empty(self.model.config, N, max_len)
+        logits = self.model(input_ids, attention_mask=attention_mask[:, :P], kv_cache=cache)[:, -1]  # (N, V)
+
+        tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long)
+        logps = torch.zeros(N, params.max_new_tokens)
+        lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long)
+        running = torch.ones(N, dtype=torch.bool)
+        for t in range(params.max_new_tokens):
+            token, logp = sample_next_token(logits, params, generator)  # (N,), (N,)
+            token = torch.where(running, token, tok.pad_id)
+            tokens[:, t], logps[:, t] = token, logp
+            stopped = running & torch.isin(token, stop_ids)
+            lengths[stopped] = t + 1  # the stop token is part of the response
+            attention_mask[:, P + t] = running.float()
+            running &= ~stopped
+            if not running.any():
+                break
+            logits = self.model(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
+
+        episodes = []
+        for i in range(N):
+            n = int(lengths[i])
+            response = tokens[i, :n].tolist()
+            finished = n > 0 and response[-1] in stop_ids.tolist()
+            text_ids = response[:-1] if finished and response[-1] == tok.eos_id else response
+            episodes.append(
+                Episode(
+                    example=examples[i // samples_per_prompt],
+                    group_id=i // samples_per_prompt,
+                    prompt_ids=prompts[i],
+                    response_ids=response,
+                    response_logp=logps[i, :n].tolist(),
+                    completion=tok.decode(text_ids),
+                    weight_version=self.weight_version,
+                    finished=finished,
+                )
+            )
+        return episodes

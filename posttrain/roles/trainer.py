@@ -1,0 +1,127 @@
+"""Trainer: forward, backward, optimizer step. It knows no algorithm names.
+
+The loss is a callable `loss_fn(outputs, batch) -> (loss, metrics)` handed in by the
+controller: an algorithm's `compute_loss` for RL, `sft_loss` for supervised fine-tuning.
+Everything specific to an algorithm lives in that callable; everything specific to
+optimisation (learning-rate schedule, gradient clipping, accumulation, epochs over a
+rollout batch) lives here.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import Callable
+
+import torch
+
+from posttrain.algorithms.core import masked_mean, token_entropy, token_logp
+from posttrain.types import PolicyOutputs, RolloutBatch
+
+LossFn = Callable[[PolicyOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]
+
+
+def warmup_cosine(warmup_steps: int, total_steps: int, final_fraction: float = 0.1) -> Callable[[int], float]:
+    """Learning-rate multiplier: linear warmup, then cosine decay to `final_fraction`.
+    Warmup keeps Adam's first, badly-estimated second moments from taking huge steps."""
+
+    def multiplier(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / warmup_steps
+        progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+        return final_fraction + (1 - final_fraction) * 0.5 * (1 + math.cos(math.pi * progress))
+
+    return multiplier
+
+
+def sft_loss(outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+    """Teacher-forced cross-entropy on the response tokens only: the prompt is given, not learned."""
+    nll = -masked_mean(outputs.logp, batch.response_mask)
+    return nll, {"loss": nll.item(), "entropy": masked_mean(outputs.entropy, batch.response_mask).item()}
+
+
+class Trainer:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        lr: float,
+        total_steps: int,
+        warmup_steps: int = 0,
+        weight_decay: float = 0.0,
+        grad_clip: float = 1.0,
+        micro_batch_size: int = 0,
+    ):
+        self.model = model
+        # AdamW's betas (0.9, 0.95): the shorter second-moment memory that LLM training
+        # commonly uses, so the step size adapts quickly when the reward signal shifts
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(warmup_steps, total_steps))
+        self.grad_clip = grad_clip
+        self.micro_batch_size = micro_batch_size
+
+    def forward(self, batch: RolloutBatch) -> PolicyOutputs:
+        logits = self.model(batch.tokens)  # (B, T, V); right padding needs no attention mask
+        return PolicyOutputs(
+            logp=token_logp(logits, batch.tokens, batch.temperature),  # (B, T)
+            entropy=token_entropy(logits, batch.temperature),  # (B, T)
+        )
+
+    def update(
+        self,
+        batch: RolloutBatch,
+        loss_fn: LossFn,
+        epochs: int = 1,
+        minibatches: int = 1,
+        generator: torch.Generator | None = None,
+    ) -> dict[str, float]:
+        """`epochs` passes over the batch, each split into `minibatches` optimizer steps.
+        One epoch, one minibatch (the default) is the purely on-policy update. The
+        learning-rate schedule advances once per call: one call = one controller step."""
+        self.model.train()
+        sums: dict[str, float] = defaultdict(float)
+        count = 0
+        B = batch.batch_size
+        for _ in range(epochs):
+            order = torch.randperm(B, generator=generator) if minibatches > 1 else torch.arange(B)
+            for rows in order.chunk(minibatches):
+                metrics = self._step(batch.select(rows), loss_fn)
+                for key, value in metrics.items():
+                    sums[key] += value
+                count += 1
+        self.scheduler.step()
+        out = {key: value / count for key, value in sums.items()}
+        out["lr"] = self.scheduler.get_last_lr()[0]
+        return out
+
+    def _step(self, minibatch: RolloutBatch, loss_fn: LossFn) -> dict[str, float]:
+        """One optimizer step, accumulating gradients over micro-batches. Each micro-batch
+        loss is weighted by its share of the rows, which reproduces the full-batch gradient
+        exactly for per-sequence loss aggregations; for `token-mean` it is a per-micro-batch
+        token mean, the same approximation most libraries make."""
+        self.optimizer.zero_grad(set_to_none=True)
+        B = minibatch.batch_size
+        size = self.micro_batch_size or B
+        sums: dict[str, float] = defaultdict(float)
+        for start in range(0, B, size):
+            micro = minibatch.select(torch.arange(start, min(B, start + size)))
+            share = micro.batch_size / B
+            loss, metrics = loss_fn(self.forward(micro), micro)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(
+                    f"the loss is {loss.item()} (not finite); the last metrics were {metrics}. "
+                    "Lower the learning rate or check the rewards for NaN/inf."
+                )
+            (loss * share).backward()
+            for key, value in metrics.items():
+                sums[key] += value * share
+        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip if self.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+        sums["grad_norm"] = norm.item()
+        return dict(sums)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])

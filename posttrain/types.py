@@ -1,0 +1,131 @@
+"""The data that flows between the six roles.
+
+    Example      one task instance: a prompt and the answer a verifier checks against.
+    Episode      one sampled completion of one Example, ragged (no padding), as the
+                 rollout role produced it and the environment scored it.
+    RolloutBatch many Episodes collated into padded (B, T) tensors for the trainer.
+
+Layout of a RolloutBatch row (right-padded, one row per episode):
+
+    tokens          [ p0 p1 p2 p3 | r0 r1 r2 EOS | pad pad ]
+    attention_mask  [  1  1  1  1 |  1  1  1   1 |   0   0 ]
+    response_mask   [  0  0  0  0 |  1  1  1   1 |   0   0 ]
+    old_logp        [  0  0  0  0 |  l  l  l   l |   0   0 ]
+
+Every per-token tensor is aligned with `tokens`: `old_logp[b, t]` is
+log π_old(tokens[b, t] | tokens[b, :t]). The EOS a model sampled is an action like any
+other, so it sits inside the response mask. Right padding means a real token only ever
+attends to real tokens under the causal mask, so the trainer's forward pass needs no
+padding mask at all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import torch
+
+
+@dataclass(frozen=True)
+class Example:
+    """One task instance. `expected_answer` is what the verifier compares against; the
+    scorer never computes it from the prompt."""
+
+    prompt: str
+    expected_answer: str
+    id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Episode:
+    """One completion of one prompt, exactly as sampled (no padding anywhere)."""
+
+    example: Example
+    group_id: int  # index of the prompt within its step: the K samples of a prompt share it
+    prompt_ids: list[int]
+    response_ids: list[int]  # includes the stop token (EOS) when the model emitted one
+    response_logp: list[float]  # log π_old of each response token, captured while sampling
+    completion: str = ""  # decoded response text, stop token removed
+    reward: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+    weight_version: int = 0  # which weights sampled it (see roles/weight_sync.py)
+    finished: bool = True  # False when max_new_tokens cut it off before a stop token
+
+
+@dataclass
+class RolloutBatch:
+    """Padded tensors for B episodes. Optional fields are filled in by later roles:
+    the reference role sets `ref_logp`, the algorithm sets `advantages` (and `returns`,
+    `values` for PPO)."""
+
+    tokens: torch.Tensor  # (B, T) long
+    attention_mask: torch.Tensor  # (B, T) float, 1 on prompt and response tokens
+    response_mask: torch.Tensor  # (B, T) float, 1 on tokens the policy generated
+    old_logp: torch.Tensor  # (B, T) float, log π_old(token | prefix); 0 off the response
+    rewards: torch.Tensor  # (B,) float, one scalar reward per episode
+    group_ids: torch.Tensor  # (B,) long, which prompt each row answers
+    temperature: float = 1.0  # the logits are divided by this before every log-prob
+    ref_logp: torch.Tensor | None = None  # (B, T) float, log π_ref(token | prefix)
+    advantages: torch.Tensor | None = None  # (B, T) float, per-token advantage
+    returns: torch.Tensor | None = None  # (B, T) float, value targets (PPO)
+    values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
+    episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
+
+    @property
+    def batch_size(self) -> int:
+        return self.tokens.shape[0]
+
+    def response_lengths(self) -> torch.Tensor:
+        return self.response_mask.sum(dim=1)  # (B,)
+
+    def select(self, rows: torch.Tensor | list[int]) -> RolloutBatch:
+        """The sub-batch of the given rows (for minibatches and dynamic sampling)."""
+        rows = torch.as_tensor(rows, dtype=torch.long)
+        picked = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, torch.Tensor):
+                picked[f.name] = value[rows]
+            elif f.name == "episodes" and value:
+                picked[f.name] = [value[i] for i in rows.tolist()]
+        return replace(self, **picked)
+
+    @staticmethod
+    def collate(episodes: list[Episode], pad_id: int, temperature: float = 1.0) -> RolloutBatch:
+        """Right-pad `prompt + response` of each episode into one (B, T) batch."""
+        if not episodes:
+            raise ValueError("cannot collate an empty list of episodes")
+        B = len(episodes)
+        T = max(len(e.prompt_ids) + len(e.response_ids) for e in episodes)
+        tokens = torch.full((B, T), pad_id, dtype=torch.long)
+        attention_mask = torch.zeros(B, T)
+        response_mask = torch.zeros(B, T)
+        old_logp = torch.zeros(B, T)
+        for b, e in enumerate(episodes):
+            P, R = len(e.prompt_ids), len(e.response_ids)
+            tokens[b, : P + R] = torch.tensor(e.prompt_ids + e.response_ids, dtype=torch.long)
+            attention_mask[b, : P + R] = 1.0
+            response_mask[b, P : P + R] = 1.0
+            old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32)
+        return RolloutBatch(
+            tokens=tokens,
+            attention_mask=attention_mask,
+            response_mask=response_mask,
+            old_logp=old_logp,
+            rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float32),
+            group_ids=torch.tensor([e.group_id for e in episodes], dtype=torch.long),
+            temperature=temperature,
+            episodes=list(episodes),
+        )
+
+
+@dataclass
+class PolicyOutputs:
+    """What the trainer's forward pass hands to `algorithm.compute_loss`, aligned with
+    `batch.tokens` exactly like `old_logp`."""
+
+    logp: torch.Tensor  # (B, T) log π_θ(token | prefix), differentiable
+    entropy: torch.Tensor  # (B, T) entropy of π_θ(· | prefix) at each position
+    values: torch.Tensor | None = None  # (B, T) V_φ(prefix), only for algorithms with a critic

@@ -1,0 +1,92 @@
+"""The whole job on a tiny budget: run directory contents, and kill -9 then resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+TINY = [
+    "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
+    "--sft.num_examples", "16", "--sft.steps", "6", "--sft.batch_size", "8", "--sft.warmup_steps", "2",
+    "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "5", "--rl.eval_size", "8",
+    "--eval_size", "16", "--checkpoint_every", "2", "--threads", "1",
+]
+
+
+def posttrain(*args, **kwargs):
+    return subprocess.Popen([sys.executable, "-m", "posttrain", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+def only_run_dir(out: Path) -> Path:
+    runs = [p for p in out.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def metrics_without_timings(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    out = tmp_path_factory.mktemp("full")
+    proc = posttrain("train", *TINY, "--rl.steps", "30", "--out_dir", str(out))
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    return only_run_dir(out)
+
+
+def test_run_directory_has_everything(uninterrupted):
+    run = uninterrupted
+    for name in ("config.json", "meta.json", "metrics.jsonl", "samples.jsonl", "summary.md", "summary.json",
+                 "rl_metrics.png", "reward_curve.png", "eval_sft.jsonl", "eval_rl.jsonl"):
+        assert (run / name).is_file(), name
+    summary = json.loads((run / "summary.json").read_text())
+    for stage in ("sft", "rl"):
+        assert set(summary[stage]) >= {"mean", "ci_low", "ci_high", "n"}
+        assert summary[stage]["n"] == 16
+        assert 0 <= summary[stage]["ci_low"] <= summary[stage]["mean"] <= summary[stage]["ci_high"] <= 1
+    meta = json.loads((run / "meta.json").read_text())
+    assert meta["spec_version"] == "final_int/cot-v1"
+    assert meta["seed"] == 0 and "git_commit" in meta and "torch" in meta["packages"]
+    rows = metrics_without_timings(run)
+    assert [r["step"] for r in rows if r["stage"] == "rl"] == list(range(30))
+    assert [r["step"] for r in rows if r["stage"] == "sft"] == list(range(6))
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 30 * 4 * 4  # every sampled completion, raw, with its score details
+    assert all("reason" in s["details"] for s in samples)
+    # the final checkpoint is a transformers-loadable Llama directory
+    latest = run / "checkpoints" / "rl" / (run / "checkpoints" / "rl" / "latest").read_text().strip()
+    assert (latest / "model.safetensors").is_file() and (latest / "config.json").is_file()
+
+
+def test_killed_run_resumes_to_identical_metrics(uninterrupted, tmp_path):
+    proc = posttrain("train", *TINY, "--rl.steps", "30", "--out_dir", str(tmp_path))
+    # wait until RL has checkpointed at least once and is still running, then SIGKILL it
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        runs = [p for p in tmp_path.iterdir() if p.is_dir()]
+        pointer = runs[0] / "checkpoints" / "rl" / "latest" if runs else None
+        if pointer and pointer.exists() and pointer.read_text().strip() >= "step_000003":
+            break
+        assert proc.poll() is None, "the run finished before it could be killed; " + proc.stdout.read()
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    run = only_run_dir(tmp_path)
+    assert not (run / "summary.md").exists()
+
+    resumed = posttrain("train", "--resume", str(run))
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output
+    assert "resuming rl" in output
+    assert metrics_without_timings(run) == metrics_without_timings(uninterrupted)
+    assert json.loads((run / "summary.json").read_text())["rl"] == json.loads((uninterrupted / "summary.json").read_text())["rl"]
