@@ -54,11 +54,20 @@ class EnvConfig:
     level: int = 3  # 3 = five single-digit terms; see posttrain/envs/arithmetic.py for all levels
     cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1)
     spec_version: str = ""  # "" = the environment's own strict spec; hackable variants for red-teaming
+    path: str = ""  # the problems file of env "jsonl"
+
+    def kwargs(self) -> dict[str, Any]:
+        """The settings changed from their defaults, as keyword arguments of the
+        environment: one that does not take a setting rejects it by name."""
+        defaults = EnvConfig()
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)}
 
     def validate(self, prefix: str = "env") -> None:
-        from posttrain.envs import ENVIRONMENTS
+        from posttrain.envs import ENVIRONMENTS, make_env
 
         _check(self.name in ENVIRONMENTS, f"{prefix}.name", self.name, f"one of {sorted(ENVIRONMENTS)}")
+        make_env(self.name, **self.kwargs())  # a bad setting or an unreadable file fails now, not mid-run
 
 
 @dataclass
@@ -104,6 +113,9 @@ class RLConfig:
     minibatches: int = 1  # optimizer steps per epoch
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = all at once
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # run the reference every step to log KL(π ‖ π_ref) even when the loss has no KL term:
+    # drift from the starting policy is the first thing to look at when a run goes wrong
+    track_kl: bool = True
     eval_every: int = 25  # steps between dev-split pass@1 measurements
     eval_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
 
@@ -146,8 +158,12 @@ class TrainConfig:
         _check(self.eval_size > 0, "eval_size", self.eval_size, "a positive integer")
         _check(self.checkpoint_every > 0, "checkpoint_every", self.checkpoint_every, "a positive integer")
         _check(self.threads >= 0, "threads", self.threads, "an integer >= 0")
-        if self.init and not Path(self.init).is_dir():
-            raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
+        if self.init:
+            from posttrain.models import check_checkpoint_shape
+
+            if not Path(self.init).is_dir():
+                raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
+            check_checkpoint_shape(Path(self.init), self.model)
 
 
 @dataclass

@@ -11,8 +11,9 @@ import inspect
 from typing import Any
 
 from posttrain.envs.arithmetic import ArithmeticEnv
+from posttrain.envs.jsonl_file import JsonlEnv
 
-ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv}
+ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv}
 
 
 def make_env(name: str, **kwargs: Any):

@@ -19,10 +19,7 @@ from posttrain.roles.rollout import RolloutEngine, SamplingParams
 
 
 def evaluate_checkpoint(cfg: EvalConfig) -> dict:
-    kwargs = {"level": cfg.env.level, "cot": cfg.env.cot}
-    if cfg.env.spec_version:
-        kwargs["spec_version"] = cfg.env.spec_version
-    env = make_env(cfg.env.name, **kwargs)
+    env = make_env(cfg.env.name, **cfg.env.kwargs())
     model = load_checkpoint_model(Path(cfg.checkpoint), None)
     tokenizer = CharTokenizer.load(cfg.checkpoint)
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)

@@ -11,7 +11,7 @@ from posttrain.eval.rundir import RunDir
 PANELS = [
     ("reward_mean", "train reward (mean)"),
     ("dev_pass@1", "dev pass@1 (greedy)"),
-    ("kl", "KL to reference"),
+    ("kl_ref", "KL(π ‖ π_ref), k3 estimate"),
     ("response_length", "response length (tokens)"),
     ("entropy", "entropy (nats/token)"),
     ("zero_variance_groups", "groups with no reward variance"),
@@ -91,7 +91,7 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         summary["rl_wall_seconds"] = wall
         lines += ["", f"RL: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
                       f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
-                      f"KL {last.get('kl', 0.0):.4f}, entropy {last.get('entropy', 0.0):.3f}"]
+                      f"KL to reference {last.get('kl_ref', float('nan')):.4f}, entropy {last.get('entropy', 0.0):.3f}"]
     warnings = collapse_warnings(rows)
     if warnings:
         summary["warnings"] = warnings

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache
+from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
@@ -40,3 +40,8 @@ def load_checkpoint_model(directory: Path, expected=None) -> GPTMini:
     if expected is not None and not isinstance(expected, GPTMiniConfig):
         expected = gpt_mini_config(expected)
     return GPTMini.from_pretrained(directory, expected_config=expected)
+
+
+def check_checkpoint_shape(directory: Path, model_cfg) -> None:
+    """Fail fast, before a run starts, when a checkpoint does not fit the configured model."""
+    check_same_config(read_llama_config(Path(directory)), gpt_mini_config(model_cfg), Path(directory))

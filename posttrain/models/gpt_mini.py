@@ -358,18 +358,7 @@ class GPTMini(nn.Module):
         directory = Path(directory)
         config = read_llama_config(directory)
         if expected_config is not None:
-            diffs = {
-                f.name: (getattr(config, f.name), getattr(expected_config, f.name))
-                for f in fields(GPTMiniConfig)
-                if getattr(config, f.name) != getattr(expected_config, f.name)
-            }
-            if diffs:
-                raise CheckpointMismatchError(
-                    f"checkpoint {directory} was saved with a different config:\n"
-                    + mismatch_lines(diffs)
-                    + "\nChange your config to match the checkpoint, or call from_pretrained "
-                    "without expected_config to use the checkpoint's own config."
-                )
+            check_same_config(config, expected_config, directory)
         weights = directory / "model.safetensors"
         if not weights.is_file():
             raise FileNotFoundError(f"{weights} not found: {directory} has a config but no weights")
@@ -380,6 +369,22 @@ class GPTMini(nn.Module):
         model = cls(config)
         load_state_dict_checked(model, state_dict, source=str(weights))
         return model
+
+
+def check_same_config(config: GPTMiniConfig, expected: GPTMiniConfig, directory: Path) -> None:
+    """Raise CheckpointMismatchError listing every field where a checkpoint's config differs."""
+    diffs = {
+        f.name: (getattr(config, f.name), getattr(expected, f.name))
+        for f in fields(GPTMiniConfig)
+        if getattr(config, f.name) != getattr(expected, f.name)
+    }
+    if diffs:
+        raise CheckpointMismatchError(
+            f"checkpoint {directory} was saved with a different config:\n"
+            + mismatch_lines(diffs)
+            + "\nChange your config to match the checkpoint (e.g. --model.dim), or start from a "
+            "checkpoint of this shape."
+        )
 
 
 def mismatch_lines(diffs: dict[str, tuple]) -> str:

@@ -28,7 +28,7 @@ from typing import Callable
 import torch
 
 from posttrain.algorithms import make_algorithm
-from posttrain.algorithms.core import zero_variance_group_fraction
+from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
 from posttrain.config import TrainConfig, to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
@@ -180,7 +180,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
     algo = make_algorithm(cfg.rl.algo, **cfg.rl.algo_params)
     engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
     sync = InProcessWeightSync(policy, engine)
-    reference = Reference(load_checkpoint_model(reference_weights, policy.config)) if algo.uses_reference else None
+    use_reference = algo.uses_reference or cfg.rl.track_kl
+    reference = Reference(load_checkpoint_model(reference_weights, policy.config)) if use_reference else None
     trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
                       weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size)
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
@@ -228,7 +229,12 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     lengths = batch.response_lengths()
+    kl = {}
+    if batch.ref_logp is not None:
+        # KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)
+        kl["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
     return {
+        **kl,
         "reward_mean": batch.rewards.mean().item(),
         "reward_std": batch.rewards.std().item() if batch.batch_size > 1 else 0.0,
         "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),
@@ -251,7 +257,7 @@ def sample_row(stage: str, step: int, episode: Episode) -> dict:
 def start_run(cfg: TrainConfig, command: str) -> RunDir:
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
-    env = make_env(cfg.env.name, **env_kwargs(cfg))
+    env = make_env(cfg.env.name, **cfg.env.kwargs())
     run.write_meta({
         "loop": "C (train)",
         "entry_point": command,
@@ -264,19 +270,12 @@ def start_run(cfg: TrainConfig, command: str) -> RunDir:
     return run
 
 
-def env_kwargs(cfg: TrainConfig) -> dict:
-    kwargs = {"level": cfg.env.level, "cot": cfg.env.cot}
-    if cfg.env.spec_version:
-        kwargs["spec_version"] = cfg.env.spec_version
-    return kwargs
-
-
 def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
     """SFT → held-out eval → RL → held-out eval → summary. Safe to call again on a
     partly finished run directory: finished pieces are skipped, the rest resumes."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    env = make_env(cfg.env.name, **env_kwargs(cfg))
+    env = make_env(cfg.env.name, **cfg.env.kwargs())
     tokenizer = CharTokenizer()
     heldout = env.fixed_set("heldout", cfg.eval_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  spec={env.spec_version}  algo={cfg.rl.algo}")

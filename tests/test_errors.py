@@ -1,0 +1,85 @@
+"""Every bad input gets a message that names what was wrong and what is allowed,
+never a traceback from deep inside torch."""
+
+import json
+
+import pytest
+
+from posttrain.cli import main
+from posttrain.models import GPTMini, GPTMiniConfig
+from posttrain.models.tokenizer import CharTokenizer
+
+
+def fails_with(capsys, argv, *needles):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    for needle in needles:
+        assert needle in err, f"{needle!r} not in {err!r}"
+    return err
+
+
+def test_unknown_names_list_the_valid_ones(capsys, tmp_path):
+    out = ["--out_dir", str(tmp_path)]
+    fails_with(capsys, ["train", "--algo", "gpro", *out], "rl.algo='gpro'", "grpo")
+    fails_with(capsys, ["train", "--model.name", "gpt5", *out], "model.name='gpt5'", "gpt_mini")
+    fails_with(capsys, ["train", "--env.name", "chess", *out], "env.name='chess'", "arithmetic")
+    fails_with(capsys, ["frobnicate"], "unknown command 'frobnicate'", "train")
+    assert not any(tmp_path.iterdir())  # nothing was started
+
+
+@pytest.mark.parametrize("flag, value, needles", [
+    ("--rl.lr", "fast", ["rl.lr='fast'", "a number"]),
+    ("--rl.lr", "-1", ["rl.lr=-1.0", "positive"]),
+    ("--rl.samples_per_prompt", "2.5", ["rl.samples_per_prompt='2.5'", "an integer"]),
+    ("--rl.sampling.top_p", "1.5", ["rl.sampling.top_p=1.5", "(0, 1]"]),
+    ("--env.cot", "maybe", ["env.cot='maybe'", "true or false"]),
+    ("--env.level", "9", ["level", "9", "[1, 2, 3, 4, 5]"]),
+    ("--rl.algo_params", '{"clip_eps_low": 5}', ["clip_eps_low", "5"]),
+    ("--rl.algo_params", '{"kl_coeff": 0.1}', ["kl_coeff", "kl_coef"]),
+    ("--rl.algo_params", "kl=0.1", ["rl.algo_params", "JSON object"]),
+    ("--model.n_head", "0", ["model.n_head=0", "positive"]),
+])
+def test_malformed_values_name_field_value_and_what_is_allowed(capsys, tmp_path, flag, value, needles):
+    fails_with(capsys, ["train", flag, value, "--out_dir", str(tmp_path)], *needles)
+
+
+def test_config_file_errors(capsys, tmp_path):
+    bad_key = tmp_path / "bad_key.json"
+    bad_key.write_text(json.dumps({"rl": {"learning_rate": 1e-4}}))
+    fails_with(capsys, ["train", "--config", str(bad_key)], "rl.learning_rate", "rl.lr")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    fails_with(capsys, ["train", "--config", str(broken)], "broken.json", "not valid JSON")
+    fails_with(capsys, ["train", "--config", str(tmp_path / "missing.json")], "missing.json", "does not exist")
+
+
+def test_checkpoint_of_a_different_shape(capsys, tmp_path):
+    ckpt = tmp_path / "small"
+    GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=2, hidden_dim=64, max_seq_len=96)).save_pretrained(ckpt, CharTokenizer())
+    err = fails_with(capsys, ["train", "--init", str(ckpt), "--out_dir", str(tmp_path / "runs")],
+                     "dim: checkpoint=32, expected=128", "n_layer: checkpoint=2, expected=4")
+    assert "hidden_dim" in err
+    assert not (tmp_path / "runs").exists()  # refused before a run directory was made
+    fails_with(capsys, ["train", "--init", str(tmp_path / "nope")], "init=", "no such checkpoint directory")
+    fails_with(capsys, ["eval", "--checkpoint", str(tmp_path / "nope")], "no such directory")
+
+
+def test_empty_or_unreadable_dataset_file(capsys, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(empty)], "empty.jsonl", "no examples")
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(b"\xff\xfe\x00binary")
+    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(garbage)], "garbage.jsonl", "cannot read")
+    bad_line = tmp_path / "bad_line.jsonl"
+    bad_line.write_text('{"prompt": "Q: 1+1\\n", "expected_answer": "2"}\n{"prompt": "Q: 2+2\\n"}\n')
+    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(bad_line)], "line 2", "expected_answer")
+    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(tmp_path / "absent.jsonl")], "absent.jsonl")
+    fails_with(capsys, ["train", "--env.name", "jsonl"], "--env.path")
+
+
+def test_resume_refuses_a_non_run_directory_and_extra_flags(capsys, tmp_path):
+    fails_with(capsys, ["train", "--resume", str(tmp_path)], "not a run directory")
+    (tmp_path / "config.json").write_text("{}")
+    fails_with(capsys, ["train", "--resume", str(tmp_path), "--rl.lr", "1e-3"], "--resume", "--rl.lr")
