@@ -9,11 +9,28 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from posttrain.algorithms.cispo import CISPO
 from posttrain.algorithms.core import Algorithm
+from posttrain.algorithms.dapo import DAPO
+from posttrain.algorithms.dr_grpo import DrGRPO
 from posttrain.algorithms.grpo import GRPO
+from posttrain.algorithms.gspo import GSPO
+from posttrain.algorithms.ppo import PPO
+from posttrain.algorithms.reinforce import REINFORCE
+from posttrain.algorithms.reinforce_pp import ReinforcePP
+from posttrain.algorithms.rloo import RLOO
 
+# The family tree, parent first: each entry is a small diff on the one it extends.
 ALGORITHMS: dict[str, type] = {
-    "grpo": GRPO,
+    "reinforce": REINFORCE,  # the root: −(R − b) · log π
+    "rloo": RLOO,  # REINFORCE, leave-one-out baseline
+    "ppo": PPO,  # REINFORCE + critic, ratio and clip
+    "reinforce_pp": ReinforcePP,  # PPO without the critic, batch-whitened reward-to-go
+    "grpo": GRPO,  # PPO's clip, group baseline instead of a critic
+    "dr_grpo": DrGRPO,  # GRPO without /std and /|o|
+    "dapo": DAPO,  # GRPO + clip-higher, token-mean, overlong shaping, dynamic sampling
+    "gspo": GSPO,  # GRPO with a sequence-level ratio
+    "cispo": CISPO,  # GRPO's advantages, clipped stop-gradient IS weight instead of the clip
 }
 
 
@@ -52,4 +69,17 @@ def make_algorithm(name: str, **params: Any) -> Algorithm:
         raise ValueError(f"{err}\nvalid fields of {name!r} (with defaults): {_fields_help(cls)}") from err
 
 
-__all__ = ["ALGORITHMS", "Algorithm", "GRPO", "make_algorithm"]
+__all__ = [
+    "ALGORITHMS",
+    "Algorithm",
+    "CISPO",
+    "DAPO",
+    "DrGRPO",
+    "GRPO",
+    "GSPO",
+    "PPO",
+    "REINFORCE",
+    "RLOO",
+    "ReinforcePP",
+    "make_algorithm",
+]

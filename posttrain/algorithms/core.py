@@ -385,3 +385,59 @@ def zero_variance_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor)
     gmax = torch.full((G,), -torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amax")
     gmin = torch.full((G,), torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amin")
     return (gmax == gmin).float().mean().item()
+
+
+# --------------------------------------------------------------------------------------
+# Pieces shared by the algorithms beyond GRPO (REINFORCE, RLOO, CISPO, PPO, ...)
+# --------------------------------------------------------------------------------------
+
+
+def policy_gradient_loss(
+    logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, agg: str = "token-mean", max_len: int | None = None
+) -> torch.Tensor:
+    """REINFORCE's loss, agg(−adv · logp) (Williams 1992, "Simple statistical
+    gradient-following algorithms"). `adv` is a constant, so the gradient is
+    −agg(adv · ∇ log π): the score-function estimator, with no ratio and no clip.
+
+    Args:
+        logp: (B, T) log π_θ(token | prefix), differentiable.
+        adv:  (B, T) the weight on each token's log-prob (advantage, or advantage times a
+              constant importance weight as in CISPO).
+        mask, agg, max_len: response mask and aggregation, see `agg_loss`.
+
+    At θ = θ_old its gradient equals that of `clipped_surrogate` (∇ ratio = ∇ log π there).
+    """
+    # The gradient reaching logp is −adv · (upstream), and upstream is 0 off the response:
+    # zero adv there too, or an inf advantage in padding would make 0 · inf = NaN. (A −inf
+    # log-prob in padding is harmless: agg_loss drops the NaN product and its gradient.)
+    adv = torch.where(mask != 0, adv, 0.0)  # (B, T)
+    return agg_loss(-adv * logp, mask, agg, max_len)
+
+
+def importance_ratio(
+    logp: torch.Tensor, old_logp: torch.Tensor, mask: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(log_ratio, ratio) of π_θ / π_old per token, (B, T) each. Off the response the
+    log-ratio is 0 (ratio 1) whatever padding holds; it is clamped to ±MAX_LOG_RATIO so
+    exp cannot overflow. Differentiable in `logp`, the same computation as inside
+    `clipped_surrogate`."""
+    log_ratio = torch.where(mask != 0, logp - old_logp, 0.0).clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO)  # (B, T)
+    return log_ratio, torch.exp(log_ratio)
+
+
+@torch.no_grad()
+def ratio_metrics(log_ratio: torch.Tensor, ratio: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """approx_kl (k3 of the ratio, samples from π_old: an estimate of KL(π_old ‖ π_θ)),
+    ratio_mean and ratio_max over response tokens, named as `clipped_surrogate` names them."""
+    on = mask != 0
+    return {
+        "approx_kl": masked_mean((ratio - 1) - log_ratio, mask).item(),
+        "ratio_mean": masked_mean(ratio, mask).item(),
+        "ratio_max": ratio.masked_fill(~on, 0.0).max().item() if on.any() else 0.0,
+    }
+
+
+@torch.no_grad()
+def advantage_metrics(adv: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+    """adv_mean and adv_std (unbiased) over response tokens."""
+    return {"adv_mean": masked_mean(adv, mask).item(), "adv_std": masked_var(adv, mask).sqrt().item()}
