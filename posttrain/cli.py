@@ -4,6 +4,10 @@
     posttrain train --algo NAME ...    the same pipeline with any setting changed
     posttrain train --resume runs/ID   continue a killed run from its last checkpoint
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
+    posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
+    posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
+    posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
+    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens
 
 Every setting is a flag named after its place in the config (`--rl.lr 3e-4`), and
 `--config FILE` (JSON or TOML, e.g. a run's config.json) sets many at once.
@@ -15,7 +19,8 @@ import argparse
 import os
 import sys
 
-from posttrain.config import ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file, resolve
+from posttrain.config import (BonConfig, ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file,
+                              resolve)
 
 TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps"}
 
@@ -52,21 +57,60 @@ def cmd_train(argv: list[str], command: str) -> int:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    from posttrain.eval.loop_a import evaluate_checkpoint
-
-    parser = argparse.ArgumentParser(prog="posttrain eval", description="held-out pass@1 of a checkpoint (Loop A)")
+    parser = argparse.ArgumentParser(prog="posttrain eval", description="Loop A: measure, nothing else")
     parser.add_argument("--config", help="a JSON or TOML file of settings")
     add_config_flags(parser, EvalConfig)
     args = parser.parse_args(argv)
     cfg = resolve(EvalConfig, args, load_file(args.config) if args.config else None)
-    evaluate_checkpoint(cfg)
+    if cfg.completions:
+        from posttrain.eval.completions import run_eval_file
+
+        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name)
+    else:
+        from posttrain.eval.loop_a import evaluate_checkpoint
+
+        evaluate_checkpoint(cfg)
     return 0
+
+
+def cmd_bon(argv: list[str]) -> int:
+    from posttrain.eval.loop_b import run_bon
+
+    parser = argparse.ArgumentParser(prog="posttrain bon", description="Loop B: best-of-N selection")
+    add_config_flags(parser, BonConfig)
+    cfg = resolve(BonConfig, parser.parse_args(argv))
+    run_bon(cfg.pack, cfg.n, cfg.spec_version, cfg.out_dir, cfg.name, cfg.select_spec_version or None)
+    return 0
+
+
+def cmd_diff(argv: list[str]) -> int:
+    from posttrain.eval.completions import compare_runs
+
+    parser = argparse.ArgumentParser(prog="posttrain diff", description="paired comparison of two Loop A runs")
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    parser.add_argument("--force", action="store_true", help="compare even when the spec versions differ")
+    args = parser.parse_args(argv)
+    compare_runs(args.run_a, args.run_b, force=args.force)
+    return 0
+
+
+def cmd_demo(argv: list[str]) -> int:
+    from posttrain.demos import DEMOS, run_demo
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: posttrain demo NAME [options]; demos: {', '.join(DEMOS)} (NAME --help for options)")
+        return 0
+    return run_demo(argv[0], argv[1:])
 
 
 COMMANDS = {
     "run": lambda argv: cmd_train(argv, "run"),
     "train": lambda argv: cmd_train(argv, "train"),
     "eval": cmd_eval,
+    "bon": cmd_bon,
+    "diff": cmd_diff,
+    "demo": cmd_demo,
 }
 
 

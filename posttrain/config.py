@@ -84,8 +84,11 @@ class SamplingConfig:
 
 @dataclass
 class SFTConfig:
-    num_examples: int = 300  # few demonstrations on purpose: SFT gets the format, RL the accuracy
-    steps: int = 600  # ~64 epochs over 300 demos; more overfits the tiny set, fewer underfits
+    # Few demonstrations on purpose: SFT teaches the format, RL has to earn the accuracy.
+    # Measured at seed 0 (held-out pass@1 after SFT): 120 demos 29%, 150 demos 69%,
+    # 300 demos 92% (little left for RL to show).
+    num_examples: int = 150
+    steps: int = 600  # 128 epochs of 150 demos: the loss is ~0, what SFT can learn is learnt
     batch_size: int = 32
     lr: float = 1e-3  # from-scratch training of a 0.8M model tolerates a large step
     warmup_steps: int = 30
@@ -168,9 +171,12 @@ class TrainConfig:
 
 @dataclass
 class EvalConfig:
-    """`posttrain eval`: held-out pass@1 of a checkpoint, with a bootstrap CI."""
+    """`posttrain eval` (Loop A): score a checkpoint's held-out completions, or a file of
+    completions someone else produced, and save every one with its score details."""
 
     checkpoint: str = ""  # a checkpoint directory written by `posttrain run/train`
+    completions: str = ""  # or: a JSONL of {prompt, expected_answer, completion}, or a pack name ("frozen")
+    spec_version: str = "final_int/cot-v1"  # the scorer for --completions (checkpoints use env's spec)
     env: EnvConfig = field(default_factory=EnvConfig)
     split: str = "heldout"
     size: int = 500
@@ -179,12 +185,38 @@ class EvalConfig:
     seed: int = 0
 
     def validate(self) -> None:
-        self.env.validate()
-        _check(bool(self.checkpoint), "checkpoint", self.checkpoint, "a checkpoint directory (--checkpoint PATH)")
-        if not Path(self.checkpoint).is_dir():
+        from posttrain.envs.final_int import SPECS
+
+        if bool(self.checkpoint) == bool(self.completions):
+            raise ConfigError("give exactly one of --checkpoint DIR (evaluate a model) or --completions FILE "
+                              "(score existing completions)")
+        if self.checkpoint and not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: no such directory")
+        _check(self.spec_version in SPECS, "spec_version", self.spec_version, f"one of {sorted(SPECS)}")
+        self.env.validate()
         _check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
         _check(self.size > 0, "size", self.size, "a positive integer")
+
+
+@dataclass
+class BonConfig:
+    """`posttrain bon` (Loop B): best-of-N selection over a pack of candidates."""
+
+    pack: str = "bon"  # a pack name or a JSONL path (format: posttrain/data/packs/README.md)
+    n: int = 8  # candidates considered per prompt (the first n of each prompt's list)
+    spec_version: str = "final_int/cot-v1"  # the verifier that grades
+    select_spec_version: str = ""  # the verifier that selects; "" = the grader (an oracle upper bound)
+    out_dir: str = "runs"
+    name: str = "bon"
+
+    def validate(self) -> None:
+        from posttrain.envs.final_int import SPECS
+
+        _check(self.n > 0, "n", self.n, "a positive integer")
+        for name in ("spec_version", "select_spec_version"):
+            value = getattr(self, name)
+            if value or name == "spec_version":
+                _check(value in SPECS, name, value, f"one of {sorted(SPECS)}")
 
 
 # ---------------------------------------------------------------------------------------

@@ -1,0 +1,206 @@
+"""Loop A on a file: score completions someone already has, and look at the failures.
+
+    {"id": "frozen-001", "prompt": "Q: 3+3+0+6+3\\n", "expected_answer": "15",
+     "completion": "3+3=6,6+0=6,6+6=12,12+3=15\\nFinal: 15"}
+
+One JSON object per line; `id` is optional (line numbers stand in) and any other fields
+are carried through to samples.jsonl untouched. No model runs here: this is measurement
+only, which is why the report shows more than a mean. Averages hide reward hacking and
+spec bugs, so it also gives the reward distribution, the count of every reason code, and
+the raw strings behind the best and the worst scores.
+
+`compare_runs` answers "did it get better?" for two such runs: only if both were scored
+by the same spec version (a number from another instrument is another metric), and only
+as far as a paired bootstrap over the shared items says the difference is not noise.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from posttrain.envs.final_int import get_spec
+from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
+from posttrain.eval.rundir import RunDir
+from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
+
+REQUIRED_FIELDS = ("prompt", "expected_answer", "completion")
+N_SHOWN = 5  # top-5 / bottom-5: enough to spot a pattern, short enough to actually read
+REPR_CHARS = 80  # raw completions are shown as repr(), cut here: escapes stay visible
+
+
+def read_completions(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a completions file, each with a unique string `id`."""
+    records = read_jsonl_records(path, REQUIRED_FIELDS)
+    seen: dict[str, int] = {}
+    for line, record in enumerate(records, start=1):
+        for name in REQUIRED_FIELDS:
+            if not isinstance(record[name], str):
+                raise ValueError(
+                    f"{path}: record {line}: field {name!r} must be a string, got "
+                    f"{type(record[name]).__name__} {record[name]!r:.40}"
+                )
+        record["id"] = str(record.get("id") or f"line-{line}")
+        if record["id"] in seen:
+            raise ValueError(
+                f"{path}: id {record['id']!r} appears in records {seen[record['id']]} and {line}; "
+                "ids must be unique, because runs are compared item by item"
+            )
+        seen[record["id"]] = line
+    return records
+
+
+def short_repr(text: str, limit: int = REPR_CHARS) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= limit else shown[: limit - 3] + "..."
+
+
+def score_records(records: list[dict[str, Any]], spec_version: str) -> dict[str, Any]:
+    """Score every record with one spec and summarise. Returns the summary fields plus
+    `samples` (each record with its reward and details)."""
+    spec = get_spec(spec_version)
+    samples = []
+    for record in records:
+        result = spec(example_of(record), record["completion"])
+        samples.append({**record, "reward": result["reward"], "details": result["details"]})
+
+    rewards = [s["reward"] for s in samples]
+    ci = bootstrap_ci(rewards)
+    # Highest rewards first / lowest first; file order breaks ties, so the lists are stable.
+    order = sorted(range(len(samples)), key=lambda i: (-rewards[i], i))
+    top = [samples[i] for i in order[:N_SHOWN]]
+    return {
+        "spec_version": spec_version,
+        "n": len(samples),
+        "pass_rate": sum(r == 1.0 for r in rewards) / len(rewards),
+        "mean_reward": sum(rewards) / len(rewards),
+        "ci": ci,
+        "reward_distribution": {f"{r:g}": c for r, c in sorted(Counter(rewards).items())},
+        "reason_counts": dict(Counter(s["details"]["reason"] for s in samples).most_common()),
+        "top": [_brief(s) for s in top],
+        "bottom": [_brief(s) for s in _bottom_by_reason(samples)],
+        "samples": samples,
+    }
+
+
+def _bottom_by_reason(samples: list[dict]) -> list[dict]:
+    """Up to N_SHOWN failures (reason code not "ok"), taken round-robin over the reason
+    codes, commonest code first, so five copies of the most frequent failure cannot hide
+    the rarer ones. Returned grouped by reason code, file order within a code."""
+    by_reason: dict[str, list[dict]] = {}
+    for s in samples:
+        if s["details"]["reason"] != "ok":
+            by_reason.setdefault(s["details"]["reason"], []).append(s)
+    codes = sorted(by_reason, key=lambda code: -len(by_reason[code]))  # stable on ties
+    picked: dict[str, list[dict]] = {code: [] for code in codes}
+    n_picked, depth = 0, 0
+    while n_picked < min(N_SHOWN, len(samples)) and any(depth < len(by_reason[c]) for c in codes):
+        for code in codes:
+            if depth < len(by_reason[code]) and n_picked < N_SHOWN:
+                picked[code].append(by_reason[code][depth])
+                n_picked += 1
+        depth += 1
+    return [s for code in codes for s in picked[code]]
+
+
+def _brief(sample: dict) -> dict:
+    return {"id": sample["id"], "reward": sample["reward"], "reason": sample["details"]["reason"],
+            "completion": short_repr(sample["completion"])}
+
+
+def score_completions_file(path: str | Path, spec_version: str) -> dict[str, Any]:
+    """Loop A on a completions file (or a shipped pack name, e.g. "frozen")."""
+    path = pack_path(path)
+    result = score_records(read_completions(path), spec_version)
+    result["path"] = str(path)
+    return result
+
+
+def print_report(result: dict[str, Any], console: Console | None = None) -> None:
+    console = console or Console()
+    ci = result["ci"]
+    console.print(
+        f"[bold]Loop A (eval)[/bold] {result.get('path', '')}  spec={result['spec_version']}  "
+        f"n={result['n']}\npass rate {result['pass_rate']:.3f} "
+        f"(95% CI {ci['ci_low']:.3f}-{ci['ci_high']:.3f})   mean reward {result['mean_reward']:.3f}"
+    )
+    dist = Table(title="reward distribution")
+    dist.add_column("reward", justify="right")
+    dist.add_column("count", justify="right")
+    for reward, count in result["reward_distribution"].items():
+        dist.add_row(reward, str(count))
+    console.print(dist)
+
+    reasons = Table(title="reason codes")
+    reasons.add_column("reason")
+    reasons.add_column("count", justify="right")
+    reasons.add_column("share", justify="right")
+    for reason, count in result["reason_counts"].items():
+        reasons.add_row(reason, str(count), f"{count / result['n']:.0%}")
+    console.print(reasons)
+
+    for title, rows in ((f"top {N_SHOWN} (highest reward)", result["top"]),
+                        (f"bottom {N_SHOWN} (lowest reward, grouped by reason code)", result["bottom"])):
+        table = Table(title=title)
+        for column in ("reason", "id", "reward", "completion (repr)"):
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(row["reason"], row["id"], f"{row['reward']:g}", row["completion"])
+        console.print(table)
+
+
+def run_eval_file(path: str | Path, spec_version: str, out_dir: str, name: str) -> dict[str, Any]:
+    """Score a completions file, print the report, write a run directory; return the summary."""
+    result = score_completions_file(path, spec_version)
+    samples = result.pop("samples")
+    run = RunDir.create(out_dir, name)
+    run.write_json("config.json", {"path": result["path"], "spec_version": spec_version,
+                                   "out_dir": str(out_dir), "name": name})
+    run.write_meta({"loop": "A (eval)", "spec_version": spec_version,
+                    "dataset": {"file": result["path"], "sha256": file_sha256(result["path"]),
+                                "n": result["n"]},
+                    "sampling": "none: completions read from a file"})
+    run.write_jsonl("samples.jsonl", samples)
+    result["run_dir"] = str(run.path)
+    run.write_json("summary.json", result)
+    print_report(result)
+    print(f"run directory: {run.path}")
+    return result
+
+
+def compare_runs(run_a: str | Path, run_b: str | Path, force: bool = False,
+                 console: Console | None = None) -> dict[str, Any]:
+    """Paired comparison of two Loop A run directories on the items (ids) they share.
+
+    Refuses runs scored by different spec versions unless `force`: a change of instrument
+    is not a change of model. Verdict "real" when the 95% CI of mean(a) - mean(b) excludes
+    0, else "within noise"."""
+    console = console or Console()
+    runs = [RunDir.open(str(run_a)), RunDir.open(str(run_b))]
+    specs = [(run.read_json("meta.json") or {}).get("spec_version") for run in runs]
+    if specs[0] != specs[1]:
+        if not force:
+            raise ValueError(
+                f"run A was scored with spec {specs[0]!r} and run B with {specs[1]!r}: "
+                "different instruments measure different metrics. Re-score both with one "
+                "spec (run_eval_file on each file), or pass force=True to compare anyway"
+            )
+        console.print(f"[yellow]warning: comparing across spec versions {specs[0]} vs {specs[1]}[/yellow]")
+    rewards = [{s["id"]: s["reward"] for s in run.read_jsonl("samples.jsonl")} for run in runs]
+    shared = [i for i in rewards[0] if i in rewards[1]]  # run A's order
+    if not shared:
+        raise ValueError(f"runs {run_a} and {run_b} share no item ids; evaluate both on one file")
+    diff = paired_bootstrap_diff([rewards[0][i] for i in shared], [rewards[1][i] for i in shared])
+    diff.update({"spec_a": specs[0], "spec_b": specs[1], "n_shared": len(shared),
+                 "only_in_a": len(rewards[0]) - len(shared), "only_in_b": len(rewards[1]) - len(shared)})
+    verdict = "difference within noise" if diff["verdict"] == "within noise" else "real difference"
+    console.print(
+        f"A {diff['mean_a']:.3f} vs B {diff['mean_b']:.3f} on {len(shared)} shared items: "
+        f"A - B = {diff['mean_diff']:+.3f} (95% CI {diff['ci_low']:+.3f} to {diff['ci_high']:+.3f})"
+        f" -> [bold]{verdict}[/bold]"
+    )
+    return diff

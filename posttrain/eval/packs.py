@@ -1,0 +1,134 @@
+"""Packs: small, frozen JSONL files shipped inside the package, so Loops A and B and the
+scorer checks run with no model and no network.
+
+    name       file                   what it is for
+    golden     golden_correct.jsonl   in-spec correct completions: any reward 0 is a scorer bug
+    exploits   golden_exploits.jsonl  completions that win a hackable spec and lose the honest ones
+    frozen     frozen_rollouts.jsonl  ~100 scored-by-intent completions for Loop A (`eval`)
+    bon        best_of_n.jsonl        8 candidates per prompt for Loop B (`bon`)
+    kata       kata.jsonl             10 scored cases to label: model / verifier / spec / hack
+
+The fields of each file are described in `posttrain/data/packs/README.md`.
+`posttrain/eval/make_packs.py` rebuilds every file, byte for byte, from a seed.
+
+Frozen packs are an offline snapshot of some earlier "policy" (here: perturbed reference
+solutions). They are right for measuring a scorer (Loop A) and demonstrating selection
+(Loop B); they say nothing about what a policy will produce after training on them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from posttrain.envs.final_int import SPECS, parse_final_line
+from posttrain.types import Example
+
+# The packs live next to the code, not in the working directory, so an installed package
+# finds them too. pyproject.toml must list them as package data (see the README).
+PACKS_DIR = Path(__file__).resolve().parent.parent / "data" / "packs"
+
+PACKS: dict[str, str] = {
+    "golden": "golden_correct.jsonl",
+    "exploits": "golden_exploits.jsonl",
+    "frozen": "frozen_rollouts.jsonl",
+    "bon": "best_of_n.jsonl",
+    "kata": "kata.jsonl",
+}
+
+
+def pack_path(name_or_path: str | Path) -> Path:
+    """A shipped pack by name ("frozen", "bon", ...) or any JSONL file by path."""
+    if str(name_or_path) in PACKS:
+        return PACKS_DIR / PACKS[str(name_or_path)]
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"no file {str(path)!r}; pass a JSONL path or one of the shipped packs: "
+            f"{', '.join(PACKS)}"
+        )
+    return path
+
+
+def file_sha256(path: str | Path) -> str:
+    """The dataset version recorded in run directories: change a byte, change the hash."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def read_jsonl_records(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+    """Every line of a JSONL file as a dict. Blank lines are skipped; a line that is not a
+    JSON object, or lacks a `required` field, stops loading with the file and line number."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path}: cannot read: {error}") from error
+    records = []
+    for line_number, line in enumerate(text.split("\n"), start=1):
+        if line.strip() == "":
+            continue
+        where = f"{path}:{line_number}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"{where}: not valid JSON ({error.msg}): {line[:80]!r}") from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+        missing = [name for name in required if name not in record]
+        if missing:
+            raise ValueError(f"{where}: missing field(s) {missing}; the line has {sorted(record)}")
+        records.append(record)
+    if not records:
+        raise ValueError(f"{path}: the file holds no records (it is empty or blank)")
+    return records
+
+
+def load_pack(name: str) -> list[dict[str, Any]]:
+    """The raw records of a shipped pack."""
+    if name not in PACKS:
+        raise ValueError(f"unknown pack {name!r}; shipped packs: {', '.join(PACKS)}")
+    return read_jsonl_records(pack_path(name))
+
+
+def example_of(record: dict[str, Any]) -> Example:
+    """The Example a pack record is about (every pack record carries these fields)."""
+    return Example(
+        prompt=record["prompt"], expected_answer=record["expected_answer"], id=record.get("id", "")
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# A deliberately buggy scorer, used only by the kata. Not registered in SPECS: nothing
+# should ever train or evaluate with it.
+# ---------------------------------------------------------------------------------------
+
+
+def _buggy_first_line(example: Example, completion: str) -> dict[str, Any]:
+    """buggy/first-line-v0: checks `Final: <int>` on the FIRST line only. Written for
+    strict-v1 one-line answers and then reused for cot-v1, where the Final line is last:
+    every correct worked answer gets reward 0 (a false negative)."""
+    expected = example.expected_answer.strip()
+    first_line = completion.strip().split("\n")[0]
+    reason, parsed = parse_final_line(first_line)
+    if reason == "ok" and parsed != expected:
+        reason = "wrong_answer"
+    return {
+        "reward": 1.0 if reason == "ok" else 0.0,
+        "details": {"reason": reason, "parsed": parsed, "expected": expected,
+                    "format_ok": parsed is not None, "spec_version": "buggy/first-line-v0"},
+    }
+
+
+KATA_ONLY_SCORERS = {"buggy/first-line-v0": _buggy_first_line}
+
+
+def kata_scorer(spec_version: str):
+    """The scorer a kata case was scored with: a registered spec or the buggy one."""
+    if spec_version in SPECS:
+        return SPECS[spec_version]
+    if spec_version in KATA_ONLY_SCORERS:
+        return KATA_ONLY_SCORERS[spec_version]
+    valid = list(SPECS) + list(KATA_ONLY_SCORERS)
+    raise ValueError(f"unknown spec_version {spec_version!r}; valid: {', '.join(valid)}")

@@ -1,0 +1,96 @@
+"""Loop A on a completions file: the report's numbers, the run directory, and
+compare_runs' refusal across spec versions and its noise verdict."""
+
+import json
+
+import pytest
+
+from posttrain.eval.completions import compare_runs, run_eval_file, score_completions_file
+from posttrain.eval.packs import load_pack
+from posttrain.eval.rundir import RunDir
+
+
+def write(path, records):
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return path
+
+
+def items(n_right, n_wrong):
+    """n_right correct then n_wrong wrong completions of one prompt, ids i000, i001, ..."""
+    records = []
+    for i in range(n_right + n_wrong):
+        answer = "7" if i < n_right else "8"
+        records.append({"id": f"i{i:03d}", "prompt": "Q: 3+4\n", "expected_answer": "7",
+                        "completion": f"3+4=7\nFinal: {answer}"})
+    return records
+
+
+def test_frozen_pack_report_matches_its_labels():
+    result = score_completions_file("frozen", "final_int/cot-v1")
+    assert result["n"] == 100
+    assert result["pass_rate"] == result["mean_reward"] == pytest.approx(0.49)
+    assert result["reward_distribution"] == {"0": 51, "1": 49}
+    labelled = {}
+    for record in load_pack("frozen"):
+        labelled[record["intended_reason"]] = labelled.get(record["intended_reason"], 0) + 1
+    assert result["reason_counts"] == labelled
+    assert len(result["top"]) == 5 and all(r["reason"] == "ok" for r in result["top"])
+    bottom = [r["reason"] for r in result["bottom"]]
+    # one of each of the five commonest failure codes, commonest first
+    assert bottom == ["wrong_answer", "no_final_line", "extra_text", "bad_spacing", "multiple_final_lines"]
+    assert all(r["completion"].startswith("'") for r in result["bottom"])  # raw repr shown
+
+
+def test_bottom_groups_by_reason_when_codes_are_few(tmp_path):
+    records = items(2, 4) + [{"id": "x", "prompt": "Q: 3+4\n", "expected_answer": "7", "completion": ""}]
+    result = score_completions_file(write(tmp_path / "c.jsonl", records), "final_int/cot-v1")
+    assert [r["reason"] for r in result["bottom"]] == ["wrong_answer"] * 4 + ["empty"]
+
+
+def test_run_eval_file_writes_a_run_directory(tmp_path, capsys):
+    summary = run_eval_file("frozen", "final_int/strict-v1", str(tmp_path), "frozen")
+    run = RunDir.open(summary["run_dir"])
+    meta = run.read_json("meta.json")
+    assert meta["loop"] == "A (eval)" and meta["spec_version"] == "final_int/strict-v1"
+    samples = run.read_jsonl("samples.jsonl")
+    assert len(samples) == 100 and {"completion", "reward", "details"} <= set(samples[0])
+    assert run.read_json("summary.json")["pass_rate"] == summary["pass_rate"]
+    # strict-v1 wants one line: only the answer-only completions could pass, and there are none
+    assert summary["pass_rate"] == 0.0
+    assert "reason codes" in capsys.readouterr().out
+
+
+def test_missing_field_is_reported_with_the_line(tmp_path):
+    path = write(tmp_path / "bad.jsonl", [{"prompt": "Q: 1+1\n", "expected_answer": "2"}])
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: missing field\(s\) \['completion'\]"):
+        score_completions_file(path, "final_int/cot-v1")
+
+
+def test_compare_runs_refuses_other_spec_unless_forced(tmp_path):
+    path = write(tmp_path / "a.jsonl", items(30, 30))
+    cot = run_eval_file(path, "final_int/cot-v1", str(tmp_path), "cot")["run_dir"]
+    strict = run_eval_file(path, "final_int/strict-v1", str(tmp_path), "strict")["run_dir"]
+    mismatch = "scored with spec 'final_int/cot-v1' and run B with 'final_int/strict-v1'"
+    with pytest.raises(ValueError, match=mismatch):
+        compare_runs(cot, strict)
+    diff = compare_runs(cot, strict, force=True)
+    assert diff["mean_diff"] == pytest.approx(0.5)  # 30/60 right under cot, 0 under strict
+    assert diff["verdict"] == "real"
+
+
+def test_compare_runs_real_and_within_noise(tmp_path, capsys):
+    def run(records, name):
+        return run_eval_file(write(tmp_path / f"{name}.jsonl", records), "final_int/cot-v1",
+                             str(tmp_path), name)["run_dir"]
+
+    base = run(items(30, 30), "base")  # 0.50
+    much_better = run(items(55, 5), "better")  # 0.92: every changed item improved
+    one_more = run(items(31, 29), "one_more")  # 0.517: a single item flipped
+    capsys.readouterr()
+    real = compare_runs(much_better, base)
+    assert real["verdict"] == "real" and real["mean_diff"] == pytest.approx(25 / 60)
+    assert "real difference" in capsys.readouterr().out
+    noise = compare_runs(one_more, base)
+    assert noise["verdict"] == "within noise" and noise["mean_diff"] == pytest.approx(1 / 60)
+    assert "difference within noise" in capsys.readouterr().out
+    assert noise["n_shared"] == 60
