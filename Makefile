@@ -26,7 +26,7 @@ test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
 bench: $(STAMP)
-	@echo "benchmarks arrive with the real-models-and-speed issue (#8); nothing to run yet"
+	$(BIN)/python benchmarks/scorer_latency.py
 
 clean:
 	rm -rf $(VENV) runs

@@ -3,6 +3,7 @@
     posttrain run                      the main job: SFT → GRPO → held-out eval (Loop C)
     posttrain train --algo NAME ...    the same pipeline with any setting changed
     posttrain train --resume runs/ID   continue a killed run from its last checkpoint
+    posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
@@ -56,6 +57,26 @@ def cmd_train(argv: list[str], command: str) -> int:
     return 0 if summary else 1
 
 
+def cmd_compare(argv: list[str]) -> int:
+    from posttrain.compare import compare
+
+    parser = _train_parser("posttrain compare", "several algorithms from one SFT checkpoint")
+    parser.add_argument("--algos", required=True, help="comma-separated algorithm names, e.g. grpo,rloo,dr_grpo")
+    args = parser.parse_args(argv)
+    if args.resume:
+        raise ConfigError("compare does not resume; rerun it (each algorithm's run directory can be resumed "
+                          "on its own with `posttrain train --resume`)")
+    cfg = resolve(TrainConfig, args, load_file(args.config) if args.config else None)
+    compare(cfg, [a.strip() for a in args.algos.split(",") if a.strip()])
+    return 0
+
+
+def standalone(algo: str, steps: int = 60) -> int:
+    """`python -m posttrain.algorithms.NAME`: a short run of one algorithm, printing
+    held-out pass@1 before and after RL."""
+    return main(["train", "--algo", algo, "--rl.steps", str(steps), "--name", f"{algo}-standalone"] + sys.argv[1:])
+
+
 def cmd_eval(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="posttrain eval", description="Loop A: measure, nothing else")
     parser.add_argument("--config", help="a JSON or TOML file of settings")
@@ -107,6 +128,7 @@ def cmd_demo(argv: list[str]) -> int:
 COMMANDS = {
     "run": lambda argv: cmd_train(argv, "run"),
     "train": lambda argv: cmd_train(argv, "train"),
+    "compare": cmd_compare,
     "eval": cmd_eval,
     "bon": cmd_bon,
     "diff": cmd_diff,

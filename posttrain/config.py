@@ -115,6 +115,10 @@ class RLConfig:
     epochs: int = 1  # passes over each rollout batch; 1 = purely on-policy
     minibatches: int = 1  # optimizer steps per epoch
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = all at once
+    # dynamic sampling (DAPO): draw fresh prompts up to this many times per step to refill
+    # the groups dropped for having no reward variance; capped, since a policy that solves
+    # (or fails) everything would otherwise loop forever
+    max_sampling_rounds: int = 4
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     # run the reference every step to log KL(π ‖ π_ref) even when the loss has no KL term:
     # drift from the starting policy is the first thing to look at when a run goes wrong
@@ -123,17 +127,31 @@ class RLConfig:
     eval_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
 
     def validate(self, prefix: str = "rl") -> None:
-        from posttrain.algorithms import ALGORITHMS, make_algorithm
+        from posttrain.algorithms import ALGORITHMS
 
         _check(self.algo in ALGORITHMS, f"{prefix}.algo", self.algo, f"one of {sorted(ALGORITHMS)}")
-        make_algorithm(self.algo, **self.algo_params)  # raises, listing the valid fields
-        for name in ("prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every", "eval_size"):
+        self.make_algorithm()  # raises, listing the valid fields
+        for name in ("prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every", "eval_size",
+                     "max_sampling_rounds"):
             _check(getattr(self, name) > 0, f"{prefix}.{name}", getattr(self, name), "a positive integer")
         _check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0")
         _check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
         _check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
         _check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
         self.sampling.validate(f"{prefix}.sampling")
+
+
+    def make_algorithm(self):
+        """The one adapter from config to algorithm. An algorithm that measures lengths
+        against the generation budget (`max_len`: Dr.GRPO's divisor, DAPO's L_max) gets
+        `sampling.max_new_tokens`, so the budget is set in one place, unless algo_params
+        sets max_len on purpose."""
+        from posttrain.algorithms import ALGORITHMS, make_algorithm
+
+        params = dict(self.algo_params)
+        if "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[self.algo])}:
+            params.setdefault("max_len", self.sampling.max_new_tokens)
+        return make_algorithm(self.algo, **params)
 
 
 @dataclass

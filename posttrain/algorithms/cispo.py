@@ -132,3 +132,9 @@ class CISPO:
             **advantage_metrics(batch.advantages, mask),
         }
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.cispo: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("cispo"))

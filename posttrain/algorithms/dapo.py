@@ -136,3 +136,9 @@ class DAPO(GRPO):
         penalty = overlong_penalty(batch.response_lengths(), self.max_len or 0, self.overlong_cache)
         metrics["overlong_frac"] = (penalty < 0).float().mean().item()
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.dapo: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("dapo"))

@@ -187,3 +187,9 @@ class GRPO:
         metrics["adv_mean"] = masked_mean(adv, mask).item()
         metrics["adv_std"] = masked_var(adv, mask).sqrt().item()
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.grpo: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("grpo"))

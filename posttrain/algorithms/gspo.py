@@ -82,3 +82,9 @@ class GSPO(GRPO):
             # the per-token KL(π_old ‖ π_θ) estimate, as every other algorithm logs it
             metrics["approx_kl"] = ratio_metrics(*importance_ratio(logp, batch.old_logp, mask), mask)["approx_kl"]
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.gspo: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("gspo"))

@@ -246,3 +246,9 @@ class PPO:
         if batch.ref_logp is not None:
             metrics["kl"] = masked_mean(kl_k1(batch.old_logp, batch.ref_logp), mask).item()
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.ppo: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("ppo"))

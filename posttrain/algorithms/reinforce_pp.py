@@ -122,3 +122,9 @@ class ReinforcePP:
             kl = kl_estimate(batch.old_logp, batch.ref_logp, self.kl_estimator)  # (B, T)
             metrics["kl"] = masked_mean(kl, mask).item()
         return loss, metrics
+
+
+if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce_pp: a short run, held-out pass@1 before and after
+    from posttrain.cli import standalone
+
+    raise SystemExit(standalone("reinforce_pp"))

@@ -22,12 +22,13 @@ import dataclasses
 import hashlib
 import shutil
 import time
+from collections import defaultdict
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from posttrain.algorithms import make_algorithm
 from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
 from posttrain.config import TrainConfig, to_dict
 from posttrain.envs import make_env
@@ -36,6 +37,7 @@ from posttrain.eval.report import write_plots, write_summary
 from posttrain.eval.rundir import RunDir
 from posttrain.models import build_model, load_checkpoint_model, save_checkpoint_model
 from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models.value_head import ValueHead
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
 from posttrain.roles.rollout import RolloutEngine, SamplingParams
@@ -177,52 +179,96 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
 
 
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
-    algo = make_algorithm(cfg.rl.algo, **cfg.rl.algo_params)
+    algo = cfg.rl.make_algorithm()
     engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
     sync = InProcessWeightSync(policy, engine)
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = Reference(load_checkpoint_model(reference_weights, policy.config)) if use_reference else None
+    critic = ValueHead(policy.config.dim) if algo.uses_critic else None
     trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
-                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size)
+                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip,
+                      micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
+    # an algorithm that drops uninformative groups (DAPO's dynamic sampling) offers filter_batch
+    filter_batch = getattr(algo, "filter_batch", None)
+
+    timings: dict[str, float] = defaultdict(float)  # wall time per role, reset every step
+
+    @contextmanager
+    def timed(role: str):
+        start = time.perf_counter()
+        yield
+        timings[f"time/{role}"] += time.perf_counter() - start
+
+    def sample_and_score(step: int, round: int) -> list[Episode]:
+        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
+        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag))
+        with timed("rollout"):  # 1. sample
+            episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "rl-sample", *tag))
+        with timed("score"):  # 2. score
+            return score_episodes(env, episodes)
+
+    def collate(episodes: list[Episode]) -> RolloutBatch:
+        return RolloutBatch.collate(episodes, tokenizer.pad_id, temperature=engine.params.temperature or 1.0)
+
+    def informative_episodes(step: int) -> tuple[list[Episode], dict[str, float]]:
+        """Sample rounds of fresh prompts, keeping whole groups that pass filter_batch,
+        until prompts_per_step groups are kept or the rounds run out."""
+        kept: list[Episode] = []
+        sampled_groups = 0
+        for round in range(cfg.rl.max_sampling_rounds):
+            episodes = sample_and_score(step, round)
+            for e in episodes:  # group ids unique across rounds
+                e.group_id += round * cfg.rl.prompts_per_step
+            sampled_groups += cfg.rl.prompts_per_step
+            kept += filter_batch(collate(episodes)).episodes
+            if len({e.group_id for e in kept}) >= cfg.rl.prompts_per_step:
+                break
+        groups = sorted({e.group_id for e in kept})[: cfg.rl.prompts_per_step]
+        kept = [e for e in kept if e.group_id in set(groups)]
+        stats = {"sampling_rounds": round + 1, "kept_group_fraction": len(groups) / sampled_groups}
+        # nothing informative at all: train on the last round, whose advantages are all 0
+        return (kept or episodes), stats
 
     def rl_step(step: int) -> dict[str, float]:
-        timings = {}
-        clock = time.perf_counter()
-
-        def lap(name: str) -> None:
-            nonlocal clock
-            now = time.perf_counter()
-            timings[f"time/{name}"] = now - clock
-            clock = now
-
-        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", step))
-        episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "rl-sample", step))
-        lap("rollout")  # 1. sample
-        score_episodes(env, episodes)
-        lap("score")  # 2. score
-        batch = RolloutBatch.collate(episodes, tokenizer.pad_id, temperature=engine.params.temperature or 1.0)
-        if reference is not None:
-            batch.ref_logp = reference.logp(batch)
-        lap("reference")  # 3. reference
-        batch = dataclasses.replace(batch, **algo.compute_advantages(batch))  # 4. advantage
-        metrics = trainer.update(batch, algo.compute_loss, cfg.rl.epochs, cfg.rl.minibatches,
-                                 generator_for(cfg.seed, "rl-minibatch", step))
-        lap("train")  # 5. update
-        sync.push()
-        lap("sync")  # 6. sync
-        metrics.update(**rollout_metrics(batch), **timings, weight_version=sync.version)
+        timings.clear()
+        if filter_batch is None:  # 1. sample and 2. score
+            episodes, sampling_stats = sample_and_score(step, 0), {}
+        else:
+            episodes, sampling_stats = informative_episodes(step)
+        batch = collate(episodes)
+        with timed("reference"):  # 3. reference (and the critic's values at sampling time)
+            if reference is not None:
+                batch.ref_logp = reference.logp(batch)
+            if critic is not None:
+                batch.values = trainer.values(batch)
+        with timed("train"):
+            batch = dataclasses.replace(batch, **algo.compute_advantages(batch))  # 4. advantage
+            metrics = trainer.update(batch, algo.compute_loss, cfg.rl.epochs, cfg.rl.minibatches,  # 5. update
+                                     generator_for(cfg.seed, "rl-minibatch", step))
+        with timed("sync"):
+            sync.push()  # 6. sync
+        metrics.update(**rollout_metrics(batch), **sampling_stats, **timings, weight_version=sync.version)
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
         run.append_jsonl("samples.jsonl", [sample_row("rl", step, e) for e in episodes])  # 7. log
         return metrics
 
+    def extra_state() -> dict:
+        # an algorithm with state between steps (REINFORCE's running-mean baseline) saves it too
+        state = {"weight_version": sync.version}
+        if hasattr(algo, "state_dict"):
+            state["algorithm"] = algo.state_dict()
+        return state
+
     def on_resume(state: dict) -> None:
         sync.push()  # the engine must sample from the restored weights
         sync.version = engine.weight_version = state["weight_version"]
+        if "algorithm" in state:
+            algo.load_state_dict(state["algorithm"])
 
     run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, trainer, cfg.checkpoint_every,
-              on_resume=on_resume, extra_state=lambda: {"weight_version": sync.version},
+              on_resume=on_resume, extra_state=extra_state,
               show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                              + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
 

@@ -50,21 +50,33 @@ class Trainer:
         weight_decay: float = 0.0,
         grad_clip: float = 1.0,
         micro_batch_size: int = 0,
+        critic: torch.nn.Module | None = None,
     ):
         self.model = model
+        self.critic = critic  # a value head on the policy's hidden states, for algorithms that use one
+        parameters = list(model.parameters()) + (list(critic.parameters()) if critic is not None else [])
         # AdamW's betas (0.9, 0.95): the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(warmup_steps, total_steps))
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
 
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
-        logits = self.model(batch.tokens)  # (B, T, V); right padding needs no attention mask
+        # right padding: a real token only attends to real tokens, so no attention mask
+        hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
+        logits = self.model.lm_head(hidden)  # (B, T, V)
         return PolicyOutputs(
             logp=token_logp(logits, batch.tokens, batch.temperature),  # (B, T)
             entropy=token_entropy(logits, batch.temperature),  # (B, T)
+            values=self.critic(hidden) * batch.response_mask if self.critic is not None else None,  # (B, T)
         )
+
+    @torch.no_grad()
+    def values(self, batch: RolloutBatch) -> torch.Tensor:
+        """V of every response position under the current weights, (B, T): PPO's
+        `batch.values`, taken right after sampling and before any update."""
+        return self.critic(self.model.hidden_states(batch.tokens)) * batch.response_mask
 
     def update(
         self,
@@ -114,14 +126,20 @@ class Trainer:
             (loss * share).backward()
             for key, value in metrics.items():
                 sums[key] += value * share
-        norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip if self.grad_clip > 0 else float("inf"))
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()
         sums["grad_norm"] = norm.item()
         return dict(sums)
 
     def state_dict(self) -> dict:
-        return {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.critic is not None:
+            state["critic"] = self.critic.state_dict()
+        return state
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
+        if self.critic is not None:
+            self.critic.load_state_dict(state["critic"])

@@ -1,0 +1,91 @@
+"""The preference-loss registry: offline losses on chosen / rejected pairs (DPO and family).
+
+Every entry is a dataclass of hyperparameters with the same call (see `core.py`):
+
+    loss_fn = make_preference_loss("dpo", beta=0.1)
+    loss, metrics = loss_fn(policy_chosen_logps, policy_rejected_logps,
+                            ref_chosen_logps, ref_rejected_logps, info)
+
+and `train_preference(policy, pairs, "dpo", steps, lr)` runs any of them end to end.
+
+    loss    needs π_ref   data       compared quantity                       paper
+    dpo     yes           pairs      β·Δ log-ratio, logistic loss            Rafailov et al. 2023
+    ipo     yes           pairs      Δ log-ratio, squared loss to 1/(2β)     Azar et al. 2023
+    kto     yes           unpaired   log-ratio vs a KL reference point       Ethayarajh et al. 2024
+    orpo    no            pairs      SFT NLL + log odds ratio                Hong et al. 2024
+    simpo   no            pairs      β·mean log-prob, margin γ               Meng et al. 2024
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from posttrain.algorithms.preference.core import (
+    PreferenceInfo,
+    PreferenceLoss,
+    SequenceBatch,
+    pair_metrics,
+    sequence_logps,
+)
+from posttrain.algorithms.preference.dpo import DPO
+from posttrain.algorithms.preference.ipo import IPO
+from posttrain.algorithms.preference.kto import KTO
+from posttrain.algorithms.preference.orpo import ORPO
+from posttrain.algorithms.preference.simpo import SimPO
+from posttrain.algorithms.preference.train import collate_rows, encode_records, mean_token_kl, train_preference
+
+# Parent first: each entry is a small diff on DPO.
+PREFERENCE_LOSSES: dict[str, type] = {
+    "dpo": DPO,  # −log σ(β·Δ), Δ = the chosen-minus-rejected log-ratio to π_ref
+    "ipo": IPO,  # DPO with a squared loss toward a finite target margin
+    "kto": KTO,  # DPO's log-ratio per example, against a reference point, no pairs
+    "orpo": ORPO,  # no π_ref: SFT loss + odds-ratio preference term
+    "simpo": SimPO,  # no π_ref: length-normalised log-prob as reward, margin γ
+}
+
+
+def _fields_help(cls: type) -> str:
+    """'name=default, ...' for the hyperparameters of a loss dataclass."""
+    return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls))
+
+
+def make_preference_loss(name: str, **params: Any) -> PreferenceLoss:
+    """Build the preference loss registered as `name` with hyperparameters `params`.
+
+    Raises ValueError for an unknown name (listing the valid names) and for an unknown or
+    invalid hyperparameter (listing the valid fields with their defaults)."""
+    if name not in PREFERENCE_LOSSES:
+        raise ValueError(f"unknown preference loss {name!r}; choose one of {sorted(PREFERENCE_LOSSES)}")
+    cls = PREFERENCE_LOSSES[name]
+    valid = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - valid)
+    if unknown:
+        raise ValueError(
+            f"unknown parameter(s) {unknown} for preference loss {name!r}; valid fields (with defaults): "
+            f"{_fields_help(cls)}"
+        )
+    try:
+        return cls(**params)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{err}\nvalid fields of {name!r} (with defaults): {_fields_help(cls)}") from err
+
+
+__all__ = [
+    "DPO",
+    "IPO",
+    "KTO",
+    "ORPO",
+    "PREFERENCE_LOSSES",
+    "PreferenceInfo",
+    "PreferenceLoss",
+    "SequenceBatch",
+    "SimPO",
+    "collate_rows",
+    "encode_records",
+    "make_preference_loss",
+    "mean_token_kl",
+    "pair_metrics",
+    "sequence_logps",
+    "train_preference",
+]

@@ -1,0 +1,90 @@
+"""DPO: Direct Preference Optimization (Rafailov et al. 2023, arXiv:2305.18290).
+
+Background. RLHF maximises a learned reward under a KL leash to a reference policy,
+
+    max_π  E_{y~π}[ r(x, y) ] − β · KL(π(·|x) ‖ π_ref(·|x)).
+
+That objective has a closed-form optimum, a reweighted reference (Sec. 4, Eq. 4),
+
+    π*(y|x) = π_ref(y|x) · exp(r(x, y) / β) / Z(x),
+
+which, solved for the reward, says every policy *implies* a reward (Eq. 5):
+
+    r(x, y) = β · log π(y|x)/π_ref(y|x) + β · log Z(x).
+
+Put that reward into the Bradley–Terry model of preferences, P(y_c ≻ y_r) =
+σ(r(x, y_c) − r(x, y_r)): the partition function Z(x) appears on both sides and cancels,
+leaving a likelihood written only in log-probs. Its negative log is the DPO loss (Eq. 7):
+
+    L = −log σ( β · [ (log π_θ(y_c) − log π_ref(y_c)) − (log π_θ(y_r) − log π_ref(y_r)) ] ).
+
+So DPO is the RLHF objective with the reward model integrated out: a logistic regression
+on static pairs, no sampling, no critic. Its gradient (Sec. 4, "What does the DPO update
+do?") raises log π_θ(y_c) and lowers log π_θ(y_r), each weighted by σ(−β·Δ), i.e. by how
+wrong the implicit reward currently ranks the pair.
+
+β is the strength of the KL leash, not a learning rate: a larger β means a stronger pull
+toward π_ref, so a smaller KL at the optimum (and the logistic saturates after a smaller
+log-ratio move). The implicit reward of a response is β · (log π_θ − log π_ref).
+
+Variants kept here as options, each one line of the math:
+    label_smoothing ε   conservative DPO (Mitchell 2023, "A note on DPO with noisy
+                        preferences"): assume each label is flipped with probability ε, so
+                        L = (1 − ε) · −log σ(βΔ) + ε · −log σ(−βΔ).
+    length_normalize    length-normalised DPO: each log-ratio is divided by its response
+                        length before the margin (keeps π_ref, unlike SimPO).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.algorithms.core import check_field
+from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired, require_reference
+
+
+@dataclass
+class DPO:
+    """Direct Preference Optimization. Fields are the hyperparameters."""
+
+    name: ClassVar[str] = "dpo"
+    paired: ClassVar[bool] = True
+
+    beta: float = 0.1  # the paper's β for dialogue and sentiment (Sec. 6); larger = closer to π_ref
+    label_smoothing: float = 0.0  # ε of conservative DPO; 0 trusts every label (the paper's loss)
+    length_normalize: bool = False  # the paper sums log-probs over the response
+
+    def __post_init__(self) -> None:
+        check_field(self, "beta", self.beta > 0, "a number > 0")
+        check_field(self, "label_smoothing", 0.0 <= self.label_smoothing < 0.5, "0 <= value < 0.5")
+        check_field(self, "length_normalize", isinstance(self.length_normalize, bool), "True or False")
+
+    @property
+    def uses_reference(self) -> bool:
+        return True
+
+    def __call__(
+        self,
+        policy_chosen_logps: torch.Tensor,
+        policy_rejected_logps: torch.Tensor,
+        ref_chosen_logps: torch.Tensor | None,
+        ref_rejected_logps: torch.Tensor | None,
+        info: PreferenceInfo,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean over the B pairs of the (smoothed) DPO loss; every input (B,)."""
+        require_reference("DPO", ref_chosen_logps, ref_rejected_logps)
+        require_paired("DPO", policy_chosen_logps, policy_rejected_logps)
+        chosen_logratio = policy_chosen_logps - ref_chosen_logps  # (B,) log π_θ/π_ref (y_c)
+        rejected_logratio = policy_rejected_logps - ref_rejected_logps  # (B,)
+        if self.length_normalize:
+            chosen_logratio = chosen_logratio / info.chosen_lengths.clamp(min=1)
+            rejected_logratio = rejected_logratio / info.rejected_lengths.clamp(min=1)
+        logits = self.beta * (chosen_logratio - rejected_logratio)  # (B,) β·Δ
+        # logsigmoid, not log(sigmoid(.)): sigmoid underflows to 0 for logits below about −88.
+        losses = -(1 - self.label_smoothing) * F.logsigmoid(logits) - self.label_smoothing * F.logsigmoid(-logits)
+        metrics = pair_metrics(self.beta * chosen_logratio, self.beta * rejected_logratio)
+        return losses.mean(), {"loss": losses.mean().item(), **metrics}

@@ -1,0 +1,66 @@
+"""IPO: Identity Preference Optimization (Azar et al. 2023, "A General Theoretical Paradigm
+to Understand Learning from Human Preferences", arXiv:2310.12036).
+
+The diff on DPO: replace the logistic loss on the margin by a squared loss toward a fixed
+target margin.
+
+Why. When a pair's preference is (nearly) deterministic, DPO's −log σ(βΔ) keeps
+decreasing as Δ → ∞: nothing stops the policy from pushing log π(y_r) toward −∞, however
+strong β is, so on finite data DPO can overfit and walk far from π_ref. IPO instead
+regresses the log-ratio margin
+
+    h = (log π_θ(y_c) − log π_ref(y_c)) − (log π_θ(y_r) − log π_ref(y_r))     (the same Δ as DPO)
+
+onto a finite target (Sec. 5.1, Eq. 17):
+
+    L = ( h − 1/(2τ) )².
+
+Convention: the field is called `beta` and plays IPO's τ, so that across the family a larger
+β always means "stay closer to π_ref": the target margin 1/(2β) shrinks as β grows.
+(TRL uses the same convention.) Log-probs are summed over the response, as in the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from posttrain.algorithms.core import check_field
+from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired, require_reference
+
+
+@dataclass
+class IPO:
+    """Identity Preference Optimization. Fields are the hyperparameters."""
+
+    name: ClassVar[str] = "ipo"
+    paired: ClassVar[bool] = True
+
+    beta: float = 0.1  # IPO's τ; 0.1 gives a target margin of 5 nats, comparable to DPO's β = 0.1 scale
+
+    def __post_init__(self) -> None:
+        check_field(self, "beta", self.beta > 0, "a number > 0")
+
+    @property
+    def uses_reference(self) -> bool:
+        return True
+
+    def __call__(
+        self,
+        policy_chosen_logps: torch.Tensor,
+        policy_rejected_logps: torch.Tensor,
+        ref_chosen_logps: torch.Tensor | None,
+        ref_rejected_logps: torch.Tensor | None,
+        info: PreferenceInfo,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Mean over the B pairs of (h − 1/(2β))²; every input (B,)."""
+        require_reference("IPO", ref_chosen_logps, ref_rejected_logps)
+        require_paired("IPO", policy_chosen_logps, policy_rejected_logps)
+        chosen_logratio = policy_chosen_logps - ref_chosen_logps  # (B,)
+        rejected_logratio = policy_rejected_logps - ref_rejected_logps  # (B,)
+        h = chosen_logratio - rejected_logratio  # (B,) DPO's Δ
+        losses = (h - 1 / (2 * self.beta)) ** 2  # DPO: -logsigmoid(beta * h)
+        metrics = pair_metrics(self.beta * chosen_logratio, self.beta * rejected_logratio)
+        return losses.mean(), {"loss": losses.mean().item(), **metrics}

@@ -1,0 +1,234 @@
+"""Reward-hacking monitors: pure functions over a run's per-step metric rows.
+
+A row is one line of metrics.jsonl, e.g.
+
+    {"step": 40, "reward_mean": 0.81, "dev_pass@1": 0.55, "kl_ref": 0.07,
+     "response_length": 31.0, "entropy": 0.42}
+
+Any key may be missing from any row (the dev set is scored every few steps only, KL only
+with a reference model); a monitor uses the rows that have its keys and ignores the
+rest. A row without "step" is identified by its position in the list.
+
+Each monitor returns a list of alerts, plain dicts ready for JSON:
+
+    {"monitor": "kl_explosion", "step": 40, "message": "...", "value": 0.71, "threshold": 0.5}
+
+An alert marks where a condition STARTS to hold: a KL that stays above its limit for 30
+steps gives one alert, at the first of them, and another only if it drops back and
+crosses again. A NaN counts as crossing the line (a metric that became NaN is broken).
+
+The monitors, each the signature of a failure seen in RL post-training:
+
+    proxy_gold_divergence  the reward keeps paying while a held-out metric falls: Goodhart's
+                           law, the policy found something the reward likes and the task
+                           does not
+    kl_explosion           the policy has drifted far from the reference
+    length_blowup          responses grew past 2x their starting length (padding,
+                           repetition, or a length-correlated reward being farmed)
+    entropy_collapse       the policy has become nearly deterministic: exploration stopped
+
+They detect; they do not diagnose. Read the samples at the step an alert names.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+Alert = dict[str, Any]  # {"monitor", "step", "message", "value", "threshold"}
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    """(step, value) for every row that has `key` with a number (None counts as missing)."""
+    out = []
+    for index, row in enumerate(rows):
+        value = row.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out.append((row.get("step", index), float(value)))
+    return out
+
+
+def _onsets(flags: Iterable[tuple[int, bool, Any]]) -> list[tuple[int, Any]]:
+    """The (step, payload) of each False -> True transition (a True first flag counts)."""
+    onsets, previous = [], False
+    for step, flag, payload in flags:
+        if flag and not previous:
+            onsets.append((step, payload))
+        previous = flag
+    return onsets
+
+
+def _alert(monitor: str, step: int, message: str, value: float, threshold: float) -> Alert:
+    return {"monitor": monitor, "step": step, "message": message, "value": value, "threshold": threshold}
+
+
+# ---------------------------------------------------------------------------------------
+# The monitors
+# ---------------------------------------------------------------------------------------
+
+
+def proxy_gold_divergence(
+    rows: list[dict[str, Any]],
+    reward_key: str = "reward_mean",
+    gold_key: str = "dev_pass@1",
+    window: int = 5,
+    min_gold_drop: float = 0.1,
+) -> list[Alert]:
+    """The proxy reward held or rose while the gold metric fell from its best.
+
+    At each step t where the gold metric G is logged, let
+        G*     = the best G at or before t, first reached at step t*,
+        R(s)   = the mean reward over the last `window` rows at or before step s that
+                 log it (one batch's reward is noisy; the window smooths it).
+    The condition holds at t when
+        G* − G(t) ≥ min_gold_drop    and    R(t) ≥ R(t*),
+    i.e. the held-out metric lost at least `min_gold_drop` since its peak while the
+    reward the optimiser sees is at least what it was at that peak. (A reward that fell
+    together with the gold metric is a collapse, not hacking, and does not fire.)"""
+    rewards = sorted(_series(rows, reward_key), key=lambda sv: sv[0])
+    if not rewards:
+        return []
+    reward_steps = [step for step, _ in rewards]
+    prefix = [0.0]  # prefix[i] = sum of the first i rewards: each window mean is O(log n)
+    for _, value in rewards:
+        prefix.append(prefix[-1] + value)
+
+    def smoothed_reward(step: int) -> float | None:
+        end = bisect.bisect_right(reward_steps, step)  # rewards logged at or before `step`
+        start = max(0, end - window)
+        return (prefix[end] - prefix[start]) / (end - start) if end > start else None
+
+    flags = []
+    best_gold, best_step = -math.inf, None
+    for step, gold in _series(rows, gold_key):
+        if gold > best_gold:
+            best_gold, best_step = gold, step
+        reward_now, reward_at_best = smoothed_reward(step), smoothed_reward(best_step)
+        fired = (
+            reward_now is not None
+            and reward_at_best is not None
+            and not best_gold - gold < min_gold_drop  # NaN gold counts as a drop
+            and reward_now >= reward_at_best
+        )
+        flags.append((step, fired, (gold, best_gold, best_step, reward_now, reward_at_best)))
+    return [
+        _alert(
+            "proxy_gold_divergence", step,
+            f"{gold_key} fell to {gold:.3f} from its best {best:.3f} (step {best_step}) while "
+            f"{reward_key} (mean of last {window}) is {r_now:.3f}, not below its {r_best:.3f} "
+            "at that best step: the reward is paying for something the held-out task does "
+            "not; read this step's samples for an exploit",
+            gold, best - min_gold_drop,
+        )  # fmt: skip
+        for step, (gold, best, best_step, r_now, r_best) in _onsets(flags)
+    ]
+
+
+def kl_explosion(rows: list[dict[str, Any]], kl_key: str = "kl_ref", kl_max: float = 0.5) -> list[Alert]:
+    """KL to the reference above `kl_max`. Fires where KL first exceeds it (see module)."""
+    flags = [(step, not kl <= kl_max, kl) for step, kl in _series(rows, kl_key)]
+    return [
+        _alert(
+            "kl_explosion", step,
+            f"{kl_key} = {kl:.3g} exceeds {kl_max:g}: the policy has drifted far from the "
+            "reference; raise the KL coefficient, lower the learning rate, or check for an exploit",
+            kl, kl_max,
+        )  # fmt: skip
+        for step, kl in _onsets(flags)
+    ]
+
+
+def length_blowup(
+    rows: list[dict[str, Any]], length_key: str = "response_length", baseline_steps: int = 5, factor: float = 2.0
+) -> list[Alert]:
+    """Mean response length above `factor` × the baseline, the mean of the first
+    `baseline_steps` rows that log a length. Only rows after the baseline are checked."""
+    lengths = _series(rows, length_key)
+    if len(lengths) <= baseline_steps:
+        return []
+    baseline = sum(value for _, value in lengths[:baseline_steps]) / baseline_steps
+    limit = factor * baseline
+    flags = [(step, not length <= limit, length) for step, length in lengths[baseline_steps:]]
+    return [
+        _alert(
+            "length_blowup", step,
+            f"{length_key} = {length:.1f} is more than {factor:g}x the baseline {baseline:.1f} "
+            f"(mean of the first {baseline_steps} steps): look for padding, repetition, or a "
+            "length-correlated reward being farmed",
+            length, limit,
+        )  # fmt: skip
+        for step, length in _onsets(flags)
+    ]
+
+
+def entropy_collapse(
+    rows: list[dict[str, Any]], entropy_key: str = "entropy", entropy_floor: float = 0.05
+) -> list[Alert]:
+    """Mean token entropy below `entropy_floor` (nats/token)."""
+    flags = [(step, not entropy >= entropy_floor, entropy) for step, entropy in _series(rows, entropy_key)]
+    return [
+        _alert(
+            "entropy_collapse", step,
+            f"{entropy_key} = {entropy:.3g} nats/token is below {entropy_floor:g}: the policy is "
+            "nearly deterministic, so the K samples of a prompt agree and GRPO gets no signal; "
+            "consider clip-higher, an entropy bonus, or a higher sampling temperature",
+            entropy, entropy_floor,
+        )  # fmt: skip
+        for step, entropy in _onsets(flags)
+    ]
+
+
+# ---------------------------------------------------------------------------------------
+# All at once
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Which metric each monitor reads and where its line is. Set a threshold to None to
+    switch that monitor off."""
+
+    reward_key: str = "reward_mean"
+    gold_key: str = "dev_pass@1"
+    kl_key: str = "kl_ref"
+    length_key: str = "response_length"
+    entropy_key: str = "entropy"
+
+    # 5 steps smooth the reward of one small batch without lagging far behind the trend.
+    window: int = 5
+    # Two standard errors of a pass@1 on 100 dev problems (s.e. <= 0.5/sqrt(100) = 0.05):
+    # a smaller drop is within noise. With a larger dev set, lower it.
+    min_gold_drop: float | None = 0.1
+    # Per TOKEN, as the controller logs kl_ref (mean k3 over response tokens). k3 ≈ ½Δ²
+    # for a log-ratio Δ, so 0.5 means log-probs ~1 nat away from the reference on the
+    # average token: far beyond a healthy fine-tune. (The rule of thumb "KL > 15" is for
+    # KL summed over a sequence; use it if your kl_key logs that.)
+    kl_max: float | None = 0.5
+    # The first steps' mean is the starting policy's habit, before RL has moved it much.
+    baseline_steps: int = 5
+    # Doubling is far outside the drift of a healthy run and the usual sign of padding
+    # or repetition being paid for.
+    length_factor: float | None = 2.0
+    # 0.05 nats/token: about 99% of the mass on one token at every position.
+    entropy_floor: float | None = 0.05
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.baseline_steps < 1:
+            raise ValueError(f"window and baseline_steps must be >= 1, got {self.window} and {self.baseline_steps}")
+
+
+def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -> list[Alert]:
+    """Every enabled monitor over `rows`, alerts sorted by step (then monitor name)."""
+    c = config or MonitorConfig()
+    alerts: list[Alert] = []
+    if c.min_gold_drop is not None:
+        alerts += proxy_gold_divergence(rows, c.reward_key, c.gold_key, c.window, c.min_gold_drop)
+    if c.kl_max is not None:
+        alerts += kl_explosion(rows, c.kl_key, c.kl_max)
+    if c.length_factor is not None:
+        alerts += length_blowup(rows, c.length_key, c.baseline_steps, c.length_factor)
+    if c.entropy_floor is not None:
+        alerts += entropy_collapse(rows, c.entropy_key, c.entropy_floor)
+    return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))
