@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from posttrain.eval.monitors import MonitorConfig, check_all
 from posttrain.eval.rundir import RunDir
 
 # the curves that teach: is reward rising, is the held-out metric following it, is the
@@ -101,12 +102,8 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
 
 
 def collapse_warnings(rows: list[dict]) -> list[str]:
-    """Signs of a run going wrong that a summary must not hide."""
-    warnings = []
-    dev = [r["dev_pass@1"] for r in rows if "dev_pass@1" in r]
-    if len(dev) >= 2 and max(dev) - dev[-1] > 0.15:
-        warnings.append(f"dev pass@1 fell from its best {max(dev):.2f} to {dev[-1]:.2f}: a collapse (try a lower lr)")
-    lengths = [r["response_length"] for r in rows if "response_length" in r]
-    if len(lengths) >= 2 and lengths[-1] > 2 * lengths[0]:
-        warnings.append(f"mean response length grew from {lengths[0]:.0f} to {lengths[-1]:.0f} (>2x): possible length hacking")
-    return warnings
+    """Signs of a run going wrong that a summary must not hide (posttrain/eval/monitors.py):
+    proxy reward up while dev pass@1 falls, KL to the reference exploding, responses more
+    than doubling in length. The entropy floor is off: on a task with one right answer a
+    near-deterministic policy is the goal, not a collapse."""
+    return [f"step {a['step']}: {a['message']}" for a in check_all(rows, MonitorConfig(entropy_floor=None))]

@@ -1,0 +1,28 @@
+"""The run summary shows hacking and collapse warnings instead of hiding them."""
+
+import json
+from types import SimpleNamespace
+
+from posttrain.eval.report import write_plots, write_summary
+from posttrain.eval.rundir import RunDir
+
+
+def test_summary_carries_monitor_warnings_and_separated_cis(tmp_path):
+    run = RunDir.create(str(tmp_path), "r")
+    # reward keeps rising while dev pass@1 falls from 0.8 to 0.5, and lengths triple
+    rows = [{"stage": "rl", "step": i, "reward_mean": 0.5 + 0.02 * i, "response_length": 30 + 6 * i,
+             "kl_ref": 0.01, "time/rollout": 1.0, **({"dev_pass@1": 0.8 - 0.1 * (i // 5)} if i % 5 == 4 else {})}
+            for i in range(20)]
+    run.append_jsonl("metrics.jsonl", rows)
+    results = {"sft": {"mean": 0.5, "ci_low": 0.45, "ci_high": 0.55, "n": 500},
+               "rl": {"mean": 0.7, "ci_low": 0.66, "ci_high": 0.74, "n": 500}}
+    cfg = SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0)
+    write_summary(run, results, cfg, "final_int/cot-v1")
+    write_plots(run)
+    summary = json.loads((run.path / "summary.json").read_text())
+    assert abs(summary["rl_gain"] - 0.2) < 1e-9 and summary["cis_overlap"] is False
+    assert summary["rl_wall_seconds"] == 20.0
+    monitors = " ".join(summary["warnings"])
+    assert "dev_pass@1 fell" in monitors and "response_length" in monitors
+    assert "## Warnings" in (run.path / "summary.md").read_text()
+    assert (run.path / "reward_curve.png").stat().st_size > 5_000
