@@ -8,7 +8,7 @@
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
-    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens
+    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo
 
 Every setting is a flag named after its place in the config (`--rl.lr 3e-4`), and
 `--config FILE` (JSON or TOML, e.g. a run's config.json) sets many at once.

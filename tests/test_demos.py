@@ -163,6 +163,7 @@ SMALL = {
     "two_step_mdp": ["--steps", "10", "--runs", "2"],
     "kl_tradeoff": ["--betas", "0.3,1,3", "--max-iters", "500"],
     "tokens": [],
+    "gridworld_ppo": ["--no-slippery", "--threshold", "0.9", "--total-steps", "20000"],
 }
 
 

@@ -4,9 +4,11 @@
     two_step_mdp  delayed reward: the first action's credit arrives through the return
     kl_tradeoff   E_π[r] − β·KL(π ‖ π_ref): closed form vs gradient ascent, swept over β
     tokens        how a tokenizer splits near-miss answers, beside the strict scorer's verdict
+    gridworld_ppo PPO from scratch on FrozenLake, through the LLM path's GAE and clipped surrogate
 
 Every demo is `main(argv) -> int`, takes `--out-dir` and `--seed`, and writes a run
-directory (runs/<timestamp>-<name>/) with a log, a CSV and a PNG.
+directory (runs/<timestamp>-<name>/) with a log, a CSV and a PNG; the plumbing they
+share is in common.py.
 
     from posttrain.demos import run_demo
     run_demo("bandit", ["--fast", "--steps", "50"])
@@ -16,13 +18,14 @@ from __future__ import annotations
 
 from typing import Callable
 
-from posttrain.demos import bandit, kl_tradeoff, tokens, two_step_mdp
+from posttrain.demos import bandit, gridworld_ppo, kl_tradeoff, tokens, two_step_mdp
 
 DEMOS: dict[str, Callable[[list[str]], int]] = {
     "bandit": bandit.main,
     "two_step_mdp": two_step_mdp.main,
     "kl_tradeoff": kl_tradeoff.main,
     "tokens": tokens.main,
+    "gridworld_ppo": gridworld_ppo.main,
 }
 
 

@@ -30,11 +30,10 @@ import sys
 import time
 
 import torch
-from rich.console import Console
 
 from posttrain.algorithms.core import policy_gradient_loss
 from posttrain.algorithms.reinforce import ema_update
-from posttrain.eval.rundir import RunDir
+from posttrain.demos.common import demo_parser, finish_run, one_torch_thread, pyplot, save_figure, start_run
 
 # Success probability of each arm. The best arm (index 1) is not the last one and not
 # much better than the runner-up (index 3), so the learner has something to figure out.
@@ -197,11 +196,7 @@ def tell_story(console, probs_true, steps, lr, baseline, ema_decay, seed, mode, 
 
 
 def _plot(path, curves: dict[str, dict[str, torch.Tensor]], probs_true) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and in CI
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, c in curves.items():
         # A running average over 10 steps, so the curve shows the trend, not each coin flip.
@@ -214,15 +209,11 @@ def _plot(path, curves: dict[str, dict[str, torch.Tensor]], probs_true) -> None:
     ax2.set(xlabel="step", ylabel="variance of the gradient estimate", title="gradient noise", yscale="log")
     ax1.legend()
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="posttrain demo bandit", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="runs", help="parent folder of the run directory")
-    p.add_argument("--seed", type=int, default=0)
+    p = demo_parser("bandit", __doc__)
     p.add_argument("--probs", default=",".join(map(str, DEFAULT_PROBS)),
                    help="comma-separated success probability of each arm; K = how many")
     # Large enough that a handful of steps visibly moves π, small enough that one lucky
@@ -253,24 +244,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+@one_torch_thread()
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    # The tensors here hold a handful of numbers: waking a second intra-op thread costs
-    # far more than the work (15x slower on a busy 2-core machine), so run on one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run_demo(args)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    # record=True: the same text goes to the run's log file; soft_wrap: no wrapping at 80 columns
-    console = Console(record=True, soft_wrap=True)
-    run = RunDir.create(args.out_dir, "bandit")
-    run.write_json("config.json", vars(args))
-    run.write_meta({"demo": "bandit", "seed": args.seed})
+    console, run = start_run("bandit", args, seed=args.seed)
     probs_true = torch.tensor(args.probs)
     start = time.perf_counter()
 
@@ -307,8 +284,6 @@ def run_demo(args: argparse.Namespace) -> int:
                "final_reward_running_mean": float(curves["running_mean"]["mean_reward"][-20:].mean()),
                "seconds": time.perf_counter() - start}
     run.write_json("summary.json", summary)
-    console.print(f"\n[bold green]Conclusion:[/bold green] the running-mean baseline cut gradient variance by "
-                  f"{ratio:.1f}x ({var['none']:.4f} -> {var['running_mean']:.4f}); same expected direction, less noise.")
-    console.print(f"run directory: {run.path}")
-    (run.path / "bandit_log.txt").write_text(console.export_text())
+    finish_run(console, run, "bandit", f"the running-mean baseline cut gradient variance by "
+               f"{ratio:.1f}x ({var['none']:.4f} -> {var['running_mean']:.4f}); same expected direction, less noise.")
     return 0

@@ -26,16 +26,14 @@ two answers must agree, and the demo reports by how much they differ.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 
 import torch
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from posttrain.algorithms.core import kl_k1, policy_gradient_loss
-from posttrain.eval.rundir import RunDir
+from posttrain.demos.common import demo_parser, finish_run, one_torch_thread, pyplot, save_figure, start_run
 
 # The best action (a6, reward 1.0) is one the reference rarely picks; the reference
 # prefers mediocre ones. So the sweep shows mass moving from "what SFT likes" to "what
@@ -121,11 +119,7 @@ def sweep(rewards, ref_logp, betas, lr: float, max_iters: int, tol: float) -> li
 
 
 def _plot(path, rows, ref_reward: float) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and in CI
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6.5, 4.5))
     kls, rewards = [r["kl"] for r in rows], [r["mean_reward"] for r in rows]
     ax.plot(kls, rewards, "o-", label="closed form π*")
@@ -136,15 +130,11 @@ def _plot(path, rows, ref_reward: float) -> None:
     ax.axhline(ref_reward, color="gray", ls="--", lw=1, label="reference policy")
     ax.set(xlabel="KL(π ‖ π_ref)  [nats]", ylabel="E_π[r]", title="reward vs KL as the penalty β weakens")
     ax.legend(loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="posttrain demo kl_tradeoff", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="runs", help="parent folder of the run directory")
-    p.add_argument("--seed", type=int, default=0, help="unused: everything here is exact; kept for a uniform CLI")
+    p = demo_parser("kl_tradeoff", __doc__, seed_help="unused: everything here is exact; kept for a uniform CLI")
     p.add_argument("--betas", default=",".join(map(str, BETAS)), help="comma-separated KL coefficients")
     p.add_argument("--lr", type=float, default=0.1, help="Adam step on the logits")
     p.add_argument("--max-iters", type=int, default=3000, help="cap on Adam steps; a row that hits it is reported as such")
@@ -161,24 +151,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+@one_torch_thread()
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    # The tensors here hold a handful of numbers: waking a second intra-op thread costs
-    # far more than the work on a busy machine, so run on one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run_demo(args)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    # record: the printed text becomes the run's log; 120 columns when piped, so the table fits
-    console = Console(record=True, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
-    run = RunDir.create(args.out_dir, "kl_tradeoff")
-    run.write_json("config.json", vars(args))
-    run.write_meta({"demo": "kl_tradeoff", "seed": args.seed})
+    console, run = start_run("kl_tradeoff", args, fit_tables=True, seed=args.seed)
     start = time.perf_counter()
 
     rewards = torch.tensor(REWARDS)
@@ -208,10 +184,8 @@ def run_demo(args: argparse.Namespace) -> int:
     worst = max(r["max_abs_diff"] for r in rows)
     run.write_json("summary.json", {"rows": rows, "max_abs_diff": worst, "seconds": time.perf_counter() - start})
     lo, hi = rows[0], rows[-1]
-    console.print(f"\n[bold green]Conclusion:[/bold green] from β={hi['beta']:g} to β={lo['beta']:g} the reward rises "
-                  f"{hi['mean_reward']:.3f} -> {lo['mean_reward']:.3f} while the KL grows {hi['kl']:.3f} -> "
-                  f"{lo['kl']:.3f} nats; gradient ascent (≤ {max(r['iters'] for r in rows)} Adam steps) matches the closed form to "
-                  f"{worst:.1e} (max |Δπ|).")
-    console.print(f"run directory: {run.path}")
-    (run.path / "kl_tradeoff_log.txt").write_text(console.export_text())
+    finish_run(console, run, "kl_tradeoff", f"from β={hi['beta']:g} to β={lo['beta']:g} the reward rises "
+               f"{hi['mean_reward']:.3f} -> {lo['mean_reward']:.3f} while the KL grows {hi['kl']:.3f} -> "
+               f"{lo['kl']:.3f} nats; gradient ascent (≤ {max(r['iters'] for r in rows)} Adam steps) matches the closed form to "
+               f"{worst:.1e} (max |Δπ|).")
     return 0

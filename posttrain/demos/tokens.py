@@ -16,15 +16,13 @@ one token boundary (a second space, a newline) turns reward 1 into reward 0.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from posttrain.demos.common import demo_parser, finish_run, pyplot, save_figure, start_run
 from posttrain.envs.final_int import get_spec
-from posttrain.eval.rundir import RunDir
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.types import Example
 
@@ -81,11 +79,8 @@ def inspect(tokenizer, strings, expected: str, spec_version: str = SPEC_VERSION)
 
 def _plot(path, rows) -> None:
     """Each string as a row of boxes, one per token, green if the scorer gave reward 1."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and in CI
-    import matplotlib.pyplot as plt
-    from matplotlib.patches import Rectangle
+    plt = pyplot()
+    from matplotlib.patches import Rectangle  # after pyplot(): the backend is chosen first
 
     width = max(r["n_tokens"] for r in rows)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.75 * width + 4), 0.8 * len(rows) + 1))
@@ -99,15 +94,11 @@ def _plot(path, rows) -> None:
     ax.set_ylim(0, len(rows))
     ax.axis("off")
     ax.set_title("one box per token (one decision of the policy); colour = strict scorer's reward")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="posttrain demo tokens", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="runs", help="parent folder of the run directory")
-    p.add_argument("--seed", type=int, default=0, help="unused: nothing here is random; kept for a uniform CLI")
+    p = demo_parser("tokens", __doc__, seed_help="unused: nothing here is random; kept for a uniform CLI")
     p.add_argument("--tokenizer", default=None,
                    help="local transformers tokenizer directory (no downloads); default: gpt_mini's CharTokenizer")
     p.add_argument("strings", nargs="*", default=list(NEAR_MISSES),
@@ -122,12 +113,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    # record: the printed text becomes the run's log; 120 columns when piped, so the table fits
-    console = Console(record=True, soft_wrap=True, width=None if sys.stdout.isatty() else 120)
     tokenizer = load_tokenizer(args.tokenizer)
-    run = RunDir.create(args.out_dir, "tokens")
-    run.write_json("config.json", vars(args))
-    run.write_meta({"demo": "tokens", "tokenizer": args.tokenizer or "CharTokenizer", "spec_version": args.spec})
+    console, run = start_run("tokens", args, fit_tables=True, tokenizer=args.tokenizer or "CharTokenizer",
+                             spec_version=args.spec)
 
     rows = inspect(tokenizer, args.strings, args.expected, args.spec)
     name = args.tokenizer or "CharTokenizer (gpt_mini)"
@@ -155,9 +143,7 @@ def main(argv: list[str]) -> int:
     _plot(run.path / "tokens.png", rows)
 
     passed = sum(r["reward"] > 0 for r in rows)
-    console.print(f"\n[bold green]Conclusion:[/bold green] {passed} of {len(rows)} strings earn reward. A near miss "
-                  "is one character away (a space, a zero, a newline), yet a different sequence of token decisions, "
-                  "and scores 0: the scorer reads text, the optimiser reads these tokens.")
-    console.print(f"run directory: {run.path}")
-    (run.path / "tokens_log.txt").write_text(console.export_text())
+    finish_run(console, run, "tokens", f"{passed} of {len(rows)} strings earn reward. A near miss "
+               "is one character away (a space, a zero, a newline), yet a different sequence of token decisions, "
+               "and scores 0: the scorer reads text, the optimiser reads these tokens.")
     return 0

@@ -35,7 +35,7 @@ from rich.table import Table
 
 from posttrain.algorithms.core import entropy_from_logits
 from posttrain.algorithms.reinforce import REINFORCE
-from posttrain.eval.rundir import RunDir
+from posttrain.demos.common import demo_parser, finish_run, one_torch_thread, pyplot, save_figure, start_run
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 REWARD = torch.tensor([[0.5, 0.5], [0.0, 1.0]])  # R[a1][a2], see the module docstring
@@ -137,11 +137,7 @@ def show_credit(console: Console, batch: RolloutBatch, rows: int) -> None:
 
 
 def _plot(path, curves: dict[str, dict[str, torch.Tensor]]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display on servers and in CI
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for name, c in curves.items():
         ax1.plot(c["p_best_first"].mean(0), label=f"baseline={name}")
@@ -150,15 +146,11 @@ def _plot(path, curves: dict[str, dict[str, torch.Tensor]]) -> None:
     ax2.set(xlabel="step", ylabel="P(a2 = 1 | a1 = 1)", title="step 2: learns first", ylim=(0, 1))
     ax1.legend()
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="posttrain demo two_step_mdp", description=__doc__.split("\n\n")[0])
-    p.add_argument("--out-dir", default="runs", help="parent folder of the run directory")
-    p.add_argument("--seed", type=int, default=0)
+    p = demo_parser("two_step_mdp", __doc__)
     p.add_argument("--steps", type=int, default=60, help="updates per learner")
     p.add_argument("--batch-size", type=int, default=16, help="episodes per update (one group)")
     # Big steps are safe here: two parameters per decision and a clean reward.
@@ -173,23 +165,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+@one_torch_thread()
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    # The tensors here hold a handful of numbers: waking a second intra-op thread costs
-    # far more than the work (15x slower on a busy 2-core machine), so run on one.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        return run_demo(args)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    console = Console(record=True, soft_wrap=True)  # record: the printed text becomes the run's log
-    run = RunDir.create(args.out_dir, "two_step_mdp")
-    run.write_json("config.json", vars(args))
-    run.write_meta({"demo": "two_step_mdp", "seed": args.seed})
+    console, run = start_run("two_step_mdp", args, seed=args.seed)
     start = time.perf_counter()
 
     console.print(escape(f"Two-step MDP: reward R[a1][a2] only after step 2, R = {REWARD.tolist()}; "
@@ -224,8 +203,6 @@ def run_demo(args: argparse.Namespace) -> int:
     run.write_json("summary.json", {"p_best_first_start": start_p, "p_best_first_end": final,
                                     "seconds": time.perf_counter() - start})
     ends = ", ".join(f"{final[n]:.2f} ({n})" for n in names)
-    console.print(f"\n[bold green]Conclusion:[/bold green] P(best first action) rose from {start_p:.2f} to {ends} "
-                  f"in {args.steps} steps, although its reward only ever arrived after step 2.")
-    console.print(f"run directory: {run.path}")
-    (run.path / "two_step_mdp_log.txt").write_text(console.export_text())
+    finish_run(console, run, "two_step_mdp", f"P(best first action) rose from {start_p:.2f} to {ends} "
+               f"in {args.steps} steps, although its reward only ever arrived after step 2.")
     return 0
