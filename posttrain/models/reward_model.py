@@ -1,0 +1,256 @@
+"""A Bradley–Terry reward model: a learned scorer for preferences no rule can check.
+
+The Bradley–Terry model (Bradley & Terry 1952) says a rater prefers y_c over y_r with
+probability σ(r(x, y_c) − r(x, y_r)) for some scalar "strength" r. Fitting r by maximum
+likelihood on preference pairs gives the pairwise ranking loss of RLHF reward models
+(Stiennon et al. 2020; Ouyang et al. 2022, InstructGPT, Eq. 1):
+
+    loss = −log σ( r(x, y_c) − r(x, y_r) − m )
+
+with an optional per-pair margin m ≥ 0 (Llama 2, Touvron et al. 2023, Sec. 3.2.2: a larger
+m for pairs the raters found clearly different). Only differences of r are ever observed,
+so r is defined up to a constant; `train_reward_model` centres it on the training data.
+
+Architecture: a transformer body with its LM head unused, and a linear head reading the
+hidden state of the *last real token* of `[bos] prompt completion [eos]`. Under causal
+attention that is the one position that has seen the whole text; ending every sequence
+on <eos> means the head always reads the same kind of position.
+
+    tokens     [bos  R  e  v  :  \\n  T  h  e  ...  .  eos  pad pad]
+    hidden     (B, T, D)                                ^ last real token: r = w · h + b
+
+On any transformers model the same recipe is `AutoModelForSequenceClassification` with
+num_labels=1 (it also pools the last non-pad token, found through `pad_token_id`), or by
+hand: run the base model with `output_hidden_states=True`, gather `hidden_states[-1]` at
+`attention_mask.sum(1) − 1` for right-padded rows, and apply a `nn.Linear(hidden_size, 1)`.
+
+`RewardModelScorer` wraps a trained model in the verifier contract
+`score(example, completion) -> {"reward", "details"}`, so PPO / GRPO can train against
+it exactly as they train against `final_int` (and show reward hacking when they do).
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from typing import Any, Sequence
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+from posttrain.models.tokenizer import CharTokenizer
+from posttrain.preference_data import PreferencePair
+from posttrain.types import Example
+
+
+class RewardModel(nn.Module):
+    """r(x, y): a GPTMini body and a scalar head on the last real token's hidden state."""
+
+    def __init__(self, body: GPTMini) -> None:
+        super().__init__()
+        self.body = body
+        self.head = nn.Linear(body.config.dim, 1)
+        # Start at r = 0 for every input: the first loss is exactly log 2 and the first
+        # gradients come from the data, not from a random initial ranking.
+        nn.init.zeros_(self.head.weight)
+        nn.init.zeros_(self.head.bias)
+
+    @property
+    def config(self) -> GPTMiniConfig:
+        return self.body.config
+
+    @classmethod
+    def from_policy(cls, policy: GPTMini) -> RewardModel:
+        """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
+        the task's text; only the head is new."""
+        return cls(copy.deepcopy(policy))
+
+    def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """tokens (B, T) right padded, lengths (B,) real tokens per row -> rewards (B,)."""
+        h = self.body.hidden_states(tokens)  # (B, T, D); right padding needs no mask
+        last = h[torch.arange(tokens.shape[0]), lengths - 1]  # (B, D) the last real token
+        return self.head(last).squeeze(-1)  # (B,)
+
+
+def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tensor | None = None) -> torch.Tensor:
+    """Bradley–Terry negative log-likelihood, mean over pairs: −log σ(r_c − r_r − m).
+    r_chosen, r_rejected (B,); margin (B,) or a float, or None for 0."""
+    diff = r_chosen - r_rejected  # (B,)
+    if margin is not None:
+        diff = diff - margin
+    return -F.logsigmoid(diff).mean()  # logsigmoid: exact where σ underflows
+
+
+# --------------------------------------------------------------------------------------
+# Encoding text (plumbing)
+# --------------------------------------------------------------------------------------
+
+
+def encode_for_reward(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], bool]:
+    """[bos] prompt completion [eos], cut to max_len tokens by dropping the end of the text
+    (the <eos> is always kept). Returns (ids, truncated)."""
+    ids = [tokenizer.bos_id] + tokenizer.encode(prompt + completion)
+    truncated = len(ids) + 1 > max_len
+    return ids[: max_len - 1] + [tokenizer.eos_id], truncated
+
+
+def collate_texts(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad id lists into tokens (B, T) and lengths (B,)."""
+    T = max(len(s) for s in sequences)
+    tokens = torch.full((len(sequences), T), pad_id, dtype=torch.long)
+    for b, s in enumerate(sequences):
+        tokens[b, : len(s)] = torch.tensor(s)
+    return tokens, torch.tensor([len(s) for s in sequences])
+
+
+@torch.no_grad()
+def reward_of(model: RewardModel, tokenizer, prompts: Sequence[str], completions: Sequence[str],
+              batch_size: int = 64) -> torch.Tensor:
+    """r(x, y) for many (prompt, completion) texts, (N,)."""
+    model.eval()
+    out = []
+    for start in range(0, len(prompts), batch_size):
+        seqs = [encode_for_reward(tokenizer, p, c, model.config.max_seq_len)[0]
+                for p, c in zip(prompts[start : start + batch_size], completions[start : start + batch_size])]
+        out.append(model(*collate_texts(seqs, tokenizer.pad_id)))
+    return torch.cat(out) if out else torch.zeros(0)
+
+
+def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], tokenizer=None) -> float:
+    """Fraction of pairs with r(chosen) > r(rejected); a tie counts as half (a coin flip)."""
+    tokenizer = tokenizer or CharTokenizer()
+    prompts = [p.prompt for p in pairs]
+    r_c = reward_of(model, tokenizer, prompts, [p.chosen for p in pairs])  # (B,)
+    r_r = reward_of(model, tokenizer, prompts, [p.rejected for p in pairs])  # (B,)
+    return ((r_c > r_r).float() + 0.5 * (r_c == r_r).float()).mean().item()
+
+
+# --------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------
+
+
+def default_reward_config(vocab_size: int) -> GPTMiniConfig:
+    """A small body: one layer of width 32 (~20k parameters) learns the bundled sentiment
+    pairs to ~80% held-out accuracy in a few CPU seconds (measured: wider or deeper bodies
+    gained nothing at this data size); review plus prompt fit in 96 characters."""
+    return GPTMiniConfig(vocab_size=vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=96, max_seq_len=96)
+
+
+def train_reward_model(
+    pairs: Sequence[PreferencePair],
+    model: RewardModel | None = None,
+    tokenizer=None,
+    steps: int = 250,
+    lr: float = 1e-3,
+    batch_size: int = 16,
+    margin_key: str | None = None,
+    seed: int = 0,
+) -> tuple[RewardModel, list[dict[str, float]]]:
+    """Fit a Bradley–Terry reward model on preference pairs; return (model, metrics per step).
+
+    model:      a RewardModel to train in place; default a fresh one with
+                `default_reward_config` (or start from a policy: RewardModel.from_policy).
+    steps, lr, batch_size: AdamW steps over batches of pairs (reshuffled every epoch);
+                1e-3 suits the small default body trained from scratch (3e-3 stalled at
+                loss log 2 for one seed in three); use ~1e-5
+                when starting from a pretrained policy. Fresh pairs beat repeated ones: on
+                the sentiment set, 3,000 pairs seen about once gave ~0.8 held-out accuracy
+                where 400 pairs seen six times gave ~0.75 (memorised, not learned).
+    margin_key: read a per-pair margin m from `pair.meta[margin_key]` (e.g. a rating gap);
+                None trains the plain BT loss.
+
+    Metrics per step: loss, accuracy (on the batch), reward_margin, seconds.
+    After training the head's bias is shifted so the mean reward over the training
+    responses is 0 (rewards are only defined up to a constant; a centred scale is easier
+    on PPO's value function and on a reader of the numbers).
+    """
+    if not pairs:
+        raise ValueError("train_reward_model got no pairs")
+    tokenizer = tokenizer or CharTokenizer()
+    torch.manual_seed(seed)
+    if model is None:
+        model = RewardModel(GPTMini(default_reward_config(tokenizer.vocab_size)))
+    max_len = model.config.max_seq_len
+    chosen = [encode_for_reward(tokenizer, p.prompt, p.chosen, max_len)[0] for p in pairs]
+    rejected = [encode_for_reward(tokenizer, p.prompt, p.rejected, max_len)[0] for p in pairs]
+    margins = torch.tensor([float(p.meta[margin_key]) for p in pairs]) if margin_key else None
+
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    rng = random.Random(seed)
+    order: list[int] = []
+    history = []
+    start = time.perf_counter()
+    model.train()
+    for step in range(steps):
+        if len(order) < batch_size:
+            epoch = list(range(len(pairs)))
+            rng.shuffle(epoch)
+            order += epoch
+        idx, order = order[:batch_size], order[batch_size:]
+        # one forward pass over [chosen rows; rejected rows]
+        tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
+        r = model(tokens, lengths)  # (2B,)
+        r_c, r_r = r[: len(idx)], r[len(idx) :]  # (B,), (B,)
+        loss = bt_loss(r_c, r_r, margins[idx] if margins is not None else None)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        history.append({
+            "loss": loss.item(),
+            "accuracy": (r_c > r_r).float().mean().item(),
+            "reward_margin": (r_c - r_r).mean().item(),
+            "seconds": time.perf_counter() - start,
+        })
+
+    # centre: mean reward over all training responses -> 0
+    texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
+    mean_reward = reward_of(model, tokenizer, [p.prompt for p in pairs] * 2, texts).mean()
+    with torch.no_grad():
+        model.head.bias -= mean_reward
+    model.eval()
+    return model, history
+
+
+# --------------------------------------------------------------------------------------
+# The verifier contract
+# --------------------------------------------------------------------------------------
+
+
+class RewardModelScorer:
+    """`score(example, completion) -> {"reward": float, "details": dict}` from a trained
+    RewardModel: the same shape every verifier returns, so an RL run can use a learned
+    reward wherever it would use a rule.
+
+    Like the verifiers it is deterministic and total on strings: any `str` gets a finite
+    score (characters outside the vocabulary are <unk>; text longer than the model's
+    context is cut, and details["truncated"] says so). A non-str completion is a pipeline
+    bug and raises TypeError. `details["source"]` marks the reward as learned: a proxy,
+    which a policy can over-optimise (Gao et al. 2022), unlike a verifier's check.
+    """
+
+    spec_version = "reward_model/bt-v1"
+
+    def __init__(self, model: RewardModel, tokenizer=None) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer or CharTokenizer()
+
+    @torch.no_grad()
+    def score(self, example: Example, completion: str) -> dict[str, Any]:
+        if not isinstance(completion, str):
+            raise TypeError(
+                f"completion must be a str (the decoded model output), got {type(completion).__name__}; "
+                "decode the tokens first"
+            )
+        ids, truncated = encode_for_reward(self.tokenizer, example.prompt, completion, self.model.config.max_seq_len)
+        tokens, lengths = collate_texts([ids], self.tokenizer.pad_id)
+        reward = float(self.model(tokens, lengths)[0])
+        return {
+            "reward": reward,
+            "details": {"source": "reward_model", "truncated": truncated, "spec_version": self.spec_version},
+        }
+
+    __call__ = score
