@@ -27,10 +27,10 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    LOSS_AGG_MODES,
     advantage_metrics,
     agg_loss,
     check_field,
+    check_loss_fields,
     importance_ratio,
     masked_mean,
     policy_gradient_loss,
@@ -91,11 +91,7 @@ class CISPO:
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
         check_field(self, "adv_norm", self.adv_norm in ADV_NORMS, f"one of {list(ADV_NORMS)}")
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
-        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
-        if self.loss_agg == "seq-mean-token-sum-norm":
-            check_field(self, "max_len", isinstance(self.max_len, int) and self.max_len > 0,
-                        "a positive int with loss_agg='seq-mean-token-sum-norm' (max_new_tokens)")
+        check_loss_fields(self)
 
     @property
     def uses_reference(self) -> bool:

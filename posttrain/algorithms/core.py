@@ -16,6 +16,8 @@ because inf * 0 is NaN.
 
 from __future__ import annotations
 
+import dataclasses
+
 from typing import Callable, ClassVar, Protocol
 
 import torch
@@ -86,6 +88,39 @@ def check_field(algo: object, field: str, ok: bool, allowed: str) -> None:
     if not ok:
         value = getattr(algo, field)
         raise ValueError(f"{type(algo).__name__}.{field}={value!r} is invalid; allowed: {allowed}")
+
+
+def check_loss_fields(algo: object) -> None:
+    """The checks every algorithm with `loss_agg`, `entropy_coef` and `max_len` fields
+    shares: a known aggregation, a non-negative entropy bonus, and a generation budget
+    whenever the aggregation divides by one (Dr.GRPO's seq-mean-token-sum-norm)."""
+    loss_agg = getattr(algo, "loss_agg")
+    check_field(algo, "loss_agg", loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
+    check_field(algo, "entropy_coef", getattr(algo, "entropy_coef") >= 0.0, "a number >= 0")
+    if loss_agg == "seq-mean-token-sum-norm":
+        max_len = getattr(algo, "max_len")
+        check_field(algo, "max_len", isinstance(max_len, int) and max_len > 0,
+                    "a positive int with loss_agg='seq-mean-token-sum-norm' (the generation budget, max_new_tokens)")
+
+
+def make_from_registry(registry: dict[str, type], kind: str, name: str, params: dict) -> object:
+    """Build `registry[name](**params)`, or raise ValueError listing the valid names (for an
+    unknown name) or the valid fields with their defaults (for a bad parameter)."""
+    if name not in registry:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(registry)}")
+    cls = registry[name]
+    fields = [f for f in dataclasses.fields(cls)]
+    help_text = ", ".join(
+        f"{f.name}={f.default if f.default is not dataclasses.MISSING else f.default_factory()!r}"
+        if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING
+        else f"{f.name}=<required>" for f in fields)
+    unknown = sorted(set(params) - {f.name for f in fields})
+    if unknown:
+        raise ValueError(f"unknown parameter(s) {unknown} for {kind} {name!r}; valid fields (with defaults): {help_text}")
+    try:
+        return cls(**params)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{err}\nvalid fields of {name!r} (with defaults): {help_text}") from err
 
 
 # --------------------------------------------------------------------------------------

@@ -34,9 +34,9 @@ import torch
 
 from posttrain.algorithms.core import (
     KL_ESTIMATORS,
-    LOSS_AGG_MODES,
     agg_loss,
     check_field,
+    check_loss_fields,
     clipped_surrogate,
     group_mean_std,
     kl_estimate,
@@ -122,15 +122,7 @@ class GRPO:
         check_field(self, "kl_estimator", self.kl_estimator in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}")
         check_field(self, "adv_norm", self.adv_norm in ADV_NORMS, f"one of {list(ADV_NORMS)}")
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
-        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
-        if self.loss_agg == "seq-mean-token-sum-norm":
-            check_field(
-                self,
-                "max_len",
-                isinstance(self.max_len, int) and self.max_len > 0,
-                "a positive int with loss_agg='seq-mean-token-sum-norm' (the generation budget, max_new_tokens)",
-            )
+        check_loss_fields(self)
 
     @property
     def uses_reference(self) -> bool:

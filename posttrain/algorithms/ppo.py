@@ -45,10 +45,10 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    LOSS_AGG_MODES,
     advantage_metrics,
     agg_loss,
     check_field,
+    check_loss_fields,
     clipped_surrogate,
     kl_k1,
     masked_mean,
@@ -182,11 +182,7 @@ class PPO:
         check_field(self, "kl_coef", self.kl_coef >= 0.0, "a number >= 0")
         check_field(self, "vf_coef", self.vf_coef > 0.0, "a number > 0 (the critic must be trained)")
         check_field(self, "value_clip", self.value_clip is None or self.value_clip > 0.0, "a number > 0, or None")
-        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
-        if self.loss_agg == "seq-mean-token-sum-norm":
-            check_field(self, "max_len", isinstance(self.max_len, int) and self.max_len > 0,
-                        "a positive int with loss_agg='seq-mean-token-sum-norm' (max_new_tokens)")
+        check_loss_fields(self)
 
     @property
     def uses_reference(self) -> bool:

@@ -37,10 +37,10 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    LOSS_AGG_MODES,
     advantage_metrics,
     agg_loss,
     check_field,
+    check_loss_fields,
     group_mean_std,
     importance_ratio,
     masked_mean,
@@ -83,11 +83,7 @@ class REINFORCE:
     def __post_init__(self) -> None:
         check_field(self, "baseline", self.baseline in self.BASELINES, f"one of {list(self.BASELINES)}")
         check_field(self, "ema_decay", 0.0 <= self.ema_decay < 1.0, "0 <= value < 1")
-        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
-        if self.loss_agg == "seq-mean-token-sum-norm":
-            check_field(self, "max_len", isinstance(self.max_len, int) and self.max_len > 0,
-                        "a positive int with loss_agg='seq-mean-token-sum-norm' (max_new_tokens)")
+        check_loss_fields(self)
         self._running_mean = 0.0  # algorithm state, not a hyperparameter: see state_dict
         self._num_batches = 0
 

@@ -30,10 +30,10 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    LOSS_AGG_MODES,
     advantage_metrics,
     agg_loss,
     check_field,
+    check_loss_fields,
     clipped_surrogate,
     kl_estimate,
     masked_mean,
@@ -68,11 +68,7 @@ class ReinforcePP:
         check_field(self, "kl_coef", self.kl_coef >= 0.0, "a number >= 0")
         check_field(self, "kl_estimator", self.kl_estimator in REWARD_KL_ESTIMATORS, f"one of {list(REWARD_KL_ESTIMATORS)}")
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
-        check_field(self, "loss_agg", self.loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-        check_field(self, "entropy_coef", self.entropy_coef >= 0.0, "a number >= 0")
-        if self.loss_agg == "seq-mean-token-sum-norm":
-            check_field(self, "max_len", isinstance(self.max_len, int) and self.max_len > 0,
-                        "a positive int with loss_agg='seq-mean-token-sum-norm' (max_new_tokens)")
+        check_loss_fields(self)
 
     @property
     def uses_reference(self) -> bool:

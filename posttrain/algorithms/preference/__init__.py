@@ -18,8 +18,9 @@ and `train_preference(policy, pairs, "dpo", steps, lr)` runs any of them end to 
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
+
+from posttrain.algorithms.core import make_from_registry
 
 from posttrain.algorithms.preference.core import (
     PreferenceInfo,
@@ -45,30 +46,10 @@ PREFERENCE_LOSSES: dict[str, type] = {
 }
 
 
-def _fields_help(cls: type) -> str:
-    """'name=default, ...' for the hyperparameters of a loss dataclass."""
-    return ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(cls))
-
-
 def make_preference_loss(name: str, **params: Any) -> PreferenceLoss:
-    """Build the preference loss registered as `name` with hyperparameters `params`.
-
-    Raises ValueError for an unknown name (listing the valid names) and for an unknown or
-    invalid hyperparameter (listing the valid fields with their defaults)."""
-    if name not in PREFERENCE_LOSSES:
-        raise ValueError(f"unknown preference loss {name!r}; choose one of {sorted(PREFERENCE_LOSSES)}")
-    cls = PREFERENCE_LOSSES[name]
-    valid = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(params) - valid)
-    if unknown:
-        raise ValueError(
-            f"unknown parameter(s) {unknown} for preference loss {name!r}; valid fields (with defaults): "
-            f"{_fields_help(cls)}"
-        )
-    try:
-        return cls(**params)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{err}\nvalid fields of {name!r} (with defaults): {_fields_help(cls)}") from err
+    """Build the preference loss registered as `name` with hyperparameters `params`;
+    errors list the valid names or fields, exactly as `make_algorithm`'s do."""
+    return make_from_registry(PREFERENCE_LOSSES, "preference loss", name, params)
 
 
 __all__ = [
