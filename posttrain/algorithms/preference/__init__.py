@@ -21,7 +21,6 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.algorithms.core import make_from_registry
-
 from posttrain.algorithms.preference.core import (
     PreferenceInfo,
     PreferenceLoss,
