@@ -120,6 +120,16 @@ class RLConfig:
     # (or fails) everything would otherwise loop forever
     max_sampling_rounds: int = 4
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    # the training reward (posttrain/rewards.py): "accuracy" is the verifier's 1/0;
+    # "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
+    # pass@1 is always the verifier's alone, whatever the training reward.
+    reward: str = "accuracy"
+    length_penalty: float = 0.0  # c of −c·max(0, L − length_free), L in characters; 0 = off
+    length_free: int = 0  # characters a completion may use before the length penalty starts
+    # adaptive KL (Ziegler et al. 2019): steer the algorithm's kl_coef so that KL to the
+    # reference (k3, per token) tracks this target; 0 keeps kl_coef fixed
+    kl_target: float = 0.0
+    kl_horizon: int = 100  # steps over which the controller closes most of the gap
     # run the reference every step to log KL(π ‖ π_ref) even when the loss has no KL term:
     # drift from the starting policy is the first thing to look at when a run goes wrong
     track_kl: bool = True
@@ -139,7 +149,28 @@ class RLConfig:
         _check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
         _check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
         self.sampling.validate(f"{prefix}.sampling")
+        _check(self.reward in REWARD_PRESETS, f"{prefix}.reward", self.reward, f"one of {sorted(REWARD_PRESETS)}")
+        _check(self.length_penalty >= 0, f"{prefix}.length_penalty", self.length_penalty, "a number >= 0")
+        _check(self.length_free >= 0, f"{prefix}.length_free", self.length_free, "an integer >= 0")
+        _check(self.kl_target >= 0, f"{prefix}.kl_target", self.kl_target, "a number >= 0 (0 = fixed kl_coef)")
+        _check(self.kl_horizon > 0, f"{prefix}.kl_horizon", self.kl_horizon, "a positive integer")
+        if self.kl_target > 0:
+            algo = self.make_algorithm()
+            _check(getattr(algo, "kl_coef", 0) > 0, f"{prefix}.kl_target", self.kl_target,
+                   f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
+                   f"({self.algo} has kl_coef={getattr(algo, 'kl_coef', None)!r}; the controller multiplies it)")
 
+
+    def make_reward(self, score):
+        """The training reward: the environment's scorer, plus the terms this config asks for."""
+        from posttrain.rewards import LinearLength, RewardStack
+
+        terms = REWARD_PRESETS[self.reward]()
+        if self.length_penalty > 0:
+            terms.append((1.0, LinearLength(self.length_free, self.length_penalty)))
+        if len(terms) == 1 and self.reward == "accuracy":
+            return score  # the verifier's own 1/0: nothing stacked on it
+        return RewardStack(terms).wrap(score)
 
     def make_algorithm(self):
         """The one adapter from config to algorithm. An algorithm that measures lengths
@@ -152,6 +183,21 @@ class RLConfig:
         if "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[self.algo])}:
             params.setdefault("max_len", self.sampling.max_new_tokens)
         return make_algorithm(self.algo, **params)
+
+
+def _accuracy_only() -> list:
+    from posttrain.rewards import Accuracy
+
+    return [(1.0, Accuracy())]
+
+
+def _r1() -> list:
+    from posttrain.rewards import RewardStack
+
+    return list(RewardStack.deepseek_r1().terms)
+
+
+REWARD_PRESETS = {"accuracy": _accuracy_only, "r1": _r1}
 
 
 @dataclass

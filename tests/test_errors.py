@@ -39,6 +39,8 @@ def test_unknown_names_list_the_valid_ones(capsys, tmp_path):
     ("--rl.algo_params", '{"kl_coeff": 0.1}', ["kl_coeff", "kl_coef"]),
     ("--rl.algo_params", "kl=0.1", ["rl.algo_params", "JSON object"]),
     ("--model.n_head", "0", ["model.n_head=0", "positive"]),
+    ("--rl.reward", "vibes", ["rl.reward='vibes'", "accuracy", "r1"]),
+    ("--rl.kl_target", "0.01", ["rl.kl_target=0.01", "kl_coef"]),  # grpo's default kl_coef is 0
 ])
 def test_malformed_values_name_field_value_and_what_is_allowed(capsys, tmp_path, flag, value, needles):
     fails_with(capsys, ["train", flag, value, "--out_dir", str(tmp_path)], *needles)

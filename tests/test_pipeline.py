@@ -90,3 +90,26 @@ def test_killed_run_resumes_to_identical_metrics(uninterrupted, tmp_path):
     assert "resuming rl" in output
     assert metrics_without_timings(run) == metrics_without_timings(uninterrupted)
     assert json.loads((run / "summary.json").read_text())["rl"] == json.loads((uninterrupted / "summary.json").read_text())["rl"]
+
+
+def test_shaped_reward_and_adaptive_kl(tmp_path):
+    proc = posttrain("train", *TINY, "--rl.steps", "4", "--rl.reward", "r1", "--rl.length_penalty", "0.01",
+                     "--rl.length_free", "5", "--rl.kl_target", "0.001", "--rl.algo_params", '{"kl_coef": 0.04}',
+                     "--out_dir", str(tmp_path))
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    run = only_run_dir(tmp_path)
+    sample = json.loads((run / "samples.jsonl").read_text().splitlines()[0])
+    components = sample["details"]["components"]
+    assert set(components) == {"accuracy", "format", "length_linear"}
+    # reward = 1·accuracy + 0.2·format − 0.01·max(0, characters − 5)
+    expected = components["accuracy"] + 0.2 * components["format"] + components["length_linear"]
+    assert abs(sample["reward"] - expected) < 1e-9
+    assert components["length_linear"] == -0.01 * max(0, len(sample["completion"]) - 5)
+    rows = [r for r in metrics_without_timings(run) if r["stage"] == "rl"]
+    coefs = [r["kl_coef"] for r in rows]
+    assert coefs[0] == 0.04
+    for before, after, row in zip(coefs, coefs[1:], rows):
+        # proportional control: β grows when KL is above target, shrinks below, at most ±20%/horizon
+        error = max(-0.2, min(0.2, row["kl_ref"] / 0.001 - 1))
+        assert abs(after - before * (1 + error / 100)) < 1e-12

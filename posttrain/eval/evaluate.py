@@ -21,7 +21,7 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     episodes = []
     for start in range(0, len(examples), batch_size):
         episodes += engine.generate(examples[start : start + batch_size], 1, params=greedy)
-    score_episodes(env, episodes)
+    score_episodes(env.score, episodes)  # the verifier alone, never a shaped reward
     correct = [e.reward for e in episodes]
     ci = bootstrap_ci(correct)
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}

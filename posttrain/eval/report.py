@@ -101,9 +101,12 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     (run.path / "summary.md").write_text("\n".join(lines) + "\n")
 
 
+# Signs of a run going wrong that neither the live log nor the summary may hide
+# (posttrain/eval/monitors.py): proxy reward up while dev pass@1 falls, KL to the reference
+# exploding, responses more than doubling in length. The entropy floor is off: on a task
+# with one right answer a near-deterministic policy is the goal, not a collapse.
+RUN_MONITORS = MonitorConfig(entropy_floor=None)
+
+
 def collapse_warnings(rows: list[dict]) -> list[str]:
-    """Signs of a run going wrong that a summary must not hide (posttrain/eval/monitors.py):
-    proxy reward up while dev pass@1 falls, KL to the reference exploding, responses more
-    than doubling in length. The entropy floor is off: on a task with one right answer a
-    near-deterministic policy is the goal, not a collapse."""
-    return [f"step {a['step']}: {a['message']}" for a in check_all(rows, MonitorConfig(entropy_floor=None))]
+    return [f"step {a['step']}: {a['message']}" for a in check_all(rows, RUN_MONITORS)]

@@ -33,11 +33,13 @@ from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fr
 from posttrain.config import TrainConfig, to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
-from posttrain.eval.report import write_plots, write_summary
+from posttrain.eval.monitors import check_all
+from posttrain.eval.report import RUN_MONITORS, write_plots, write_summary
 from posttrain.eval.rundir import RunDir
 from posttrain.models import build_model, load_checkpoint_model, save_checkpoint_model
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.models.value_head import ValueHead
+from posttrain.rewards import AdaptiveKLController
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
 from posttrain.roles.rollout import RolloutEngine, SamplingParams
@@ -191,6 +193,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
     # an algorithm that drops uninformative groups (DAPO's dynamic sampling) offers filter_batch
     filter_batch = getattr(algo, "filter_batch", None)
+    reward = cfg.rl.make_reward(env.score)
+    kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon) if cfg.rl.kl_target else None
 
     timings: dict[str, float] = defaultdict(float)  # wall time per role, reset every step
 
@@ -206,7 +210,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         with timed("rollout"):  # 1. sample
             episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "rl-sample", *tag))
         with timed("score"):  # 2. score
-            return score_episodes(env, episodes)
+            return score_episodes(reward, episodes)
 
     def collate(episodes: list[Episode]) -> RolloutBatch:
         return RolloutBatch.collate(episodes, tokenizer.pad_id, temperature=engine.params.temperature or 1.0)
@@ -230,6 +234,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         # nothing informative at all: train on the last round, whose advantages are all 0
         return (kept or episodes), stats
 
+    history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]  # for the live monitors
+
     def rl_step(step: int) -> dict[str, float]:
         timings.clear()
         if filter_batch is None:  # 1. sample and 2. score
@@ -249,9 +255,14 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         with timed("sync"):
             sync.push()  # 6. sync
         metrics.update(**rollout_metrics(batch), **sampling_stats, **timings, weight_version=sync.version)
+        metrics["pass_rate"] = sum(e.details.get("reason") == "ok" for e in episodes) / len(episodes)
+        if kl_controller is not None:  # steer β for the next step from this step's KL
+            metrics["kl_coef"] = algo.kl_coef
+            algo.kl_coef = kl_controller.update(metrics["kl_ref"], 1)
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
         run.append_jsonl("samples.jsonl", [sample_row("rl", step, e) for e in episodes])  # 7. log
+        warn_as_it_happens(history, {"step": step, **metrics})
         return metrics
 
     def extra_state() -> dict:
@@ -259,6 +270,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         state = {"weight_version": sync.version}
         if hasattr(algo, "state_dict"):
             state["algorithm"] = algo.state_dict()
+        if kl_controller is not None:
+            state["kl_controller"] = kl_controller.state_dict()
         return state
 
     def on_resume(state: dict) -> None:
@@ -266,11 +279,22 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         sync.version = engine.weight_version = state["weight_version"]
         if "algorithm" in state:
             algo.load_state_dict(state["algorithm"])
+        if kl_controller is not None:
+            kl_controller.load_state_dict(state["kl_controller"])
+            algo.kl_coef = kl_controller.value
 
     run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, trainer, cfg.checkpoint_every,
               on_resume=on_resume, extra_state=extra_state,
               show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                              + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
+
+
+def warn_as_it_happens(history: list[dict], row: dict) -> None:
+    """Print a monitor's alert on the step it first fires (summary.md lists them all again)."""
+    history[:] = [r for r in history if r["step"] < row["step"]] + [row]
+    for alert in check_all(history, RUN_MONITORS):
+        if alert["step"] == row["step"]:
+            console.print(f"[bold red]warning[/] step {alert['step']}: {alert['message']}")
 
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:

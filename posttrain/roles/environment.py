@@ -8,7 +8,7 @@ backpropagated through, which is why RL needs a policy-gradient estimator at all
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from posttrain.types import Episode, Example
 
@@ -25,10 +25,11 @@ class Environment(Protocol):
     def score(self, example: Example, completion: str) -> dict[str, Any]: ...
 
 
-def score_episodes(env: Environment, episodes: list[Episode]) -> list[Episode]:
-    """Fill in `reward` and `details` of each episode, in place."""
+def score_episodes(score: Callable[[Example, str], dict[str, Any]], episodes: list[Episode]) -> list[Episode]:
+    """Fill in `reward` and `details` of each episode, in place. `score` is the
+    environment's verifier (`env.score`) or a reward built on it (posttrain/rewards.py)."""
     for episode in episodes:
-        result = env.score(episode.example, episode.completion)
+        result = score(episode.example, episode.completion)
         episode.reward = float(result["reward"])
         episode.details = result["details"]
     return episodes
