@@ -18,11 +18,13 @@ from posttrain.roles.controller import console, latest_checkpoint, run_pipeline,
 
 def compare(cfg: TrainConfig, algos: list[str]) -> dict:
     from posttrain.algorithms import ALGORITHMS
+    from posttrain.algorithms.preference import PREFERENCE_LOSSES
 
-    unknown = [a for a in algos if a not in ALGORITHMS]
+    known = sorted(ALGORITHMS) + sorted(PREFERENCE_LOSSES)
+    unknown = [a for a in algos if a not in known]
     if unknown or not algos:
-        raise ValueError(f"--algos {','.join(algos)!r}: unknown {unknown}; choose from {sorted(ALGORITHMS)}")
-    root = RunDir.create(cfg.out_dir, f"compare-{cfg.name}")
+        raise ValueError(f"--algos {','.join(algos)!r}: unknown {unknown}; choose from {known}")
+    root = RunDir.create(cfg.out_dir, "compare" + (f"-{cfg.name}" if cfg.name else ""))
     root.write_json("config.json", {**to_dict(cfg), "algos": algos})
 
     # the shared starting point: SFT only (rl.steps = 0), unless --init names a checkpoint
@@ -50,17 +52,18 @@ def compare(cfg: TrainConfig, algos: list[str]) -> dict:
 
 
 def result_row(algo: str, run: RunDir, summary: dict, wall: float) -> dict:
-    metrics = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]
+    final = summary["final_stage"]  # "rl", or "pref" for a preference loss
+    metrics = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == final]
     tail = metrics[-10:]  # the last steps: where the policy ended up, less noisy than one step
 
     def tail_mean(key: str) -> float:
         values = [r[key] for r in tail if isinstance(r.get(key), (int, float))]
         return sum(values) / len(values) if values else float("nan")
 
-    return {"algo": algo, "run": run.path.name, "sft": summary["sft"], "rl": summary["rl"], "wall_seconds": wall,
+    return {"algo": algo, "run": run.path.name, "sft": summary["sft"], "rl": summary[final], "wall_seconds": wall,
             "response_length": tail_mean("response_length"), "kl_ref": tail_mean("kl_ref"),
             "curve": [(r["step"], r["dev_pass@1"]) for r in metrics if "dev_pass@1" in r],
-            "reward_curve": [(r["step"], r["reward_mean"]) for r in metrics]}
+            "reward_curve": [(r["step"], r["reward_mean"]) for r in metrics if "reward_mean" in r]}
 
 
 def write_table(root: RunDir, rows: list[dict], cfg: TrainConfig) -> None:

@@ -103,7 +103,7 @@ class SFTConfig:
 
 @dataclass
 class RLConfig:
-    algo: str = "grpo"  # any name in posttrain.algorithms.ALGORITHMS
+    algo: str = "grpo"  # an RL algorithm (posttrain.algorithms) or a preference loss (dpo, ipo, kto, orpo, simpo)
     algo_params: dict[str, Any] = field(default_factory=dict)  # overrides of the algorithm's own defaults
     steps: int = 200
     prompts_per_step: int = 32
@@ -119,6 +119,11 @@ class RLConfig:
     # the groups dropped for having no reward variance; capped, since a policy that solves
     # (or fails) everything would otherwise loop forever
     max_sampling_rounds: int = 4
+    # preference losses train offline on pairs: a JSONL file, or (when "") pairs built by
+    # the verifier from samples of the starting policy: pair_prompts training prompts ×
+    # samples_per_prompt completions, every correct one paired with every incorrect one
+    pairs: str = ""
+    pair_prompts: int = 256
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     # the training reward (posttrain/rewards.py): "accuracy" is the verifier's 1/0;
     # "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
@@ -138,9 +143,18 @@ class RLConfig:
 
     def validate(self, prefix: str = "rl") -> None:
         from posttrain.algorithms import ALGORITHMS
+        from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
 
-        _check(self.algo in ALGORITHMS, f"{prefix}.algo", self.algo, f"one of {sorted(ALGORITHMS)}")
-        self.make_algorithm()  # raises, listing the valid fields
+        _check(self.algo in ALGORITHMS or self.algo in PREFERENCE_LOSSES, f"{prefix}.algo", self.algo,
+               f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
+        if self.is_preference:
+            make_preference_loss(self.algo, **self.algo_params)  # raises, listing the valid fields
+            if self.pairs:
+                from posttrain.preference_data import load_preference_jsonl
+
+                load_preference_jsonl(self.pairs)  # an unreadable file fails now, not after SFT
+        else:
+            self.make_algorithm()
         for name in ("prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every", "eval_size",
                      "max_sampling_rounds"):
             _check(getattr(self, name) > 0, f"{prefix}.{name}", getattr(self, name), "a positive integer")
@@ -154,12 +168,21 @@ class RLConfig:
         _check(self.length_free >= 0, f"{prefix}.length_free", self.length_free, "an integer >= 0")
         _check(self.kl_target >= 0, f"{prefix}.kl_target", self.kl_target, "a number >= 0 (0 = fixed kl_coef)")
         _check(self.kl_horizon > 0, f"{prefix}.kl_horizon", self.kl_horizon, "a positive integer")
+        _check(self.pair_prompts > 0, f"{prefix}.pair_prompts", self.pair_prompts, "a positive integer")
         if self.kl_target > 0:
+            _check(not self.is_preference, f"{prefix}.kl_target", self.kl_target,
+                   "0 for a preference loss (its beta already sets how close to the reference it stays)")
             algo = self.make_algorithm()
             _check(getattr(algo, "kl_coef", 0) > 0, f"{prefix}.kl_target", self.kl_target,
                    f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
                    f"({self.algo} has kl_coef={getattr(algo, 'kl_coef', None)!r}; the controller multiplies it)")
 
+
+    @property
+    def is_preference(self) -> bool:
+        from posttrain.algorithms.preference import PREFERENCE_LOSSES
+
+        return self.algo in PREFERENCE_LOSSES
 
     def make_reward(self, score):
         """The training reward: the environment's scorer, plus the terms this config asks for."""
@@ -205,7 +228,7 @@ class TrainConfig:
     """`posttrain run` / `posttrain train`: SFT from scratch, then RL, with held-out
     evaluation before and after RL."""
 
-    name: str = "arith-grpo"
+    name: str = ""  # the run directory's suffix; "" = "<env>-<algo>"
     seed: int = 0
     out_dir: str = "runs"
     init: str = ""  # a checkpoint directory to start from; "" = train from scratch with SFT first

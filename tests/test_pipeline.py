@@ -113,3 +113,29 @@ def test_shaped_reward_and_adaptive_kl(tmp_path):
         # proportional control: β grows when KL is above target, shrinks below, at most ±20%/horizon
         error = max(-0.2, min(0.2, row["kl_ref"] / 0.001 - 1))
         assert abs(after - before * (1 + error / 100)) < 1e-12
+
+
+def test_preference_loss_trains_from_a_pairs_file(tmp_path):
+    from posttrain.envs.arithmetic import ArithmeticEnv
+    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+
+    env = ArithmeticEnv()
+    pairs = []
+    for example in env.fixed_set("train", 24):
+        right = env.solution(example)
+        wrong = right.rsplit(" ", 1)[0] + f" {int(example.expected_answer) + 1}"
+        pairs.append(PreferencePair(example.prompt, right, wrong))
+    save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
+    proc = posttrain("train", *TINY, "--algo", "simpo", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
+                     "--rl.steps", "6", "--out_dir", str(tmp_path / "runs"))
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    run = only_run_dir(tmp_path / "runs")
+    assert run.name.endswith("arithmetic-simpo")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["final_stage"] == "pref" and summary["pref"]["n"] == 16
+    rows = [r for r in metrics_without_timings(run) if r["stage"] == "pref"]
+    assert [r["step"] for r in rows] == list(range(6))
+    assert {"loss", "accuracy", "margin"} <= set(rows[0]) and "dev_pass@1" in rows[4] and "kl_ref" in rows[5]
+    assert len((run / "pairs.jsonl").read_text().splitlines()) == 24
+    assert (run / "pref_metrics.png").is_file()

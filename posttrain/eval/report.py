@@ -24,13 +24,13 @@ def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     return [p[0] for p in points], [p[1] for p in points]
 
 
-def write_plots(run: RunDir) -> None:
+def write_plots(run: RunDir, stage: str = "rl") -> None:
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and in CI
     import matplotlib.pyplot as plt
 
-    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]
+    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
     if not rows:
         return
     panels = [(k, t) for k, t in PANELS if _series(rows, k)[0]]
@@ -41,12 +41,12 @@ def write_plots(run: RunDir) -> None:
         steps, values = _series(rows, key)
         ax.plot(steps, values, marker="o" if len(steps) < 20 else None, markersize=3)
         ax.set_title(title)
-        ax.set_xlabel("RL step")
+        ax.set_xlabel(f"{stage} step")
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(panels):]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(run.path / "rl_metrics.png", dpi=100)
+    fig.savefig(run.path / f"{stage}_metrics.png", dpi=100)
     plt.close(fig)
 
     # the one picture for the README: reward and dev pass@1 on one axis
@@ -56,7 +56,7 @@ def write_plots(run: RunDir) -> None:
     steps, dev = _series(rows, "dev_pass@1")
     if steps:
         ax.plot(steps, dev, marker="o", label="dev pass@1 (greedy)")
-    ax.set_xlabel("GRPO step")
+    ax.set_xlabel(f"{stage} step")
     ax.set_ylim(0, 1)
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right")
@@ -71,26 +71,27 @@ def _fmt(ci: dict) -> str:
 
 def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     """summary.json keeps each stage's held-out pass@1 as {mean, ci_low, ci_high, n}."""
-    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]
+    final = results.get("final_stage", "rl")
+    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == final]
     summary = dict(results)
     lines = [f"# {run.path.name}", "", f"spec `{spec_version}`, algorithm `{cfg.rl.algo}`, seed {cfg.seed}", "",
              "| stage | held-out pass@1 (95% CI) | n |", "|---|---|---|"]
-    for stage in ("sft", "rl"):
+    for stage in ("sft", final):
         if stage in results:
             lines.append(f"| {stage} | {_fmt(results[stage])} | {results[stage]['n']} |")
-    if "sft" in results and "rl" in results:
-        gain = results["rl"]["mean"] - results["sft"]["mean"]
-        separated = results["rl"]["ci_low"] > results["sft"]["ci_high"] or results["sft"]["ci_low"] > results["rl"]["ci_high"]
-        summary["rl_gain"] = gain
+    if "sft" in results and final in results:
+        gain = results[final]["mean"] - results["sft"]["mean"]
+        separated = results[final]["ci_low"] > results["sft"]["ci_high"] or results["sft"]["ci_low"] > results[final]["ci_high"]
+        summary[f"{final}_gain"] = gain
         summary["cis_overlap"] = not separated
-        lines += ["", f"RL changed held-out pass@1 by {100 * gain:+.1f} points; the two 95% CIs "
+        lines += ["", f"{final.upper()} changed held-out pass@1 by {100 * gain:+.1f} points; the two 95% CIs "
                       f"{'do not overlap' if separated else 'overlap (the difference may be noise)'}."]
     if rows:
         last = rows[-1]
         wall = sum(v for r in rows for k, v in r.items() if k.startswith("time/"))
-        summary["rl_steps"] = len(rows)
-        summary["rl_wall_seconds"] = wall
-        lines += ["", f"RL: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
+        summary[f"{final}_steps"] = len(rows)
+        summary[f"{final}_wall_seconds"] = wall
+        lines += ["", f"{final.upper()}: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
                       f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
                       f"KL to reference {last.get('kl_ref', float('nan')):.4f}, entropy {last.get('entropy', 0.0):.3f}"]
     warnings = collapse_warnings(rows)

@@ -289,6 +289,67 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
                              + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
 
 
+# ---------------------------------------------------------------------------------------
+# stage 2 (alternative): offline preference optimisation (DPO and its family)
+# ---------------------------------------------------------------------------------------
+
+
+def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy) -> list:
+    """Preference pairs from the starting policy's own samples: every correct completion of
+    a prompt paired with every incorrect one (ties give no pair)."""
+    from posttrain.preference_data import group_by_prompt, pairs_from_verifier
+
+    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
+    examples = env.sample("train", cfg.rl.pair_prompts, seed=derive_seed(cfg.seed, "pair-prompts"))
+    episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample"))
+    pairs = pairs_from_verifier(group_by_prompt(score_episodes(env.score, episodes)))
+    if not pairs:
+        raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
+                         f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise rl.pair_prompts "
+                         "or rl.samples_per_prompt, or pass rl.pairs FILE")
+    return pairs
+
+
+def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
+    """Train on preference pairs with one loss of the DPO family. The stage is offline and
+    short, so it checkpoints once at the end: a run killed inside it redoes the stage."""
+    from posttrain.algorithms.preference import train_preference
+    from posttrain.preference_data import load_preference_jsonl, save_preference_jsonl
+
+    if latest_checkpoint(run, "pref") is not None:
+        return
+    pairs = load_preference_jsonl(cfg.rl.pairs) if cfg.rl.pairs else verifier_pairs(cfg, env, tokenizer, policy)
+    save_preference_jsonl(pairs, run.path / "pairs.jsonl")  # the exact data this stage saw
+    console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
+    run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "pref")
+    dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
+    reference = Reference(load_checkpoint_model(reference_weights, policy.config))
+    params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
+
+    with Progress(TextColumn("[bold]pref"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console) as progress:
+        task = progress.add_task("pref", total=cfg.rl.steps)
+
+        def on_step(step: int, metrics: dict) -> None:
+            if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+                engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+                metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
+                # KL(π ‖ π_ref) on the policy's own samples, the same monitor the RL stage logs
+                episodes = engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step))
+                batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
+                batch.ref_logp = reference.logp(batch)
+                metrics.update(rollout_metrics(batch))
+                policy.train()
+            run.append_jsonl("metrics.jsonl", [{"stage": "pref", "step": step, **metrics}])
+            progress.update(task, advance=1)
+
+        train_preference(policy, pairs, cfg.rl.algo, steps=cfg.rl.steps, lr=cfg.rl.lr,
+                         batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
+                         max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=derive_seed(cfg.seed, "pref"),
+                         on_step=on_step)
+    save_checkpoint(run, "pref", cfg.rl.steps - 1, policy, tokenizer)
+
+
 def warn_as_it_happens(history: list[dict], row: dict) -> None:
     """Print a monitor's alert on the step it first fires (summary.md lists them all again)."""
     history[:] = [r for r in history if r["step"] < row["step"]] + [row]
@@ -325,7 +386,7 @@ def sample_row(stage: str, step: int, episode: Episode) -> dict:
 
 
 def start_run(cfg: TrainConfig, command: str) -> RunDir:
-    run = RunDir.create(cfg.out_dir, cfg.name)
+    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
     run.write_json("config.json", to_dict(cfg))
     env = make_env(cfg.env.name, **cfg.env.kwargs())
     run.write_meta({
@@ -367,11 +428,17 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
         results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params)
         run.write_json("summary.json", results)
 
-    rl_stage(cfg, run, env, tokenizer, policy, start_weights)
-    if "rl" not in results:
-        results["rl"] = evaluate_and_log(run, "rl", policy, tokenizer, env, heldout, eval_params)
+    stage = "pref" if cfg.rl.is_preference else "rl"
+    if stage == "pref":
+        preference_stage(cfg, run, env, tokenizer, policy, start_weights)
+        policy.load_state_dict(load_checkpoint_model(latest_checkpoint(run, "pref"), policy.config).state_dict())
+    else:
+        rl_stage(cfg, run, env, tokenizer, policy, start_weights)
+    if stage not in results:
+        results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)
+    results["final_stage"] = stage
     write_summary(run, results, cfg, env.spec_version)
-    write_plots(run)
+    write_plots(run, stage)
     return run.read_json("summary.json")
 
 
