@@ -8,6 +8,7 @@
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
+    posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
     posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo
 
 Every setting is a flag named after its place in the config (`--rl.lr 3e-4`), and
@@ -125,6 +126,12 @@ def cmd_demo(argv: list[str]) -> int:
     return run_demo(argv[0], argv[1:])
 
 
+def cmd_lessons(argv: list[str]) -> int:
+    from posttrain.lessons import main as lessons_main
+
+    return lessons_main(argv)
+
+
 COMMANDS = {
     "run": lambda argv: cmd_train(argv, "run"),
     "train": lambda argv: cmd_train(argv, "train"),
@@ -133,6 +140,7 @@ COMMANDS = {
     "bon": cmd_bon,
     "diff": cmd_diff,
     "demo": cmd_demo,
+    "lessons": cmd_lessons,
 }
 
 

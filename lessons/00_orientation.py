@@ -1,0 +1,269 @@
+"""Lesson 00 · Orientation: the map before the territory.
+
+Run it:  posttrain lessons 00      (or: marimo edit lessons/00_orientation.py)
+Headless: python lessons/00_orientation.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # a handful of numbers: a second thread costs more than the work
+    return mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 00 · Orientation
+
+    A language model that has read the internet can continue text. Post-training is everything
+    we do afterwards to make it *behave*: answer in a format, get sums right, refuse what it
+    should refuse. This course is about one family of post-training methods, reinforcement
+    learning (RL), where the model writes something, a scorer grades it, and the model is nudged
+    toward what scored well.
+
+    Every lesson follows the same order: **why** the piece exists, the **equation** it computes,
+    **one widget** whose numbers come from the real `posttrain` code, a **setting that breaks
+    it** (go and find it), and the **source files** to read next.
+
+    ## The running example
+
+    All of Part I uses one verifiable task from `posttrain/envs/arithmetic.py`: add a few small
+    numbers and end with one strictly formatted line, `Final: <int>`. The scorer,
+    `posttrain/envs/final_int.py`, never does the arithmetic; it checks the format and compares
+    the integer string with the expected answer, and it always says *why* with a reason code.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Six roles around one loss
+
+    Every RL post-training system we know of (TRL, verl, OpenRLHF, NeMo-RL) can be drawn as the
+    same six boxes. In `posttrain` each is one file you can read in a sitting:
+
+    | role | what it does | produces | file |
+    |---|---|---|---|
+    | rollout | samples K completions per prompt from the current policy | tokens, `old_logp` | `posttrain/roles/rollout.py` |
+    | environment | grades each completion (text in, number out) | reward, reason | `posttrain/roles/environment.py` |
+    | reference | a frozen copy of the starting model | `ref_logp` | `posttrain/roles/reference.py` |
+    | algorithm | turns rewards into per-token advantages and a loss | advantages, loss | `posttrain/algorithms/core.py` |
+    | trainer | forward, backward, optimizer step | new weights | `posttrain/roles/trainer.py` |
+    | controller | runs the loop: sample → score → reference → advantage → update → sync → log | a run directory | `posttrain/roles/controller.py` |
+
+    The data passed between them is defined, with every tensor's shape, in `posttrain/types.py`.
+    Lessons 02–07 take the roles one at a time.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Three loops you must not mix up
+
+    Almost every confusing result in this field comes from forgetting which of three activities
+    produced a number:
+
+    * **Loop A · evaluate.** Generate, score, look at the failures. Nothing changes; you are
+      *measuring*. The knob you can turn is the measuring instrument (the scorer and its version).
+    * **Loop B · select.** Draw N samples and keep the best one by reward (best-of-N). The answers
+      you ship get better, yet the model is exactly the same: you spent *inference compute*.
+    * **Loop C · learn.** Score samples and change the weights so that high-reward completions
+      become more likely. Only here does the *policy* change, and so does the data you see next.
+
+    Before you read any number, ask: **which loop am I in, and which knob did I turn** — the
+    policy, the selection budget, the scorer, or the prompts?
+
+    The widget below runs all three loops on the same eight completions of one real problem,
+    each through the library function that implements it.
+    """)
+    return
+
+
+@app.cell
+def _():
+    from posttrain.envs.arithmetic import ArithmeticEnv
+    from posttrain.envs.final_int import get_spec
+    from posttrain.eval.loop_b import Candidate, PromptCandidates, best_of_n
+    from posttrain.algorithms.grpo import group_advantages
+    from posttrain.demos.tokens import show
+
+    env = ArithmeticEnv(level=3, cot=False)  # spec final_int/strict-v1: the answer line only
+    example = env.fixed_set("heldout", 1, seed=0)[0]
+    answer = int(example.expected_answer)
+    # Eight completions "a model might have written" for this prompt: a frozen set, so the
+    # three loops can be compared on identical data (a real run would sample them, lesson 02).
+    completions = [
+        f"Final: {answer + 1}",
+        f"Final:  {answer}",
+        f"The answer is {answer - 2}, no wait, {answer}",
+        f"Final: {answer}",
+        f"Final: 0{answer}",
+        f"Final: {answer}.",
+        f"Final: {answer - 1}",
+        f"Final: {answer}",
+    ]
+    return (
+        Candidate,
+        PromptCandidates,
+        best_of_n,
+        completions,
+        env,
+        example,
+        get_spec,
+        group_advantages,
+        show,
+    )
+
+
+@app.cell
+def _(mo):
+    loop = mo.ui.dropdown(
+        options=[
+            "A · evaluate (strict scorer)",
+            "B · select (best of the first 4)",
+            "C · learn (GRPO advantages)",
+            "A · evaluate with a hackable scorer",
+        ],
+        value="A · evaluate (strict scorer)",
+        label="which loop?",
+    )
+    loop
+    return (loop,)
+
+
+@app.cell
+def _(
+    Candidate,
+    PromptCandidates,
+    best_of_n,
+    completions,
+    env,
+    example,
+    get_spec,
+    group_advantages,
+    loop,
+    mo,
+    show,
+    torch,
+):
+    import html
+
+    def code(text: str) -> str:
+        """Text as inline code a markdown table cannot misread: whitespace made visible
+        (␣ space, ⏎ newline), HTML escaped, and "|" kept out of the table syntax."""
+        return "<code>" + html.escape(show(text)).replace("|", "&#124;") + "</code>"
+
+    def _table(rows):
+        head = "| # | completion | " + " | ".join(rows[0][2].keys()) + " |\n"
+        head += "|---" * (2 + len(rows[0][2])) + "|\n"
+        body = "".join(
+            f"| {i} | {code(text)} | " + " | ".join(str(v) for v in cols.values()) + " |\n"
+            for i, text, cols in rows
+        )
+        return head + body
+
+    if loop.value.startswith("A · evaluate with"):
+        _spec = get_spec("hackable/last-number")
+    else:
+        _spec = get_spec(env.spec_version)
+    scored = [_spec(example, c) for c in completions]
+    rewards = torch.tensor([s["reward"] for s in scored])
+
+    if loop.value.startswith("A"):
+        _rows = [(i, c, {"reward": s["reward"], "reason": s["details"]["reason"]})
+                 for i, (c, s) in enumerate(zip(completions, scored))]
+        _what = (f"**Loop A** with `{_spec.version}`: mean reward (the metric) = "
+                 f"**{rewards.mean():.3f}**. Nothing was changed; this is a measurement.")
+        if "hackable" in _spec.version:
+            _what += ("\n\n**It broke.** The completions are the same, the model is the same, "
+                      "and the metric jumped: the *instrument* changed. `hackable/last-number` "
+                      "credits the last number anywhere in the text, so a hedged answer counts. "
+                      "Numbers measured under different spec versions are not one metric.")
+    elif loop.value.startswith("B"):
+        _pool = PromptCandidates(example, tuple(Candidate(f"s{i}", c) for i, c in enumerate(completions)))
+        _bon = best_of_n([_pool], lambda ex, text: env.score(ex, text), n=4)
+        _row = _bon["rows"][0]
+        _rows = [(i, c, {"reward": s["reward"], "in the pool": "yes" if i < 4 else "no",
+                         "chosen": "←" if f"s{i}" == _row["chosen_id"] else ""})
+                 for i, (c, s) in enumerate(zip(completions, scored))]
+        _what = (f"**Loop B** (`best_of_n`, n=4): the first sample scores {scored[0]['reward']:g}; "
+                 f"the best of four scores **{_row['chosen_select_reward']:g}**. The output "
+                 "improved, the model did not: selection spent four times the samples.")
+    else:
+        _adv = group_advantages(rewards, torch.zeros(len(rewards), dtype=torch.long), "group", 1e-6)
+        _rows = [(i, c, {"reward": s["reward"], "advantage": f"{a:+.3f}",
+                         "push": "up" if a > 0 else "down" if a < 0 else "-"})
+                 for i, (c, s, a) in enumerate(zip(completions, scored, _adv.tolist()))]
+        _what = ("**Loop C**: the eight samples form one GRPO group; `group_advantages` says which "
+                 "to make more likely (reward above the group mean) and which less. A trainer "
+                 "step would now *change the weights*, so the next eight samples would differ.")
+    mo.vstack([mo.md(_table(_rows)), mo.md(_what)])
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    One of the four options changes the reported number without changing a single completion.
+    Which one, and why is that worse than a bug that crashes? (A crash you notice. A metric that
+    quietly moves because its definition moved can drive months of "progress".)
+
+    (In the tables, ␣ marks a space and ⏎ a newline: the scorer sees every one of them.)
+
+    ## Text in, tokens out
+
+    The scorer reads **text**; the model emits **tokens**. Between them sits a detokenizer and a
+    parser, and both are part of the environment:
+
+    ```
+    policy (logits over tokens)      ← gradients live here
+        → token ids → detokenize → completion text
+        → parse "Final: <int>" → compare → reward      ← the verifier lives here
+    ```
+
+    A space too many is one wrong token decision and reward 0 (lesson 03 shows this live).
+
+    ## What comes next
+
+    | lesson | question |
+    |---|---|
+    | 01 | why RL at all, and how a reward turns into a gradient |
+    | 02 | what sampling produces, and why `old_logp` is recorded at that moment |
+    | 03 | where the reward comes from, and what the frozen reference is for |
+    | 04 | the two-function contract every algorithm fills |
+
+    ## Source files used here
+
+    * `posttrain/envs/arithmetic.py` — the task and its splits
+    * `posttrain/envs/final_int.py` — the strict scorer and its hackable variants
+    * `posttrain/eval/loop_b.py` — best-of-N
+    * `posttrain/algorithms/grpo.py` — `group_advantages`
+    * `posttrain/types.py` — the data between roles
+
+    ## Exercises
+
+    1. Switch to Loop B. Which of the eight completions would you have to remove for best-of-4 to
+       fail, and what does that tell you about how much selection can buy?
+    2. For each completion the strict scorer rejects, write down its reason code before you look.
+    3. With the hackable scorer, which completion earns credit that it should not? Write the one
+       sentence you would put in that scorer's docstring.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()

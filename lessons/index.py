@@ -1,0 +1,73 @@
+"""The lessons of posttrain, in order: one line each, with a link.
+
+Run it:  posttrain lessons            (every lesson, starting here)
+Headless: python lessons/index.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    from pathlib import Path
+
+    # (file, title, one line); tests/test_lessons.py checks it names every lesson file here.
+    LESSONS = [
+        ("00_orientation.py", "Orientation",
+         "the six roles, the three loops (evaluate, select, learn), and the question “which loop am I in?”"),
+        ("01_what_is_post_training_rl.py", "What is post-training RL?",
+         "why SFT is not enough, and how a reward becomes a gradient: REINFORCE on a bandit, baseline slider"),
+        ("02_rollout_and_pi_old.py", "Rollout and π_old",
+         "sample K completions from a tiny gpt_mini; old_logp captured at sampling equals a teacher-forced pass"),
+        ("03_reward_and_reference.py", "Reward and reference",
+         "the strict verifier's reward and reason code for any text, and the KL anchor to a frozen reference"),
+        ("04_algorithm_plugin.py", "The algorithm plug-in",
+         "compute_advantages and compute_loss: every registered algorithm on the same group of rewards"),
+    ]
+    return LESSONS, Path, mo
+
+
+@app.cell
+def _(LESSONS, mo):
+    # In `posttrain lessons` (marimo run on this folder) "?file=NAME" opens a sibling notebook.
+    _rows = "".join(
+        f"| {file[:2]} | [{title}](?file={file}) | {line} | `lessons/{file}` |\n"
+        for file, title, line in LESSONS
+    )
+    mo.md(
+        f"""
+    # RL post-training, from first principles
+
+    Interactive lessons on `posttrain`, a small library for RL post-training of language models
+    on a CPU. Every widget calls the library's real code on real tensors; every lesson names the
+    source files it used, so you can read what you just played with.
+
+    | # | lesson | what you will do | file |
+    |---|---|---|---|
+    {_rows}
+    Read them in order: each assumes the one before. In each, find the setting that breaks
+    things — the failures are the lesson.
+
+    Open one directly with `posttrain lessons 02`, or edit them with `posttrain lessons --edit`.
+    Headless, every lesson also runs as a plain script: `python lessons/02_rollout_and_pi_old.py`.
+    """
+    )
+    return
+
+
+@app.cell
+def _(LESSONS, Path, mo):
+    # A lesson file on disk that the table above forgot is a bug in this index: say so.
+    _here = Path(mo.notebook_dir() or "lessons")
+    _on_disk = sorted(p.name for p in _here.glob("[0-9][0-9]_*.py"))
+    _missing = [f for f in _on_disk if f not in {f for f, _, _ in LESSONS}]
+    mo.md(f"**Not yet listed above:** {', '.join(_missing)}") if _missing else None
+    return
+
+
+if __name__ == "__main__":
+    app.run()
