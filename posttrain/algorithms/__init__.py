@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from posttrain.algorithms.cispo import CISPO
@@ -20,6 +21,11 @@ from posttrain.algorithms.reinforce_pp import ReinforcePP
 from posttrain.algorithms.rloo import RLOO
 
 # The family tree, parent first: each entry is a small diff on the one it extends.
+# `python -m posttrain.algorithms.grpo` runs a module this package has already imported
+# (for the registry below); runpy warns about exactly that, harmlessly, so say nothing.
+warnings.filterwarnings("ignore", category=RuntimeWarning,
+                        message=r".*found in sys\.modules after import of package 'posttrain\.algorithms'")
+
 ALGORITHMS: dict[str, type] = {
     "reinforce": REINFORCE,  # the root: −(R − b) · log π
     "rloo": RLOO,  # REINFORCE, leave-one-out baseline
