@@ -63,7 +63,9 @@ def result_row(algo: str, run: RunDir, summary: dict, wall: float) -> dict:
     return {"algo": algo, "run": run.path.name, "sft": summary["sft"], "rl": summary[final], "wall_seconds": wall,
             "response_length": tail_mean("response_length"), "kl_ref": tail_mean("kl_ref"),
             "curve": [(r["step"], r["dev_pass@1"]) for r in metrics if "dev_pass@1" in r],
-            "reward_curve": [(r["step"], r["reward_mean"]) for r in metrics if "reward_mean" in r]}
+            # the reward of everything sampled: DAPO's reward_mean covers only the groups it kept
+            "reward_curve": [(r["step"], r.get("reward_sampled_mean", r["reward_mean"])) for r in metrics
+                             if "reward_mean" in r]}
 
 
 def write_table(root: RunDir, rows: list[dict], cfg: TrainConfig) -> None:
@@ -98,7 +100,7 @@ def write_curves(root: RunDir, rows: list[dict]) -> None:
         if r["curve"]:
             steps, dev = zip(*r["curve"])
             right.plot(steps, dev, marker="o", markersize=3, label=r["algo"])
-    left.set(title="train reward (10-step moving average)", xlabel="RL step")
+    left.set(title="train reward of all samples (10-step moving average)", xlabel="RL step")
     right.set(title="dev pass@1 (greedy)", xlabel="RL step")
     for ax in (left, right):
         ax.grid(alpha=0.3)

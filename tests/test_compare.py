@@ -18,6 +18,8 @@ def test_compare_shares_the_sft_start_and_writes_table_and_plot(tmp_path, capsys
         assert r["wall_seconds"] > 0 and r["response_length"] > 0
         config = json.loads((root / r["run"] / "config.json").read_text())
         assert config["rl"]["algo"] == r["algo"] and config["init"].endswith("step_000005")
+    dapo_rows = [json.loads(line) for line in (root / rows[2]["run"] / "metrics.jsonl").read_text().splitlines()]
+    assert all("reward_sampled_mean" in r for r in dapo_rows if r["stage"] == "rl")
     table = (root / "compare.md").read_text()
     assert all(f"| {a} |" in table for a in algos)
     assert (root / "compare.png").stat().st_size > 10_000

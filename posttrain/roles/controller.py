@@ -219,9 +219,10 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         """Sample rounds of fresh prompts, keeping whole groups that pass filter_batch,
         until prompts_per_step groups are kept or the rounds run out."""
         kept: list[Episode] = []
-        sampled_groups = 0
+        sampled_groups, sampled_rewards = 0, []
         for round in range(cfg.rl.max_sampling_rounds):
             episodes = sample_and_score(step, round)
+            sampled_rewards += [e.reward for e in episodes]
             for e in episodes:  # group ids unique across rounds
                 e.group_id += round * cfg.rl.prompts_per_step
             sampled_groups += cfg.rl.prompts_per_step
@@ -230,7 +231,9 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
                 break
         groups = sorted({e.group_id for e in kept})[: cfg.rl.prompts_per_step]
         kept = [e for e in kept if e.group_id in set(groups)]
-        stats = {"sampling_rounds": round + 1, "kept_group_fraction": len(groups) / sampled_groups}
+        # reward_mean describes the kept (hard) groups only; this one is comparable across algorithms
+        stats = {"sampling_rounds": round + 1, "kept_group_fraction": len(groups) / sampled_groups,
+                 "reward_sampled_mean": sum(sampled_rewards) / len(sampled_rewards)}
         # nothing informative at all: train on the last round, whose advantages are all 0
         return (kept or episodes), stats
 
