@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from posttrain.models.tokenizer import write_atomic
+from posttrain.files import write_atomic
 from posttrain.types import Episode
 
 # --------------------------------------------------------------------------------------

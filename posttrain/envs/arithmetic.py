@@ -35,13 +35,13 @@ import functools
 import hashlib
 import itertools
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
 from posttrain.envs.final_int import HONEST_SPECS, SPECS, get_spec
+from posttrain.files import write_atomic
 from posttrain.types import Example
 
 SPLIT_BUCKETS = {"train": range(0, 80), "dev": range(80, 90), "heldout": range(90, 100)}
@@ -309,21 +309,10 @@ OPTIONAL_FIELDS = ("id", "meta")
 def save_examples_jsonl(examples: list[Example], path: str | Path) -> None:
     """Write one JSON object per line. Written to a temporary file and renamed, so a
     killed process never leaves half a dataset behind."""
-    path = Path(path)
-    temporary = path.with_name(path.name + ".tmp")
-    try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            for example in examples:
-                record = {
-                    "prompt": example.prompt,
-                    "expected_answer": example.expected_answer,
-                    "id": example.id,
-                    "meta": example.meta,
-                }
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)  # only still there if writing failed
+    records = [
+        {"prompt": e.prompt, "expected_answer": e.expected_answer, "id": e.id, "meta": e.meta} for e in examples
+    ]
+    write_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
 
 def load_examples_jsonl(path: str | Path) -> list[Example]:

@@ -18,7 +18,6 @@ the last checkpoint are dropped, so the resumed run's log equals an uninterrupte
 from __future__ import annotations
 
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -27,19 +26,11 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+from posttrain.files import write_atomic
 
 
 def write_json(path: Path, data: Any) -> None:
-    atomic_write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -115,7 +106,7 @@ class RunDir:
             f.flush()
 
     def write_jsonl(self, name: str, rows: list[dict]) -> None:
-        atomic_write_text(self.path / name, "".join(json.dumps(row, default=str) + "\n" for row in rows))
+        write_atomic(self.path / name, "".join(json.dumps(row, default=str) + "\n" for row in rows))
 
     def read_jsonl(self, name: str) -> list[dict]:
         return read_jsonl(self.path / name)

@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .tokenizer import write_atomic
+from posttrain.files import write_atomic
 
 
 @dataclass

@@ -18,29 +18,13 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
+
+from posttrain.files import write_atomic
 
 SPECIAL_TOKENS = ["<pad>", "<bos>", "<eos>", "<unk>"]
 CHARS = ["\n"] + [chr(c) for c in range(32, 127)]  # newline, then space .. "~"
 VOCAB = SPECIAL_TOKENS + CHARS  # index in this list = token id
-
-
-def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
-    """Write `data` to `path` so that a reader sees either the old file or the whole new
-    one, never half of it: write to a temporary file in the same directory, then
-    `os.replace`, which is atomic on POSIX and Windows."""
-    path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
 
 
 class CharTokenizer:

@@ -42,7 +42,7 @@ from posttrain.models.value_head import ValueHead
 from posttrain.rewards import AdaptiveKLController
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
-from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.roles.weight_sync import InProcessWeightSync
 from posttrain.types import Episode, RolloutBatch
@@ -150,7 +150,7 @@ def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
     episodes = []
     for i, example in enumerate(examples):
         response = tokenizer.encode(env.solution(example)) + [tokenizer.eos_id]
-        episodes.append(Episode(example=example, group_id=i, prompt_ids=[tokenizer.bos_id] + tokenizer.encode(example.prompt),
+        episodes.append(Episode(example=example, group_id=i, prompt_ids=encode_prompt(tokenizer, example.prompt),
                                 response_ids=response, response_logp=[0.0] * len(response)))
     return episodes
 

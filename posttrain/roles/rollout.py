@@ -52,6 +52,12 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
+def encode_prompt(tokenizer, prompt: str) -> list[int]:
+    """`[bos] + prompt`: the token layout every prompt is sampled from, and so the one SFT
+    demonstrations and preference pairs must be trained on too."""
+    return [tokenizer.bos_id] + tokenizer.encode(prompt)
+
+
 class RolloutEngine:
     """Holds its own copy of the policy (kept fresh by roles/weight_sync.py) and a
     tokenizer; turns Examples into Episodes."""
@@ -61,9 +67,6 @@ class RolloutEngine:
         self.tokenizer = tokenizer
         self.params = params
         self.weight_version = 0
-
-    def prompt_ids(self, example: Example) -> list[int]:
-        return [self.tokenizer.bos_id] + self.tokenizer.encode(example.prompt)
 
     @torch.no_grad()
     def generate(
@@ -76,7 +79,7 @@ class RolloutEngine:
         """K = samples_per_prompt completions for each example, grouped by example."""
         params = params or self.params
         tok = self.tokenizer
-        prompts = [self.prompt_ids(ex) for ex in examples for _ in range(samples_per_prompt)]
+        prompts = [encode_prompt(tok, ex.prompt) for ex in examples for _ in range(samples_per_prompt)]
         N, P = len(prompts), max(len(p) for p in prompts)
         max_len = P + params.max_new_tokens
         if max_len > self.model.config.max_seq_len:

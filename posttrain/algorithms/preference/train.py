@@ -32,6 +32,7 @@ import torch
 
 from posttrain.algorithms.preference.core import PreferenceInfo, SequenceBatch, sequence_logps
 from posttrain.preference_data import PreferencePair, UnpairedExample
+from posttrain.roles.rollout import encode_prompt
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Row:
 def encode_row(tokenizer, prompt: str, response: str, is_chosen: bool, max_len: int | None, where: str) -> Row:
     """[bos] + prompt, then response + [eos]: the layout the rollout engine samples, so the
     EOS is an action the policy is trained to take (or not) like any other token."""
-    prompt_ids = [tokenizer.bos_id] + tokenizer.encode(prompt)
+    prompt_ids = encode_prompt(tokenizer, prompt)
     response_ids = tokenizer.encode(response) + [tokenizer.eos_id]
     ids = tuple(prompt_ids + response_ids)
     if max_len is not None and len(ids) > max_len:
