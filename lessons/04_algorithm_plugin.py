@@ -212,11 +212,9 @@ def _(mo):
        Read `posttrain/algorithms/gspo.py` for the answer.
     3. Find rewards for which GRPO's and Dr. GRPO's pushes have *different signs* on some row — or
        argue that none exist.
-
-    ## Code exercises (TODO, a later step)
-
-    Writing a new algorithm against the contract (register it, pass the shared tests) is left for
-    the exercise harness; nothing here is a stub in the library.
+    4. Code: `exercises/04_advantages.py` asks you to write `compute_advantages` for a group-mean
+       baseline, the first half of the contract; run `posttrain check 04`. The stub lives outside
+       the library, so the library's own tests stay green while you work on it.
     """)
     return
 

@@ -27,6 +27,26 @@ def _():
          "the strict verifier's reward and reason code for any text, and the KL anchor to a frozen reference"),
         ("04_algorithm_plugin.py", "The algorithm plug-in",
          "compute_advantages and compute_loss: every registered algorithm on the same group of rewards"),
+        ("05_trainer.py", "Trainer",
+         "one forward, one backward, one step, with the loss as a callable: a learning-rate slider on real GRPO steps"),
+        ("06_weight_sync.py", "Weight sync",
+         "push the trainer's weights to the sampler every N steps, or never: staleness, ratio drift, clipfrac"),
+        ("07_controller.py", "Controller",
+         "step through one RL iteration role by role, and plant three real bugs in the loop"),
+        ("08_agentic_tool_masking.py", "Agentic RL and tool masking",
+         "a two-turn trajectory with a real sandboxed tool call: why tool output gets response_mask 0"),
+        ("09_reinforce.py", "REINFORCE",
+         "the score-function estimator, its noise, and what a baseline and a reward offset do to it"),
+        ("10_ppo.py", "PPO",
+         "the clip table: ratio × advantage sign → which branch is active and the gradient; GAE"),
+        ("11_grpo.py", "GRPO",
+         "the group as baseline: group size K, zero-variance groups, and the exact (K−1)/K bias"),
+        ("12_rloo.py", "RLOO",
+         "leave one out: each sample's baseline, the K/(K−1) identity, unbiased by enumeration"),
+        ("13_dapo.py", "DAPO",
+         "remove one of the four fixes and see exactly which numbers change on the same batch"),
+        ("14_dr_grpo.py", "Dr. GRPO",
+         "two divisors deleted: the length bias against a slider, and the std's difficulty bias"),
     ]
     return LESSONS, Path, mo
 
@@ -49,8 +69,13 @@ def _(LESSONS, mo):
     | # | lesson | what you will do | file |
     |---|---|---|---|
     {_rows}
-    Read them in order: each assumes the one before. In each, find the setting that breaks
-    things — the failures are the lesson.
+    Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
+    each a small patch on its predecessor. Read them in order; every lesson builds on the
+    last. In each, find the setting that breaks things — the failures are the lesson.
+
+    Most lessons end with a code exercise: a marked stub in `exercises/` (outside the library, so
+    its tests stay green) that you fill in and check with `posttrain check 09`, which compares
+    your function with the library's on several cases and says pass or fail, with a hint.
 
     Open one directly with `posttrain lessons 02`, or edit them with `posttrain lessons --edit`.
     Headless, every lesson also runs as a plain script: `python lessons/02_rollout_and_pi_old.py`.

@@ -1,7 +1,9 @@
 """The lessons (marimo notebooks in lessons/): each runs headless as a plain script, has
-exactly one widget, names only source files that exist, and makes claims its numbers
-back up; the index lists every lesson; `posttrain lessons` resolves names and refuses
-unknown ones without starting a server."""
+exactly one widget (one control, or one `mo.ui.dictionary` panel of controls), names only
+source files that exist, and makes claims its numbers back up — at the widgets' defaults
+and, for the "find the knob that breaks it" settings, with the knob turned; the index lists
+every lesson; `posttrain lessons` resolves names and refuses unknown ones without
+starting a server. The browser test is tests/test_lessons_browser.py."""
 
 from __future__ import annotations
 
@@ -24,7 +26,7 @@ LESSONS = ROOT / "lessons"
 LESSON_FILES = sorted(p for p in LESSONS.glob("*.py") if re.match(r"\d\d[a-z]?_", p.name))
 ALL_NOTEBOOKS = LESSON_FILES + [LESSONS / "index.py"]
 # A repository path as the lessons write it: posttrain/roles/rollout.py, tests/test_rollout.py
-SOURCE_PATH = re.compile(r"\b(?:posttrain|tests|docs|lessons|benchmarks)/[\w./-]*\w\.(?:py|md|toml|txt)\b")
+SOURCE_PATH = re.compile(r"\b(?:posttrain|tests|docs|lessons|benchmarks|exercises)/[\w./-]*\w\.(?:py|md|toml|txt)\b")
 TIME_LIMIT_S = 30.0
 
 
@@ -32,14 +34,27 @@ def ids(paths):
     return [p.name for p in paths]
 
 
+def _is_ui_call(node: ast.AST) -> bool:
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+        owner = node.func.value
+        return isinstance(owner, ast.Attribute) and owner.attr == "ui" and getattr(owner.value, "id", None) == "mo"
+    return False
+
+
 def ui_calls(path: Path) -> list[str]:
-    """Names of the mo.ui constructors called in a notebook: ["slider"], ..."""
+    """Names of the top-level mo.ui constructors called in a notebook: ["slider"], ...
+    Controls nested inside another mo.ui call (a `mo.ui.dictionary` panel) belong to that
+    one widget and are not counted separately."""
     calls = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
-            owner = node.func.value
-            if isinstance(owner, ast.Attribute) and owner.attr == "ui" and getattr(owner.value, "id", None) == "mo":
-                calls.append(node.func.attr)
+
+    def visit(node: ast.AST) -> None:
+        if _is_ui_call(node):
+            calls.append(node.func.attr)
+            return  # its children are parts of this widget
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")))
     return calls
 
 
@@ -67,7 +82,7 @@ def run_in_process(path: Path) -> dict:
 
 
 def test_there_are_lessons():
-    assert [p.name[:2] for p in LESSON_FILES][:5] == ["00", "01", "02", "03", "04"]
+    assert [p.name[:2] for p in LESSON_FILES][:15] == [f"{n:02d}" for n in range(15)]
 
 
 @pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=ids(ALL_NOTEBOOKS))
@@ -160,6 +175,147 @@ def test_lesson_04_shows_every_registered_algorithm(restore_threads):
         adv, push = defs["adv_cols"][name], defs["push_cols"][name]
         on = adv.abs() > 1e-6
         assert torch.equal(torch.sign(adv[on]), torch.sign(push[on])), name
+
+
+def run_with_setting(path: Path, default: str, setting: str, tmp_path: Path) -> dict:
+    """Run a copy of the notebook with one widget default replaced (`default` -> `setting`,
+    text that must occur exactly once): the "find the knob that breaks it" settings."""
+    text = path.read_text(encoding="utf-8")
+    assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
+    copy = tmp_path / path.name
+    copy.write_text(text.replace(default, setting), encoding="utf-8")
+    return run_in_process(copy)
+
+
+def test_lesson_05_small_lr_helps_and_a_large_one_breaks(restore_threads, tmp_path):
+    path = LESSONS / "05_trainer.py"
+    defs = run_in_process(path)
+    assert defs["error"] is None and len(defs["steps"]) == 4
+    assert defs["steps"][0]["ratio_max"] == pytest.approx(1.0, abs=1e-4)  # step 1 is on-policy
+    assert defs["delta_right"] > 0 > defs["delta_wrong"]
+    assert defs["pass_after"] >= defs["pass_before"]
+    broken = run_with_setting(path, "value=-4.0, label=", "value=-2.0, label=", tmp_path)
+    assert broken["pass_after"] < defs["pass_before"] - 0.3  # η = 1e-2: the collapse the lesson names
+
+
+def test_lesson_06_on_policy_every_step_and_stale_without_sync(restore_threads, tmp_path):
+    path = LESSONS / "06_weight_sync.py"
+    defs = run_in_process(path)
+    assert [r["staleness"] for r in defs["log"]] == [0] * defs["STEPS"]
+    assert max(abs(r["approx_kl"]) for r in defs["log"]) < 1e-5
+    assert defs["sync"].version == defs["STEPS"]
+    never = run_with_setting(path, "value=1, label=\"push weights", "value=0, label=\"push weights", tmp_path)
+    assert [r["staleness"] for r in never["log"]] == list(range(never["STEPS"]))
+    assert never["sync"].version == 0
+    assert all(r["approx_kl"] > 1e-4 and r["outside"] > 0 for r in never["log"][1:])
+
+
+@pytest.mark.parametrize("bug", ["none: the loop as written", "compute advantages before scoring",
+                                 "collate without the sampling temperature", "skip the sync"])
+def test_lesson_07_each_planted_bug_shows_where_the_lesson_says(bug, restore_threads, tmp_path):
+    path = LESSONS / "07_controller.py"
+    default = 'value="none: the loop as written", label'
+    defs = run_with_setting(path, default, f'value="{bug}", label', tmp_path)
+    m, out = defs["metrics"], defs["out"]
+    if bug == "none: the loop as written":
+        assert m["ratio_max"] == pytest.approx(1.0, abs=1e-4) and m["grad_norm"] > 0
+        assert out["sync_gap_after"] == 0.0 and out["engine_version"] == 1
+    elif bug == "compute advantages before scoring":
+        assert defs["batch"].advantages.abs().max() == 0 and m["grad_norm"] == 0
+    elif bug == "collate without the sampling temperature":
+        assert abs(m["ratio_mean"] - 1) > 1e-3 and m["approx_kl"] > 1e-5
+    else:
+        assert out["sync_gap_after"] > 0 and out["engine_version"] == 0
+
+
+def test_lesson_08_masked_tool_tokens_cannot_reach_the_loss(restore_threads, tmp_path):
+    path = LESSONS / "08_agentic_tool_masking.py"
+    defs = run_in_process(path)
+    assert defs["tool_value"] == 0.0
+    assert defs["loss_delta"] == defs["loss_0"] and defs["loss_nan"] == defs["loss_0"]
+    assert defs["tool_push"].abs().max() == 0
+    assert (defs["grad_0"] * defs["tool"]).abs().max() == 0
+    bug = run_with_setting(path, 'value="0: tool output is state, not action (correct)",',
+                           'value="1: tool output trained as if the model wrote it (the bug)",', tmp_path)
+    assert bug["loss_delta"] != bug["loss_0"]
+    assert bug["loss_nan"] != bug["loss_nan"]  # NaN reached the loss
+    assert bug["tool_push"][0] > 0 > bug["tool_push"][1]  # right tool output pushed up, wrong down
+    assert bug["tool_logp_change"][1] < defs["tool_logp_change"][1] - 0.3
+
+
+def test_lesson_09_offset_hurts_without_a_baseline_and_cancels_with_one(restore_threads, tmp_path):
+    path = LESSONS / "09_reinforce.py"
+    clean = run_in_process(path)
+    assert clean["grad_mean"] > 0 and clean["wrong_sign"] < 0.05
+    offset = 'step=0.5, value=0.0, label="reward offset'
+    shifted = run_with_setting(path, offset, 'step=0.5, value=5.0, label="reward offset', tmp_path)
+    assert shifted["grad_std"] > 5 * clean["grad_std"] and shifted["wrong_sign"] > 0.2
+    assert shifted["p_best_final"] < clean["p_best_final"]
+    text = path.read_text(encoding="utf-8").replace(offset, 'step=0.5, value=5.0, label="reward offset')
+    (tmp_path / "g.py").write_text(text.replace('value="none", label="baseline b"', 'value="group_mean", label="baseline b"'))
+    group = run_in_process(tmp_path / "g.py")
+    (tmp_path / "g0.py").write_text(path.read_text(encoding="utf-8").replace(
+        'value="none", label="baseline b"', 'value="group_mean", label="baseline b"'))
+    group_clean = run_in_process(tmp_path / "g0.py")
+    assert group["grad_std"] == pytest.approx(group_clean["grad_std"], rel=1e-5)  # the offset cancels exactly
+
+
+def test_lesson_10_clip_table_corners(restore_threads, tmp_path):
+    path = LESSONS / "10_ppo.py"
+    defs = run_in_process(path)
+    assert defs["cell"]["clipped"] and defs["cell"]["grad"] == 0.0  # ρ = 1.3, A = +1, ε = 0.2
+    table = defs["table"]
+    assert table[(1.5, 1.0)]["clipped"] and table[(0.5, -1.0)]["clipped"]
+    assert not table[(0.5, 1.0)]["clipped"] and not table[(1.5, -1.0)]["clipped"]  # the pessimistic corners
+    assert table[(1.5, -1.0)]["grad"] == pytest.approx(1.5)  # −A·ρ, growing with ρ
+    assert table[(0.9, 1.0)]["grad"] == pytest.approx(-0.9)
+    free = run_with_setting(path, "step=0.05, value=0.2, label=", "step=0.05, value=2.0, label=", tmp_path)
+    assert free["epochs"][-1]["approx_kl"] > 5 * defs["epochs"][-1]["approx_kl"]
+    assert free["epochs"][-1]["ratio_max"] > 3 > 1.5 > defs["epochs"][-1]["ratio_max"]
+
+
+def test_lesson_11_bias_is_exactly_k_minus_1_over_k(restore_threads, tmp_path):
+    path = LESSONS / "11_grpo.py"
+    defs = run_in_process(path)
+    K, rows, true = defs["K"], defs["bias_rows"], defs["true_grad"]
+    assert rows["GRPO mean only (= Dr. GRPO)"] / true == pytest.approx((K - 1) / K, rel=1e-5)
+    assert rows["RLOO (leave one out)"] / true == pytest.approx(1.0, rel=1e-5)
+    one = run_with_setting(path, "step=1, value=4, label=", "step=1, value=1, label=", tmp_path)
+    assert one["zero_var"] == 1.0
+    for name, (adv, push, _) in one["results"].items():
+        if name == "dapo":  # dynamic sampling drops every group: nothing left to train on
+            assert torch.isnan(adv).all() and torch.isnan(push).all()
+        else:
+            assert adv.abs().max() == 0 and push.abs().max() == 0
+
+
+def test_lesson_12_rloo_is_grpo_without_std_times_k_over_k_minus_1(restore_threads):
+    defs = run_in_process(LESSONS / "12_rloo.py")
+    K = defs["K"]
+    torch.testing.assert_close(defs["rloo_adv"], defs["centred"] * K / (K - 1))
+    assert defs["loo"][0] == pytest.approx(1 / 3)  # the others of sample 0: 1, 0, 0
+
+
+def test_lesson_13_each_ablation_changes_what_the_lesson_says(restore_threads, tmp_path):
+    path = LESSONS / "13_dapo.py"
+    defs = run_in_process(path)  # default: dynamic sampling removed
+    full, ablated = defs["results"]["dapo"], defs["results"][defs["label"]]
+    assert full[2]["kept_rows"] == 8 and ablated[2]["kept_rows"] == 12
+    assert ablated[1][4:].abs().sum() < full[1][4:].abs().sum()  # informative rows pushed less
+    default = 'value="dynamic sampling (keep every group)",'
+    overlong = run_with_setting(path, default, 'value="overlong shaping (no length penalty)",', tmp_path)
+    adv = overlong["results"][overlong["label"]][0]
+    assert adv[9] == pytest.approx(adv[8].item())  # the 44-token answer as good as the 10-token one
+    assert overlong["results"]["dapo"][0][9] < overlong["results"]["dapo"][0][8]
+    clip = run_with_setting(path, default, 'value="clip-higher (ε_high back to 0.2)",', tmp_path)
+    assert defs["push_125"] and not clip["push_125"]
+
+
+def test_lesson_14_length_bias_under_grpo_only(restore_threads):
+    defs = run_in_process(LESSONS / "14_dr_grpo.py")
+    g, d, L = defs["per_token"]["grpo"], defs["per_token"]["dr_grpo"], defs["L"]
+    assert (g[1] / g[2]).item() == pytest.approx(8 / L, rel=1e-4)
+    assert (d[1] / d[2]).item() == pytest.approx(1.0, rel=1e-5)
 
 
 # --------------------------------------------------------------------------------------

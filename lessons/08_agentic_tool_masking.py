@@ -1,0 +1,271 @@
+"""Lesson 08 · Agentic RL: multi-turn trajectories, and why tool output gets response_mask 0.
+
+Run it:  posttrain lessons 08
+Headless: python lessons/08_agentic_tool_masking.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import dataclasses
+
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # a few dozen tokens: one thread is plenty
+    return dataclasses, mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 08 · Agentic RL: multi-turn and tool masking
+
+    ## Why some tokens in a trajectory are not actions
+
+    So far a completion was one block of tokens, every one of them sampled by the policy. An
+    *agent* interleaves: the model writes a tool call, the tool (a Python interpreter, a search
+    engine, a test runner) writes back, the model reads that and continues. The trajectory that
+    reaches the trainer holds both kinds of tokens in one row:
+
+    ```text
+    [ prompt ........ | model: call 17*19 | tool: 323 | model: Final: 323 ⏎ ]
+      response_mask 0 |        1          |     0     |         1
+    ```
+
+    The policy gradient is a sum over **the policy's own decisions**: $\nabla \log\pi_\theta(y_t)$
+    for tokens the policy sampled. The tool's tokens were not sampled from $\pi_\theta$; they are
+    part of the *state* the next decisions condition on, exactly like the prompt. So they get
+    `response_mask = 0`: they stay in `tokens` (the model must still read them), but no loss,
+    no advantage, no KL and no entropy term may touch them.
+
+    ## The key equation
+
+    $$
+    \nabla_\theta \mathcal{L} = -\frac{1}{\sum_t m_t}\sum_t m_t\, A_t\, \nabla_\theta \log\pi_\theta(y_t \mid y_{<t}),
+    \qquad m_t = \begin{cases}1 & y_t \text{ sampled by the policy}\\ 0 & \text{prompt, tool output, padding}\end{cases}
+    $$
+
+    The check that the mask does its job is an **invariance**: change anything at a masked
+    position — its log-prob, even to NaN — and the loss must not change. The widget below runs
+    that check on two real two-turn trajectories. The tool call really runs: the code goes to
+    `run_sandboxed` (the sandbox of `posttrain/envs/code.py`) and its stdout becomes the tool
+    tokens. The log-probs come from a small, untrained `gpt_mini`'s forward pass, the loss is
+    GRPO's `compute_loss`, and the update is the real `Trainer.update`.
+    """)
+    return
+
+
+@app.cell
+def _(torch):
+    from posttrain.envs.arithmetic import ArithmeticEnv
+    from posttrain.envs.code import run_sandboxed
+    from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.roles.rollout import encode_prompt
+    from posttrain.types import Episode, Example
+
+    torch.manual_seed(0)
+    tok = CharTokenizer()
+    model = GPTMini(GPTMiniConfig(vocab_size=tok.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=96,
+                                  max_seq_len=64))
+    example = Example(prompt="Q: 17*19 (use the tool)\n", expected_answer="323")
+    verifier = ArithmeticEnv(level=1, cot=False).score  # the strict "Final: <int>" verifier
+
+    # Two trajectories for the same prompt: one calls the tool with the right expression, one not.
+    trajectories = []
+    for _call in ("17*19", "17+19"):
+        _tool = run_sandboxed(f"print({_call})")  # a real, sandboxed execution
+        # a machine where the sandbox cannot start still gets the lesson: the tool's answer
+        # is then computed here (the status column below says so)
+        _answer = _tool.stdout.strip() if _tool.status == "ok" else str(eval(_call, {"__builtins__": {}}))
+        _segments = [("model", f"call: {_call}\n"), ("tool", f"tool: {_answer}\n"), ("model", f"Final: {_answer}")]
+        trajectories.append({"segments": _segments, "tool": _tool,
+                             "reward": verifier(example, f"Final: {_answer}")["reward"]})
+
+    episodes, segment_of = [], []
+    for _g, _traj in enumerate(trajectories):
+        _ids, _seg = [], []
+        for _kind, _text in _traj["segments"]:
+            _piece = tok.encode(_text)
+            _ids += _piece
+            _seg += [_kind] * len(_piece)
+        _ids, _seg = _ids + [tok.eos_id], _seg + ["model"]  # the policy's stop token is an action
+        episodes.append(Episode(example=example, group_id=0, prompt_ids=encode_prompt(tok, example.prompt),
+                                response_ids=_ids, response_logp=[0.0] * len(_ids), reward=_traj["reward"]))
+        segment_of.append(_seg)
+    return episodes, model, segment_of, tok, trajectories
+
+
+@app.cell
+def _(mo):
+    controls = mo.ui.dictionary({
+        "mask": mo.ui.dropdown(options={"0: tool output is state, not action (correct)": 0.0,
+                                        "1: tool output trained as if the model wrote it (the bug)": 1.0},
+                               value="0: tool output is state, not action (correct)",
+                               label="response_mask on tool tokens"),
+        "delta": mo.ui.slider(start=-5.0, stop=5.0, step=0.5, value=2.0, label="perturb log π on tool tokens by δ",
+                              show_value=True),
+    })
+    controls.vstack()  # the panel's controls, one per line (their values stay in `controls`)
+    return (controls,)
+
+
+@app.cell
+def _(controls, dataclasses, episodes, model, segment_of, tok, torch):
+    from posttrain.algorithms import make_algorithm
+    from posttrain.algorithms.core import token_logp
+    from posttrain.roles.trainer import Trainer
+    from posttrain.types import PolicyOutputs, RolloutBatch
+
+    tool_value = controls.value["mask"]
+    delta = controls.value["delta"]
+    batch = RolloutBatch.collate(episodes, tok.pad_id)
+    tool = torch.zeros_like(batch.response_mask)  # (B, T) 1 on tool-output tokens
+    for _b, _e in enumerate(episodes):
+        _P = len(_e.prompt_ids)
+        for _t, _kind in enumerate(segment_of[_b]):
+            tool[_b, _P + _t] = float(_kind == "tool")
+    batch.response_mask = torch.where(tool == 1, torch.tensor(tool_value), batch.response_mask)
+    def all_logp(net):
+        """log π(token | prefix) at *every* position, (B, T) — the trainer computes it only
+        where response_mask is 1, and here we also want to look at the tool tokens."""
+        with torch.no_grad():
+            return token_logp(net(batch.tokens), batch.tokens, batch.temperature)
+
+    logp_now = all_logp(model)  # (B, T)
+    batch.old_logp = logp_now * batch.response_mask  # π_old = the current weights: ratio 1 at the start
+    grpo = make_algorithm("grpo")
+    batch = dataclasses.replace(batch, **grpo.compute_advantages(batch))
+
+    def loss_at(logp):
+        """GRPO's loss with the given (B, T) log-probs; returns (loss, ∂loss/∂logp)."""
+        logp = logp.detach().clone().requires_grad_(True)
+        _loss, _ = grpo.compute_loss(PolicyOutputs(logp=logp, entropy=torch.zeros_like(logp)), batch)
+        _loss.backward()
+        return _loss.item(), logp.grad
+
+    loss_0, grad_0 = loss_at(logp_now)
+    loss_delta, _ = loss_at(logp_now + delta * tool)  # change only the tool tokens
+    loss_nan, _ = loss_at(torch.where(tool == 1, torch.tensor(float("nan")), logp_now))  # poison them
+    tool_push = -(grad_0 * tool).sum(dim=1)  # (B,) how hard each row's tool tokens are pushed
+
+    # One real update, then: how much more likely did the model make each row's tool output?
+    _before = (logp_now * tool).sum(dim=1)
+    import copy as _copy
+
+    _trainer = Trainer(_copy.deepcopy(model).requires_grad_(True), lr=1e-2, total_steps=1)
+    _trainer.update(batch, grpo.compute_loss)
+    tool_logp_change = (all_logp(_trainer.model) * tool).sum(dim=1) - _before  # (B,)
+    return batch, delta, grad_0, loss_0, loss_delta, loss_nan, tool, tool_logp_change, tool_push, tool_value
+
+
+@app.cell
+def _(batch, delta, episodes, grad_0, loss_0, loss_delta, loss_nan, mo, segment_of, tok, tool_logp_change,
+      tool_push, tool_value, trajectories):
+    import html
+    import math
+
+    from posttrain.demos.tokens import show
+
+    def _cell(text):
+        return "<code>" + html.escape(show(text)).replace("|", "&#124;") + "</code>"
+
+    _tables = []
+    for _b, _e in enumerate(episodes):
+        _P = len(_e.prompt_ids)
+        _rows = "".join(
+            f"| {_t} | {_cell(tok.decode([tid], skip_special_tokens=False))} | {segment_of[_b][_t]} | "
+            f"{batch.response_mask[_b, _P + _t]:g} | {batch.advantages[_b, _P + _t]:+.3f} | {grad_0[_b, _P + _t]:+.4f} |\n"
+            for _t, tid in enumerate(_e.response_ids)
+        )
+        _traj = trajectories[_b]
+        _tables.append(
+            f"**Row {_b}** — tool `{_traj['tool'].status}` in {_traj['tool'].wall_seconds:.2f} s "
+            f"({_traj['tool'].isolation}), reward **{_e.reward:g}**\n\n"
+            "| t | token | who wrote it | response_mask | advantage | ∂loss/∂log π |\n|---|---|---|---|---|---|\n" + _rows
+        )
+    _same = math.isclose(loss_0, loss_delta, rel_tol=0, abs_tol=1e-7)
+    _verdict = ("**unchanged** — the masked positions cannot reach the loss" if _same else
+                "**changed** — the tool's tokens are inside the loss")
+    mo.md(
+        f"""
+    ### The perturbation check (response_mask on tool tokens = {tool_value:g})
+
+    | log π on tool tokens | GRPO loss |
+    |---|---|
+    | as computed | {loss_0:+.6f} |
+    | + δ = {delta:+.1f} | {loss_delta:+.6f} |
+    | NaN | {loss_nan:+.6f} |
+
+    Shifting the tool tokens' log-probs by δ left the loss {_verdict}. (At ratio 1 the loss
+    itself is about 0, since GRPO's advantages average to zero within the group; its gradient,
+    in the tables below, is not.)
+
+    Push on each row's *tool tokens* (−Σ ∂loss/∂log π over them): `{[round(v, 4) + 0.0 for v in tool_push.tolist()]}`.
+    After one real `Trainer.update` (lr 1e-2), the log-probability the model gives each row's
+    tool output changed by `{[round(v, 3) for v in tool_logp_change.tolist()]}` (rows 0, 1).
+
+    {_tables[0]}
+
+    {_tables[1]}
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    Switch the dropdown to **1 (the bug)**. Three things go wrong at once, and the widget shows
+    each of them:
+
+    * The δ check fails: the loss now depends on what the tool said, as if the model had said it.
+    * The tool tokens get an advantage and a direct gradient: row 0's tool output (`323`) is
+      pushed *up* and row 1's (`36`) *down*, as if they were the model's choices. The model is
+      being trained to write the observation itself instead of calling the tool — in a long
+      agentic run, the classic symptom is a model that starts writing the tool result it
+      hoped for. Compare the log-prob change of row 1's tool output after one update: about
+      −0.2 with the mask (an indirect effect, next bullet) and about −0.9 without it.
+    * Even with the correct mask the tool tokens' log-probs move a little: the weights are
+      shared, and row 0's own answer `Final: 323` contains the same characters. The mask
+      removes the *direct* gradient, not every correlation; that is the right behaviour.
+    * A NaN anywhere in those positions (a tool returned bytes the tokenizer mapped oddly, a
+      padded log-prob of −inf) now reaches the loss and the whole step.
+
+    With the correct mask the loss is bit-for-bit unchanged by δ and by NaN: the library's
+    masked reductions use `torch.where`, not `x * mask`, precisely because `NaN * 0` is NaN.
+    PPO's GAE has the same rule in time: a masked tool span is not a time step, so the running
+    advantage passes through it unchanged (`gae` in `posttrain/algorithms/ppo.py`).
+
+    ## Source files used here
+
+    * `posttrain/types.py` — `RolloutBatch.response_mask`, `Episode`
+    * `posttrain/algorithms/core.py` — `masked_sum`, `masked_mean`, `clipped_surrogate` (the `torch.where` rule)
+    * `posttrain/algorithms/grpo.py` — `compute_advantages` (advantage × response_mask), `compute_loss`
+    * `posttrain/algorithms/ppo.py` — `gae`, which skips masked positions
+    * `posttrain/envs/code.py` — `run_sandboxed`, the tool
+    * `posttrain/roles/trainer.py` — `Trainer.update` (its forward pass computes log-probs only where the mask is 1)
+    * `tests/test_algorithms_core.py` — the masked-positions-cannot-leak tests
+
+    ## Exercises
+
+    1. With the correct mask, the tool tokens still change the loss *indirectly*. How? (They are
+       in `tokens`: the model reads them when it predicts `Final: 323`.) Is that a bug?
+    2. A tool that fails returns a traceback. Should the next model turn be rewarded for
+       recovering from it? Which tokens would carry that gradient?
+    3. Code: `exercises/08_masked_mean.py` asks for a masked mean that NaN in masked positions
+       cannot reach — the guarantee this lesson's δ check relies on; run `posttrain check 08`.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()

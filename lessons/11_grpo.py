@@ -1,0 +1,191 @@
+"""Lesson 11 · GRPO: drop the critic, use the group as the baseline.
+
+Run it:  posttrain lessons 11
+Headless: python lessons/11_grpo.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import itertools
+
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # tiny tensors: one thread
+    return itertools, mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 11 · GRPO: drop the critic
+
+    ## Why a group instead of a critic
+
+    PPO's baseline is a learned critic $V_\phi$, in production a second network as large as the
+    policy, with its own optimizer state, its own forward and backward pass, and its own ways to
+    be wrong (a bad critic gives bad advantages for every token). For a verifier that pays once
+    at the end of a completion, there is a cheaper estimate of "how good was this prompt's
+    situation": **sample K completions of the same prompt and use their average**. Rollout
+    already samples K per prompt (lesson 02); the baseline costs nothing extra.
+
+    ## The key equation
+
+    $$
+    A_i = \frac{r_i - \operatorname{mean}(r_1..r_K)}{\operatorname{std}(r_1..r_K) + \epsilon}
+    \quad\text{copied onto every token of } y_i,
+    \qquad
+    \mathcal{L} = -\frac{1}{K}\sum_i \frac{1}{|y_i|}\sum_t \min\big(\rho_{i,t}A_i,\ \operatorname{clip}(\rho_{i,t})A_i\big) + \beta\,\mathrm{KL}
+    $$
+
+    Everything after the advantage is PPO's clipped surrogate (lesson 10). Two consequences of
+    the group are worth seeing with numbers:
+
+    * **A group whose K rewards are equal teaches nothing**: every $A_i = 0$. With a small K or a
+      prompt that is nearly always right (or wrong), that is most groups.
+    * **The O(1/K) bias.** The mean includes $r_i$ itself, so $A_i$ partly rewards $y_i$ for its
+      *own* reward relative to a baseline it moved. Without the std (Dr. GRPO's form), the
+      expected gradient is exactly $\tfrac{K-1}{K}$ of the true one: a shrink, not a wrong
+      direction. With the std the scale also depends on the prompt's difficulty (lesson 14).
+
+    The slider sets the group size K. Everything is computed by `posttrain.algorithms`.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    K_slider = mo.ui.slider(start=1, stop=8, step=1, value=4, label="group size K (samples per prompt)",
+                            show_value=True)
+    K_slider
+    return (K_slider,)
+
+
+@app.cell
+def _(K_slider):
+    from posttrain.lessons import family_comparison, family_markdown, synthetic_batch
+
+    K = K_slider.value
+    # Two prompts' samples as (reward, response length), taken in order: the first K of each.
+    STREAMS = [
+        [(1, 6), (0, 14), (0, 9), (1, 5), (0, 11), (0, 7), (1, 8), (0, 12)],  # a medium prompt
+        [(0, 10), (0, 13), (0, 9), (0, 12), (1, 7), (0, 15), (0, 8), (0, 11)],  # a hard prompt
+    ]
+    batch = synthetic_batch([s[:K] for s in STREAMS])
+    results = family_comparison(batch)
+    table = family_markdown(batch, results, focus="grpo")
+    return K, batch, results, table
+
+
+@app.cell
+def _(K, itertools, torch):
+    from posttrain.algorithms.core import zero_variance_group_fraction
+    from posttrain.algorithms.grpo import group_advantages
+    from posttrain.algorithms.rloo import leave_one_out_baseline
+
+    # Exact expected gradient on a two-armed "prompt": arm 0 is right (r = 1), arm 1 wrong.
+    # Enumerate all 2^K groups of K samples, weigh each by its probability, and average
+    # Σ_i A_i ∇_θ log π(a_i) / K with each algorithm's advantages (θ = the two logits).
+    pi = torch.tensor([0.3, 0.7])  # the policy is usually wrong on this prompt
+    arm_reward = torch.tensor([1.0, 0.0])
+    _groups = torch.tensor(list(itertools.product([0, 1], repeat=K)))  # (2^K, K) arms
+    _prob = pi[_groups].prod(dim=1)  # (2^K,)
+    _rewards = arm_reward[_groups].reshape(-1)  # (2^K · K,)
+    _ids = torch.arange(len(_groups)).repeat_interleave(K)  # each enumerated group its own id
+    _score = torch.nn.functional.one_hot(_groups, 2).float() - pi  # (2^K, K, 2) ∇ log π(a)
+
+    def expected_grad(adv):
+        per_group = (adv.view(len(_groups), K, 1) * _score).mean(dim=1)  # (2^K, 2)
+        return (_prob[:, None] * per_group).sum(dim=0)[0].item()  # d/dθ_0, the right arm
+
+    true_grad = (pi[0] * (1 - pi[0])).item()  # d/dθ_0 of E[r] = π_0 for a softmax over two logits
+    bias_rows = {
+        "GRPO (mean and std)": expected_grad(group_advantages(_rewards, _ids, "group", 1e-6)),
+        "GRPO mean only (= Dr. GRPO)": expected_grad(group_advantages(_rewards, _ids, "none", 1e-6)),
+        "RLOO (leave one out)": expected_grad(_rewards - leave_one_out_baseline(_rewards, _ids)),
+    }
+    # How often is a group uninformative? 4000 prompts with pass rates spread over [0, 1].
+    _gen = torch.Generator().manual_seed(0)
+    _p = torch.rand(4000, generator=_gen).repeat_interleave(K)
+    _r = (torch.rand(4000 * K, generator=_gen) < _p).float()
+    zero_var = zero_variance_group_fraction(_r, torch.arange(4000).repeat_interleave(K))
+    return bias_rows, pi, true_grad, zero_var
+
+
+@app.cell
+def _(K, bias_rows, mo, pi, table, true_grad, zero_var):
+    _bias = "".join(f"| {name} | {g:+.4f} | {g / true_grad:.3f} |\n" for name, g in bias_rows.items())
+    mo.md(
+        f"""
+    ### K = {K}: the same batch through the family
+
+    Two prompts, the first {K} samples of each. Bold cells differ from GRPO's.
+
+    {table}
+
+    ### How often a group says nothing
+
+    Over 4000 prompts with pass rates spread evenly over [0, 1], the fraction of groups whose
+    K = {K} rewards are all equal (advantage 0 for every sample, zero gradient): **{zero_var:.2f}**.
+
+    ### The bias, exactly (all 2^{K} groups enumerated)
+
+    A prompt the policy gets right with probability {pi[0]:.1f}. True gradient on the right
+    answer's logit: {true_grad:+.4f}.
+
+    | advantage | expected gradient | ÷ true gradient |
+    |---|---|---|
+    {_bias}
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    * **K = 1.** Each sample is its own group; its mean is its own reward, so every advantage is
+      exactly 0 and every push is 0 (DAPO, which drops such groups, is left with nothing). GRPO
+      with one sample per prompt does not train at all — no error, no warning, just a flat
+      reward curve. The zero-variance fraction reads 1.00.
+    * **K = 2.** Half or more of all groups are uninformative, and the hard prompt's group
+      usually is (both wrong). The expected-gradient table shows the mean-only estimator at
+      exactly (K−1)/K = 0.5 of the true gradient.
+    * Larger K shrinks both problems; the price is K times the rollout compute per prompt.
+
+    ## What GRPO saves
+
+    No critic: no second network, no value loss, no GAE. In `posttrain` PPO's critic is a single
+    linear layer on the shared trunk (`posttrain/models/value_head.py`), so the saving here is
+    small; with the separate critic model of a typical RLHF setup it is a whole second copy of
+    the model's weights, gradients and optimizer state.
+
+    ## Source files used here
+
+    * `posttrain/algorithms/grpo.py` — `group_advantages`, `GRPO.compute_loss`
+    * `posttrain/algorithms/core.py` — `group_mean_std`, `zero_variance_group_fraction`, `clipped_surrogate`
+    * `posttrain/algorithms/rloo.py` — `leave_one_out_baseline` (for the bias table)
+    * `posttrain/lessons.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
+    * `tests/test_grpo.py` — numbers worked by hand, and the shift invariance
+
+    ## Exercises
+
+    1. Shift every reward of a group by +10. Which columns of the table change? (Try it in the
+       editor: `posttrain lessons 11 --edit`.) `tests/test_grpo.py` has this as a test.
+    2. Why is the mean-only bias exactly (K−1)/K? Write $A_i = r_i - \frac1K\sum_j r_j$ and take
+       the expectation of the $j = i$ term separately.
+    3. Code: `exercises/11_grpo.py` asks for GRPO's group advantages; run `posttrain check 11`.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()

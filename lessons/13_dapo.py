@@ -1,0 +1,175 @@
+"""Lesson 13 · DAPO: four practical fixes to GRPO, each a few lines.
+
+Run it:  posttrain lessons 13
+Headless: python lessons/13_dapo.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # tiny tensors: one thread
+    return mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 13 · DAPO: four practical fixes
+
+    ## Why GRPO needed patching
+
+    GRPO worked, and then long chain-of-thought runs exposed four ways it wastes or distorts
+    signal. DAPO (Yu et al., 2025) is GRPO with the KL term dropped and one fix for each:
+
+    | fix | the problem it answers | the change |
+    |---|---|---|
+    | **clip-higher** | a rare token can barely grow: $\rho \le 1+\epsilon$ lets $p = 0.01$ reach only $0.012$, so exploration dies and entropy collapses | $\epsilon_{\text{high}} = 0.28 > \epsilon_{\text{low}} = 0.2$ |
+    | **dynamic sampling** | groups with all-equal rewards have advantage 0 but still fill the batch | drop them, sample more prompts until the batch is full of informative groups |
+    | **token-level loss** | GRPO averages within each response first, so a token of a long response weighs less | average over all tokens of the batch (`token-mean`) |
+    | **overlong shaping** | a response cut off at the budget scores as wrong, though its reasoning may be sound | a soft length penalty over the last $L_{\text{cache}}$ tokens of the budget |
+
+    ## The key equations
+
+    $$
+    \mathcal{L} = -\frac{1}{\sum_i |y_i|}\sum_i\sum_t \min\big(\rho_{i,t}A_i,\ \operatorname{clip}(\rho_{i,t}, 1-\epsilon_{\text{low}}, 1+\epsilon_{\text{high}})A_i\big),
+    \qquad
+    R_{\text{length}}(|y|) = \operatorname{clip}\!\Big(\frac{(L_{\max} - L_{\text{cache}}) - |y|}{L_{\text{cache}}},\, -1,\, 0\Big)
+    $$
+
+    with $A_i$ GRPO's group advantage of the shaped reward $r_i + R_{\text{length}}(|y_i|)$, and only
+    groups with $0 < \text{accuracy} < 1$ kept. Here $L_{\max} = 48$, $L_{\text{cache}} = 10$: free up to 38 tokens.
+
+    The dropdown removes one fix at a time from the real `DAPO` class (by its constructor
+    arguments) and runs both versions on the same batch: an all-correct group, a mixed group
+    with a long wrong answer, and a group with two correct answers, one of which ran long.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    ABLATIONS = {
+        "none: full DAPO": {},
+        "clip-higher (ε_high back to 0.2)": {"clip_eps_high": 0.2},
+        "dynamic sampling (keep every group)": {"dynamic_sampling": False},
+        "token-level loss (GRPO's per-response mean)": {"loss_agg": "seq-mean-token-mean"},
+        "overlong shaping (no length penalty)": {"overlong_cache": 0},
+    }
+    ablation = mo.ui.dropdown(options=list(ABLATIONS), value="dynamic sampling (keep every group)",
+                              label="remove one fix")
+    ablation
+    return ABLATIONS, ablation
+
+
+@app.cell
+def _(ABLATIONS, ablation, torch):
+    from posttrain.algorithms import make_algorithm
+    from posttrain.algorithms.core import clipped_surrogate
+    from posttrain.algorithms.dapo import overlong_penalty
+    from posttrain.lessons import algorithm_pushes, family_markdown, synthetic_batch
+
+    removed = ablation.value
+    params = ABLATIONS[removed]
+    batch = synthetic_batch([
+        [(1, 6), (1, 8), (1, 5), (1, 7)],  # all correct: no signal
+        [(1, 6), (0, 30), (0, 8), (1, 12)],  # mixed, with a long wrong answer
+        [(1, 10), (1, 44), (0, 9), (0, 14)],  # two correct answers, one of them past 38 tokens
+    ])
+    results = {"grpo": algorithm_pushes(batch, "grpo"), "dapo": algorithm_pushes(batch, "dapo")}
+    label = "dapo" if not params else "dapo minus " + removed.split(" (")[0]
+    if params:
+        results[label] = algorithm_pushes(batch, "dapo", **params)
+    table = family_markdown(batch, results, focus=label, base="dapo")
+    algo = make_algorithm("dapo", **params)
+    shaped = algo.shaped_rewards(batch)  # (B,) r + R_length
+
+    # Clip-higher: how far can one step raise a token's probability, and is a ratio of 1.25 on
+    # a good token still pushed?
+    def pushed_at(ratio: float) -> bool:
+        logp = torch.log(torch.tensor([[ratio]])).requires_grad_(True)
+        loss, _ = clipped_surrogate(logp, torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1),
+                                    algo.clip_eps_low, algo.clip_eps_high)
+        loss.backward()
+        return logp.grad.item() != 0
+
+    ceilings = [(p, min(1.0, p * (1 + algo.clip_eps_high))) for p in (0.01, 0.1, 0.5, 0.9)]
+    push_125 = pushed_at(1.25)
+    penalties = overlong_penalty(torch.tensor([30, 38, 40, 44, 48]), 48, algo.overlong_cache)
+    return algo, batch, ceilings, label, penalties, push_125, removed, results, shaped, table
+
+
+@app.cell
+def _(algo, batch, ceilings, label, mo, penalties, push_125, removed, results, shaped, table):
+    _kept = int(results[label][2].get("kept_rows", batch.batch_size))
+    _ceil = " · ".join(f"{p:g} → {c:.4f}" for p, c in ceilings)
+    mo.md(
+        f"""
+    ### Removed: {removed}
+
+    `{label}` trains on **{_kept} of {batch.batch_size}** rows. Columns: GRPO for reference, full
+    DAPO, and the ablation (▶), whose cells are **bold** wherever they differ from full DAPO.
+
+    {table}
+
+    **Shaped rewards** r + R_length used by `{label}`: `{[round(v, 2) for v in shaped.tolist()]}`
+    (R_length at 30, 38, 40, 44, 48 tokens with L_cache = {algo.overlong_cache}: `{[round(v, 2) for v in penalties.tolist()]}`).
+
+    **Clip-higher** with ε_high = {algo.clip_eps_high:g}: the highest probability one step can
+    give a token, from p_old: {_ceil}. A good token (A > 0) already at ratio 1.25 is
+    {"still pushed up" if push_125 else "**no longer pushed**: the clip has stopped it"}.
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    Remove each fix in turn and read the bold cells:
+
+    * **dynamic sampling.** The all-correct group is back in the batch with advantage 0: it
+      contributes no gradient, yet under `token-mean` its 26 tokens join the denominator, so
+      every informative row's push shrinks. In a real run the share of such groups grows as the
+      model improves (everything easy becomes all-correct), and the effective batch quietly
+      shrinks with it; `posttrain` logs it as `zero_variance_groups`.
+    * **overlong shaping.** The 44-token correct answer gets the same advantage as the 10-token
+      one instead of a smaller one, so nothing discourages drifting toward the budget. (In the
+      other direction, *with* a hard cut-off and no shaping, a correct answer that is truncated
+      scores 0 and the policy is punished for reasoning that was merely long.)
+    * **token-level loss.** Within a group, the 30-token wrong answer's push becomes exactly the
+      8-token wrong answer's: one response, one vote, however many tokens it has — so a long
+      wrong answer is penalised *less per token*, the length bias lesson 14 removes another way.
+    * **clip-higher.** The good token at ratio 1.25 stops being pushed, and a token at
+      p = 0.01 can only reach 0.012 per step: rare but right continuations cannot grow fast,
+      and a run's entropy collapses early.
+
+    ## Source files used here
+
+    * `posttrain/algorithms/dapo.py` — `DAPO`, `overlong_penalty`, `informative_groups`, `filter_batch`
+    * `posttrain/algorithms/grpo.py` — the parent class
+    * `posttrain/algorithms/core.py` — `clipped_surrogate` (eps_low ≠ eps_high), `agg_loss` (`token-mean`)
+    * `posttrain/roles/controller.py` — `informative_episodes`, the dynamic-sampling loop
+    * `posttrain/lessons.py` — `synthetic_batch`, `algorithm_pushes`, `family_markdown`
+
+    ## Exercises
+
+    1. Why must dynamic sampling drop *whole groups*, never single rows?
+    2. Dynamic sampling filters on the verifier's reward, before the length penalty. Construct a
+       group that would be kept if it filtered on shaped rewards, and say why that is wrong.
+    3. Code: `exercises/13_dapo.py` asks for the overlong penalty; run `posttrain check 13`.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()

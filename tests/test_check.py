@@ -1,0 +1,148 @@
+"""`posttrain check NN`: every exercise stub fails its check untouched, passes with the
+library's own function in its place, passes with an independent solution written here
+from the exercise's text, and fails on the classic mistakes with the case named."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+import torch
+
+from posttrain import check
+from posttrain.cli import main as cli_main
+
+NUMBERS = list(check.EXERCISES)
+
+
+def quiet(lines: list[str]):
+    return lines.append
+
+
+# Solutions written from the exercises' docstrings alone, not from the library: the check
+# must accept any correct implementation, not only the library's own code path.
+def _where(x, mask):
+    return torch.where(mask != 0, x, torch.zeros_like(x))
+
+
+def _group_stats(r, ids):
+    mean, std, count = torch.empty_like(r), torch.empty_like(r), torch.empty_like(r)
+    for g in ids.unique():
+        rows = ids == g
+        mean[rows] = r[rows].mean()
+        std[rows] = r[rows].std() if rows.sum() > 1 else 0.0
+        count[rows] = rows.sum()
+    return mean, std, count
+
+
+INDEPENDENT = {
+    "03": lambda logp, ref: torch.exp(ref - logp) - (ref - logp) - 1,
+    "04": lambda batch: (batch.rewards - _group_stats(batch.rewards, batch.group_ids)[0])[:, None] * batch.response_mask,
+    "05": lambda logp, mask: -_where(logp, mask).sum() / mask.sum(),
+    "08": lambda x, mask: _where(x, mask).sum() / mask.sum().clamp(min=1),
+    "09": lambda logp, adv, mask: -(_where(adv, mask) * _where(logp, mask)).sum(dim=1).mean(),
+    "10": lambda logp, old, adv, mask, eps=0.2: (lambda ratio: _where(torch.maximum(
+        -_where(adv, mask) * ratio, -_where(adv, mask) * ratio.clamp(1 - eps, 1 + eps)), mask).sum() / mask.sum())(
+        torch.exp(_where(logp - old, mask))),
+    "11": lambda r, ids: (r - _group_stats(r, ids)[0]) / (_group_stats(r, ids)[1] + 1e-6),
+    "12": lambda r, ids: (lambda m, s, n: torch.where(n > 1, (m * n - r) / (n - 1).clamp(min=1), r))(
+        *_group_stats(r, ids)),
+    "13": lambda lengths, max_len, cache: torch.zeros(len(lengths)) if cache == 0 else (
+        ((max_len - cache) - lengths.float()) / cache).clamp(-1.0, 0.0),
+    "14": lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / max_len).mean(),
+}
+
+
+def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
+    files = check.exercise_files()
+    assert sorted(files) == sorted(NUMBERS)
+    assert sorted(INDEPENDENT) == sorted(NUMBERS)
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_stub_is_marked_and_defines_the_function(number):
+    path = check.exercise_files()[number]
+    text = path.read_text(encoding="utf-8")
+    assert "YOUR CODE HERE" in text and "END OF YOUR CODE" in text
+    assert f"posttrain check {number}" in text
+    names = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)}
+    assert check.EXERCISES[number].function in names
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_untouched_stub_fails_with_a_hint(number):
+    lines = []
+    assert check.run_check(number, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "FAIL" in text and "still the stub" in text and "hint:" in text
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_the_library_function_passes(number):
+    lines = []
+    assert check.run_check(number, solution=check.EXERCISES[number].reference, out=quiet(lines)), "\n".join(lines)
+    assert lines[-1].startswith("PASS")
+
+
+@pytest.mark.parametrize("number", NUMBERS)
+def test_an_independent_solution_passes(number):
+    lines = []
+    assert check.run_check(number, solution=INDEPENDENT[number], out=quiet(lines)), "\n".join(lines)
+
+
+def test_multiplying_by_the_mask_fails_on_nan_padding_and_says_so():
+    lines = []
+    naive = lambda logp, adv, mask: -(adv * logp * mask).sum(dim=1).mean()  # NaN · 0 = NaN
+    assert check.run_check("09", solution=naive, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'rows of different lengths" in text  # right on clean inputs
+    assert "FAIL  case 'padding and prompt positions hold NaN'" in text and "NaN" in text
+
+
+def test_a_detached_loss_fails_on_its_gradient():
+    lines = []
+    detached = lambda logp, mask: (-_where(logp, mask).sum() / mask.sum()).detach()
+    assert check.run_check("05", solution=detached, out=quiet(lines)) is False
+    assert "no gradient" in "\n".join(lines)
+
+
+def test_clip_without_the_max_fails_on_the_gradient_or_value():
+    lines = []
+    unclipped = lambda logp, old, adv, mask, eps=0.2: (-_where(adv, mask) * torch.exp(_where(logp - old, mask))).sum() / mask.sum()
+    assert check.run_check("10", solution=unclipped, out=quiet(lines)) is False
+
+
+def test_dividing_by_the_length_instead_of_the_budget_fails():
+    lines = []
+    grpo_style = lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / mask.sum(dim=1)).mean()
+    assert check.run_check("14", solution=grpo_style, out=quiet(lines)) is False
+
+
+def test_a_crashing_solution_is_reported_not_raised():
+    lines = []
+
+    def broken(rewards, group_ids):
+        raise RuntimeError("boom")
+
+    assert check.run_check("11", solution=broken, out=quiet(lines)) is False
+    assert "RuntimeError: boom" in "\n".join(lines)
+
+
+def test_cli_check_exit_codes(capsys):
+    assert cli_main(["check", "09"]) == 1  # the untouched stub
+    assert "FAIL" in capsys.readouterr().out
+    assert cli_main(["check", "99"]) == 2
+    assert "no exercise '99'" in capsys.readouterr().err
+    assert cli_main(["check", "--list"]) == 0
+    assert "exercises/09_reinforce.py" in capsys.readouterr().out
+
+
+def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
+    (tmp_path / "13_dapo.py").write_text(
+        "import torch\n\ndef overlong_penalty(lengths, max_len, cache_len):\n"
+        "    if cache_len == 0:\n        return torch.zeros(len(lengths))\n"
+        "    return (((max_len - cache_len) - lengths.float()) / cache_len).clamp(-1.0, 0.0)\n")
+    monkeypatch.setattr(check, "EXERCISES_DIR", tmp_path)
+    fn = check.load_solution("13", directory=tmp_path)
+    lines = []
+    assert check.run_check("13", solution=fn, out=quiet(lines)), "\n".join(lines)
