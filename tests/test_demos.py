@@ -164,6 +164,8 @@ SMALL = {
     "kl_tradeoff": ["--betas", "0.3,1,3", "--max-iters", "500"],
     "tokens": [],
     "gridworld_ppo": ["--no-slippery", "--threshold", "0.9", "--total-steps", "20000"],
+    "sentiment_steering": ["--pretrain-steps", "20", "--steps", "2", "--betas", "1,0", "--eval-samples", "1",
+                           "--max-new-tokens", "16"],
 }
 
 

@@ -5,6 +5,7 @@
     kl_tradeoff   E_π[r] − β·KL(π ‖ π_ref): closed form vs gradient ascent, swept over β
     tokens        how a tokenizer splits near-miss answers, beside the strict scorer's verdict
     gridworld_ppo PPO from scratch on FrozenLake, through the LLM path's GAE and clipped surrogate
+    sentiment_steering PPO + value head steers gpt_mini toward VADER-positive text; the alignment tax per β
 
 Every demo is `main(argv) -> int`, takes `--out-dir` and `--seed`, and writes a run
 directory (runs/<timestamp>-<name>/) with a log, a CSV and a PNG; the plumbing they
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from posttrain.demos import bandit, gridworld_ppo, kl_tradeoff, tokens, two_step_mdp
+from posttrain.demos import bandit, gridworld_ppo, kl_tradeoff, sentiment_steering, tokens, two_step_mdp
 
 DEMOS: dict[str, Callable[[list[str]], int]] = {
     "bandit": bandit.main,
@@ -26,6 +27,7 @@ DEMOS: dict[str, Callable[[list[str]], int]] = {
     "kl_tradeoff": kl_tradeoff.main,
     "tokens": tokens.main,
     "gridworld_ppo": gridworld_ppo.main,
+    "sentiment_steering": sentiment_steering.main,
 }
 
 
