@@ -60,27 +60,47 @@ def result_row(algo: str, run: RunDir, summary: dict, wall: float) -> dict:
         values = [r[key] for r in tail if isinstance(r.get(key), (int, float))]
         return sum(values) / len(values) if values else float("nan")
 
-    return {"algo": algo, "run": run.path.name, "sft": summary["sft"], "rl": summary[final], "wall_seconds": wall,
-            "response_length": tail_mean("response_length"), "kl_ref": tail_mean("kl_ref"),
-            "curve": [(r["step"], r["dev_pass@1"]) for r in metrics if "dev_pass@1" in r],
-            # the reward of everything sampled: DAPO's reward_mean covers only the groups it kept
-            "reward_curve": [(r["step"], r.get("reward_sampled_mean", r["reward_mean"])) for r in metrics
-                             if "reward_mean" in r]}
+    row = {"algo": algo, "run": run.path.name, "sft": summary["sft"], "rl": summary[final], "wall_seconds": wall,
+           "response_length": tail_mean("response_length"), "kl_ref": tail_mean("kl_ref"),
+           "curve": [(r["step"], r["dev_pass@1"]) for r in metrics if "dev_pass@1" in r],
+           # the reward of everything sampled: DAPO's reward_mean covers only the groups it kept
+           "reward_curve": [(r["step"], r.get("reward_sampled_mean", r["reward_mean"])) for r in metrics
+                            if "reward_mean" in r]}
+    if final == "pref":  # how much data, and whether the learned preference holds on pairs never trained on
+        rounds = run.read_json("pref_rounds.json") or {}
+        held_out = [r["dev_pref_accuracy"] for r in metrics if "dev_pref_accuracy" in r]
+        row |= {"pairs": sum(r.get("pairs", 0) for r in rounds.values()), "train_accuracy": tail_mean("accuracy"),
+                "dev_pref_accuracy": held_out[-1] if held_out else float("nan")}
+    return row
 
 
 def write_table(root: RunDir, rows: list[dict], cfg: TrainConfig) -> None:
     def pct(ci: dict) -> str:
         return f"{100 * ci['mean']:.1f}% [{100 * ci['ci_low']:.1f}, {100 * ci['ci_high']:.1f}]"
 
-    lines = [f"Same SFT start (held-out pass@1 {pct(rows[0]['sft'])}), {cfg.rl.steps} RL steps × "
-             f"{cfg.rl.prompts_per_step} prompts × {cfg.rl.samples_per_prompt} samples, seed {cfg.seed}.", "",
-             "| algorithm | held-out pass@1 (95% CI) | wall time | mean length | KL to ref |",
-             "|---|---|---|---|---|"]
+    preference = any("pairs" in r for r in rows)
+    if preference:
+        setup = (f"{cfg.rl.steps} steps × {cfg.rl.prompts_per_step} pairs, pairs built by the verifier from "
+                 f"{cfg.rl.pair_prompts} prompts × {cfg.rl.samples_per_prompt} samples at T = "
+                 f"{cfg.rl.sampling.temperature}" + (f" in {cfg.rl.online_rounds} online rounds"
+                                                       if cfg.rl.online_rounds > 1 else ""))
+    else:
+        setup = f"{cfg.rl.steps} RL steps × {cfg.rl.prompts_per_step} prompts × {cfg.rl.samples_per_prompt} samples"
+    extra = " pairs | train pref acc | held-out pref acc |" if preference else ""
+    lines = [f"Same SFT start (held-out pass@1 {pct(rows[0]['sft'])}), {setup}, seed {cfg.seed}.", "",
+             "| algorithm | held-out pass@1 (95% CI) | wall time | mean length | KL to ref |" + extra,
+             "|---|---|---|---|---|" + ("---|---|---|" if preference else "")]
     for r in rows:
+        cells = (f" {r['pairs']} | {r['train_accuracy']:.2f} | {r['dev_pref_accuracy']:.2f} |" if "pairs" in r
+                 else " | | |" if preference else "")
         lines.append(f"| {r['algo']} | {pct(r['rl'])} | {r['wall_seconds']:.0f} s | {r['response_length']:.1f} | "
-                     f"{r['kl_ref']:.4f} |")
+                     f"{r['kl_ref']:.4f} |" + cells)
     lines += ["", "Wall time includes the two held-out evaluations; mean length and KL are averaged over the last "
                   "10 steps. Overlapping CIs mean the ranking may be noise: rerun with other seeds before trusting it."]
+    if preference:
+        lines += ["For preference losses, length and KL are measured on the policy's own samples (T = 1) of 64 dev "
+                  "prompts at each evaluation; pref acc is the fraction of pairs whose implicit-reward margin is > 0, "
+                  "on the training batches (last 10 steps) and on pairs from dev prompts never trained on."]
     (root.path / "compare.md").write_text("\n".join(lines) + "\n")
 
 

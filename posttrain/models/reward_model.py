@@ -32,8 +32,11 @@ it exactly as they train against `final_int` (and show reward hacking when they 
 from __future__ import annotations
 
 import copy
+import json
 import random
+import shutil
 import time
+from pathlib import Path
 from typing import Any, Sequence
 
 import torch
@@ -216,6 +219,54 @@ def train_reward_model(
 
 
 # --------------------------------------------------------------------------------------
+# Saving and loading: a transformers-loadable body plus the head (plumbing)
+# --------------------------------------------------------------------------------------
+
+HEAD_FILE = "reward_head.pt"  # {"weight": (1, D), "bias": (1,)}
+INFO_FILE = "reward_model.json"  # how it was trained and how well it ranks held-out pairs; written last
+
+
+def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None, info: dict | None = None) -> Path:
+    """Write the body as a Llama checkpoint directory (GPTMini.save_pretrained), the head
+    and `info` into `directory`, atomically: everything goes to a temporary directory that
+    is renamed into place once complete, so a kill leaves no half-written model."""
+    directory = Path(directory)
+    tmp = directory.with_name(f".{directory.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.body.save_pretrained(tmp, tokenizer)
+    torch.save({"weight": model.head.weight.detach().clone(), "bias": model.head.bias.detach().clone()}, tmp / HEAD_FILE)
+    (tmp / INFO_FILE).write_text(json.dumps(info or {}, indent=2) + "\n")
+    shutil.rmtree(directory, ignore_errors=True)
+    tmp.rename(directory)
+    return directory
+
+
+def check_reward_model_dir(directory: str | Path) -> None:
+    """Raise ValueError saying what is missing unless `directory` holds a saved reward model."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise ValueError(f"no such directory {str(directory)!r}; pass a directory written by save_reward_model "
+                         "(posttrain rlhf writes runs/<id>/reward_model)")
+    missing = [name for name in ("config.json", "model.safetensors", HEAD_FILE, INFO_FILE)
+               if not (directory / name).is_file()]
+    if missing:
+        raise ValueError(f"{str(directory)!r} is not a reward model directory: missing {missing} "
+                         "(a policy checkpoint has no reward head)")
+
+
+def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
+    """(model in eval mode, the info dict saved with it)."""
+    check_reward_model_dir(directory)
+    directory = Path(directory)
+    model = RewardModel(GPTMini.from_pretrained(directory))
+    head = torch.load(directory / HEAD_FILE, weights_only=True)
+    with torch.no_grad():
+        model.head.weight.copy_(head["weight"])
+        model.head.bias.copy_(head["bias"])
+    return model.eval(), json.loads((directory / INFO_FILE).read_text())
+
+
+# --------------------------------------------------------------------------------------
 # The verifier contract
 # --------------------------------------------------------------------------------------
 
@@ -237,6 +288,9 @@ class RewardModelScorer:
     def __init__(self, model: RewardModel, tokenizer=None) -> None:
         self.model = model.eval().requires_grad_(False)
         self.tokenizer = tokenizer or CharTokenizer()
+        # a policy repeats itself (an SFT policy samples the same completion over and over):
+        # the score is a pure function of the text, so each distinct text is run once
+        self._memo: dict[tuple[str, str], tuple[float, bool]] = {}
 
     @torch.no_grad()
     def score(self, example: Example, completion: str) -> dict[str, Any]:
@@ -245,9 +299,15 @@ class RewardModelScorer:
                 f"completion must be a str (the decoded model output), got {type(completion).__name__}; "
                 "decode the tokens first"
             )
-        ids, truncated = encode_for_reward(self.tokenizer, example.prompt, completion, self.model.config.max_seq_len)
-        tokens, lengths = collate_texts([ids], self.tokenizer.pad_id)
-        reward = float(self.model(tokens, lengths)[0])
+        key = (example.prompt, completion)
+        if key not in self._memo:
+            if len(self._memo) >= 200_000:  # bound the memory of a long run
+                self._memo.clear()
+            ids, truncated = encode_for_reward(self.tokenizer, example.prompt, completion,
+                                               self.model.config.max_seq_len)
+            tokens, lengths = collate_texts([ids], self.tokenizer.pad_id)
+            self._memo[key] = (float(self.model(tokens, lengths)[0]), truncated)
+        reward, truncated = self._memo[key]
         return {
             "reward": reward,
             "details": {"source": "reward_model", "truncated": truncated, "spec_version": self.spec_version},

@@ -6,7 +6,8 @@ Every entry is a dataclass of hyperparameters with the same call (see `core.py`)
     loss, metrics = loss_fn(policy_chosen_logps, policy_rejected_logps,
                             ref_chosen_logps, ref_rejected_logps, info)
 
-and `train_preference(policy, pairs, "dpo", steps, lr)` runs any of them end to end.
+and `train_preference(policy, pairs, "dpo", steps, lr)` runs any of them end to end;
+`evaluate_preference(policy, held_out_pairs, "dpo", reference=ref)` scores held-out pairs.
 
     loss    needs π_ref   data       compared quantity                       paper
     dpo     yes           pairs      β·Δ log-ratio, logistic loss            Rafailov et al. 2023
@@ -33,7 +34,13 @@ from posttrain.algorithms.preference.ipo import IPO
 from posttrain.algorithms.preference.kto import KTO
 from posttrain.algorithms.preference.orpo import ORPO
 from posttrain.algorithms.preference.simpo import SimPO
-from posttrain.algorithms.preference.train import collate_rows, encode_records, mean_token_kl, train_preference
+from posttrain.algorithms.preference.train import (
+    collate_rows,
+    encode_records,
+    evaluate_preference,
+    mean_token_kl,
+    train_preference,
+)
 
 # Parent first: each entry is a small diff on DPO.
 PREFERENCE_LOSSES: dict[str, type] = {
@@ -63,6 +70,7 @@ __all__ = [
     "SimPO",
     "collate_rows",
     "encode_records",
+    "evaluate_preference",
     "make_preference_loss",
     "mean_token_kl",
     "pair_metrics",

@@ -26,7 +26,7 @@ import copy
 import math
 import random
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -89,22 +89,44 @@ def collate_rows(rows: Sequence[Row], pad_id: int) -> SequenceBatch:
     return SequenceBatch(tokens, response_mask, is_chosen)
 
 
+def batch_order(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Record indices for step 0, 1, 2, ...: each epoch is a fresh shuffle of range(n), and a
+    batch that reaches the end of one epoch is completed from the next (with fewer than
+    batch_size records in all, a batch is the n records). A pure function of (n, batch_size,
+    seed), so a resumed run can replay it."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            epoch = list(range(n))
+            rng.shuffle(epoch)
+            order += epoch
+        yield order[:batch_size]
+        order = order[batch_size:]
+
+
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     """The reference policy: a deep copy with gradients off, in eval mode."""
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-@torch.no_grad()
 def cache_reference_logps(reference: torch.nn.Module, rows: list[list[Row]], pad_id: int,
                           batch_size: int = 32) -> list[list[float]]:
-    """log π_ref(y|x) of every row of every record, in the same nesting as `rows`."""
+    """log π_ref(y|x) of every row of every record, in the same nesting as `rows`: computed
+    once, since π_ref never changes."""
+    return row_logps(reference, rows, pad_id, batch_size)
+
+
+@torch.no_grad()
+def row_logps(model: torch.nn.Module, rows: list[list[Row]], pad_id: int, batch_size: int = 32) -> list[list[float]]:
+    """log π(y|x) under `model` of every row of every record, in the same nesting as `rows`."""
     flat = [(i, j, row) for i, record in enumerate(rows) for j, row in enumerate(record)]
     out: list[list[float]] = [[0.0] * len(record) for record in rows]
     for start in range(0, len(flat), batch_size):
         chunk = flat[start : start + batch_size]
         # collate_rows puts chosen rows first; rebuild the same order to read the results back
         order = [c for c in chunk if c[2].is_chosen] + [c for c in chunk if not c[2].is_chosen]
-        logps = sequence_logps(reference, collate_rows([c[2] for c in chunk], pad_id))  # (n,)
+        logps = sequence_logps(model, collate_rows([c[2] for c in chunk], pad_id))  # (n,)
         for (i, j, _), value in zip(order, logps.tolist()):
             out[i][j] = value
     return out
@@ -123,6 +145,8 @@ def train_preference(
     max_grad_norm: float = 1.0,
     seed: int = 0,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
+    start_step: int = 0,
 ) -> list[dict[str, float]]:
     """Train `policy` in place on preference data with one loss of the family; return one
     metrics dict per optimizer step.
@@ -142,7 +166,14 @@ def train_preference(
     max_grad_norm: clip the global gradient norm; a step on a pair the policy has pushed far
                  from π_ref can be large, and the clip bounds it.
     seed:        batch order.
-    on_step:     called as on_step(step, metrics) after every step (progress, logging).
+    on_step:     called as on_step(step, metrics) after every step (progress, logging,
+                 checkpoints).
+    optimizer:   the optimizer to step; default a fresh AdamW(lr). Pass one to save its
+                 state in checkpoints and restore it on resume.
+    start_step:  resume: run steps [start_step, steps) only. The batch order of the skipped
+                 steps is replayed (not computed), so with the policy and optimizer restored
+                 from the end of step start_step − 1 the run continues exactly as if it had
+                 never stopped.
 
     Metrics per step: the loss's own (loss, accuracy, rewards_chosen, rewards_rejected,
     margin, ...), plus logps_chosen / logps_rejected (mean Σ log π_θ of each side),
@@ -164,6 +195,8 @@ def train_preference(
         )
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
+    if isinstance(start_step, bool) or not isinstance(start_step, int) or not 0 <= start_step <= steps:
+        raise ValueError(f"start_step must be an int in [0, steps={steps}], got {start_step!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise ValueError(f"batch_size must be a positive int, got {batch_size!r}")
     max_len = getattr(getattr(policy, "config", None), "max_seq_len", None)
@@ -175,18 +208,15 @@ def train_preference(
         ref_logps = cache_reference_logps(ref_model, rows, tokenizer.pad_id)
         del ref_model  # never needed again: every π_ref value the loop will read is cached
 
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)  # no decay: a short fine-tune
-    rng = random.Random(seed)
-    order: list[int] = []
+    if optimizer is None:
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=lr, weight_decay=0.0)  # no decay: a short fine-tune
+    batches = batch_order(len(rows), batch_size, seed)
+    for _ in range(start_step):  # resume: replay the order of the steps already taken
+        next(batches)
     history = []
     policy.train()
-    for step in range(steps):
-        # ---- plumbing: the next batch of records, reshuffled each epoch
-        if len(order) < batch_size:
-            epoch = list(range(len(rows)))
-            rng.shuffle(epoch)
-            order += epoch
-        idx, order = order[:batch_size], order[batch_size:]
+    for step in range(start_step, steps):
+        idx = next(batches)  # plumbing: the next batch of records, reshuffled each epoch
         batch_rows = [row for i in idx for row in rows[i]]
         batch = collate_rows(batch_rows, tokenizer.pad_id)
         info = PreferenceInfo.from_batch(batch)
@@ -236,3 +266,46 @@ def mean_token_kl(policy: torch.nn.Module, reference: torch.nn.Module, batch: Se
     kl = (logp.exp() * (logp - ref_logp)).sum(-1)  # (N, T-1), position t-1 predicts token t
     mask = batch.response_mask[:, 1:]  # (N, T-1)
     return ((kl * mask).sum() / mask.sum().clamp(min=1)).item()
+
+
+@torch.no_grad()
+def evaluate_preference(
+    policy: torch.nn.Module,
+    pairs: Sequence[PreferencePair] | Sequence[UnpairedExample],
+    loss_name: str = "dpo",
+    loss_params: dict[str, Any] | None = None,
+    tokenizer=None,
+    reference: torch.nn.Module | None = None,
+) -> dict[str, float]:
+    """The loss's own metrics on data it was not trained on: loss, accuracy (the fraction of
+    pairs whose implicit-reward margin is > 0), rewards_chosen, rewards_rejected, margin.
+    Training accuracy reaches 1.0 on any small set; this is the number that says whether
+    the learned preference generalises. `reference` is required by losses that use one."""
+    from posttrain.algorithms.preference import make_preference_loss
+
+    loss_fn = make_preference_loss(loss_name, **(loss_params or {}))
+    if tokenizer is None:
+        from posttrain.models.tokenizer import CharTokenizer
+
+        tokenizer = CharTokenizer()
+    if not pairs:
+        raise ValueError("evaluate_preference got no data: pass a non-empty list of pairs")
+    if loss_fn.uses_reference and reference is None:
+        raise ValueError(f"{loss_name!r} scores pairs against a reference model; pass reference=")
+    was_training = policy.training
+    policy.eval()
+    rows = encode_records(pairs, tokenizer, getattr(getattr(policy, "config", None), "max_seq_len", None))
+    flat = [row for record in rows for row in record]
+    is_chosen = torch.tensor([row.is_chosen for row in flat])  # (N,) in record order
+
+    def logps_of(model) -> torch.Tensor:
+        return torch.tensor([v for record in row_logps(model, rows, tokenizer.pad_id) for v in record])
+
+    logps = logps_of(policy)  # (N,)
+    ref = logps_of(reference) if loss_fn.uses_reference else None
+    lengths = torch.tensor([float(len(row.ids) - row.prompt_len) for row in flat])  # (N,)
+    info = PreferenceInfo(lengths[is_chosen], lengths[~is_chosen])
+    _, metrics = loss_fn(logps[is_chosen], logps[~is_chosen], None if ref is None else ref[is_chosen],
+                         None if ref is None else ref[~is_chosen], info)
+    policy.train(was_training)
+    return metrics
