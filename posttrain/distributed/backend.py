@@ -1,0 +1,125 @@
+"""The rollout role behind one small interface, wherever it runs.
+
+The controller asks for the episodes of a step (`sample(step, round)`), pushes fresh
+weights after every update (`push()`), and evaluates with a local engine (`engine`).
+Three implementations:
+
+    ColocatedRollout   the engine lives in the controller's process (today's default)
+    RayRollout         N Ray actors each hold a policy copy (rollout_workers.py)
+    AsyncRayRollout    the same actors, sampling ahead while the trainer updates (async_rollout.py)
+
+Reproducibility. A step's prompts are cut into `shards` of whole groups and shard i is
+sampled with its own seed, derived from (run seed, step, round, i). Sampling a shard is
+a pure function of (weights, prompts, seed), and a shard is always sampled as one batch
+(same prompts, same padding), so where a shard runs — in this process or on any
+worker — does not change a single draw. With one shard the seed is the one the
+controller has always used, so colocated runs keep their numbers.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.roles.weight_sync import InProcessWeightSync
+from posttrain.types import Episode, Example, RolloutBatch
+
+
+@dataclass
+class RolloutRequest:
+    """What one (step, round) samples: K completions of each example, from `seed`."""
+
+    examples: list[Example]
+    samples_per_prompt: int
+    seed: int
+
+
+@dataclass
+class Shard:
+    """Whole groups [first_group, first_group + len(examples)) of a request, with their seed."""
+
+    index: int
+    first_group: int
+    examples: list[Example]
+    seed: int
+
+
+def split_shards(request: RolloutRequest, shards: int) -> list[Shard]:
+    """Contiguous, near-equal runs of whole groups; shard i's seed depends on i alone."""
+    from posttrain.roles.controller import derive_seed
+
+    n = len(request.examples)
+    shards = max(1, min(shards, n))
+    bounds = [n * i // shards for i in range(shards + 1)]
+    return [Shard(i, bounds[i], request.examples[bounds[i]: bounds[i + 1]],
+                  request.seed if shards == 1 else derive_seed(request.seed, "shard", i))
+            for i in range(shards)]
+
+
+def sample_shard(engine: RolloutEngine, shard: Shard, samples_per_prompt: int) -> list[Episode]:
+    """The one place a shard is sampled, in the controller or in a worker."""
+    episodes = engine.generate(shard.examples, samples_per_prompt, torch.Generator().manual_seed(shard.seed))
+    for e in episodes:  # group ids of the whole step, not of the shard
+        e.group_id += shard.first_group
+    return episodes
+
+
+class ColocatedRollout:
+    """Today's single process: the engine is a copy of the policy in this process and
+    weight sync is an in-place copy."""
+
+    topology = "colocated"
+
+    def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+                 request: Callable[[int, int], RolloutRequest], shards: int = 1):
+        self.engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+        self.sync = InProcessWeightSync(policy, self.engine)
+        self.request = request
+        self.shards = shards
+
+    @property
+    def version(self) -> int:
+        return self.sync.version
+
+    def sample(self, step: int, round: int = 0) -> list[Episode]:
+        request = self.request(step, round)
+        return [e for shard in split_shards(request, self.shards)
+                for e in sample_shard(self.engine, shard, request.samples_per_prompt)]
+
+    def push(self, version: int | None = None) -> int:
+        """Copy the trainer's weights into the engine; `version` restores a saved number."""
+        self.sync.push()
+        if version is not None:
+            self.sync.version = self.engine.weight_version = version
+        return self.sync.version
+
+    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
+        return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+def make_rollout(dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+                 request: Callable[[int, int], RolloutRequest], horizon: int | None = None):
+    """The rollout backend `dist` (a DistConfig) asks for. Ray is imported only here, and
+    only when there are workers. `horizon` = the run's step count (async samples ahead
+    up to it, never past it)."""
+    topology = dist.resolved_topology()
+    shards = dist.rollout_shards or max(1, dist.workers)
+    if topology == "colocated":
+        return ColocatedRollout(policy, tokenizer, params, request, shards)
+    if topology == "sync":
+        from posttrain.distributed.rollout_workers import RayRollout
+
+        return RayRollout(dist, policy, tokenizer, params, request, shards)
+    from posttrain.distributed.async_rollout import AsyncRayRollout
+
+    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, horizon=horizon)

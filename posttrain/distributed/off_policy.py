@@ -1,0 +1,76 @@
+"""Off-policy bookkeeping for the distributed topologies: how stale a batch is, and the
+truncated importance-sampling (TIS) correction the async topology applies.
+
+Three policies meet in an async update:
+
+    π_behaviour  the weights (version v_e) a worker sampled the episode with; its
+                 log-probs are the `old_logp` captured at sampling time
+    π_old        the trainer's weights right now, before this update (version v)
+    π_θ          the weights being optimised
+
+staleness = v − v_e, the number of updates between sampling and training. The
+algorithm's clipped ratio π_θ / π_old keeps the update in its trust region around the
+trainer's current weights, and the importance weight
+
+    w = min(π_old / π_behaviour, C)         per token, C = dist.tis_cap
+
+corrects for the episode having been drawn from π_behaviour instead of π_old. The cap
+trades a little bias for bounded variance (Ionides 2008, "Truncated importance
+sampling"); the same token-level truncated weight is what recent RL systems use for the
+mismatch between a fast inference engine and the trainer (Yao et al. 2025, "Your
+efficient RL framework secretly brings you off-policy RL training").
+
+w multiplies the per-token advantage. For every loss here that is the same as weighting
+each token's policy-gradient term, since w ≥ 0 is a constant with no gradient:
+min(r·A, clip(r)·A)·w = min(r·(wA), clip(r)·(wA)). The KL and entropy terms regularise the
+current policy and are left unweighted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from posttrain.algorithms.core import masked_mean
+from posttrain.types import RolloutBatch
+
+
+def staleness_stats(batch: RolloutBatch, version: int, max_staleness: int) -> dict[str, float]:
+    """Staleness of every episode against the trainer's version; more than allowed is a bug."""
+    staleness = [version - e.weight_version for e in batch.episodes]
+    if max(staleness) > max_staleness or min(staleness) < 0:
+        raise RuntimeError(f"a batch trained at weight version {version} holds episodes of versions "
+                           f"{sorted({e.weight_version for e in batch.episodes})}: staleness must stay in "
+                           f"[0, {max_staleness}]")
+    return {"staleness_mean": sum(staleness) / len(staleness), "staleness_max": max(staleness)}
+
+
+def truncated_is_weights(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor,
+                         cap: float) -> torch.Tensor:
+    """min(π_old / π_behaviour, cap) per token, (B, T); 0 off the response."""
+    ratio = torch.exp(old_logp - behaviour_logp)  # (B, T)
+    return ratio.clamp(max=cap) * mask
+
+
+@torch.no_grad()
+def current_logp(trainer, batch: RolloutBatch) -> torch.Tensor:
+    """log π_old of the batch's tokens under the trainer's weights right now, (B, T),
+    computed by the trainer's own forward pass, so that the algorithm's ratio π_θ / π_old
+    is exactly 1 before the first optimizer step."""
+    return trainer.forward(batch).logp * batch.response_mask
+
+
+def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[RolloutBatch, dict[str, float]]:
+    """The batch the algorithm should see: old_logp = π_old (its ratio's denominator) and
+    advantages weighted by the truncated importance weight."""
+    mask = batch.response_mask
+    weights = truncated_is_weights(old_logp, batch.old_logp, mask, cap)  # (B, T)
+    raw = torch.exp(old_logp - batch.old_logp)
+    metrics = {
+        "tis_weight_mean": masked_mean(weights, mask).item(),
+        "tis_clipped_fraction": masked_mean((raw > cap).float(), mask).item(),
+        # how far the trainer has moved from the sampling weights, per token (k1 estimate)
+        "behaviour_kl": masked_mean(batch.old_logp - old_logp, mask).item(),
+    }
+    return dataclasses.replace(batch, old_logp=old_logp, advantages=batch.advantages * weights), metrics

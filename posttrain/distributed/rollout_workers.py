@@ -1,0 +1,241 @@
+"""Rollout workers as Ray actors: scatter shards of prompts, gather episodes, push
+versioned weights, and survive a worker that dies.
+
+    controller                        worker 0            worker 1
+    ----------                        --------            --------
+    split the step's prompts into shards
+    sample(shard 0) ───────────────►  generate
+    sample(shard 1) ─────────────────────────────────────► generate
+    gather (shard order) ◄──────────  episodes  ◄──────── episodes
+    score, reference, update
+    push(state_dict, version) ─────►  load        ──────► load
+
+Each worker holds its own copy of the policy in a RolloutEngine (the same sampler the
+colocated run uses, see backend.sample_shard), and stamps every episode with the weight
+version it sampled with.
+
+Fault handling. A worker is a restartable actor (`max_restarts`). When one dies mid-call
+the gather sees RayActorError, waits for Ray to bring the actor back, pushes it the
+current weights and version, and re-issues exactly the shards that worker had not
+returned. Episodes only enter the batch when a whole shard comes back, so none is lost
+and none is counted twice; a re-issued shard keeps its seed and, in the synchronous
+topology, the weights, so it even draws the same samples the lost call would have. A
+restarted actor that was killed between calls comes back without weights (version -1):
+it refuses to sample, and the same recovery applies.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from typing import Callable
+
+import torch
+
+from posttrain.distributed.backend import RolloutRequest, Shard, sample_shard, split_shards
+from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.types import Episode, RolloutBatch
+
+# A worker that keeps dying is a bug to look at, not something to retry forever.
+MAX_RESTARTS = 4
+RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: seconds, not minutes
+
+
+class RolloutWorker:
+    """The body of one Ray actor (wrapped by ray.remote in RayRollout)."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams):
+        # one intra-op thread per worker, as it holds one Ray CPU. (Sampled numbers can
+        # depend on the thread count, so a single-process run reproduces a distributed
+        # one exactly with --threads 1.)
+        torch.set_num_threads(1)
+        self.engine = RolloutEngine(model, tokenizer, params)
+        self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
+        self.crash_armed = False
+
+    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> tuple[int, int]:
+        self.engine.model.load_state_dict(state)
+        self.engine.weight_version = version
+        return self.status()
+
+    def sample(self, shard: Shard, samples_per_prompt: int, min_version: int) -> tuple[int, list[Episode] | None, float]:
+        """(pid, episodes, seconds); episodes is None when this worker's weights are
+        older than `min_version` (it restarted and has not been given weights yet)."""
+        if self.engine.weight_version < min_version:
+            return os.getpid(), None, 0.0
+        if self.crash_armed:  # fault drills: die in the middle of a call, as an OOM kill would
+            os._exit(1)
+        start = time.perf_counter()
+        episodes = sample_shard(self.engine, shard, samples_per_prompt)
+        return os.getpid(), episodes, time.perf_counter() - start
+
+    def status(self) -> tuple[int, int]:
+        """(process id, weight version): a new pid means Ray restarted this worker."""
+        return os.getpid(), self.engine.weight_version
+
+    def arm_crash(self) -> None:
+        """Make the next `sample` call kill this worker's process (for tests and drills).
+        A restarted actor is a fresh object, so it does not inherit the flag."""
+        self.crash_armed = True
+
+
+def connect(dist) -> bool:
+    """Connect to the cluster at dist.ray_address, or start a local one. True when this
+    call started Ray (and so should shut it down)."""
+    from posttrain.config import ConfigError
+
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError(f"dist.workers={dist.workers} needs Ray, which is not installed: "
+                          "pip install 'posttrain[ray]' (or run without --workers)") from None
+    if ray.is_initialized():
+        return False
+    if dist.ray_address:
+        try:
+            ray.init(address=dist.ray_address, log_to_driver=False)
+        except ConnectionError as error:
+            raise ConfigError(f"dist.ray_address={dist.ray_address!r}: no Ray cluster answered ({error}); start "
+                              "one with `ray start --head`, or leave --ray-address out for a local cluster") from None
+    else:
+        # every worker asks for one CPU: make sure a small machine can still place them all
+        num_cpus = max(dist.num_cpus or os.cpu_count() or 1, dist.workers)
+        ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+    return True
+
+
+class RayRollout:
+    """The synchronous topology: workers sample, then the trainer updates, then sync."""
+
+    topology = "sync"
+
+    def __init__(self, dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+                 request: Callable[[int, int], RolloutRequest], shards: int):
+        self.started_ray = connect(dist)
+        import ray
+
+        self.ray = ray
+        self.policy = policy
+        self.request = request
+        self.shards = shards
+        # the controller's own copy, for dev-set evaluation (greedy, small) and temperature
+        self.engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+        self.version = 0
+        self.restarts = 0
+        self.rollout_compute = 0.0  # the slowest worker's sampling time in the last gather
+        actor = ray.remote(RolloutWorker).options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0)
+        # Ray re-runs the constructor with these arguments on a restart: hold the reference
+        # for the life of the workers, or a restart would find the model gone
+        self._model = ray.put(copy.deepcopy(policy))
+        self.workers = [actor.remote(self._model, tokenizer, params) for _ in range(dist.workers)]
+        self.pids = [pid for pid, _ in ray.get([w.status.remote() for w in self.workers])]
+        self.push(version=0, wait=True)  # every worker starts (and has started) from the controller's policy
+
+    # -- weights ---------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, torch.Tensor]:
+        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+
+    def push(self, version: int | None = None, wait: bool = True) -> int:
+        """Ship the trainer's weights to every worker under a new version number (or the
+        given one, when a run resumes). One ray.put, so the state is serialised once."""
+        self.version = self.version + 1 if version is None else version
+        state = self._state()
+        self.engine.model.load_state_dict(state)
+        self.engine.weight_version = self.version
+        self._weights = (self.ray.put(state), self.version)  # kept to re-push to a restarted worker
+        calls = [w.load_weights.remote(*self._weights) for w in self.workers]
+        if wait:
+            for i, call in enumerate(calls):
+                try:
+                    pid, _ = self.ray.get(call)
+                    self._note(i, pid, "restarted between calls")
+                except self.ray.exceptions.RayActorError as error:
+                    self._recover(i, error)
+        return self.version
+
+    def _note(self, i: int, pid: int, reason: str) -> None:
+        """Count and log a restart the first time worker i answers from a new process."""
+        from posttrain.roles.controller import console
+
+        if pid != self.pids[i]:
+            self.pids[i] = pid
+            self.restarts += 1
+            console.print(f"[yellow]rollout worker {i} died ({reason}); Ray restarted it (pid {pid}); it was given "
+                          f"weights v{self._weights[1]} and its unfinished prompts re-issued; the run continues")
+
+    def _recover(self, i: int, error: object) -> None:
+        """Wait until worker i answers again (Ray restarts a dead one), say so if it is a new
+        process, and make sure it holds the current weights."""
+        # calls to an actor that is restarting wait for it; one that fails outright means
+        # the actor is gone for good (out of restarts) or died again in the meantime
+        deadline, failures = time.monotonic() + RESTART_TIMEOUT_S, 0
+        while True:
+            try:
+                pid, version = self.ray.get(self.workers[i].status.remote(), timeout=10)
+                break
+            except (self.ray.exceptions.RayActorError, self.ray.exceptions.GetTimeoutError) as again:
+                failures += isinstance(again, self.ray.exceptions.ActorDiedError)
+                if time.monotonic() > deadline or failures > MAX_RESTARTS:
+                    raise RuntimeError(f"rollout worker {i} died and did not come back (within "
+                                       f"{RESTART_TIMEOUT_S:.0f} s, {MAX_RESTARTS} restarts): {again}") from again
+                time.sleep(0.5)
+        if version != self._weights[1]:
+            self.ray.get(self.workers[i].load_weights.remote(*self._weights))
+        self._note(i, pid, error if isinstance(error, str) else type(error).__name__)  # once, however many calls failed
+
+    # -- sampling --------------------------------------------------------------------------
+
+    def submit(self, request: RolloutRequest, min_version: int) -> list[tuple[Shard, object]]:
+        shards = split_shards(request, self.shards)
+        return [(s, self._call(s, request.samples_per_prompt, min_version)) for s in shards]
+
+    def _call(self, shard: Shard, k: int, min_version: int):
+        return self.workers[shard.index % len(self.workers)].sample.remote(shard, k, min_version)
+
+    def gather(self, calls: list[tuple[Shard, object]], k: int, min_version: int) -> list[Episode]:
+        """Episodes of every shard, in shard order; a shard whose worker died is re-issued."""
+        results: dict[int, list[Episode]] = {}
+        compute = 0.0
+        pending = list(calls)
+        while pending:
+            shard, call = pending.pop(0)
+            worker = shard.index % len(self.workers)
+            try:
+                pid, episodes, seconds = self.ray.get(call)
+            except self.ray.exceptions.RayActorError as error:
+                self._recover(worker, error)
+                pending.append((shard, self._call(shard, k, self._weights[1])))
+                continue
+            if episodes is None:  # restarted between calls: it has no weights
+                self._recover(worker, "restarted between calls")
+                pending.append((shard, self._call(shard, k, self._weights[1])))
+                continue
+            self._note(worker, pid, "restarted between calls")  # e.g. given weights by a push before this call
+            results[shard.index] = episodes
+            compute = max(compute, seconds)
+        self.rollout_compute = compute
+        return [e for index in sorted(results) for e in results[index]]
+
+    def sample(self, step: int, round: int = 0) -> list[Episode]:
+        request = self.request(step, round)
+        # on-policy: every shard must be sampled by the weights the trainer holds now
+        return self.gather(self.submit(request, self.version), request.samples_per_prompt, self.version)
+
+    # -- what the controller logs ------------------------------------------------------------
+
+    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
+        from posttrain.distributed.off_policy import staleness_stats
+
+        return batch, staleness_stats(batch, self.version, max_staleness=0)
+
+    def step_metrics(self) -> dict[str, float]:
+        return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute}
+
+    def close(self) -> None:
+        for w in self.workers:
+            self.ray.kill(w)
+        self.workers = []
+        if self.started_ray:
+            self.ray.shutdown()
