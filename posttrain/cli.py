@@ -4,12 +4,14 @@
     posttrain train --algo NAME ...    the same pipeline with any setting changed
     posttrain train --resume runs/ID   continue a killed run from its last checkpoint
     posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
+    posttrain rlhf                     SFT → reward model → PPO against it, proxy vs gold reward plotted
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
-    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo
+    posttrain check NN                 test your solution to lesson NN's code exercise (exercises/)
+    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo, sentiment_steering
 
 Every setting is a flag named after its place in the config (`--rl.lr 3e-4`), and
 `--config FILE` (JSON or TOML, e.g. a run's config.json) sets many at once.
@@ -24,7 +26,7 @@ import sys
 from posttrain.config import (BonConfig, ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file,
                               resolve)
 
-TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps"}
+TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps", "model": "model.name", "lora-r": "model.lora_r", "workers": "dist.workers", "ray-address": "dist.ray_address"}
 
 
 def _train_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -70,6 +72,12 @@ def cmd_compare(argv: list[str]) -> int:
     cfg = resolve(TrainConfig, args, load_file(args.config) if args.config else None)
     compare(cfg, [a.strip() for a in args.algos.split(",") if a.strip()])
     return 0
+
+
+def cmd_rlhf(argv: list[str]) -> int:
+    from posttrain.rlhf import main as rlhf_main
+
+    return rlhf_main(argv)
 
 
 def standalone(algo: str, steps: int = 60) -> int:
@@ -132,15 +140,23 @@ def cmd_lessons(argv: list[str]) -> int:
     return lessons_main(argv)
 
 
+def cmd_check(argv: list[str]) -> int:
+    from posttrain.check import main as check_main
+
+    return check_main(argv)
+
+
 COMMANDS = {
     "run": lambda argv: cmd_train(argv, "run"),
     "train": lambda argv: cmd_train(argv, "train"),
     "compare": cmd_compare,
+    "rlhf": cmd_rlhf,
     "eval": cmd_eval,
     "bon": cmd_bon,
     "diff": cmd_diff,
     "demo": cmd_demo,
     "lessons": cmd_lessons,
+    "check": cmd_check,
 }
 
 

@@ -336,3 +336,30 @@ def test_zero_variance_group_fraction():
     ids = torch.tensor([0, 0, 1, 1, 5, 5, 5])
     assert zero_variance_group_fraction(rewards, ids) == pytest.approx(2 / 3)
     assert zero_variance_group_fraction(torch.tensor([0.0, 1.0]), torch.tensor([4, 4])) == 0.0
+
+
+def test_response_logp_and_entropy_equal_the_full_logits_path_chunked_or_not():
+    """Logits computed only at response positions, in chunks under checkpointing, give
+    the same log-probs, entropies and gradients as the full (B, T, V) computation."""
+    from posttrain.algorithms.core import response_logp_and_entropy, token_entropy, token_logp
+
+    torch.manual_seed(0)
+    B, T, D, V = 3, 7, 8, 11
+    head = torch.nn.Linear(D, V, bias=False)
+    tokens = torch.randint(V, (B, T))
+    mask = torch.zeros(B, T)
+    mask[0, 2:5], mask[1, 1:7], mask[2, 4:6] = 1, 1, 1
+    results = []
+    for budget in (None, 2 * V):  # one chunk, and 2 positions per chunk (checkpointed)
+        hidden = torch.randn(B, T, D, generator=torch.Generator().manual_seed(1), requires_grad=True)
+        if budget is None:
+            logits = head(hidden)
+            logp, entropy = token_logp(logits, tokens, 0.7) * mask, token_entropy(logits, 0.7) * mask
+        else:
+            logp, entropy = response_logp_and_entropy(hidden, head, tokens, mask, 0.7, logits_budget=budget)
+        (logp.sum() + 0.5 * entropy.sum()).backward()
+        results.append((logp.detach(), entropy.detach(), hidden.grad, head.weight.grad.clone()))
+        head.weight.grad = None
+    for full, chunked in zip(*results):
+        torch.testing.assert_close(chunked, full, atol=1e-6, rtol=1e-5)
+    assert (results[1][0][mask == 0] == 0).all() and (results[1][0][mask == 1] < 0).all()

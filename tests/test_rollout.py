@@ -1,5 +1,7 @@
 """The rollout role: old_logp captured while sampling equals a fresh teacher-forced pass."""
 
+import copy
+
 import torch
 
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
@@ -24,7 +26,7 @@ def examples():
 def test_old_logp_matches_teacher_forced_forward():
     for temperature in (1.0, 0.7):
         model = tiny_model()
-        engine = RolloutEngine(model, TOK, SamplingParams(temperature=temperature, max_new_tokens=20))
+        engine = RolloutEngine(copy.deepcopy(model), TOK, SamplingParams(temperature=temperature, max_new_tokens=20))
         episodes = engine.generate(examples(), samples_per_prompt=4, generator=torch.Generator().manual_seed(1))
         batch = RolloutBatch.collate(episodes, TOK.pad_id, temperature=temperature)
         trainer = Trainer(model, lr=1e-3, total_steps=1)

@@ -75,8 +75,11 @@ def test_micro_batches_accumulate_to_the_full_batch_gradient():
         trainer = Trainer(model, lr=1e-2, total_steps=10, micro_batch_size=micro, grad_clip=0)
         trainer.update(batch, algo.compute_loss)
         weights[micro] = [p.detach().clone() for p in model.parameters()]
+    # Adam moves every weight by ~lr = 1e-2 whatever its gradient's size, so float32
+    # summation-order noise in a near-zero gradient can show up at ~1e-6; 1e-5 is still
+    # a thousandth of one step
     for a, b in zip(weights[0], weights[2]):
-        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
 def test_one_update_follows_the_advantage():

@@ -22,6 +22,7 @@ from typing import Callable, ClassVar, Protocol
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -381,6 +382,56 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     H(p(· | tokens[:, :t])) from logits[:, t-1], temperature applied; out[:, 0] = 0. (B, T)"""
     z = _next_token_logits(logits, temperature)  # (B, T-1, V)
     return F.pad(entropy_from_logits(z), (1, 0))  # (B, T)
+
+
+# Logits for a 49k-token vocabulary are the largest tensor in a training step: 64 rows ×
+# 110 positions × 49152 × 4 bytes is 1.4 GB, and backward keeps a copy. The trainer only
+# needs log-probs where the loss looks (the response), so it computes the logits there and
+# only there, a chunk of positions at a time, and recomputes each chunk's logits during
+# backward instead of storing them.
+LOGITS_BUDGET = 2**25  # elements of one chunk of logits (128 MB in float32)
+
+
+def response_logp_and_entropy(
+    hidden: torch.Tensor,
+    lm_head: Callable[[torch.Tensor], torch.Tensor],
+    tokens: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+    logits_budget: int = LOGITS_BUDGET,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logp` and `token_entropy` on the response positions only, (B, T) each,
+    exactly 0 wherever response_mask is 0.
+
+    hidden (B, T, D) are the final hidden states; lm_head maps (n, D) to (n, V). Position t
+    is predicted from hidden[:, t-1]. Chunks of at most `logits_budget` logits are run
+    under activation checkpointing when there is more than one, so peak memory is one
+    chunk's logits, whatever the batch."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    B, T, _ = hidden.shape
+    rows, cols = response_mask[:, 1:].nonzero(as_tuple=True)  # cols + 1 are the predicted positions
+    states, targets = hidden[rows, cols], tokens[rows, cols + 1]  # (n, D), (n,)
+
+    def logp_and_entropy(h: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = lm_head(h).float() / temperature  # (c, V)
+        log_norm = torch.logsumexp(z, dim=-1)  # (c,)
+        logp = z.gather(-1, target[:, None]).squeeze(-1) - log_norm
+        entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
+        return logp, entropy
+
+    vocab = lm_head(states[:1]).shape[-1] if len(states) else 1
+    chunk = max(1, logits_budget // vocab)
+    chunked = len(states) > chunk and torch.is_grad_enabled()
+    parts = [torch.utils.checkpoint.checkpoint(logp_and_entropy, states[i : i + chunk], targets[i : i + chunk],
+                                               use_reentrant=False) if chunked
+             else logp_and_entropy(states[i : i + chunk], targets[i : i + chunk])
+             for i in range(0, len(states), chunk)]
+    logp = torch.cat([p[0] for p in parts]) if parts else hidden.new_zeros(0)
+    entropy = torch.cat([p[1] for p in parts]) if parts else hidden.new_zeros(0)
+    index = (rows, cols + 1)
+    return (hidden.new_zeros(B, T).index_put(index, logp.to(hidden.dtype)),
+            hidden.new_zeros(B, T).index_put(index, entropy.to(hidden.dtype)))
 
 
 # --------------------------------------------------------------------------------------

@@ -13,17 +13,16 @@ from posttrain.config import EvalConfig, to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
 from posttrain.eval.rundir import RunDir
-from posttrain.models import load_checkpoint_model
-from posttrain.models.tokenizer import CharTokenizer
-from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.models import load_checkpoint_model, load_tokenizer
+from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
 
 
 def evaluate_checkpoint(cfg: EvalConfig) -> dict:
     env = make_env(cfg.env.name, **cfg.env.kwargs())
     model = load_checkpoint_model(Path(cfg.checkpoint), None)
-    tokenizer = CharTokenizer.load(cfg.checkpoint)
+    tokenizer = load_tokenizer(Path(cfg.checkpoint))
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
-    max_new = model.config.max_seq_len - max(len(tokenizer.encode(e.prompt)) + 1 for e in examples)
+    max_new = model.config.max_seq_len - max(len(encode_prompt(tokenizer, e.prompt)) for e in examples)
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed
     engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(64, max_new),
                                                             stop_at_newline=not cfg.env.cot))

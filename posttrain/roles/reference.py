@@ -12,7 +12,7 @@ import copy
 
 import torch
 
-from posttrain.algorithms.core import token_logp
+from posttrain.algorithms.core import response_logp_and_entropy
 from posttrain.types import RolloutBatch
 
 
@@ -23,5 +23,30 @@ class Reference:
     @torch.no_grad()
     def logp(self, batch: RolloutBatch) -> torch.Tensor:
         """log π_ref(token | prefix), (B, T), zero off the response."""
-        logits = self.model(batch.tokens)  # (B, T, V)
-        return token_logp(logits, batch.tokens, batch.temperature) * batch.response_mask
+        hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
+        logp, _ = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens, batch.response_mask,
+                                            batch.temperature)
+        return logp
+
+
+class AdapterOffReference(Reference):
+    """The reference of a LoRA policy: the policy itself with its adapters switched off,
+    which is exactly the frozen base it started from, with no second copy of the weights."""
+
+    def __init__(self, policy: torch.nn.Module):
+        self.model = policy
+
+    @torch.no_grad()
+    def logp(self, batch: RolloutBatch) -> torch.Tensor:
+        with self.model.adapter_disabled():
+            return super().logp(batch)
+
+
+def make_reference(policy: torch.nn.Module, start_weights) -> Reference:
+    """The frozen starting policy: the weights at `start_weights`, or, for a LoRA policy,
+    the policy with its adapters off."""
+    from posttrain.models import load_checkpoint_model
+
+    if getattr(policy.config, "lora_r", 0):
+        return AdapterOffReference(policy)
+    return Reference(load_checkpoint_model(start_weights, policy.config))

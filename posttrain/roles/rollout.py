@@ -6,9 +6,13 @@ importance ratio π_θ / π_old divides by it, so it is captured here, from the 
 that chose the token, rather than recomputed later by a model that may have moved on.
 
 Sampling is batched with a KV cache: one forward pass over all (left-padded) prompts
-fills the cache, then one single-token forward pass per generated position. Rows that
-have stopped keep feeding a padding token whose key is masked out, so they cannot
-influence the rows still running.
+fills the cache, then one single-token forward pass per generated position. A row that
+stops is dropped from the batch (and from the cache), so the forward passes only ever
+compute rows still running; with RL's short, ragged answers most of the decode work of a
+fixed-size batch would otherwise be spent on rows that are already done.
+
+The model supplies its own cache (`model.new_cache`) and the tokenizer the prompt layout
+(`encode_prompt`), so the same code samples from gpt_mini and from any transformers model.
 """
 
 from __future__ import annotations
@@ -18,7 +22,6 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from posttrain.models.gpt_mini import KVCache
 from posttrain.types import Episode, Example
 
 
@@ -53,8 +56,12 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
 
 
 def encode_prompt(tokenizer, prompt: str) -> list[int]:
-    """`[bos] + prompt`: the token layout every prompt is sampled from, and so the one SFT
-    demonstrations and preference pairs must be trained on too."""
+    """The token layout every prompt is sampled from, and so the one SFT demonstrations and
+    preference pairs must be trained on too: `[bos] + prompt`, or the tokenizer's own
+    `prompt_ids` (an instruct model's chat template, models/hf.py::HFTokenizer)."""
+    prompt_ids = getattr(tokenizer, "prompt_ids", None)
+    if prompt_ids is not None:
+        return prompt_ids(prompt)
     return [tokenizer.bos_id] + tokenizer.encode(prompt)
 
 
@@ -95,25 +102,32 @@ class RolloutEngine:
             input_ids[i, P - len(p) :] = torch.tensor(p)
             attention_mask[i, P - len(p) : P] = 1.0
 
-        stop_ids = [tok.eos_id] + ([tok.encode("\n")[0]] if params.stop_at_newline else [])
-        stop_ids = torch.tensor(stop_ids)
-        cache = KVCache.empty(self.model.config, N, max_len)
-        logits = self.model(input_ids, attention_mask=attention_mask[:, :P], kv_cache=cache)[:, -1]  # (N, V)
+        stop_ids = torch.tensor([tok.eos_id] + ([tok.encode("\n")[-1]] if params.stop_at_newline else []))
+        cache = self.model.new_cache(N, max_len)
+        hidden = self.model.hidden_states(input_ids, attention_mask=attention_mask[:, :P], kv_cache=cache)
+        logits = self.model.lm_head(hidden[:, -1])  # (n, V): only the last position's are needed
 
         tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long)
         logps = torch.zeros(N, params.max_new_tokens)
         lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long)
-        running = torch.ones(N, dtype=torch.bool)
+        active = torch.arange(N)  # the rows still running, in the order the cache holds them
+        all_logits = torch.zeros(N, logits.shape[-1])
         for t in range(params.max_new_tokens):
-            token, logp = sample_next_token(logits, params, generator)  # (N,), (N,)
-            token = torch.where(running, token, tok.pad_id)
-            tokens[:, t], logps[:, t] = token, logp
-            stopped = running & torch.isin(token, stop_ids)
-            lengths[stopped] = t + 1  # the stop token is part of the response
-            attention_mask[:, P + t] = running.float()
-            running &= ~stopped
-            if not running.any():
+            # Draw for all N rows (finished ones from dummy logits) so that a row's random
+            # stream does not depend on when the other rows stopped.
+            all_logits[active] = logits.float()
+            token, logp = sample_next_token(all_logits, params, generator)  # (N,), (N,)
+            token, logp = token[active], logp[active]  # (n,)
+            tokens[active, t], logps[active, t] = token, logp
+            stopped = torch.isin(token, stop_ids)  # (n,)
+            lengths[active[stopped]] = t + 1  # the stop token is part of the response
+            if stopped.all() or t == params.max_new_tokens - 1:
                 break
+            if stopped.any():  # drop finished rows from the batch and the cache
+                keep = (~stopped).nonzero().squeeze(1)
+                cache.batch_select_indices(keep)
+                active, token, attention_mask = active[keep], token[keep], attention_mask[keep]
+            attention_mask[:, P + t] = 1.0
             logits = self.model(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
         episodes = []

@@ -15,7 +15,7 @@ from typing import Callable
 
 import torch
 
-from posttrain.algorithms.core import masked_mean, token_entropy, token_logp
+from posttrain.algorithms.core import masked_mean, response_logp_and_entropy
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 LossFn = Callable[[PolicyOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]
@@ -54,7 +54,13 @@ class Trainer:
     ):
         self.model = model
         self.critic = critic  # a value head on the policy's hidden states, for algorithms that use one
-        parameters = list(model.parameters()) + (list(critic.parameters()) if critic is not None else [])
+        # only what trains: with LoRA the frozen base weights get no optimizer state at all
+        parameters = [p for p in model.parameters() if p.requires_grad]
+        if not parameters:
+            raise ValueError("the model has no trainable parameters (requires_grad is False everywhere). "
+                             "A RolloutEngine freezes the model it is given: give it a copy "
+                             "(RolloutEngine(copy.deepcopy(policy), ...)) and train the original")
+        parameters += list(critic.parameters()) if critic is not None else []
         # AdamW's betas (0.9, 0.95): the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
@@ -65,10 +71,12 @@ class Trainer:
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
         # right padding: a real token only attends to real tokens, so no attention mask
         hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
-        logits = self.model.lm_head(hidden)  # (B, T, V)
+        # logits only at the response positions, chunked: see core.response_logp_and_entropy
+        logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
+                                                  batch.response_mask, batch.temperature)  # (B, T) each
         return PolicyOutputs(
-            logp=token_logp(logits, batch.tokens, batch.temperature),  # (B, T)
-            entropy=token_entropy(logits, batch.temperature),  # (B, T)
+            logp=logp,
+            entropy=entropy,
             values=self.critic(hidden) * batch.response_mask if self.critic is not None else None,  # (B, T)
         )
 
