@@ -38,10 +38,15 @@ def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     return 2 * src.numel() * 4 / best_time(lambda: dst.copy_(src), repeats)
 
 
-def machine() -> dict:
-    return {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
-            "torch": torch.__version__, "matmul_gflops": matmul_flops() / 1e9,
-            "copy_gbps": copy_bandwidth() / 1e9}
+def machine(earlier: dict | None = None) -> dict:
+    """The ceilings now; with `earlier` (a reading from the start of the run), the higher of
+    the two for each, since a ceiling measured low only means something else was running."""
+    now = {"cpu": platform.processor() or platform.machine(), "threads": torch.get_num_threads(),
+           "torch": torch.__version__, "matmul_gflops": matmul_flops() / 1e9, "copy_gbps": copy_bandwidth() / 1e9}
+    if earlier:
+        for key in ("matmul_gflops", "copy_gbps"):
+            now[key] = max(now[key], earlier[key])
+    return now
 
 
 def describe(m: dict) -> str:

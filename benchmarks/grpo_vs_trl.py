@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/grpo_vs_trl.json")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_vs_trl.json"))
     args = parser.parse_args()
     if args.side:
         result = run_posttrain(args) if args.side == "posttrain" else run_trl(args)

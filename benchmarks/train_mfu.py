@@ -41,7 +41,7 @@ def synthetic_batch(rows: int, length: int, vocab: int, prompt: int = 16) -> Rol
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default="benchmarks/results/train_mfu.json")
+    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "train_mfu.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     m = machine()
