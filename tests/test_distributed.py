@@ -64,20 +64,6 @@ def same_metrics(single: list[dict], distributed: list[dict]) -> None:
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory, monkeypatch_module):
-    monkeypatch_module.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
-@pytest.fixture(scope="module")
-def monkeypatch_module():
-    with pytest.MonkeyPatch.context() as mp:
-        yield mp
-
-
-@pytest.fixture(scope="module")
 def single_process(tmp_path_factory):
     """The colocated run, its batch cut into the 2 shards 2 workers sample."""
     return train(tiny(tmp_path_factory.mktemp("colocated"), rollout_shards=2))

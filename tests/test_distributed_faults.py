@@ -16,16 +16,7 @@ from posttrain.distributed.rollout_workers import RayRollout  # noqa: E402
 from posttrain.envs.arithmetic import ArithmeticEnv  # noqa: E402
 from posttrain.models import CharTokenizer, build_model  # noqa: E402
 from posttrain.roles.controller import sampling_params  # noqa: E402
-from tests.test_distributed import (STEPS, monkeypatch_module, rows, same_metrics, samples, single_process,  # noqa: E402,F401
-                                    tiny, train)
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory, monkeypatch_module):
-    monkeypatch_module.setenv("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
+from tests.test_distributed import STEPS, rows, same_metrics, samples, single_process, tiny, train  # noqa: E402,F401
 
 
 def _request_fn(env):

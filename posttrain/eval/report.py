@@ -88,7 +88,10 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
                       f"{'do not overlap' if separated else 'overlap (the difference may be noise)'}."]
     if rows:
         last = rows[-1]
-        wall = sum(v for r in rows for k, v in r.items() if k.startswith("time/"))
+        # time/step is the step's wall time; without it (older runs, preference stages) the
+        # roles' times add up to it, as they cannot overlap outside the async topology
+        wall = sum(r["time/step"] if "time/step" in r else
+                   sum(v for k, v in r.items() if k.startswith("time/")) for r in rows)
         summary[f"{final}_steps"] = len(rows)
         summary[f"{final}_wall_seconds"] = wall
         lines += ["", f"{final.upper()}: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
