@@ -30,7 +30,6 @@ uni-/bigrams over all completions), mean token entropy, and the share of real wo
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import math
