@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from posttrain.files import write_atomic
+from posttrain.files import jsonl_objects, write_atomic
 from posttrain.types import Episode
 
 # --------------------------------------------------------------------------------------
@@ -106,23 +106,9 @@ def load_preference_jsonl(path: str | Path) -> list[PreferencePair] | list[Unpai
     """Read a file in the module's JSONL format; the first record decides whether it is a
     pairs file (has "chosen") or an unpaired one (has "completion"). Raises ValueError
     naming the file and line of the first problem."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read preference file: {error}") from error
     records: list = []
     kind = None
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if not line.strip():
-            continue
-        where = f"{path}:{line_number}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: not valid JSON ({error.msg} at column {error.colno})") from None
-        if not isinstance(obj, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
+    for where, obj in jsonl_objects(path):
         if kind is None:
             kind = "pairs" if "chosen" in obj else "unpaired" if "completion" in obj else None
             if kind is None:

@@ -19,11 +19,11 @@ solutions). They are right for measuring a scorer (Loop A) and demonstrating sel
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 from typing import Any
 
 from posttrain.envs.final_int import SPECS, parse_final_line
+from posttrain.files import jsonl_objects
 from posttrain.types import Example
 
 # The packs live next to the code, not in the working directory, so an installed package
@@ -60,22 +60,8 @@ def file_sha256(path: str | Path) -> str:
 def read_jsonl_records(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Every line of a JSONL file as a dict. Blank lines are skipped; a line that is not a
     JSON object, or lacks a `required` field, stops loading with the file and line number."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read: {error}") from error
     records = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if line.strip() == "":
-            continue
-        where = f"{path}:{line_number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: not valid JSON ({error.msg}): {line[:80]!r}") from None
-        if not isinstance(record, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+    for where, record in jsonl_objects(path):
         missing = [name for name in required if name not in record]
         if missing:
             raise ValueError(f"{where}: missing field(s) {missing}; the line has {sorted(record)}")
