@@ -38,6 +38,12 @@ def copy_bandwidth(megabytes: int = 512, repeats: int = 5) -> float:
     return 2 * src.numel() * 4 / best_time(lambda: dst.copy_(src), repeats)
 
 
+def matmul_params(model: torch.nn.Module) -> int:
+    """Weights that take part in a matmul per token (every Linear, the LM head included;
+    an embedding lookup is a gather, not a matmul)."""
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
 def machine(earlier: dict | None = None) -> dict:
     """The ceilings now; with `earlier` (a reading from the start of the run), the higher of
     the two for each, since a ceiling measured low only means something else was running."""

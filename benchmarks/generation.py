@@ -19,16 +19,10 @@ from pathlib import Path
 
 import torch
 
-from ceilings import best_time, describe, machine
+from ceilings import best_time, describe, machine, matmul_params
 from posttrain.envs import make_env
 from posttrain.models.hf import HFPolicy
 from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
-
-
-def matmul_params(model: torch.nn.Module) -> int:
-    """Weights that take part in a matmul per token (every Linear, the LM head included;
-    the embedding lookup is a gather, not a matmul)."""
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def roofline_seconds(hf_config, n_matmul: int, rows: int, prompt_len: int, new_tokens: int,

@@ -16,15 +16,11 @@ from pathlib import Path
 
 import torch
 
-from ceilings import best_time, describe, machine
+from ceilings import best_time, describe, machine, matmul_params
 from posttrain.config import ModelConfig
 from posttrain.models import CharTokenizer, build_model
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.types import RolloutBatch
-
-
-def matmul_params(model: torch.nn.Module) -> int:
-    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
 def synthetic_batch(rows: int, length: int, vocab: int, prompt: int = 16) -> RolloutBatch:

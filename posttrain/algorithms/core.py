@@ -394,7 +394,7 @@ LOGITS_BUDGET = 2**25  # elements of one chunk of logits (128 MB in float32)
 
 def response_logp_and_entropy(
     hidden: torch.Tensor,
-    lm_head: Callable[[torch.Tensor], torch.Tensor],
+    lm_head: torch.nn.Linear,
     tokens: torch.Tensor,
     response_mask: torch.Tensor,
     temperature: float = 1.0,
@@ -403,7 +403,7 @@ def response_logp_and_entropy(
     """`token_logp` and `token_entropy` on the response positions only, (B, T) each,
     exactly 0 wherever response_mask is 0.
 
-    hidden (B, T, D) are the final hidden states; lm_head maps (n, D) to (n, V). Position t
+    hidden (B, T, D) are the final hidden states; lm_head is the (D -> V) output layer. Position t
     is predicted from hidden[:, t-1]. Chunks of at most `logits_budget` logits are run
     under activation checkpointing when there is more than one, so peak memory is one
     chunk's logits, whatever the batch."""
@@ -420,8 +420,7 @@ def response_logp_and_entropy(
         entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
         return logp, entropy
 
-    vocab = lm_head(states[:1]).shape[-1] if len(states) else 1
-    chunk = max(1, logits_budget // vocab)
+    chunk = max(1, logits_budget // lm_head.weight.shape[0])  # positions per chunk
     chunked = len(states) > chunk and torch.is_grad_enabled()
     parts = [torch.utils.checkpoint.checkpoint(logp_and_entropy, states[i : i + chunk], targets[i : i + chunk],
                                                use_reentrant=False) if chunked

@@ -130,11 +130,11 @@ class RolloutEngine:
             attention_mask[:, P + t] = 1.0
             logits = self.model(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
-        episodes = []
+        episodes, stop_list = [], stop_ids.tolist()
         for i in range(N):
             n = int(lengths[i])
             response = tokens[i, :n].tolist()
-            finished = n > 0 and response[-1] in stop_ids.tolist()
+            finished = n > 0 and response[-1] in stop_list
             text_ids = response[:-1] if finished and response[-1] == tok.eos_id else response
             episodes.append(
                 Episode(
