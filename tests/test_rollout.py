@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
@@ -64,3 +65,63 @@ def test_greedy_picks_argmax_and_top_p_truncates():
     # probabilities ≈ [0.09, 0.66, 0.24, 0.03]: top_p=0.5 leaves only token 1
     tokens = {sample_next_token(logits, SamplingParams(top_p=0.5), torch.Generator().manual_seed(s))[0].item() for s in range(50)}
     assert tokens == {1}
+
+
+def test_shared_engine_samples_the_trainers_weights_without_a_copy():
+    """Colocated, the engine reads the trainer's own parameters: after an optimizer step
+    it samples from the new weights with no copy, and sampling leaves training mode and
+    requires_grad as the trainer set them."""
+    from posttrain.roles.weight_sync import InProcessWeightSync, SharedWeights
+
+    policy = tiny_model()
+    shared = RolloutEngine(policy, TOK, SamplingParams(max_new_tokens=12), shares_weights=True)
+    sync = SharedWeights(policy, shared)
+    trainer = Trainer(policy, lr=1e-2, total_steps=1)
+    policy.train()
+    episodes = shared.generate(examples(), 2, torch.Generator().manual_seed(3))
+    assert policy.training and all(p.requires_grad for p in policy.parameters())
+    assert {e.weight_version for e in episodes} == {0}
+
+    batch = RolloutBatch.collate(episodes, TOK.pad_id)
+    trainer.update(batch, lambda out, b: (-(out.logp * b.response_mask).sum(), {}))
+    assert sync.push() == 1
+    # a separate copy synced the old way samples exactly what the shared engine now samples
+    copied = RolloutEngine(copy.deepcopy(tiny_model()), TOK, SamplingParams(max_new_tokens=12))
+    InProcessWeightSync(policy, copied).push()
+    a = shared.generate(examples(), 2, torch.Generator().manual_seed(4))
+    b = copied.generate(examples(), 2, torch.Generator().manual_seed(4))
+    assert [e.response_ids for e in a] == [e.response_ids for e in b]
+    assert {e.weight_version for e in a} == {1}
+    # and they differ from what the weights before the step sample
+    before = RolloutEngine(tiny_model(), TOK, SamplingParams(max_new_tokens=12))
+    c = before.generate(examples(), 2, torch.Generator().manual_seed(4))
+    assert [e.response_logp for e in a] != [e.response_logp for e in c]
+
+
+def test_shared_weights_refuses_an_engine_with_its_own_copy():
+    from posttrain.roles.weight_sync import SharedWeights
+
+    policy = tiny_model()
+    engine = RolloutEngine(copy.deepcopy(policy), TOK, SamplingParams())
+    with pytest.raises(ValueError, match="InProcessWeightSync"):
+        SharedWeights(policy, engine)
+
+
+def test_compiled_decode_samples_the_current_weights_with_exact_old_logp():
+    """`SamplingParams(compile=True)`: old_logp still equals a teacher-forced pass, and
+    after an optimizer step on the shared module the compiled sampler follows the new
+    weights (parameters are inputs of the compiled graph, not baked-in constants)."""
+    policy = tiny_model()
+    params = SamplingParams(max_new_tokens=10, compile=True)
+    engine = RolloutEngine(policy, TOK, params, shares_weights=True)
+    trainer = Trainer(policy, lr=1e-2, total_steps=2)
+    for step in range(2):
+        episodes = engine.generate(examples(), 2, torch.Generator().manual_seed(step))
+        batch = RolloutBatch.collate(episodes, TOK.pad_id)
+        with torch.no_grad():
+            logp = trainer.forward(batch).logp * batch.response_mask
+        torch.testing.assert_close(logp, batch.old_logp, atol=1e-5, rtol=0)
+        eager = RolloutEngine(copy.deepcopy(policy), TOK, SamplingParams(max_new_tokens=10))
+        reference = eager.generate(examples(), 2, torch.Generator().manual_seed(step))
+        assert [e.response_ids for e in episodes] == [e.response_ids for e in reference]
+        trainer.update(batch, lambda out, b: (-(out.logp * b.response_mask).sum(), {}))

@@ -31,6 +31,9 @@ class SamplingParams:
     top_p: float = 1.0
     max_new_tokens: int = 48
     stop_at_newline: bool = False  # a one-line answer spec ends at the first newline
+    # torch.compile the one-token decode step (dynamic shapes: rows leave as they stop).
+    # Off by default: the compile costs minutes and pays back only over a long run
+    compile: bool = False
 
 
 def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -66,14 +69,31 @@ def encode_prompt(tokenizer, prompt: str) -> list[int]:
 
 
 class RolloutEngine:
-    """Holds its own copy of the policy (kept fresh by roles/weight_sync.py) and a
-    tokenizer; turns Examples into Episodes."""
+    """A policy and a tokenizer; turns Examples into Episodes.
 
-    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams):
-        self.model = model.eval().requires_grad_(False)
+    By default the engine owns its model (a copy, kept fresh by roles/weight_sync.py) and
+    freezes it. With `shares_weights=True` the model is the trainer's own module: nothing
+    is frozen or copied, and sampling only switches it to eval mode for the duration. In
+    one process that saves a whole copy of the weights (540 MB for SmolLM2-135M) and makes
+    weight sync free; an engine in another process always owns its copy.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, shares_weights: bool = False):
+        self.model = model if shares_weights else model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
         self.params = params
         self.weight_version = 0
+        self._compiled_decode = None  # made on first use when params.compile
+
+    def _decode_step(self, params: SamplingParams):
+        """The module that runs one-token decode steps: the model, or its compiled form.
+        The compiled form reads the same parameters (they are graph inputs, not constants),
+        so it samples from the weights as they are after every optimizer step."""
+        if not params.compile:
+            return self.model
+        if self._compiled_decode is None:
+            self._compiled_decode = torch.compile(self.model, dynamic=True)
+        return self._compiled_decode
 
     @torch.no_grad()
     def generate(
@@ -84,7 +104,15 @@ class RolloutEngine:
         params: SamplingParams | None = None,
     ) -> list[Episode]:
         """K = samples_per_prompt completions for each example, grouped by example."""
-        params = params or self.params
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._generate(examples, samples_per_prompt, generator, params or self.params)
+        finally:
+            self.model.train(was_training)
+
+    def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
+                  params: SamplingParams) -> list[Episode]:
         tok = self.tokenizer
         prompts = [encode_prompt(tok, ex.prompt) for ex in examples for _ in range(samples_per_prompt)]
         N, P = len(prompts), max(len(p) for p in prompts)
@@ -112,6 +140,7 @@ class RolloutEngine:
         lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long)
         active = torch.arange(N)  # the rows still running, in the order the cache holds them
         all_logits = torch.zeros(N, logits.shape[-1])
+        decode = self._decode_step(params)
         for t in range(params.max_new_tokens):
             # Draw for all N rows (finished ones from dummy logits) so that a row's random
             # stream does not depend on when the other rows stopped.
@@ -128,7 +157,7 @@ class RolloutEngine:
                 cache.batch_select_indices(keep)
                 active, token, attention_mask = active[keep], token[keep], attention_mask[keep]
             attention_mask[:, P + t] = 1.0
-            logits = self.model(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
+            logits = decode(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
         episodes, stop_list = [], stop_ids.tolist()
         for i in range(N):

@@ -28,3 +28,21 @@ class InProcessWeightSync:
         self.version += 1
         self.engine.weight_version = self.version
         return self.version
+
+
+class SharedWeights:
+    """Weight sync for an engine that samples from the trainer's own module
+    (`RolloutEngine(..., shares_weights=True)`): the optimizer step has already updated
+    the weights it reads, so a push only bumps the version the engine stamps on episodes."""
+
+    def __init__(self, source: torch.nn.Module, engine: RolloutEngine):
+        if engine.model is not source:
+            raise ValueError("SharedWeights needs an engine built on the trainer's own module; "
+                             "an engine with its own copy needs InProcessWeightSync")
+        self.engine = engine
+        self.version = engine.weight_version
+
+    def push(self) -> int:
+        self.version += 1
+        self.engine.weight_version = self.version
+        return self.version
