@@ -109,14 +109,14 @@ def train_and_save_reward_model(cfg: TrainConfig, run: RunDir, env, tokenizer, p
     console.print(f"reward model: {len(train)} training pairs, {len(heldout)} held-out pairs")
     rm = cfg.rl.rm
     # InstructGPT initialises the reward model from the SFT model: the body already reads the task
-    model, history = train_reward_model(train, RewardModel.from_policy(policy), tokenizer, steps=rm.steps,
+    model, history = train_reward_model(train, RewardModel.from_policy(policy, rm.pooling), tokenizer, steps=rm.steps,
                                         lr=rm.lr, batch_size=rm.batch_size, seed=derive_seed(cfg.seed, "rm"))
     run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "rm")  # a retry after a kill starts over
     run.append_jsonl("metrics.jsonl", [{"stage": "rm", "step": i, **h} for i, h in enumerate(history)])
     info = {"train_pairs": len(train), "heldout_pairs": len(heldout),
             "train_accuracy": pairwise_accuracy(model, train, tokenizer),
             "heldout_accuracy": pairwise_accuracy(model, heldout, tokenizer),
-            "pairs": stats, "steps": rm.steps, "lr": rm.lr, "batch_size": rm.batch_size,
+            "pairs": stats, "steps": rm.steps, "lr": rm.lr, "batch_size": rm.batch_size, "pooling": rm.pooling,
             "temperature": rm.temperature, "seconds": history[-1]["seconds"]}
     console.print(f"[bold]reward model[/]: pairwise accuracy {info['train_accuracy']:.3f} on its training pairs, "
                   f"{info['heldout_accuracy']:.3f} on {len(heldout)} held-out pairs (chance 0.5)")

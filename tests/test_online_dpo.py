@@ -3,6 +3,7 @@ on-policy pairs, logs where each round's pairs came from and how held-out pairs 
 run killed anywhere in the stage resumes to the metrics of an uninterrupted run."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,7 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
     ({"algo": "dpo", "online_rounds": 2, "pairs": "PAIRS"}, "cannot be resampled"),
     ({"algo": "ppo", "rm": {"path": "no/such/dir"}}, r"rl.rm.path='no/such/dir' is not allowed: no such directory"),
     ({"algo": "dpo", "rm": {"path": "RUN"}}, "not a reward model directory"),
+    ({"algo": "ppo", "rm": {"pooling": "max"}}, r"rl.rm.pooling='max' is not allowed: expected 'last', 'mean' or"),
 ])
 def test_online_rounds_and_reward_models_refuse_settings_they_cannot_honour(rl, message, tmp_path, sft):
     from posttrain.preference_data import PreferencePair, save_preference_jsonl
@@ -161,3 +163,112 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
     assert rounds["1"]["pairs"] == 0 and rounds["1"]["reused_round"] == 0
     assert (run / "pairs_round1.jsonl").read_text() == (run / "pairs_round0.jsonl").read_text()
     assert [r["step"] for r in pref_rows(run)] == [0, 1, 2, 3]
+
+
+# ------------------------------------------------------------------ iterative DPO: a fresh reference each round
+
+
+def spy_on_train_preference(monkeypatch) -> list[dict]:
+    """Record, for every round, the reference train_preference got and the policy's and the
+    reference's log-probs of that round's pairs at the moment the round starts."""
+    from posttrain.algorithms import preference
+    from posttrain.algorithms.preference.train import encode_records, row_logps
+
+    real, calls = preference.train_preference, []
+
+    def spy(policy, pairs, *args, reference, tokenizer, **kwargs):
+        rows = encode_records(pairs, tokenizer)
+        calls.append({"reference": reference, "policy": policy,  # log-probs flattened over the rows
+                      "policy_logps": sum(row_logps(policy, rows, tokenizer.pad_id), []),
+                      "reference_logps": sum(row_logps(reference, rows, tokenizer.pad_id), [])})
+        return real(policy, pairs, *args, reference=reference, tokenizer=tokenizer, **kwargs)
+
+    monkeypatch.setattr(preference, "train_preference", spy)
+    return calls
+
+
+def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start(sft, uninterrupted, tmp_path,
+                                                                                monkeypatch):
+    calls = spy_on_train_preference(monkeypatch)
+    assert main(online(sft, tmp_path, "--rl.refresh_reference", "true")) == 0
+    assert len(calls) == 3
+    for call in calls:  # the reference's log-probs are the policy's as the round starts
+        assert call["reference"] is not call["policy"]
+        assert call["reference_logps"] == pytest.approx(call["policy_logps"], abs=1e-4)
+    rows = pref_rows(only_run(tmp_path))
+    # so the first step of every round starts at zero implicit reward: loss log 2 exactly ...
+    assert [r["loss"] for r in rows if "round" in r] == pytest.approx([math.log(2)] * 3, abs=1e-5)
+    # ... where without refresh, round 1 starts from a policy that has already moved from π_ref
+    assert [r["loss"] for r in pref_rows(uninterrupted) if "round" in r][1] != pytest.approx(math.log(2), abs=1e-3)
+    assert rows[:3] == pref_rows(uninterrupted)[:3]  # round 0 is the same run either way
+
+
+def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sft, tmp_path, monkeypatch):
+    from posttrain.algorithms import preference
+
+    real, calls = preference.train_preference, []
+
+    def dies_in_round_2(*args, on_step, **kwargs):
+        def step_then_die(step, metrics):
+            on_step(step, metrics)
+            calls.append(step)
+            if len(calls) == 8:  # step 7, mid-way through round 2 (steps 6-8); last checkpoint step 7
+                raise Killed
+
+        return real(*args, on_step=step_then_die, **kwargs)
+
+    flags = ("--rl.refresh_reference", "true")
+    monkeypatch.setattr(preference, "train_preference", dies_in_round_2)
+    with pytest.raises(Killed):
+        main(online(sft, tmp_path / "killed", *flags))
+    monkeypatch.setattr(preference, "train_preference", real)
+    assert main(["train", "--resume", str(only_run(tmp_path / "killed"))]) == 0
+    assert main(online(sft, tmp_path / "whole", *flags)) == 0
+    assert pref_rows(only_run(tmp_path / "killed")) == pref_rows(only_run(tmp_path / "whole"))
+
+
+@pytest.mark.parametrize("rl, message", [
+    ({"algo": "dpo", "refresh_reference": True}, "unless rl.online_rounds > 1"),  # offline: no next round
+    ({"algo": "orpo", "online_rounds": 2, "refresh_reference": True}, "with a reference"),  # ORPO has none
+    ({"algo": "dpo", "online_rounds": 2, "refresh_reference": "maybe"}, "refresh_reference='maybe'.*true or false"),
+])
+def test_refresh_reference_refuses_settings_where_it_means_nothing(rl, message):
+    with pytest.raises(ConfigError, match=message):
+        from_dict(TrainConfig, {"rl": rl}).rl.validate()
+
+
+# ------------------------------------------------------------------ LoRA: the reference is the adapters off
+
+
+def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, monkeypatch):
+    """model.lora_r > 0 trains adapters only, and π_ref is the policy's own forward with them
+    off: the base's logits, from the policy's own parameters (no second copy)."""
+    pytest.importorskip("peft")
+    import torch
+
+    from posttrain.algorithms.preference import AdapterOff
+    from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
+    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+
+    torch.manual_seed(0)
+    base = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=64))
+    base.save_pretrained(tmp_path / "tiny_llama", CharTokenizer())
+    save_preference_jsonl([PreferencePair("Q: 1+2\n", "Final: 3", "Final: 4"),
+                           PreferencePair("Q: 2+2\n", "Final: 4", "Final: 5")], tmp_path / "pairs.jsonl")
+    calls = spy_on_train_preference(monkeypatch)
+    assert main(["train", "--model.name", str(tmp_path / "tiny_llama"), "--model.lora_r", "4", "--algo", "dpo",
+                 "--sft.steps", "0", "--rl.steps", "3", "--rl.lr", "1e-2", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
+                 "--rl.prompts_per_step", "2", "--rl.eval_every", "3", "--rl.eval_size", "4",
+                 "--rl.sampling.max_new_tokens", "8", "--eval_size", "4", "--threads", "1",
+                 "--out_dir", str(tmp_path / "out")]) == 0
+    (call,) = calls
+    reference, policy = call["reference"], call["policy"]
+    assert isinstance(reference, AdapterOff) and reference.policy is policy
+    policy_params = {id(p) for p in policy.parameters()}
+    assert {id(p) for p in reference.parameters()} <= policy_params  # no second copy of any weight
+    assert all("lora_" in n for n, p in policy.named_parameters() if p.requires_grad)
+    tokens = torch.tensor([[1, 20, 30, 40, 2]])
+    with torch.no_grad():
+        # after training: the reference is still exactly the base; the policy has moved
+        torch.testing.assert_close(reference(tokens), base(tokens), atol=1e-5, rtol=0)
+        assert (policy(tokens) - base(tokens)).abs().max() > 1e-3

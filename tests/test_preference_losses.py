@@ -77,6 +77,27 @@ def test_length_normalised_dpo_divides_each_log_ratio():
     assert loss.item() == pytest.approx(0.598139, abs=1e-6)
 
 
+def test_dpo_plus_nll_adds_the_chosen_per_token_nll():
+    # the pair of test_dpo_by_hand (DPO part 0.598139), chosen response 4 tokens long:
+    # NLL per token = −(−5)/4 = 1.25; α = 0.5 -> 0.598139 + 0.5 · 1.25 = 1.223139
+    args = (t(-5.0), t(-7.0), t(-6.0), t(-6.0), info((4.0,), (3.0,)))
+    loss, m = make_preference_loss("dpo", beta=0.1, nll_coef=0.5)(*args)
+    assert loss.item() == pytest.approx(1.223139, abs=1e-6)
+    assert m["nll_chosen"] == pytest.approx(1.25) and m["margin"] == pytest.approx(0.2)  # rewards untouched
+    # α = 0 is plain DPO, bit for bit
+    plain, plain_m = make_preference_loss("dpo", beta=0.1)(*args)
+    zero, zero_m = make_preference_loss("dpo", beta=0.1, nll_coef=0.0)(*args)
+    assert zero.item() == plain.item() and zero_m == plain_m and "nll_chosen" not in plain_m
+    # the NLL term's gradient on Σ log π_θ(y_c) is −α/|y_c| = −0.125 on top of DPO's
+    # −β·σ(−βΔ) = −0.1 · σ(−0.2) = −0.045017; the rejected side's gradient is unchanged
+    chosen, rejected = t(-5.0).requires_grad_(), t(-7.0).requires_grad_()
+    make_preference_loss("dpo", beta=0.1, nll_coef=0.5)(chosen, rejected, *args[2:])[0].backward()
+    assert chosen.grad.item() == pytest.approx(-0.045017 - 0.125, abs=1e-6)
+    assert rejected.grad.item() == pytest.approx(0.045017, abs=1e-6)
+    with pytest.raises(ValueError, match=r"DPO.nll_coef=-1.0 is invalid; allowed: a number >= 0"):
+        make_preference_loss("dpo", nll_coef=-1.0)
+
+
 def test_dpo_depends_only_on_log_ratios():
     # shifting a response's policy and reference log-probs together changes nothing
     loss_fn = make_preference_loss("dpo", beta=0.5)

@@ -58,6 +58,57 @@ def test_reward_reads_the_last_real_token_and_ignores_padding():
         assert fresh(tokens, lengths).abs().max().item() == 0.0
 
 
+def test_mean_pooling_averages_the_real_tokens_and_ignores_padding(tmp_path):
+    from posttrain.models.reward_model import load_reward_model, save_reward_model
+
+    torch.manual_seed(0)
+    rm = RewardModel(GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=32)),
+                     pooling="mean")
+    torch.nn.init.normal_(rm.head.weight)
+    seqs = [[1, 40, 41, 42, 2], [1, 50, 2]]
+    tokens, lengths = collate_texts(seqs, pad_id=0)
+    with torch.no_grad():
+        r = rm(tokens, lengths)  # (2,)
+        for b, s in enumerate(seqs):  # loop: the head on every real position's hidden state, averaged
+            h = rm.body.hidden_states(torch.tensor([s]))[0]  # (len, D)
+            assert r[b].item() == pytest.approx(rm.head(h).mean().item(), abs=1e-5)
+        garbage = tokens.clone()
+        garbage[1, 3:] = 77
+        assert torch.allclose(rm(garbage, lengths), r, atol=1e-6)
+        last = RewardModel(rm.body)  # the same body and head, reading the last token instead
+        last.head.load_state_dict(rm.head.state_dict())
+        assert (last(tokens, lengths) - r).abs().min() > 1e-3
+    # the pooling travels with the saved model
+    loaded, _ = load_reward_model(save_reward_model(rm, tmp_path / "rm"))
+    assert loaded.pooling == "mean" and torch.allclose(loaded(tokens, lengths), r, atol=1e-6)
+    with pytest.raises(ValueError, match=r"pooling='max' is invalid; allowed: \('last', 'mean', 'loglik'\)"):
+        RewardModel(rm.body, pooling="max")
+
+
+def test_loglik_reward_is_the_bodys_mean_token_log_likelihood(tmp_path):
+    from posttrain.algorithms.core import token_logp
+    from posttrain.models.reward_model import load_reward_model, save_reward_model
+
+    torch.manual_seed(0)
+    body = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=32))
+    rm = RewardModel(body, pooling="loglik")  # starts at a = 1, b = 0: r = mean log π_body
+    seqs = [[1, 40, 41, 42, 2], [1, 50, 2]]
+    tokens, lengths = collate_texts(seqs, pad_id=0)
+    with torch.no_grad():
+        r = rm(tokens, lengths)  # (2,)
+        for b, s in enumerate(seqs):  # loop: log π of every token after <bos>, averaged
+            logp = token_logp(body(torch.tensor([s])), torch.tensor([s]))[0, 1:]  # (len − 1,)
+            assert r[b].item() == pytest.approx(logp.mean().item(), abs=1e-5)
+        garbage = tokens.clone()
+        garbage[1, 3:] = 77
+        assert torch.allclose(rm(garbage, lengths), r, atol=1e-6)  # padding never counts
+        rm.head.weight.fill_(2.0)
+        rm.head.bias.fill_(0.5)
+        assert torch.allclose(rm(tokens, lengths), 2.0 * r + 0.5)  # the head is a · loglik + b
+    loaded, _ = load_reward_model(save_reward_model(rm, tmp_path / "rm"))
+    assert loaded.pooling == "loglik" and torch.allclose(loaded(tokens, lengths), 2.0 * r + 0.5, atol=1e-6)
+
+
 @pytest.fixture(scope="module")
 def trained():
     train = sentiment_pairs(3000, seed=0)

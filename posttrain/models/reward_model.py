@@ -19,6 +19,17 @@ on <eos> means the head always reads the same kind of position.
     tokens     [bos  R  e  v  :  \\n  T  h  e  ...  .  eos  pad pad]
     hidden     (B, T, D)                                ^ last real token: r = w · h + b
 
+Two other readouts (`pooling`):
+    "mean"     the head on the mean hidden state over all real tokens (= the mean of a
+               per-token score w · h_t + b): every position speaks for itself
+    "loglik"   r = a · (1/(L−1)) Σ_t log π_body(tok_t | tok_<t) + b over every real token after
+               <bos>: the body's own LM head scores the text, and the head is the scalar
+               pair (a, b), starting at a = 1, b = 0. SimPO's implicit reward (mean log-prob)
+               trained as a Bradley–Terry model. Initialised from the SFT policy, it starts
+               as "how likely the policy finds this text", which already ranks most pairs
+               on a task where errors are unlikely tokens (one wrong sum in a chain)
+Measured on the arithmetic task's pairs (`posttrain rlhf`): see RewardModelConfig.pooling.
+
 On any transformers model the same recipe is `AutoModelForSequenceClassification` with
 num_labels=1 (it also pools the last non-pad token, found through `pad_token_id`), or by
 hand: run the base model with `output_hidden_states=True`, gather `hidden_states[-1]` at
@@ -43,39 +54,61 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from posttrain.algorithms.core import token_logp
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.preference_data import PreferencePair
 from posttrain.types import Example
 
 
-class RewardModel(nn.Module):
-    """r(x, y): a GPTMini body and a scalar head on the last real token's hidden state."""
+POOLINGS = ("last", "mean", "loglik")
 
-    def __init__(self, body: GPTMini) -> None:
+
+class RewardModel(nn.Module):
+    """r(x, y): a GPTMini body and a scalar head on its `pooling` readout (module docstring)."""
+
+    def __init__(self, body: GPTMini, pooling: str = "last") -> None:
         super().__init__()
+        if pooling not in POOLINGS:
+            raise ValueError(f"pooling={pooling!r} is invalid; allowed: {POOLINGS} (the last real token's hidden "
+                             "state, the mean over all real tokens, or the body's mean token log-likelihood)")
         self.body = body
-        self.head = nn.Linear(body.config.dim, 1)
+        self.pooling = pooling
+        self.head = nn.Linear(1 if pooling == "loglik" else body.config.dim, 1)
         # Start at r = 0 for every input: the first loss is exactly log 2 and the first
         # gradients come from the data, not from a random initial ranking.
         nn.init.zeros_(self.head.weight)
         nn.init.zeros_(self.head.bias)
+        if pooling == "loglik":
+            # a = 0 would also zero the body's gradient (r = a · loglik); a = 1 starts r at
+            # the body's own mean log-likelihood, whose ranking is the point of this readout
+            nn.init.ones_(self.head.weight)
 
     @property
     def config(self) -> GPTMiniConfig:
         return self.body.config
 
     @classmethod
-    def from_policy(cls, policy: GPTMini) -> RewardModel:
+    def from_policy(cls, policy: GPTMini, pooling: str = "last") -> RewardModel:
         """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
         the task's text; only the head is new."""
-        return cls(copy.deepcopy(policy))
+        return cls(copy.deepcopy(policy), pooling)
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) right padded, lengths (B,) real tokens per row -> rewards (B,)."""
+        if self.pooling == "loglik":
+            logp = token_logp(self.body(tokens), tokens)  # (B, T), t = log π(tok_t | tok_<t); t = 0 is 0
+            scored = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(logp.dtype)  # (B, T) the real tokens
+            scored[:, 0] = 0.0  # but not <bos>: it is given, not predicted
+            loglik = (logp * scored).sum(1) / scored.sum(1).clamp(min=1)  # (B,) mean over real tokens
+            return self.head(loglik[:, None]).squeeze(-1)  # (B,) a · loglik + b
         h = self.body.hidden_states(tokens)  # (B, T, D); right padding needs no mask
-        last = h[torch.arange(tokens.shape[0]), lengths - 1]  # (B, D) the last real token
-        return self.head(last).squeeze(-1)  # (B,)
+        if self.pooling == "mean":
+            real = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(h.dtype)  # (B, T) 1 on real tokens
+            pooled = (h * real[..., None]).sum(1) / lengths[:, None].to(h.dtype)  # (B, D) padding never counts
+        else:
+            pooled = h[torch.arange(tokens.shape[0]), lengths - 1]  # (B, D) the last real token
+        return self.head(pooled).squeeze(-1)  # (B,)
 
 
 def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tensor | None = None) -> torch.Tensor:
@@ -222,7 +255,7 @@ def train_reward_model(
 # Saving and loading: a transformers-loadable body plus the head (plumbing)
 # --------------------------------------------------------------------------------------
 
-HEAD_FILE = "reward_head.pt"  # {"weight": (1, D), "bias": (1,)}
+HEAD_FILE = "reward_head.pt"  # {"weight": (1, D) or (1, 1) for loglik, "bias": (1,), "pooling": one of POOLINGS}
 INFO_FILE = "reward_model.json"  # how it was trained and how well it ranks held-out pairs; written last
 
 
@@ -234,7 +267,8 @@ def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None,
     tmp = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.body.save_pretrained(tmp, tokenizer)
-    torch.save({"weight": model.head.weight.detach().clone(), "bias": model.head.bias.detach().clone()}, tmp / HEAD_FILE)
+    torch.save({"weight": model.head.weight.detach().clone(), "bias": model.head.bias.detach().clone(),
+                "pooling": model.pooling}, tmp / HEAD_FILE)
     (tmp / INFO_FILE).write_text(json.dumps(info or {}, indent=2) + "\n")
     shutil.rmtree(directory, ignore_errors=True)
     tmp.rename(directory)
@@ -258,8 +292,8 @@ def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
     """(model in eval mode, the info dict saved with it)."""
     check_reward_model_dir(directory)
     directory = Path(directory)
-    model = RewardModel(GPTMini.from_pretrained(directory))
     head = torch.load(directory / HEAD_FILE, weights_only=True)
+    model = RewardModel(GPTMini.from_pretrained(directory), head.get("pooling", "last"))  # older files: last
     with torch.no_grad():
         model.head.weight.copy_(head["weight"])
         model.head.bias.copy_(head["bias"])
