@@ -2,6 +2,7 @@
 
     sync, 2 workers    metrics and samples equal the single-process run's, row for row
     async, k = 2       every batch's staleness is exactly min(step, k), never more
+    async, killed      resumed from a checkpoint, it trains on the episodes sampled before the kill
     TIS                the truncated importance weight worked by hand
 
 A worker killed mid-step: test_distributed_faults.py. Data-parallel training: test_distributed_dp.py.
@@ -17,6 +18,8 @@ ray = pytest.importorskip("ray")
 
 from posttrain.config import TrainConfig, from_dict  # noqa: E402
 from posttrain.distributed.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
+from posttrain.eval.rundir import RunDir  # noqa: E402
+from posttrain.roles import controller  # noqa: E402
 from posttrain.roles.controller import run_pipeline, start_run  # noqa: E402
 from posttrain.types import Episode, Example, RolloutBatch  # noqa: E402
 
@@ -84,9 +87,17 @@ def test_sync_two_workers_equal_the_single_process_run(cluster, single_process, 
     assert summary(run)["rl"] == summary(single_process)["rl"]
 
 
-def test_async_staleness_never_exceeds_its_setting(cluster, tmp_path):
-    k = 2
-    run = train(tiny(tmp_path, workers=2, topology="async", max_staleness=k, tis_cap=1.5))
+ASYNC = {"workers": 2, "topology": "async", "max_staleness": 2, "tis_cap": 1.5}
+
+
+@pytest.fixture(scope="module")
+def async_run(cluster, tmp_path_factory):
+    return train(tiny(tmp_path_factory.mktemp("async"), **ASYNC))
+
+
+def test_async_staleness_never_exceeds_its_setting(async_run):
+    k = ASYNC["max_staleness"]
+    run = async_run
     dist = rows(run)
     assert [r["step"] for r in dist] == list(range(STEPS))
     # the batch of step s was sampled by weights max(0, s - k): exactly as stale as allowed, not more
@@ -99,6 +110,37 @@ def test_async_staleness_never_exceeds_its_setting(cluster, tmp_path):
     assert all(r["staleness_max"] <= k for r in dist)
     assert dist[0]["tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: π_old = π_behaviour
     assert len(samples(run)) == STEPS * PER_STEP
+
+
+class Killed(Exception):
+    """Stands in for kill -9: the run stops mid-step, its in-flight requests abandoned."""
+
+
+def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monkeypatch):
+    """Killed in step 1, after the checkpoint of step 0: the batches of steps 1 and 2 were in
+    flight (sampled by v0). The resumed run trains on those same episodes, and the batch of
+    step 3 is requested after the push of v1, as in the uninterrupted run."""
+    cfg = tiny(tmp_path, **ASYNC)
+    cfg.checkpoint_every = 1  # the reference run checkpoints every 2 steps: checkpoints must not change numbers
+    sample_row = controller.sample_row
+
+    def dies_in_step_1(stage: str, step: int, episode: Episode) -> dict:
+        if (stage, step) == ("rl", 1):  # after the update and the push of step 1, before its row
+            raise Killed
+        return sample_row(stage, step, episode)
+
+    monkeypatch.setattr(controller, "sample_row", dies_in_step_1)
+    run = start_run(cfg, "train")
+    with pytest.raises(Killed):
+        run_pipeline(cfg, run)
+    assert [r["step"] for r in rows(run.path)] == [0]
+    monkeypatch.undo()
+
+    run_pipeline(cfg, RunDir.open(str(run.path)))  # what `posttrain train --resume` does
+    same_metrics(rows(async_run), rows(run.path))  # reward_mean, loss, staleness, TIS, weight_version, ...
+    assert samples(run.path) == samples(async_run)  # the same completions, sampled by the same versions
+    summary = lambda p: json.loads((p / "summary.json").read_text())  # noqa: E731
+    assert summary(run.path)["rl"] == summary(async_run)["rl"]
 
 
 def test_truncated_importance_weights_by_hand():

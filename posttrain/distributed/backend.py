@@ -1,7 +1,9 @@
 """The rollout role behind one small interface, wherever it runs.
 
 The controller asks for the episodes of a step (`sample(step, round)`), pushes fresh
-weights after every update (`push()`), and evaluates with a local engine (`engine`).
+weights after every update (`push()`), evaluates with a local engine (`engine`), and
+checkpoints what the rollout holds between steps (`state_dict()`: the async topology's
+batches sampled ahead).
 Three implementations:
 
     ColocatedRollout   the engine lives in the controller's process (today's default)
@@ -18,14 +20,13 @@ controller has always used, so colocated runs keep their numbers.
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Callable
 
 import torch
 
 from posttrain.roles.rollout import RolloutEngine, SamplingParams
-from posttrain.roles.weight_sync import InProcessWeightSync
+from posttrain.roles.weight_sync import SharedWeights
 from posttrain.types import Episode, Example, RolloutBatch
 
 
@@ -69,15 +70,15 @@ def sample_shard(engine: RolloutEngine, shard: Shard, samples_per_prompt: int) -
 
 
 class ColocatedRollout:
-    """Today's single process: the engine is a copy of the policy in this process and
-    weight sync is an in-place copy."""
+    """Today's single process: the engine samples from the trainer's own module, so
+    there is one copy of the weights and weight sync is a version bump."""
 
     topology = "colocated"
 
     def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], shards: int = 1):
-        self.engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
-        self.sync = InProcessWeightSync(policy, self.engine)
+        self.engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+        self.sync = SharedWeights(policy, self.engine)
         self.request = request
         self.shards = shards
 
@@ -91,7 +92,7 @@ class ColocatedRollout:
                 for e in sample_shard(self.engine, shard, request.samples_per_prompt)]
 
     def push(self, version: int | None = None) -> int:
-        """Copy the trainer's weights into the engine; `version` restores a saved number."""
+        """Publish the trainer's weights to the engine; `version` restores a saved number."""
         self.sync.push()
         if version is not None:
             self.sync.version = self.engine.weight_version = version
@@ -99,6 +100,12 @@ class ColocatedRollout:
 
     def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
         return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
+
+    def state_dict(self) -> dict:
+        return {}  # nothing sampled ahead: a resumed step samples from the restored weights
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
     def step_metrics(self) -> dict[str, float]:
         return {}

@@ -223,6 +223,16 @@ class RayRollout:
         # on-policy: every shard must be sampled by the weights the trainer holds now
         return self.gather(self.submit(request, self.version), request.samples_per_prompt, self.version)
 
+    # -- checkpoints ------------------------------------------------------------------------
+
+    def state_dict(self) -> dict:
+        # nothing is sampled ahead (the async topology adds its batches); the count of
+        # restarts is logged as a running total, so a resumed run carries it on
+        return {"worker_restarts": self.restarts}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.restarts = state.get("worker_restarts", 0)
+
     # -- what the controller logs ------------------------------------------------------------
 
     def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:

@@ -17,7 +17,6 @@ so a run resumed from a checkpoint makes exactly the draws an uninterrupted run 
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import hashlib
 import shutil
@@ -40,10 +39,11 @@ from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy,
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards import AdaptiveKLController
 from posttrain.roles.environment import score_episodes
-from posttrain.roles.reference import Reference, make_reference
+from posttrain.roles.reference import AdapterOffReference, make_reference
 from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.distributed.backend import RolloutRequest, make_rollout
+from posttrain.distributed.data_parallel import make_trainer
 from posttrain.types import Episode, RolloutBatch
 
 from rich.console import Console
@@ -176,7 +176,7 @@ def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:
 def sampling_params(cfg: TrainConfig) -> SamplingParams:
     s = cfg.rl.sampling
     return SamplingParams(temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens,
-                          stop_at_newline=not cfg.env.cot)
+                          stop_at_newline=not cfg.env.cot, compile=s.compile)
 
 
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
@@ -189,13 +189,20 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
-    engine = rollout.engine  # the local copy dev-set evaluation samples from
+    engine = rollout.engine  # the local engine dev-set evaluation samples from
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = make_reference(policy, reference_weights) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None
-    trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
-                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip,
-                      micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
+    # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
+    trainer = make_trainer(cfg.dist.trainer_ranks, policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps,
+                           warmup_steps=cfg.rl.warmup_steps, weight_decay=cfg.rl.weight_decay,
+                           grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
+    if cfg.rl.micro_batch_size == 0 and cfg.model.name != "gpt_mini":
+        rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
+        console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
+                      "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
+                      "tokens: a run was killed for memory at 11.7 GB). --rl.micro_batch_size 8 keeps them "
+                      "under 3 GB; with a per-sequence loss (GRPO's) the update is the same")
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
     # an algorithm that drops uninformative groups (DAPO's dynamic sampling) offers filter_batch
     filter_batch = getattr(algo, "filter_batch", None)
@@ -278,7 +285,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
     def extra_state() -> dict:
         # an algorithm with state between steps (REINFORCE's running-mean baseline) saves it too
-        state = {"weight_version": rollout.version}
+        # the async rollout saves its batches sampled ahead (waiting for those in flight)
+        state = {"weight_version": rollout.version, "rollout": rollout.state_dict()}
         if hasattr(algo, "state_dict"):
             state["algorithm"] = algo.state_dict()
         if kl_controller is not None:
@@ -287,6 +295,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
     def on_resume(state: dict) -> None:
         rollout.push(version=state["weight_version"])  # the engine must sample from the restored weights
+        rollout.load_state_dict(state.get("rollout", {}))  # {}: a checkpoint from before rollouts had state
         if "algorithm" in state:
             algo.load_state_dict(state["algorithm"])
         if kl_controller is not None:
@@ -300,6 +309,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
                                  + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
     finally:
         rollout.close()  # stops the Ray workers (and the local cluster, if this run started it)
+        trainer.close()  # stops the data-parallel trainer ranks, if any
 
 
 # ---------------------------------------------------------------------------------------
@@ -319,7 +329,7 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
 
     n_prompts = n_prompts or cfg.rl.pair_prompts
     tag = () if (round, split) == (0, "train") else (split, round)
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, sampling_params(cfg))
+    engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
     examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
     episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample", *tag))
     groups = group_by_prompt(score_episodes(env.score, episodes))
@@ -348,18 +358,26 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     the *current* policy, lets the verifier build pairs, and trains on those. Pairs then
     come from the distribution being trained (on-policy) instead of only the start's. The
     reference stays the starting policy, and one optimizer runs through all rounds, so the
-    only difference from offline is where the data comes from.
+    only difference from offline is where the data comes from; with rl.refresh_reference,
+    each round's reference is instead the policy as that round starts (iterative DPO).
+
+    With model.lora_r > 0 only LoRA adapters train, and the reference is the policy with
+    its adapters off (no second copy of the weights), as in the RL stage.
 
     The stage checkpoints every checkpoint_every steps and at the end of every round, with
     the optimizer state, and saves every round's pairs before training on them, so a run
     killed anywhere in the stage resumes where it stopped and logs what an uninterrupted
     run logs."""
-    from posttrain.algorithms.preference import evaluate_preference, train_preference
+    from posttrain.algorithms.preference import AdapterOff, evaluate_preference, train_preference
     from posttrain.preference_data import load_preference_jsonl, save_preference_jsonl
 
     rounds = cfg.rl.online_rounds
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
-    reference = Reference(load_checkpoint_model(reference_weights, policy.config))
+    if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
+        policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
+    reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
+    # the module the losses read log π_ref from: for LoRA, the policy's forward with adapters off
+    reference_model = AdapterOff(policy) if isinstance(reference, AdapterOffReference) else reference.model
     # AdamW without decay, constant lr: a short fine-tune that should not pull toward 0
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.rl.lr, weight_decay=0.0)
     start = 0
@@ -404,15 +422,15 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
     # loss's implicit-reward accuracy on them says whether the preference generalises
-    if not (run.path / "pairs_dev.jsonl").exists():
-        dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, reference.model, 0, cfg.rl.eval_size, split="dev")
+    if not (run.path / "pairs_dev.jsonl").exists():  # built before any step, so `policy` is the start
+        dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, policy, 0, cfg.rl.eval_size, split="dev")
         save_preference_jsonl(dev_pairs, run.path / "pairs_dev.jsonl")
     dev_pairs = load_preference_jsonl(run.path / "pairs_dev.jsonl") if (run.path / "pairs_dev.jsonl").stat().st_size else []
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
     params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
 
     def evaluate(step: int) -> dict[str, float]:
-        engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+        engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
         metrics = {"dev_pass@1": evaluate_pass_at_1(engine, env, dev)["pass@1"]}
         # KL(π ‖ π_ref), length and reward on the policy's own samples (T = 1), as the RL stage logs them
         episodes = score_episodes(env.score, engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step)))
@@ -421,7 +439,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         metrics.update({k: v for k, v in rollout_metrics(batch).items() if k != "zero_variance_groups"})
         if dev_pairs:
             held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
-                                           reference.model)
+                                           reference_model)
             metrics.update({f"dev_pref_{k}": v for k, v in held_out.items()})
         policy.train()
         return metrics
@@ -455,10 +473,18 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
                 progress.update(task, advance=1)
                 clock[0] = time.perf_counter()
 
+            round_reference = reference_model
+            if cfg.rl.refresh_reference and r > 0:
+                # iterative DPO: π_ref is the policy as this round starts; saved, so that a run
+                # killed mid-round resumes against the same reference
+                saved = latest_checkpoint(run, "pref_reference")
+                if saved is None or saved.name != f"step_{first:06d}":
+                    saved = save_checkpoint(run, "pref_reference", first, policy, tokenizer, keep_last=1)
+                round_reference = load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
             seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
             train_preference(policy, pairs, cfg.rl.algo, steps=n_steps, lr=cfg.rl.lr,
                              batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
-                             reference=reference.model, max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=seed,
+                             reference=round_reference, max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=seed,
                              on_step=on_step, optimizer=optimizer, start_step=max(0, start - first))
             first += n_steps
 
@@ -557,7 +583,7 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
 
 
 def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams) -> dict:
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
     ci = result["ci"]

@@ -151,3 +151,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         if self.critic is not None:
             self.critic.load_state_dict(state["critic"])
+
+    def close(self) -> None:
+        """Release what the trainer started: nothing here; a data-parallel rank 0 stops its
+        follower processes (posttrain/distributed/data_parallel.py)."""
