@@ -33,6 +33,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scorer_latency.py
 	cd benchmarks && ../$(BIN)/python generation.py
 	cd benchmarks && ../$(BIN)/python train_mfu.py
+	cd benchmarks && ../$(BIN)/python profile_step.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
 	$(BIN)/python benchmarks/topology.py
 

@@ -2,12 +2,16 @@
 completion length, learning rate, loss and threads; seconds per step, peak memory, and
 the reward curve over the same steps (so speed is never bought by doing less).
 
-    make bench-trl        (creates .venv-bench with TRL; TRL is never a posttrain dependency)
-    .venv-bench/bin/python benchmarks/grpo_vs_trl.py [--steps 4] [--model DIR]
+    make bench            (creates .venv-bench with TRL; TRL is never a posttrain dependency)
+    cd benchmarks && ../.venv-bench/bin/python grpo_vs_trl.py [--steps 6] [--model sft|smollm2-135m|DIR]
 
-Each side runs in its own process, one after the other, so peak RSS is its own. Shape:
-8 prompts × 8 completions × at most 64 new tokens, float32, no reference model (β = 0),
-loss = mean over sequences of the per-token mean (TRL's loss_type="grpo").
+The default starting point, `--model sft`, is SmolLM2-135M-Instruct after the README's
+short SFT on the chain-of-thought arithmetic format (40 steps, run once by posttrain and
+cached under results/): out of the box SmolLM2 never writes the `Final:` line, every
+reward is 0 and the reward curves could not differ. Each side runs in its own process,
+one after the other, so peak RSS is its own. Shape: 8 prompts × 8 completions × at most
+64 new tokens, float32, no reference model (β = 0), loss = mean over sequences of the
+per-token mean (TRL's loss_type="grpo").
 """
 
 from __future__ import annotations
@@ -21,14 +25,30 @@ import sys
 import time
 from pathlib import Path
 
-SYSTEM = "Add the numbers. End with the line: Final: <answer>"
+SFT_SYSTEM = "Add the numbers step by step. End with one line: Final: <sum>"
 
 
-def arithmetic_batches(steps: int, prompts: int):
+def sft_checkpoint(threads: int) -> str:
+    """SmolLM2 after the README's short SFT (level 3, chain of thought), made once."""
+    out = Path(__file__).parent / "results" / "smollm2-sft"
+    found = sorted(out.glob("*/checkpoints/sft/step_000039"))
+    if found:
+        return str(found[-1])
+    print("making the SFT starting point once (about 8 minutes): posttrain train --rl.steps 0 ...", flush=True)
+    subprocess.run([str(Path(sys.executable).parent / "posttrain"), "train", "--name", "bench-sft",
+                    "--out_dir", str(out), "--model", "smollm2-135m", "--model.system_prompt", SFT_SYSTEM,
+                    "--model.max_seq_len", "160", "--env.level", "3", "--env.cot", "true",
+                    "--sft.num_examples", "200", "--sft.steps", "40", "--sft.batch_size", "8", "--sft.lr", "3e-5",
+                    "--sft.warmup_steps", "4", "--rl.steps", "0", "--eval_size", "50",
+                    "--threads", str(threads)], check=True)
+    return str(sorted(out.glob("*/checkpoints/sft/step_000039"))[-1])
+
+
+def arithmetic_batches(args):
     from posttrain.envs import make_env
 
-    env = make_env("arithmetic", level=2, cot=False)
-    return env, [env.sample("train", prompts, seed=step) for step in range(steps)]
+    env = make_env("arithmetic", level=args.level, cot=args.cot)
+    return env, [env.sample("train", args.prompts, seed=step) for step in range(args.steps)]
 
 
 def peak_rss_gb() -> float:
@@ -36,7 +56,6 @@ def peak_rss_gb() -> float:
 
 
 def run_posttrain(args) -> dict:
-    import copy
     import dataclasses
 
     import torch
@@ -46,14 +65,16 @@ def run_posttrain(args) -> dict:
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.rollout import RolloutEngine, SamplingParams
     from posttrain.roles.trainer import Trainer
-    from posttrain.roles.weight_sync import InProcessWeightSync
+    from posttrain.roles.weight_sync import SharedWeights
     from posttrain.types import RolloutBatch
 
     torch.set_num_threads(args.threads)
-    env, batches = arithmetic_batches(args.steps, args.prompts)
-    policy, tokenizer = HFPolicy.load(args.model, system_prompt=SYSTEM)
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, SamplingParams(temperature=1.0, max_new_tokens=args.max_new))
-    sync = InProcessWeightSync(policy, engine)
+    env, batches = arithmetic_batches(args)
+    policy, tokenizer = HFPolicy.load(args.model, system_prompt=args.system)
+    # colocated, as `posttrain train` runs: the engine samples from the trainer's own weights
+    engine = RolloutEngine(policy, tokenizer, SamplingParams(temperature=1.0, max_new_tokens=args.max_new),
+                           shares_weights=True)
+    sync = SharedWeights(policy, engine)
     algo = make_algorithm("grpo", max_len=args.max_new)
     trainer = Trainer(policy, lr=args.lr, total_steps=args.steps, grad_clip=1.0, micro_batch_size=args.micro_batch)
     steps = []
@@ -82,8 +103,8 @@ def run_trl(args) -> dict:
     from posttrain.types import Example
 
     torch.set_num_threads(args.threads)
-    env, batches = arithmetic_batches(args.steps, args.prompts)
-    rows = [{"prompt": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": e.prompt}],
+    env, batches = arithmetic_batches(args)
+    rows = [{"prompt": [{"role": "system", "content": args.system}, {"role": "user", "content": e.prompt}],
              "expected_answer": e.expected_answer} for examples in batches for e in examples]
     directory = convert_smollm2() if args.model == "smollm2-135m" else args.model
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
@@ -123,20 +144,28 @@ def run_trl(args) -> dict:
 def summarise(name: str, result: dict) -> dict:
     times = [s["seconds"] for s in result["steps"]]
     later = times[1:] or times  # the first step pays for warm-up on both sides
+    rewards = [s.get("reward", float("nan")) for s in result["steps"]]
     return {"side": name, "seconds_per_step": statistics.mean(later), "first_step_seconds": times[0],
-            "rewards": [round(s.get("reward", float("nan")), 3) for s in result["steps"]],
+            "rewards": [round(r, 3) for r in rewards], "reward_mean": statistics.mean(rewards),
+            # per-step means of 64 samples each: their spread is the sampling noise of one step
+            "reward_sem": statistics.stdev(rewards) / len(rewards) ** 0.5 if len(rewards) > 1 else float("nan"),
             "peak_rss_gb": result["peak_rss_gb"]}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--side", choices=["posttrain", "trl"], help="(internal) run one side and print JSON")
-    parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--model", default="sft", help="sft (SmolLM2 after a short SFT, made once), "
+                        "smollm2-135m (untrained: every reward is 0), or a local directory")
+    parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--prompts", type=int, default=8)
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new", type=int, default=64)
-    parser.add_argument("--micro-batch", type=int, default=8)
+    parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--level", type=int, default=3, help="arithmetic level (match the SFT checkpoint's)")
+    parser.add_argument("--cot", action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument("--system", default=SFT_SYSTEM,
+                        help="system prompt, the same on both sides (match the SFT checkpoint's)")
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_vs_trl.json"))
@@ -150,7 +179,10 @@ def main() -> None:
 
     m = machine()
     print(describe(m))
-    passthrough = [a for a in sys.argv[1:] if not a.startswith("--out")]
+    if args.model == "sft":
+        args.model = sft_checkpoint(args.threads)
+    passthrough = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
+                   if name not in ("side", "out", "cot")] + ["--cot" if args.cot else "--no-cot"]
     summary = {"machine": m, "args": vars(args)}
     for side in ("posttrain", "trl"):
         done = subprocess.run([sys.executable, __file__, "--side", side, *passthrough], capture_output=True, text=True)
@@ -160,6 +192,13 @@ def main() -> None:
         print(json.dumps(summary[side]), flush=True)
     ratio = summary["trl"]["seconds_per_step"] / summary["posttrain"]["seconds_per_step"]
     summary["speedup"] = ratio
+    ours, theirs = summary["posttrain"], summary["trl"]
+    difference = ours["reward_mean"] - theirs["reward_mean"]
+    noise = (ours["reward_sem"] ** 2 + theirs["reward_sem"] ** 2) ** 0.5
+    summary["reward_difference"] = {"mean": difference, "standard_error": noise}
+    print(f"mean reward over the {args.steps} steps: posttrain {ours['reward_mean']:.3f}, TRL {theirs['reward_mean']:.3f}; "
+          f"difference {difference:+.3f} ± {noise:.3f} (one standard error: "
+          f"{'within' if abs(difference) <= 2 * noise else 'outside'} 2 standard errors)")
     print(f"posttrain {summary['posttrain']['seconds_per_step']:.1f} s/step, TRL {summary['trl']['seconds_per_step']:.1f} "
           f"s/step: {ratio:.2f}x; peak RSS {summary['posttrain']['peak_rss_gb']:.1f} GB vs "
           f"{summary['trl']['peak_rss_gb']:.1f} GB")

@@ -270,3 +270,18 @@ def test_smollm2_rollout_old_logp_equals_a_teacher_forced_pass():
     with torch.no_grad():
         logp = Trainer(policy, lr=1e-5, total_steps=1).forward(batch).logp
     torch.testing.assert_close(logp, batch.old_logp, atol=5e-5, rtol=0)
+
+
+def test_a_checkpoint_remembers_its_system_prompt(tiny_dir, tmp_path):
+    """`posttrain eval` of a checkpoint must lay prompts out as training did: the system
+    prompt is saved with the policy, and an explicitly configured one still wins."""
+    from types import SimpleNamespace
+
+    from posttrain.models import load_tokenizer
+
+    directory, _ = tiny_dir
+    policy, tokenizer = hf.HFPolicy.load(directory, system_prompt="Add the numbers.")
+    policy.save_pretrained(tmp_path / "ckpt", tokenizer)
+    assert load_tokenizer(tmp_path / "ckpt").system_prompt == "Add the numbers."
+    assert load_tokenizer(tmp_path / "ckpt", SimpleNamespace(system_prompt="Other.")).system_prompt == "Other."
+    assert load_tokenizer(tmp_path / "ckpt", SimpleNamespace(system_prompt="")).system_prompt == "Add the numbers."

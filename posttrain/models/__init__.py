@@ -9,6 +9,7 @@ A config's `model.name` is "gpt_mini" (built from scratch), a known pretrained n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
@@ -75,14 +76,16 @@ def load_checkpoint_model(directory: Path, expected=None):
 
 
 def load_tokenizer(directory: Path, model_cfg=None):
-    """The tokenizer saved beside a checkpoint's weights (with model_cfg's system prompt)."""
+    """The tokenizer saved beside a checkpoint's weights, with model_cfg's system prompt,
+    or, when that is empty, the one the checkpoint was trained with."""
     if _is_transformers_checkpoint(directory):
         from transformers import AutoTokenizer
 
-        from .hf import HFTokenizer
+        from .hf import POLICY_RECORD, HFTokenizer
 
-        return HFTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True),
-                           getattr(model_cfg, "system_prompt", ""))
+        record = json.loads((Path(directory) / POLICY_RECORD).read_text())
+        system_prompt = getattr(model_cfg, "system_prompt", "") or record.get("system_prompt", "")
+        return HFTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True), system_prompt)
     return CharTokenizer.load(directory)
 
 

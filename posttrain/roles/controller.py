@@ -201,8 +201,9 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
         console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
                       "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
-                      "tokens: a run was killed for memory at 11.7 GB). --rl.micro_batch_size 8 keeps them "
-                      "under 3 GB; with a per-sequence loss (GRPO's) the update is the same")
+                      "tokens: a run was killed for memory at 11.7 GB). With --rl.micro_batch_size 8 a "
+                      "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
+                      "update is the same")
     dev = env.fixed_set("dev", cfg.rl.eval_size, seed=0)
     # an algorithm that drops uninformative groups (DAPO's dynamic sampling) offers filter_batch
     filter_batch = getattr(algo, "filter_batch", None)
