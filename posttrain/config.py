@@ -41,7 +41,9 @@ class ModelConfig:
     n_head: int = 4
     hidden_dim: int = 352  # SwiGLU width ≈ 8/3·dim (LLaMA's ratio), rounded to a multiple of 32
     max_seq_len: int = 96  # prompt (~15 chars) + chain of thought (~40) with room to spare
-    lora_r: int = 0  # transformers models: >0 trains rank-r LoRA adapters in RL (reference = adapters off)
+    # transformers models: >0 trains rank-r LoRA adapters in the RL and preference stages
+    # (the reference is the policy with its adapters off)
+    lora_r: int = 0
     lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r
     system_prompt: str = ""  # instruct models: replaces the chat template's default system turn
 
