@@ -246,7 +246,7 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
     pytest.importorskip("peft")
     import torch
 
-    from posttrain.algorithms.preference import AdapterOff
+    from posttrain.roles.reference import AdapterOff
     from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
     from posttrain.preference_data import PreferencePair, save_preference_jsonl
 

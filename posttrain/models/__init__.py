@@ -9,7 +9,6 @@ A config's `model.name` is "gpt_mini" (built from scratch), a known pretrained n
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
@@ -81,10 +80,9 @@ def load_tokenizer(directory: Path, model_cfg=None):
     if _is_transformers_checkpoint(directory):
         from transformers import AutoTokenizer
 
-        from .hf import POLICY_RECORD, HFTokenizer
+        from .hf import HFTokenizer, read_policy_record
 
-        record = json.loads((Path(directory) / POLICY_RECORD).read_text())
-        system_prompt = getattr(model_cfg, "system_prompt", "") or record.get("system_prompt", "")
+        system_prompt = getattr(model_cfg, "system_prompt", "") or read_policy_record(directory).get("system_prompt", "")
         return HFTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True), system_prompt)
     return CharTokenizer.load(directory)
 

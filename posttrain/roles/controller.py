@@ -35,11 +35,11 @@ from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.eval.monitors import check_all
 from posttrain.eval.report import RUN_MONITORS, write_plots, write_summary
 from posttrain.eval.rundir import RunDir
-from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy, save_checkpoint_model
+from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy, save_checkpoint_model
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards import AdaptiveKLController
 from posttrain.roles.environment import score_episodes
-from posttrain.roles.reference import AdapterOffReference, make_reference
+from posttrain.roles.reference import make_reference
 from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.distributed.backend import RolloutRequest, make_rollout
@@ -197,7 +197,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps,
                            warmup_steps=cfg.rl.warmup_steps, weight_decay=cfg.rl.weight_decay,
                            grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
-    if cfg.rl.micro_batch_size == 0 and cfg.model.name != "gpt_mini":
+    if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
         console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
                       "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
@@ -369,7 +369,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     the optimizer state, and saves every round's pairs before training on them, so a run
     killed anywhere in the stage resumes where it stopped and logs what an uninterrupted
     run logs."""
-    from posttrain.algorithms.preference import AdapterOff, evaluate_preference, train_preference
+    from posttrain.algorithms.preference import evaluate_preference, train_preference
     from posttrain.preference_data import load_preference_jsonl, save_preference_jsonl
 
     rounds = cfg.rl.online_rounds
@@ -377,8 +377,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
-    # the module the losses read log π_ref from: for LoRA, the policy's forward with adapters off
-    reference_model = AdapterOff(policy) if isinstance(reference, AdapterOffReference) else reference.model
+    reference_model = reference.model  # the module the losses read log π_ref from
     # AdamW without decay, constant lr: a short fine-tune that should not pull toward 0
     optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.rl.lr, weight_decay=0.0)
     start = 0

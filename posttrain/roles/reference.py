@@ -29,17 +29,38 @@ class Reference:
         return logp
 
 
+class AdapterOff(torch.nn.Module):
+    """A LoRA policy with its adapters switched off, i.e. the frozen base it started from,
+    as a module: forward, hidden_states and lm_head run the policy's own parameters, so it
+    adds no second copy of the weights. Both the RL reference below and the preference
+    losses (which call the module itself) read π_ref through it."""
+
+    def __init__(self, policy: torch.nn.Module) -> None:
+        super().__init__()
+        self.policy = policy
+
+    @property
+    def config(self):
+        return self.policy.config
+
+    @property
+    def lm_head(self) -> torch.nn.Module:
+        return self.policy.lm_head  # LoRA adapts attention and MLP projections, never the head
+
+    def forward(self, *args, **kwargs) -> torch.Tensor:
+        with self.policy.adapter_disabled():
+            return self.policy(*args, **kwargs)
+
+    def hidden_states(self, *args, **kwargs) -> torch.Tensor:
+        with self.policy.adapter_disabled():
+            return self.policy.hidden_states(*args, **kwargs)
+
+
 class AdapterOffReference(Reference):
-    """The reference of a LoRA policy: the policy itself with its adapters switched off,
-    which is exactly the frozen base it started from, with no second copy of the weights."""
+    """The reference of a LoRA policy: the policy itself with its adapters switched off."""
 
     def __init__(self, policy: torch.nn.Module):
-        self.model = policy
-
-    @torch.no_grad()
-    def logp(self, batch: RolloutBatch) -> torch.Tensor:
-        with self.model.adapter_disabled():
-            return super().logp(batch)
+        self.model = AdapterOff(policy)
 
 
 def make_reference(policy: torch.nn.Module, start_weights) -> Reference:

@@ -35,7 +35,6 @@ from posttrain.algorithms.preference.kto import KTO
 from posttrain.algorithms.preference.orpo import ORPO
 from posttrain.algorithms.preference.simpo import SimPO
 from posttrain.algorithms.preference.train import (
-    AdapterOff,
     collate_rows,
     encode_records,
     evaluate_preference,
@@ -60,7 +59,6 @@ def make_preference_loss(name: str, **params: Any) -> PreferenceLoss:
 
 
 __all__ = [
-    "AdapterOff",
     "DPO",
     "IPO",
     "KTO",

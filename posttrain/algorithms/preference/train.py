@@ -110,25 +110,6 @@ def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
-class AdapterOff(torch.nn.Module):
-    """π_ref of a LoRA policy, as a module the loop can call: the policy's own forward with
-    its adapters switched off, i.e. the frozen base it started from. It holds the policy, not
-    a copy, so it adds no parameters (the RL stage's `roles.reference.AdapterOffReference`
-    is the same idea behind the rollout-batch interface)."""
-
-    def __init__(self, policy: torch.nn.Module) -> None:
-        super().__init__()
-        self.policy = policy
-
-    @property
-    def config(self):
-        return self.policy.config
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        with self.policy.adapter_disabled():
-            return self.policy(tokens)  # (N, T, V)
-
-
 def cache_reference_logps(reference: torch.nn.Module, rows: list[list[Row]], pad_id: int,
                           batch_size: int = 32) -> list[list[float]]:
     """log π_ref(y|x) of every row of every record, in the same nesting as `rows`: computed
