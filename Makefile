@@ -32,6 +32,7 @@ test-all: $(STAMP)
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scorer_latency.py
 	cd benchmarks && ../$(BIN)/python generation.py
+	cd benchmarks && ../$(BIN)/python batched_sampling.py
 	cd benchmarks && ../$(BIN)/python train_mfu.py
 	cd benchmarks && ../$(BIN)/python profile_step.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py

@@ -125,3 +125,21 @@ def test_compiled_decode_samples_the_current_weights_with_exact_old_logp():
         reference = eager.generate(examples(), 2, torch.Generator().manual_seed(step))
         assert [e.response_ids for e in episodes] == [e.response_ids for e in reference]
         trainer.update(batch, lambda out, b: (-(out.logp * b.response_mask).sum(), {}))
+
+
+def test_a_large_call_decodes_in_batches_of_whole_groups_with_the_same_episodes(monkeypatch):
+    many = [Example(f"Q: {i}+{i}\n", str(2 * i), f"e{i}") for i in range(7)]
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=12)
+    whole = RolloutEngine(tiny_model(), TOK, greedy).generate(many, samples_per_prompt=3)
+
+    engine = RolloutEngine(tiny_model(), TOK, greedy)
+    engine.max_rows = 7  # two groups of 3 per batch: 7 examples -> batches of 2, 2, 2, 1
+    batch_rows = []
+    decode = engine._generate
+    monkeypatch.setattr(engine, "_generate", lambda ex, k, *a, **kw: batch_rows.append(len(ex) * k) or decode(ex, k, *a, **kw))
+    split = engine.generate(many, samples_per_prompt=3)
+
+    assert batch_rows == [6, 6, 6, 3]
+    assert [e.group_id for e in split] == [i for i in range(7) for _ in range(3)]  # indices into `many`, not the batch
+    assert [e.example.id for e in split] == [e.example.id for e in whole]
+    assert [e.response_ids for e in split] == [e.response_ids for e in whole]  # greedy: batching changes nothing

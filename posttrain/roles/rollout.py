@@ -78,6 +78,8 @@ class RolloutEngine:
     weight sync free; an engine in another process always owns its copy.
     """
 
+    max_rows = 512  # sequences decoded at once: generate splits a larger call (an instance may set its own)
+
     def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, shares_weights: bool = False):
         self.model = model if shares_weights else model.eval().requires_grad_(False)
         self.tokenizer = tokenizer
@@ -103,16 +105,27 @@ class RolloutEngine:
         generator: torch.Generator | None = None,
         params: SamplingParams | None = None,
     ) -> list[Episode]:
-        """K = samples_per_prompt completions for each example, grouped by example."""
+        """K = samples_per_prompt completions for each example, grouped by example (episode
+        group_id = the example's index in `examples`).
+
+        At most `max_rows` sequences decode at once: the KV cache and logits grow with the
+        row count (3,200 prompts × 8 samples in one batch took a gpt_mini run past 7 GB), while
+        a few hundred rows already keep the matrix multiplies busy. A call within the limit is
+        one batch, so its samples do not depend on the limit."""
         was_training = self.model.training
         self.model.eval()
+        per_batch = max(1, self.max_rows // samples_per_prompt)  # whole groups: a group is never split
+        episodes = []
         try:
-            return self._generate(examples, samples_per_prompt, generator, params or self.params)
+            for first in range(0, len(examples), per_batch):
+                episodes += self._generate(examples[first : first + per_batch], samples_per_prompt, generator,
+                                           params or self.params, first_group=first)
+            return episodes
         finally:
             self.model.train(was_training)
 
     def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
-                  params: SamplingParams) -> list[Episode]:
+                  params: SamplingParams, first_group: int = 0) -> list[Episode]:
         tok = self.tokenizer
         prompts = [encode_prompt(tok, ex.prompt) for ex in examples for _ in range(samples_per_prompt)]
         N, P = len(prompts), max(len(p) for p in prompts)
@@ -168,7 +181,7 @@ class RolloutEngine:
             episodes.append(
                 Episode(
                     example=examples[i // samples_per_prompt],
-                    group_id=i // samples_per_prompt,
+                    group_id=first_group + i // samples_per_prompt,
                     prompt_ids=prompts[i],
                     response_ids=response,
                     response_logp=logps[i, :n].tolist(),
