@@ -4,6 +4,8 @@
     posttrain train --algo NAME ...    the same pipeline with any setting changed
     posttrain train --resume runs/ID   continue a killed run from its last checkpoint
     posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
+    posttrain compare --algos dpo --online_rounds 1,20
+                                       offline against online DPO on the same budget
     posttrain rlhf                     SFT → reward model → PPO against it, proxy vs gold reward plotted
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
@@ -61,16 +63,36 @@ def cmd_train(argv: list[str], command: str) -> int:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from posttrain.compare import compare
+    from posttrain.compare import check_algos, compare
 
     parser = _train_parser("posttrain compare", "several algorithms from one SFT checkpoint")
     parser.add_argument("--algos", required=True, help="comma-separated algorithm names, e.g. grpo,rloo,dr_grpo")
+    parser.add_argument("--online_rounds", metavar="N,N,...",
+                        help="preference losses only: run each one once per round count on the same budget, "
+                             "e.g. 1,20 for offline against 20 online rounds")
     args = parser.parse_args(argv)
     if args.resume:
         raise ConfigError("compare does not resume; rerun it (each algorithm's run directory can be resumed "
                           "on its own with `posttrain train --resume`)")
+    algos = [a.strip() for a in args.algos.split(",") if a.strip()]
+    check_algos(algos)
+    # the shared settings are checked as the first row will run them: its algorithm (so that
+    # rl.algo_params are read as its fields) and, with --online_rounds, the most rounds
+    if getattr(args, "rl.algo") is None:
+        setattr(args, "rl.algo", algos[0])
+    rounds = None
+    if args.online_rounds is not None:
+        if getattr(args, "rl.online_rounds") is not None:
+            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.online_rounds, not both")
+        try:
+            rounds = [int(n) for n in args.online_rounds.split(",")]
+        except ValueError:
+            raise ConfigError(f"--online_rounds {args.online_rounds!r}: give comma-separated round counts, "
+                              "e.g. 1,20 (1 = offline)") from None
+        if rounds and all(n > 0 for n in rounds):
+            setattr(args, "rl.online_rounds", str(max(rounds)))
     cfg = resolve(TrainConfig, args, load_file(args.config) if args.config else None)
-    compare(cfg, [a.strip() for a in args.algos.split(",") if a.strip()])
+    compare(cfg, algos, rounds)
     return 0
 
 

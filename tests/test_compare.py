@@ -1,8 +1,12 @@
 """`posttrain compare`: every algorithm starts from the same SFT checkpoint and lands in one table."""
 
 import json
+import math
+
+import pytest
 
 from posttrain.cli import main
+from tests.test_online_dpo import TINY_PREF, sft  # noqa: F401  (sft: a module-scoped SFT checkpoint fixture)
 from tests.test_pipeline import TINY
 
 
@@ -31,8 +35,6 @@ def test_compare_rejects_unknown_algorithms(tmp_path, capsys):
 
 
 def test_compare_preference_losses_reports_pairs_and_held_out_preference_accuracy(tmp_path):
-    from tests.test_online_dpo import TINY_PREF
-
     algos = ["kto", "simpo"]  # with a reference (and unpaired), reference-free
     assert main(["compare", "--algos", ",".join(algos), *TINY_PREF, "--rl.steps", "3", "--rl.pair_prompts", "32",
                  "--out_dir", str(tmp_path)]) == 0
@@ -47,3 +49,40 @@ def test_compare_preference_losses_reports_pairs_and_held_out_preference_accurac
     table = (root / "compare.md").read_text()
     assert "3 steps × 4 pairs" in table and "held-out pref acc" in table
     assert all(f"| {a} |" in table for a in algos)
+
+
+def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_difference(sft, tmp_path):
+    assert main(["compare", "--algos", "dpo", "--online_rounds", "1,3", *TINY_PREF, "--init", sft, "--rl.steps", "3",
+                 "--rl.pair_prompts", "48", "--rl.refresh_reference", "true",
+                 "--rl.algo_params", '{"beta": 0.2, "nll_coef": 1.0}', "--out_dir", str(tmp_path)]) == 0
+    (root,) = tmp_path.iterdir()
+    rows = json.loads((root / "compare.json").read_text())
+    assert [r["algo"] for r in rows] == ["dpo offline", "dpo online ×3"]
+    configs = [json.loads((root / r["run"] / "config.json").read_text())["rl"] for r in rows]
+    assert [c["online_rounds"] for c in configs] == [1, 3]
+    assert [c["refresh_reference"] for c in configs] == [False, True]  # offline has no next round to refresh
+    assert all(c["algo_params"] == {"beta": 0.2, "nll_coef": 1.0} for c in configs)  # kept, not reset
+    rounds = [json.loads((root / r["run"] / "pref_rounds.json").read_text()) for r in rows]
+    assert [len(r) for r in rounds] == [1, 3]
+    assert rows[1]["pairs"] == sum(r["pairs"] for r in rounds[1].values())
+    # the paired difference is over the same 16 held-out problems, so its mean is the difference of the means
+    diff = rows[1]["vs_first"]
+    assert "vs_first" not in rows[0] and diff["n"] == 16
+    assert math.isclose(diff["mean_diff"], rows[1]["rl"]["mean"] - rows[0]["rl"]["mean"], abs_tol=1e-9)
+    assert diff["ci_low"] <= diff["mean_diff"] <= diff["ci_high"]
+    table = (root / "compare.md").read_text()
+    assert "| dpo offline |" in table and "| dpo online ×3 |" in table and "vs dpo offline (paired" in table
+    assert "refreshed" in table and "nll_coef" in table
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algos", "grpo", "--online_rounds", "1,4"], "preference"),
+    (["--algos", "dpo", "--online_rounds", "1,four"], "round counts"),
+    (["--algos", "dpo", "--online_rounds", "0,4"], "positive round counts"),
+    (["--algos", "dpo", "--online_rounds", "1,4", "--rl.online_rounds", "4"], "not both"),
+    (["--algos", "dpo,simpo", "--rl.algo_params", '{"nll_coef": 1.0}'], "nll_coef"),
+])
+def test_compare_refuses_rows_it_cannot_run_before_training_anything(argv, message, tmp_path, capsys):
+    assert main(["compare", *argv, "--out_dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # refused before SFT, not after

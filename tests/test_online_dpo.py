@@ -63,6 +63,8 @@ def test_online_rounds_split_the_budget_and_resample_from_the_current_policy(uni
     for r in range(3):
         pairs = (run / f"pairs_round{r}.jsonl").read_text().splitlines()
         assert len(pairs) == rounds[str(r)]["pairs"] == rows[3 * r]["round_pairs"] > 0
+        # 3 steps of min(4, pairs) pairs each: how often the round trains on each pair
+        assert rows[3 * r]["round_passes"] == pytest.approx(3 * min(4, len(pairs)) / len(pairs))
     # each round drew its own prompts (from the policy as it was then), not round 0's again
     prompts = [{json.loads(line)["prompt"] for line in (run / f"pairs_round{r}.jsonl").read_text().splitlines()}
                for r in range(3)]
@@ -272,3 +274,18 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
         # after training: the reference is still exactly the base; the policy has moved
         torch.testing.assert_close(reference(tokens), base(tokens), atol=1e-5, rtol=0)
         assert (policy(tokens) - base(tokens)).abs().max() > 1e-3
+
+
+def test_a_preference_run_with_no_steps_evaluates_the_start(sft, tmp_path):
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "0", "--out_dir", str(tmp_path)]) == 0
+    summary = json.loads((only_run(tmp_path) / "summary.json").read_text())
+    assert summary["pref"] == summary["sft"]  # nothing trained, so the same policy on the same problems
+
+
+def test_a_round_that_trains_many_times_on_few_pairs_warns(sft, tmp_path, capsys):
+    # 4 prompts give a handful of pairs; 40 steps of 4 pairs go over each of them many times
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "40", "--rl.pair_prompts", "4",
+                 "--out_dir", str(tmp_path)]) == 0
+    (row,) = [r for r in pref_rows(only_run(tmp_path)) if "round" in r]
+    out = capsys.readouterr().out
+    assert row["round_passes"] > 8 and "trains on each pair" in out and "raise rl.pair_prompts" in out
