@@ -126,7 +126,10 @@ class RewardModelConfig:
     """The learned reward of `posttrain rlhf`: a Bradley–Terry model trained on pairs of the
     SFT policy's samples that the verifier ranked (posttrain/rlhf.py)."""
 
-    path: str = ""  # a trained reward-model directory; "" = the verifier is the training reward
+    # a trained reward-model directory; "" = the verifier is the training reward. With a
+    # preference loss, the reward model ranks the policy's samples into pairs instead of the
+    # verifier: one pair per prompt, its best-scored sample against its worst
+    path: str = ""
     prompts: int = 1024  # training prompts whose samples make the pairs (held-out pairs: eval_size dev prompts)
     temperature: float = 1.5  # the SFT policy is near-deterministic at T = 1: hotter samples give more distinct pairs
     # ~6 epochs of the ~1,700 pairs 1,024 prompts give; measured with pooling "loglik":
@@ -260,9 +263,10 @@ class RLConfig:
                    "false unless rl.online_rounds > 1 and rl.algo is a preference loss with a reference "
                    "(dpo, ipo, kto): there is no next round, or no reference, to refresh")
         self.rm.validate(f"{prefix}.rm")
-        if self.rm.path:
-            _check(not self.is_preference, f"{prefix}.rm.path", self.rm.path,
-                   "'' for a preference loss (it trains on pairs, not on a reward)")
+        if self.rm.path and self.is_preference:
+            _check(not self.pairs, f"{prefix}.rm.path", self.rm.path,
+                   "'' with rl.pairs: a pairs file is already ranked; the reward model ranks the policy's own "
+                   "samples when there is no file")
         if self.kl_target > 0:
             _check(not self.is_preference, f"{prefix}.kl_target", self.kl_target,
                    "0 for a preference loss (its beta already sets how close to the reference it stays)")

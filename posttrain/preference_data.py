@@ -166,6 +166,7 @@ def pairs_from_verifier(
     episodes_by_prompt: Mapping[str, list[Episode]] | Iterable[list[Episode]],
     drop_unfinished: bool = True,
     max_pairs_per_prompt: int | None = None,
+    best_vs_worst: bool = False,
 ) -> list[PreferencePair]:
     """Preference pairs from scored samples: within each prompt's group, every completion
     is paired with every completion of strictly lower reward (for a 0/1 verifier: each
@@ -178,6 +179,9 @@ def pairs_from_verifier(
         appends an <eos> the model never emitted, so it would be a made-up response.
     max_pairs_per_prompt: keep at most this many pairs per prompt (the first ones in the
         order below), so one prompt with many samples cannot dominate; None keeps all.
+    best_vs_worst: one pair per prompt, its highest-scored completion against its lowest
+        (the first of each in the order below), for a continuous score such as a reward
+        model's, where "every higher against every lower" is mostly pairs a hair apart.
 
     Deterministic: repeated completion texts are kept once (the first occurrence), then pairs
     are listed by prompt in input order, then by the chosen's and the rejected's position in
@@ -201,6 +205,10 @@ def pairs_from_verifier(
             if e.finished or not drop_unfinished:
                 unique.setdefault(e.completion, e)
         candidates = list(unique.values())
+        if best_vs_worst and candidates:
+            best = max(candidates, key=lambda e: e.reward)  # max / min keep the first of equals
+            worst = min(candidates, key=lambda e: e.reward)
+            candidates = [best, worst]
         group_pairs = [
             PreferencePair(
                 prompt,

@@ -154,8 +154,8 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
 
     real = controller.verifier_pairs
 
-    def none_in_round_1(cfg, env, tokenizer, policy, round=0, n_prompts=0, split="train"):
-        pairs, stats = real(cfg, env, tokenizer, policy, round, n_prompts, split)
+    def none_in_round_1(cfg, env, tokenizer, policy, round=0, n_prompts=0, split="train", score=None):
+        pairs, stats = real(cfg, env, tokenizer, policy, round, n_prompts, split, score)
         return ([], {**stats, "pairs": 0}) if (round, split) == (1, "train") else (pairs, stats)
 
     monkeypatch.setattr(controller, "verifier_pairs", none_in_round_1)

@@ -117,6 +117,16 @@ def test_pairs_from_verifier_graded_rewards_and_caps():
     assert len(pairs_from_verifier([cut], drop_unfinished=False)) == 1
 
 
+def test_best_vs_worst_keeps_one_pair_per_prompt_for_continuous_scores():
+    ex = Example("Q\n", "")
+    group = [episode(ex, "a", 0.31), episode(ex, "b", 0.90), episode(ex, "c", -0.20), episode(ex, "d", 0.90),
+             episode(ex, "e", -0.20)]
+    (pair,) = pairs_from_verifier([group], best_vs_worst=True)
+    assert (pair.chosen, pair.rejected) == ("b", "c")  # of equal scores, the first
+    assert (pair.meta["chosen_reward"], pair.meta["rejected_reward"]) == (0.90, -0.20)
+    assert pairs_from_verifier([[episode(ex, "a", 0.5), episode(ex, "b", 0.5)]], best_vs_worst=True) == []  # a tie
+
+
 def test_pairs_from_verifier_only_pairs_within_a_prompt_and_is_deterministic():
     env = ArithmeticEnv(level=2, cot=False)
     a, b = env.fixed_set("train", 2)

@@ -22,7 +22,7 @@ from posttrain.models.reward_model import (
 )
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rlhf import ProxyReward
-from tests.test_online_dpo import TINY_PREF, only_run
+from tests.test_online_dpo import TINY_PREF, only_run, sft  # noqa: F401  (sft: a module-scoped fixture)
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +133,30 @@ def test_rlhf_resume_keeps_the_trained_reward_model(rlhf_run):
 def test_rlhf_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft, tmp_path):
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "4", "--rl.online_rounds", "2",
+                 "--rl.pair_prompts", "16", "--rl.rm.path", str(reward_model_dir), "--out_dir", str(tmp_path)]) == 0
+    run = only_run(tmp_path)
+    rounds = json.loads((run / "pref_rounds.json").read_text())
+    assert set(rounds) == {"0", "1"}
+    for r in ("0", "1"):
+        pairs = [json.loads(line) for line in (run / f"pairs_round{r}.jsonl").read_text().splitlines()]
+        # the reward model's scores, best against worst: one pair per prompt, never a 0/1 verdict pair
+        assert 0 < len(pairs) == len({p["prompt"] for p in pairs}) <= 8
+        assert all(p["meta"]["chosen_reward"] > p["meta"]["rejected_reward"] for p in pairs)
+        assert any(p["meta"]["chosen_reward"] not in (0.0, 1.0) for p in pairs)
+        assert 0 <= rounds[r]["sampled_gold_mean"] <= 1  # the verifier's view of the same samples
+    dev = [json.loads(line) for line in (run / "pairs_dev.jsonl").read_text().splitlines()]
+    assert dev and {p["meta"]["chosen_reward"] for p in dev} == {1.0}  # held-out pairs stay the verifier's
+
+
+def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
+    from posttrain.config import ConfigError, TrainConfig, from_dict
+    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+
+    save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
+    rl = {"algo": "dpo", "pairs": str(tmp_path / "pairs.jsonl"), "rm": {"path": str(reward_model_dir)}}
+    with pytest.raises(ConfigError, match="a pairs file is already ranked"):
+        from_dict(TrainConfig, {"rl": rl}).rl.validate()

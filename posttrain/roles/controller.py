@@ -319,13 +319,18 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_we
 
 
 def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_prompts: int = 0,
-                   split: str = "train") -> tuple[list, dict[str, float]]:
+                   split: str = "train", score: Callable | None = None) -> tuple[list, dict[str, float]]:
     """Preference pairs from the policy's own samples: n_prompts prompts of `split` ×
     rl.samples_per_prompt completions at rl.sampling.temperature, scored by the verifier;
     within a prompt every distinct correct completion is paired with every distinct
     incorrect one (ties give no pair). Returns (pairs, stats about where they came from).
     Round r of online DPO draws its own prompts and samples; round 0 of the train split
-    draws what an offline run draws."""
+    draws what an offline run draws.
+
+    `score` ranks the samples instead of the verifier: a reward model's ProxyReward (the
+    training reward with rl.rm.path). Its scores are continuous, so each prompt gives one
+    pair, its best sample against its worst, and the stats add the verifier's mean on the
+    samples (`sampled_gold_mean`): whether the reward model's favourites are right."""
     from posttrain.preference_data import group_by_prompt, pairs_from_verifier
 
     n_prompts = n_prompts or cfg.rl.pair_prompts
@@ -333,14 +338,16 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
     engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
     examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
     episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample", *tag))
-    groups = group_by_prompt(score_episodes(env.score, episodes))
-    pairs = pairs_from_verifier(groups)
+    groups = group_by_prompt(score_episodes(score or env.score, episodes))
+    pairs = pairs_from_verifier(groups, best_vs_worst=score is not None)
     # the numbers that explain a pair count: a near-deterministic policy repeats itself
     # (few distinct completions), and a prompt it always or never solves gives no pair
     stats = {"pairs": len(pairs), "pair_prompts": len(groups),
              "prompts_with_pairs": len({p.prompt for p in pairs}) / max(1, len(groups)),
              "distinct_completions": sum(len({e.completion for e in g}) for g in groups.values()) / max(1, len(groups)),
              "sampled_reward_mean": sum(e.reward for e in episodes) / max(1, len(episodes))}
+    if score is not None:
+        stats["sampled_gold_mean"] = sum(e.details["gold_reward"] for e in episodes) / max(1, len(episodes))
     return pairs, stats
 
 
@@ -362,7 +369,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     verifier from the starting policy's samples, and rl.steps steps on it.
     Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
     prompts and rl.steps gradient steps in all — split into N rounds; each round samples
-    the *current* policy, lets the verifier build pairs, and trains on those. Pairs then
+    the *current* policy, lets the verifier (or, with rl.rm.path, a reward model) build
+    pairs, and trains on those. Pairs then
     come from the distribution being trained (on-policy) instead of only the start's. The
     reference stays the starting policy, and one optimizer runs through all rounds, so the
     only difference from offline is where the data comes from; with rl.refresh_reference,
@@ -380,6 +388,13 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     rounds = cfg.rl.online_rounds
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
+    # what ranks the training pairs: the verifier, or a reward model (rl.rm.path); the
+    # held-out pairs stay the verifier's, so their accuracy is measured against the truth
+    rank_by = None
+    if cfg.rl.rm.path:
+        from posttrain.rlhf import ProxyReward
+
+        rank_by = ProxyReward.load(cfg.rl.rm.path, env.score)
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
@@ -412,7 +427,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
             pairs = load_preference_jsonl(cfg.rl.pairs)
             stats = {"pairs": len(pairs)}
         else:
-            pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r])
+            pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r], score=rank_by)
             if not pairs and r == 0:
                 raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
                                  f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
