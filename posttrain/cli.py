@@ -28,7 +28,7 @@ import sys
 from posttrain.config import (BonConfig, ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file,
                               resolve)
 
-TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps", "model": "model.name", "lora-r": "model.lora_r", "workers": "dist.workers", "ray-address": "dist.ray_address"}
+TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps", "data": "rl.pairs", "model": "model.name", "lora-r": "model.lora_r", "workers": "dist.workers", "ray-address": "dist.ray_address"}
 
 
 def _train_parser(prog: str, description: str) -> argparse.ArgumentParser:

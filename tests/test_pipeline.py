@@ -126,7 +126,7 @@ def test_preference_loss_trains_from_a_pairs_file(tmp_path):
         wrong = right.rsplit(" ", 1)[0] + f" {int(example.expected_answer) + 1}"
         pairs.append(PreferencePair(example.prompt, right, wrong))
     save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
-    proc = posttrain("train", *TINY, "--algo", "simpo", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
+    proc = posttrain("train", *TINY, "--algo", "simpo", "--data", str(tmp_path / "pairs.jsonl"),  # = --rl.pairs
                      "--rl.steps", "6", "--out_dir", str(tmp_path / "runs"))
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output
