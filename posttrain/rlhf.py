@@ -61,8 +61,14 @@ class ProxyReward:
     def load(cls, directory: str | Path, gold: Callable[[Example, str], Scored]) -> ProxyReward:
         from posttrain.models.reward_model import RewardModelScorer, load_reward_model
 
+        from posttrain.models import load_tokenizer
+
         model, _ = load_reward_model(directory)
-        return cls(RewardModelScorer(model), gold)
+        try:
+            tokenizer = load_tokenizer(Path(directory))
+        except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters
+            tokenizer = None
+        return cls(RewardModelScorer(model, tokenizer), gold)
 
     def __call__(self, example: Example, completion: str) -> Scored:
         gold = self.gold(example, completion)
@@ -132,7 +138,7 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
     """SFT → reward model → RL against it → held-out eval → summary and the proxy-vs-gold
     plot. Safe to call again on a partly finished run directory."""
     from posttrain.envs import make_env
-    from posttrain.models import GPTMini, load_checkpoint_model, load_tokenizer, make_policy
+    from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
     from posttrain.models.reward_model import check_reward_model_dir
     from posttrain.roles.controller import derive_seed, latest_checkpoint, run_pipeline, save_checkpoint, sft_stage
 
@@ -153,9 +159,6 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
                 sft_stage(cfg, run, env, tokenizer, policy)
                 start = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
                 policy.load_state_dict(load_checkpoint_model(start, policy.config).state_dict())
-            if not isinstance(policy, GPTMini):
-                raise ValueError(f"model.name={cfg.model.name!r}: the reward model of rlhf is a gpt_mini body with a "
-                                 "scalar head (posttrain/models/reward_model.py); use model.name gpt_mini")
             train_and_save_reward_model(cfg, run, env, tokenizer, policy)
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, rm=dataclasses.replace(cfg.rl.rm,
                                                                                              path=str(rm_dir))))

@@ -150,3 +150,31 @@ def test_scorer_follows_the_verifier_contract_on_any_string(trained):
     assert scorer.score(ex, "The soup was wonderful.")["reward"] > scorer.score(ex, "The soup was horrible.")["reward"]
     with pytest.raises(TypeError, match="must be a str"):
         scorer.score(ex, None)
+
+
+def test_a_transformers_model_is_a_reward_model_body_that_saves_and_scores(tmp_path):
+    """The same Bradley–Terry recipe on a local transformers model: train, save, load back
+    as a transformers body, and score through the verifier contract (with its tokenizer)."""
+    from posttrain.models.hf import HFPolicy
+    from posttrain.models.reward_model import load_reward_model, reward_of, save_reward_model
+    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.rlhf import ProxyReward
+
+    torch.manual_seed(0)
+    GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=64)).save_pretrained(
+        tmp_path / "llama", CharTokenizer())  # a tiny Llama directory, read back only by transformers
+    body, tokenizer = HFPolicy.load(tmp_path / "llama")
+    train = sentiment_pairs(400, seed=0)
+    model, history = train_reward_model(train, RewardModel.from_policy(body, "last"), tokenizer, steps=60, lr=3e-3)
+    assert isinstance(model.body, HFPolicy) and history[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)
+    assert pairwise_accuracy(model, train, tokenizer) > 0.7  # chance 0.5: the transformers body learned
+
+    directory = save_reward_model(model, tmp_path / "rm", tokenizer, {"heldout_accuracy": 0.0})
+    loaded, _ = load_reward_model(directory)
+    assert isinstance(loaded.body, HFPolicy)
+    texts = [p.chosen for p in train[:8]]
+    expected = reward_of(model, tokenizer, [train[0].prompt] * 8, texts)
+    torch.testing.assert_close(reward_of(loaded, tokenizer, [train[0].prompt] * 8, texts), expected, atol=1e-5, rtol=0)
+    proxy = ProxyReward.load(directory, lambda example, completion: {"reward": 0.0, "details": {}})
+    scored = [proxy(Example(train[0].prompt, ""), t)["reward"] for t in texts]
+    assert scored == pytest.approx(expected.tolist(), abs=1e-5)  # loaded with the tokenizer saved beside it

@@ -160,3 +160,24 @@ def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     rl = {"algo": "dpo", "pairs": str(tmp_path / "pairs.jsonl"), "rm": {"path": str(reward_model_dir)}}
     with pytest.raises(ConfigError, match="a pairs file is already ranked"):
         from_dict(TrainConfig, {"rl": rl}).rl.validate()
+
+
+def test_rlhf_on_a_transformers_model_trains_a_transformers_reward_model(tmp_path):
+    from posttrain.models.hf import HFPolicy
+    from posttrain.models.tokenizer import CharTokenizer
+
+    torch.manual_seed(0)
+    GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=128)).save_pretrained(
+        tmp_path / "llama", CharTokenizer())  # a tiny local Llama: `--model DIR` loads it through transformers
+    assert main(["rlhf", "--model", str(tmp_path / "llama"), "--env.level", "2", "--env.cot", "false",
+                 "--sft.steps", "200", "--sft.lr", "1e-2", "--sft.batch_size", "32", "--sft.num_examples", "400",
+                 "--rl.steps", "2", "--rl.rm.steps", "5", "--rl.rm.prompts", "32", "--eval_size", "16",
+                 "--rl.eval_size", "16", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "8",
+                 "--threads", "1", "--out_dir", str(tmp_path / "runs")]) == 0
+    run = only_run(tmp_path / "runs")
+    model, info = load_reward_model(run / "reward_model")
+    assert isinstance(model.body, HFPolicy) and info["heldout_pairs"] > 0 and 0 <= info["heldout_accuracy"] <= 1
+    samples = [s for s in rows_of(run, "samples.jsonl") if s["stage"] == "rl"]
+    assert len(samples) == 2 * 2 * 8  # 2 PPO steps of 2 prompts x 8 samples, trained on the proxy
+    assert all(s["reward"] == s["details"]["proxy_reward"] and s["details"]["gold_reward"] in (0.0, 1.0)
+               for s in samples)

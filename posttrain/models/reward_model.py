@@ -30,10 +30,11 @@ Two other readouts (`pooling`):
                on a task where errors are unlikely tokens (one wrong sum in a chain)
 Measured on the arithmetic task's pairs (`posttrain rlhf`): see RewardModelConfig.pooling.
 
-On any transformers model the same recipe is `AutoModelForSequenceClassification` with
-num_labels=1 (it also pools the last non-pad token, found through `pad_token_id`), or by
-hand: run the base model with `output_hidden_states=True`, gather `hidden_states[-1]` at
-`attention_mask.sum(1) − 1` for right-padded rows, and apply a `nn.Linear(hidden_size, 1)`.
+The body can be any local transformers causal LM, loaded as an `HFPolicy` (models/hf.py):
+`RewardModel.from_policy(HFPolicy.load(dir)[0])` reads its last hidden layer or its LM
+head exactly as it reads gpt_mini's, and `save_reward_model` / `load_reward_model` keep
+which kind it was. (transformers' own `AutoModelForSequenceClassification` with
+num_labels=1 is the same "last" readout: it pools the last non-pad token.)
 
 `RewardModelScorer` wraps a trained model in the verifier contract
 `score(example, completion) -> {"reward", "details"}`, so PPO / GRPO can train against
@@ -65,9 +66,12 @@ POOLINGS = ("last", "mean", "loglik")
 
 
 class RewardModel(nn.Module):
-    """r(x, y): a GPTMini body and a scalar head on its `pooling` readout (module docstring)."""
+    """r(x, y): a causal LM body (GPTMini, or a transformers model as an HFPolicy) and a
+    scalar head on its `pooling` readout (module docstring). The body needs what the
+    rollout already asks of a policy: `body(tokens)` logits, `body.hidden_states(tokens)`,
+    and `body.config.dim` / `.max_seq_len`."""
 
-    def __init__(self, body: GPTMini, pooling: str = "last") -> None:
+    def __init__(self, body: nn.Module, pooling: str = "last") -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r} is invalid; allowed: {POOLINGS} (the last real token's hidden "
@@ -85,11 +89,11 @@ class RewardModel(nn.Module):
             nn.init.ones_(self.head.weight)
 
     @property
-    def config(self) -> GPTMiniConfig:
+    def config(self):  # the body's: GPTMiniConfig or HFPolicyConfig
         return self.body.config
 
     @classmethod
-    def from_policy(cls, policy: GPTMini, pooling: str = "last") -> RewardModel:
+    def from_policy(cls, policy: nn.Module, pooling: str = "last") -> RewardModel:
         """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
         the task's text; only the head is new."""
         return cls(copy.deepcopy(policy), pooling)
@@ -126,9 +130,9 @@ def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tens
 
 
 def encode_for_reward(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], bool]:
-    """[bos] prompt completion [eos], cut to max_len tokens by dropping the end of the text
-    (the <eos> is always kept). Returns (ids, truncated)."""
-    ids = [tokenizer.bos_id] + tokenizer.encode(prompt + completion)
+    """[bos] prompt completion [eos] ([bos] only if the tokenizer has one), cut to max_len
+    tokens by dropping the end of the text (the <eos> is always kept). Returns (ids, truncated)."""
+    ids = ([tokenizer.bos_id] if tokenizer.bos_id is not None else []) + tokenizer.encode(prompt + completion)
     truncated = len(ids) + 1 > max_len
     return ids[: max_len - 1] + [tokenizer.eos_id], truncated
 
@@ -260,8 +264,8 @@ INFO_FILE = "reward_model.json"  # how it was trained and how well it ranks held
 
 
 def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None, info: dict | None = None) -> Path:
-    """Write the body as a Llama checkpoint directory (GPTMini.save_pretrained), the head
-    and `info` into `directory`, atomically: everything goes to a temporary directory that
+    """Write the body as a transformers checkpoint directory (its own save_pretrained, with
+    the tokenizer), the head and `info` into `directory`, atomically: everything goes to a temporary directory that
     is renamed into place once complete, so a kill leaves no half-written model."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
@@ -289,11 +293,14 @@ def check_reward_model_dir(directory: str | Path) -> None:
 
 
 def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
-    """(model in eval mode, the info dict saved with it)."""
+    """(model in eval mode, the info dict saved with it). The body loads as what it was
+    saved from: a GPTMini, or a transformers model (models.load_checkpoint_model)."""
+    from posttrain.models import load_checkpoint_model
+
     check_reward_model_dir(directory)
     directory = Path(directory)
     head = torch.load(directory / HEAD_FILE, weights_only=True)
-    model = RewardModel(GPTMini.from_pretrained(directory), head.get("pooling", "last"))  # older files: last
+    model = RewardModel(load_checkpoint_model(directory), head.get("pooling", "last"))  # older files: last
     with torch.no_grad():
         model.head.weight.copy_(head["weight"])
         model.head.bias.copy_(head["bias"])
