@@ -59,9 +59,8 @@ class ProxyReward:
 
     @classmethod
     def load(cls, directory: str | Path, gold: Callable[[Example, str], Scored]) -> ProxyReward:
-        from posttrain.models.reward_model import RewardModelScorer, load_reward_model
-
         from posttrain.models import load_tokenizer
+        from posttrain.models.reward_model import RewardModelScorer, load_reward_model
 
         model, _ = load_reward_model(directory)
         try:

@@ -265,8 +265,9 @@ INFO_FILE = "reward_model.json"  # how it was trained and how well it ranks held
 
 def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None, info: dict | None = None) -> Path:
     """Write the body as a transformers checkpoint directory (its own save_pretrained, with
-    the tokenizer), the head and `info` into `directory`, atomically: everything goes to a temporary directory that
-    is renamed into place once complete, so a kill leaves no half-written model."""
+    the tokenizer), the head and `info` into `directory`, atomically: everything goes to a
+    temporary directory that is renamed into place once complete, so a kill leaves no
+    half-written model."""
     directory = Path(directory)
     tmp = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)

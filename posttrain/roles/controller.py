@@ -390,11 +390,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
     # what ranks the training pairs: the verifier, or a reward model (rl.rm.path); the
     # held-out pairs stay the verifier's, so their accuracy is measured against the truth
-    rank_by = None
-    if cfg.rl.rm.path:
-        from posttrain.rlhf import ProxyReward
-
-        rank_by = ProxyReward.load(cfg.rl.rm.path, env.score)
+    rank_by = cfg.rl.make_reward(env.score) if cfg.rl.rm.path else None
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
@@ -478,9 +474,10 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
                 console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
             # how many times the round trains on each of its pairs; past a few, the loss fits
             # these pairs instead of the preference (docs/algorithms/dpo.md, "Online against offline")
-            passes = n_steps * min(cfg.rl.prompts_per_step, len(pairs)) / len(pairs)
+            batch_pairs = min(cfg.rl.prompts_per_step, len(pairs))  # train_preference's batch: all when fewer
+            passes = n_steps * batch_pairs / len(pairs)
             if passes > MAX_PASSES_WITHOUT_WARNING:
-                console.print(f"[yellow]round {r}: {n_steps} steps × {min(cfg.rl.prompts_per_step, len(pairs))} pairs "
+                console.print(f"[yellow]round {r}: {n_steps} steps × {batch_pairs} pairs "
                               f"over {len(pairs)} pairs trains on each pair {passes:.0f} times; preference losses "
                               "overfit that: raise rl.pair_prompts (more pairs) or lower rl.steps")
 
