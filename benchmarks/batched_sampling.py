@@ -25,7 +25,8 @@ def sample(prompts: int, max_rows: int) -> dict:
     from posttrain.config import TrainConfig
     from posttrain.envs import make_env
     from posttrain.models import make_policy
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -39,7 +39,7 @@ def sft_checkpoint(threads: int) -> str:
                     "--out_dir", str(out), "--model", "smollm2-135m", "--model.system_prompt", SFT_SYSTEM,
                     "--model.max_seq_len", "160", "--env.level", "3", "--env.cot", "true",
                     "--sft.num_examples", "200", "--sft.steps", "40", "--sft.batch_size", "8", "--sft.lr", "3e-5",
-                    "--sft.warmup_steps", "4", "--rl.steps", "0", "--eval_size", "50",
+                    "--sft.warmup_steps", "4", "--rl.steps", "0", "--heldout_size", "50",
                     "--threads", str(threads)], check=True)
     return str(sorted(out.glob("*/checkpoints/sft/step_000039"))[-1])
 
@@ -63,7 +63,8 @@ def run_posttrain(args) -> dict:
     from posttrain.algorithms import make_algorithm
     from posttrain.models.hf import HFPolicy
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import SharedWeights
     from posttrain.types import RolloutBatch
@@ -99,7 +100,7 @@ def run_trl(args) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from posttrain.models.hf import convert_smollm2
+    from posttrain.models.smollm2 import convert_smollm2
     from posttrain.types import Example
 
     torch.set_num_threads(args.threads)

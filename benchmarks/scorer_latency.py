@@ -12,7 +12,7 @@ import random
 import statistics
 import time
 
-from posttrain.envs.final_int import SPECS, score
+from posttrain.verifiers.final_int import SPECS, score
 from posttrain.types import Example
 
 TARGET_P99_MS = 50.0

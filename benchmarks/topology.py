@@ -24,20 +24,21 @@ ROLES = ("rollout", "score", "reference", "train", "sync")
 
 def config(out: str, **overrides):
     from posttrain.config import TrainConfig, from_dict
+    from posttrain.pipelines.build import check_config
 
-    data = {"out_dir": out, "eval_size": 20, "threads": 2, "rl": {"eval_size": 20, "eval_every": 1000}}
+    data = {"out_dir": out, "heldout_size": 20, "threads": 2, "rl": {"dev_size": 20, "eval_every": 1000}}
     for key, value in overrides.items():
         if isinstance(value, dict):
             data.setdefault(key, {}).update(value)
         else:
             data[key] = value
     cfg = from_dict(TrainConfig, data)
-    cfg.validate()
+    check_config(cfg)
     return cfg
 
 
 def train(cfg) -> tuple[Path, float]:
-    from posttrain.roles.controller import run_pipeline, start_run
+    from posttrain.pipelines.run import run_pipeline, start_run
 
     run = start_run(cfg, "bench")
     start = time.perf_counter()

@@ -38,7 +38,7 @@ def _(mo):
 
     All of Part I uses one verifiable task from `posttrain/envs/arithmetic.py`: add a few small
     numbers and end with one strictly formatted line, `Final: <int>`. The scorer,
-    `posttrain/envs/final_int.py`, never does the arithmetic; it checks the format and compares
+    `posttrain/verifiers/final_int.py`, never does the arithmetic; it checks the format and compares
     the integer string with the expected answer, and it always says *why* with a reason code.
     """)
     return
@@ -94,10 +94,10 @@ def _(mo):
 @app.cell
 def _():
     from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.envs.final_int import get_spec
-    from posttrain.eval.loop_b import Candidate, PromptCandidates, best_of_n
+    from posttrain.verifiers.final_int import get_spec
+    from posttrain.search.best_of_n import Candidate, PromptCandidates, best_of_n
     from posttrain.algorithms.grpo import group_advantages
-    from posttrain.demos.tokens import show
+    from posttrain.teach.demos.tokens import show
 
     env = ArithmeticEnv(level=3, cot=False)  # spec final_int/strict-v1: the answer line only
     example = env.fixed_set("heldout", 1, seed=0)[0]
@@ -249,8 +249,8 @@ def _(mo):
     ## Source files used here
 
     * `posttrain/envs/arithmetic.py` — the task and its splits
-    * `posttrain/envs/final_int.py` — the strict scorer and its hackable variants
-    * `posttrain/eval/loop_b.py` — best-of-N
+    * `posttrain/verifiers/final_int.py` — the strict scorer and its hackable variants
+    * `posttrain/search/best_of_n.py` — best-of-N
     * `posttrain/algorithms/grpo.py` — `group_advantages`
     * `posttrain/types.py` — the data between roles
 

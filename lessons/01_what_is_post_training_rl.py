@@ -48,7 +48,7 @@ def _(mo):
 
     Strip away even the context and you have a K-armed bandit: K actions, each paying reward 1
     with a probability the learner does not know. The policy is a softmax over K numbers θ.
-    That is the demo in `posttrain/demos/bandit.py`, and it calls the same loss function the
+    That is the demo in `posttrain/teach/demos/bandit.py`, and it calls the same loss function the
     language-model trainer calls.
     """)
     return
@@ -84,7 +84,7 @@ def _(mo):
     $\mathbb{E}_\pi[\text{onehot}(a) - \pi] = 0$. What $b$ changes is the **noise**.
 
     The slider sets a constant baseline $b$. Everything below is computed by
-    `posttrain.demos.bandit` — `reinforce_step` (one SGD step on the library's
+    `posttrain.teach.demos.bandit` — `reinforce_step` (one SGD step on the library's
     `policy_gradient_loss`) and `expected_grad_and_variance` (the exact mean and variance of the
     one-sample gradient).
     """)
@@ -100,7 +100,7 @@ def _(mo):
 
 @app.cell
 def _(torch):
-    from posttrain.demos.bandit import DEFAULT_PROBS, expected_grad_and_variance, reinforce_step
+    from posttrain.teach.demos.bandit import DEFAULT_PROBS, expected_grad_and_variance, reinforce_step
 
     probs_true = torch.tensor(DEFAULT_PROBS)  # hidden from the learner
     K = probs_true.numel()
@@ -209,7 +209,7 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/demos/bandit.py` — `reinforce_step`, `expected_grad_and_variance` (also `posttrain demo bandit`)
+    * `posttrain/teach/demos/bandit.py` — `reinforce_step`, `expected_grad_and_variance` (also `posttrain demo bandit`)
     * `posttrain/algorithms/core.py` — `policy_gradient_loss`, the surrogate loss itself
     * `posttrain/algorithms/reinforce.py` — the same estimator for language models, with its baselines
 

@@ -69,7 +69,7 @@ def _(torch):
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.roles.controller import demonstration_episodes
+    from posttrain.pipelines.sft import demonstration_episodes
     from posttrain.roles.trainer import Trainer, sft_loss
     from posttrain.types import RolloutBatch
 
@@ -111,9 +111,10 @@ def _(mo):
 
 @app.cell
 def _(RolloutBatch, copy, env, model, prompt, temperature, tok, torch):
-    from posttrain.algorithms.core import token_logp
+    from posttrain.models.logprobs import token_logp
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
 
     K = 6
     # The engine holds its own copy of the policy, as in a real run (weights reach it by sync).
@@ -138,7 +139,7 @@ def _(RolloutBatch, copy, env, model, prompt, temperature, tok, torch):
 def _(K, batch, episodes, gap, gap_wrong_tau, mo, temperature, tf_logp, tf_logp_tau1, tok, torch):
     import html
 
-    from posttrain.demos.tokens import show
+    from posttrain.teach.demos.tokens import show
 
     def code(text: str) -> str:
         """Text as inline code a markdown table cannot misread: whitespace made visible

@@ -37,7 +37,7 @@ def _(mo):
       Needed when no program can check (helpfulness, tone), but it is itself a model, with blind
       spots the policy will find (lesson 15).
 
-    Here we use the verifier of `posttrain/envs/final_int.py`. Treat it like a measuring
+    Here we use the verifier of `posttrain/verifiers/final_int.py`. Treat it like a measuring
     instrument: it has a version (`final_int/strict-v1`), it is deterministic, it never crashes on
     any string, and every verdict carries a **reason code**, so a 0 can be told apart from a 0.
 
@@ -54,7 +54,7 @@ def _(mo):
 @app.cell
 def _():
     from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.envs.final_int import REASONS, SPECS
+    from posttrain.verifiers.final_int import REASONS, SPECS
 
     env = ArithmeticEnv(level=3, cot=False)  # scored by final_int/strict-v1
     example = env.fixed_set("heldout", 1, seed=0)[0]
@@ -73,7 +73,7 @@ def _(answer, mo):
 def _(REASONS, SPECS, completion, env, example, mo):
     import html
 
-    from posttrain.demos.tokens import show, split
+    from posttrain.teach.demos.tokens import show, split
     from posttrain.models.tokenizer import CharTokenizer
 
     def code(text: str) -> str:
@@ -132,7 +132,7 @@ def _(mo):
     $\beta$ hands everything to the reward. Below, six candidate completions — yours and five
     fixed ones — play the role of the action space. Rewards come from the strict verifier above;
     the reference prefers sloppy formats (as a model that was never taught the spec would).
-    $\pi^*_\beta$ and its KL are computed by `posttrain/demos/kl_tradeoff.py`; the two KL columns
+    $\pi^*_\beta$ and its KL are computed by `posttrain/teach/demos/kl_tradeoff.py`; the two KL columns
     are the library's per-sample estimators `kl_k1` and `kl_k3`, averaged exactly under $\pi^*$.
     Both are unbiased, so they agree with each other.
     """)
@@ -142,7 +142,7 @@ def _(mo):
 @app.cell
 def _(SPECS, answer, code, env, example, mo, text, torch):
     from posttrain.algorithms.core import kl_k1, kl_k3
-    from posttrain.demos.kl_tradeoff import BETAS, closed_form_policy, exact_kl
+    from posttrain.teach.demos.kl_tradeoff import BETAS, closed_form_policy, exact_kl
 
     candidates = [text, f"Final: {answer}", f"Final:  {answer}", f"Final: 0{answer}", f"The answer is {answer}", f"Final: {answer + 1}"]
     rewards = torch.tensor([env.score(example, c)["reward"] for c in candidates])
@@ -200,12 +200,12 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/envs/final_int.py` — the strict spec, reason codes, the hackable variants
+    * `posttrain/verifiers/final_int.py` — the strict spec, reason codes, the hackable variants
     * `posttrain/envs/arithmetic.py` — the task
     * `posttrain/roles/environment.py` — `score_episodes`, the environment role
     * `posttrain/roles/reference.py` — the frozen reference and its `ref_logp`
-    * `posttrain/demos/kl_tradeoff.py` — `closed_form_policy`, `exact_kl` (also `posttrain demo kl_tradeoff`)
-    * `posttrain/demos/tokens.py` — `split`, `show` (also `posttrain demo tokens`)
+    * `posttrain/teach/demos/kl_tradeoff.py` — `closed_form_policy`, `exact_kl` (also `posttrain demo kl_tradeoff`)
+    * `posttrain/teach/demos/tokens.py` — `split`, `show` (also `posttrain demo tokens`)
     * `posttrain/algorithms/core.py` — `kl_k1`, `kl_k2`, `kl_k3`
 
     ## Exercises

@@ -68,10 +68,11 @@ def _(mo):
 @app.cell
 def _(copy, dataclasses, torch):
     from posttrain.algorithms import make_algorithm
-    from posttrain.lessons import tiny_policy
+    from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.reference import Reference
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.types import RolloutBatch
 
     model, tok, env, sft_losses = tiny_policy(sft_steps=100)
@@ -192,7 +193,7 @@ def _(mo):
     * `posttrain/algorithms/grpo.py` — the `compute_loss` passed in
     * `posttrain/algorithms/core.py` — `token_logp`, `token_entropy`, `clipped_surrogate`, `kl_k3`
     * `posttrain/roles/reference.py` — `Reference.logp` (the `ref_logp` the KL term reads)
-    * `posttrain/lessons.py` — `tiny_policy`, the SFT warm-up shared by lessons 05–07
+    * `posttrain/teach/widgets.py` — `tiny_policy`, the SFT warm-up shared by lessons 05–07
     * `posttrain/eval/evaluate.py` — `evaluate_pass_at_1`, the greedy measurement
 
     ## Exercises

@@ -71,9 +71,10 @@ def _(mo):
 @app.cell
 def _():
     from posttrain.algorithms import make_algorithm
-    from posttrain.lessons import tiny_policy
+    from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
@@ -177,11 +178,11 @@ def _(mo):
     * `posttrain/types.py` — `Episode.weight_version`
     * `posttrain/roles/trainer.py` — `Trainer.update`, `Trainer.forward`
     * `posttrain/algorithms/core.py` — `clipped_surrogate` (ratio, clipfrac, approx_kl)
-    * `posttrain/roles/controller.py` — step 6 of `rl_step`, and `on_resume`, which must push too
+    * `posttrain/roles/controller.py` — step 6 of `Controller.step`, and `Controller.load_state_dict`, which must push too
 
     ## Exercises
 
-    1. Read `on_resume` in `posttrain/roles/controller.py`. What would go wrong after a resume
+    1. Read `Controller.load_state_dict` in `posttrain/roles/controller.py`. What would go wrong after a resume
        if it did not call `sync.push()`? Which column of this lesson's table would show it?
     2. With a push every 4 steps, which steps are on-policy? Predict, then check the table.
     3. An asynchronous trainer accepts episodes up to 2 versions stale. Which column of the

@@ -57,7 +57,7 @@ def _(mo):
         log(metrics, episodes)                                  # 7
     ```
 
-    This is `rl_step` in `posttrain/roles/controller.py`, minus timing and checkpoints. Below,
+    This is `Controller.step` in `posttrain/roles/controller.py`, minus timing and checkpoints. Below,
     the notebook runs exactly these calls once, on a tiny `gpt_mini` (100 SFT steps first, as in
     lesson 05), sampling at τ = 0.8. The slider walks through the seven stages; the dropdown
     plants one of three real bugs in the loop.
@@ -69,11 +69,13 @@ def _(mo):
 def _():
     from posttrain.algorithms import make_algorithm
     from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
-    from posttrain.lessons import tiny_policy
-    from posttrain.roles.controller import rollout_metrics, sample_row
+    from posttrain.teach.widgets import tiny_policy
+    from posttrain.roles.controller import rollout_metrics
+    from posttrain.runs.rundir import sample_row
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.reference import Reference
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
@@ -204,7 +206,7 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/roles/controller.py` — `rl_step` inside `rl_stage`, `rollout_metrics`, `sample_row`
+    * `posttrain/roles/controller.py` — `Controller.step`, `rollout_metrics`; `posttrain/runs/rundir.py` — `sample_row`
     * `posttrain/roles/rollout.py` — `RolloutEngine.generate` (stage 1)
     * `posttrain/roles/environment.py` — `score_episodes` (stage 2)
     * `posttrain/roles/reference.py` — `Reference.logp` (stage 3)

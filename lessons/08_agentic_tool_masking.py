@@ -54,7 +54,7 @@ def _(mo):
     The check that the mask does its job is an **invariance**: change anything at a masked
     position — its log-prob, even to NaN — and the loss must not change. The widget below runs
     that check on two real two-turn trajectories. The tool call really runs: the code goes to
-    `run_sandboxed` (the sandbox of `posttrain/envs/code.py`) and its stdout becomes the tool
+    `run_sandboxed` (`posttrain/sandbox.py`, the sandbox the code verifier uses) and its stdout becomes the tool
     tokens. The log-probs come from a small, untrained `gpt_mini`'s forward pass, the loss is
     GRPO's `compute_loss`, and the update is the real `Trainer.update`.
     """)
@@ -64,7 +64,7 @@ def _(mo):
 @app.cell
 def _(torch):
     from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.envs.code import run_sandboxed
+    from posttrain.sandbox import run_sandboxed
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
     from posttrain.roles.rollout import encode_prompt
@@ -119,7 +119,7 @@ def _(mo):
 @app.cell
 def _(controls, dataclasses, episodes, model, segment_of, tok, torch):
     from posttrain.algorithms import make_algorithm
-    from posttrain.algorithms.core import token_logp
+    from posttrain.models.logprobs import token_logp
     from posttrain.roles.trainer import Trainer
     from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -171,7 +171,7 @@ def _(batch, delta, episodes, grad_0, loss_0, loss_delta, loss_nan, mo, segment_
     import html
     import math
 
-    from posttrain.demos.tokens import show
+    from posttrain.teach.demos.tokens import show
 
     def _cell(text):
         return "<code>" + html.escape(show(text)).replace("|", "&#124;") + "</code>"
@@ -251,7 +251,7 @@ def _(mo):
     * `posttrain/algorithms/core.py` — `masked_sum`, `masked_mean`, `clipped_surrogate` (the `torch.where` rule)
     * `posttrain/algorithms/grpo.py` — `compute_advantages` (advantage × response_mask), `compute_loss`
     * `posttrain/algorithms/ppo.py` — `gae`, which skips masked positions
-    * `posttrain/envs/code.py` — `run_sandboxed`, the tool
+    * `posttrain/sandbox.py` — `run_sandboxed`, the tool
     * `posttrain/roles/trainer.py` — `Trainer.update` (its forward pass computes log-probs only where the mask is 1)
     * `tests/test_algorithms_core.py` — the masked-positions-cannot-leak tests
 

@@ -57,7 +57,7 @@ def _(mo):
 
     ## The widget
 
-    A two-step decision problem (`posttrain/demos/two_step_mdp.py`): two "tokens", reward only
+    A two-step decision problem (`posttrain/teach/demos/two_step_mdp.py`): two "tokens", reward only
     at the end, $R = [[0.5, 0.5], [0, 1]]$ — the best path is first action 1, then 1. The
     completions are a (B, T = 2) batch pushed through the library's `REINFORCE` class exactly as
     the LLM trainer would. Choose the baseline, and add a constant $c$ to every reward (which
@@ -79,9 +79,9 @@ def _(mo):
 
 @app.cell
 def _(controls, dataclasses, torch):
-    from posttrain.algorithms.core import entropy_from_logits
+    from posttrain.models.logprobs import entropy_from_logits
     from posttrain.algorithms.reinforce import REINFORCE
-    from posttrain.demos.two_step_mdp import REWARD, TwoStepPolicy, as_rollout_batch
+    from posttrain.teach.demos.two_step_mdp import REWARD, TwoStepPolicy, as_rollout_batch
     from posttrain.types import PolicyOutputs
 
     baseline, offset = controls.value["baseline"], controls.value["offset"]
@@ -177,7 +177,7 @@ def _(mo):
 
     * `posttrain/algorithms/reinforce.py` — `REINFORCE`, its three baselines, `ema_update`
     * `posttrain/algorithms/core.py` — `policy_gradient_loss`, `agg_loss`
-    * `posttrain/demos/two_step_mdp.py` — `TwoStepPolicy`, `REWARD`, `as_rollout_batch` (also `posttrain demo two_step_mdp`)
+    * `posttrain/teach/demos/two_step_mdp.py` — `TwoStepPolicy`, `REWARD`, `as_rollout_batch` (also `posttrain demo two_step_mdp`)
     * `posttrain/types.py` — `RolloutBatch`, `PolicyOutputs`
 
     ## Exercises

@@ -213,7 +213,7 @@ def _(mo):
     * `posttrain/algorithms/core.py` — `clipped_surrogate` (the table), `importance_ratio`
     * `posttrain/algorithms/ppo.py` — `PPO`, `gae`, `token_level_rewards`, `clipped_value_loss`
     * `posttrain/models/value_head.py` — the critic, one linear layer on the policy's hidden state
-    * `posttrain/demos/gridworld_ppo.py` — PPO on a classic control task (`posttrain demo gridworld_ppo`)
+    * `posttrain/teach/demos/gridworld_ppo.py` — PPO on a classic control task (`posttrain demo gridworld_ppo`)
 
     ## Exercises
 

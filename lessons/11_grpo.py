@@ -69,7 +69,7 @@ def _(mo):
 
 @app.cell
 def _(K_slider):
-    from posttrain.lessons import family_comparison, family_markdown, synthetic_batch
+    from posttrain.teach.widgets import family_comparison, family_markdown, synthetic_batch
 
     K = K_slider.value
     # Two prompts' samples as (reward, response length), taken in order: the first K of each.
@@ -173,7 +173,7 @@ def _(mo):
     * `posttrain/algorithms/grpo.py` — `group_advantages`, `GRPO.compute_loss`
     * `posttrain/algorithms/core.py` — `group_mean_std`, `zero_variance_group_fraction`, `clipped_surrogate`
     * `posttrain/algorithms/rloo.py` — `leave_one_out_baseline` (for the bias table)
-    * `posttrain/lessons.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
+    * `posttrain/teach/widgets.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
     * `tests/test_grpo.py` — numbers worked by hand, and the shift invariance
 
     ## Exercises

@@ -68,7 +68,7 @@ def _(mo):
 def _(controls, torch):
     from posttrain.algorithms.grpo import group_advantages
     from posttrain.algorithms.rloo import leave_one_out_baseline
-    from posttrain.lessons import family_comparison, family_markdown, synthetic_batch
+    from posttrain.teach.widgets import family_comparison, family_markdown, synthetic_batch
 
     r0, K = controls.value["r0"], controls.value["K"]
     OTHERS = [1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]
@@ -163,7 +163,7 @@ def _(mo):
     * `posttrain/algorithms/rloo.py` — `leave_one_out_baseline`, `RLOO` (REINFORCE with one method changed)
     * `posttrain/algorithms/reinforce.py` — the loss RLOO inherits
     * `posttrain/algorithms/grpo.py` — `group_advantages` (the mean-only comparison)
-    * `posttrain/lessons.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
+    * `posttrain/teach/widgets.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
     * `tests/test_rloo.py` — the K/(K−1) identity as a test
 
     ## Exercises

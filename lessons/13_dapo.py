@@ -74,7 +74,7 @@ def _(ABLATIONS, ablation, torch):
     from posttrain.algorithms import make_algorithm
     from posttrain.algorithms.core import clipped_surrogate
     from posttrain.algorithms.dapo import overlong_penalty
-    from posttrain.lessons import algorithm_pushes, family_markdown, synthetic_batch
+    from posttrain.teach.widgets import algorithm_pushes, family_markdown, synthetic_batch
 
     removed = ablation.value
     params = ABLATIONS[removed]
@@ -158,8 +158,8 @@ def _(mo):
     * `posttrain/algorithms/dapo.py` — `DAPO`, `overlong_penalty`, `informative_groups`, `filter_batch`
     * `posttrain/algorithms/grpo.py` — the parent class
     * `posttrain/algorithms/core.py` — `clipped_surrogate` (eps_low ≠ eps_high), `agg_loss` (`token-mean`)
-    * `posttrain/roles/controller.py` — `informative_episodes`, the dynamic-sampling loop
-    * `posttrain/lessons.py` — `synthetic_batch`, `algorithm_pushes`, `family_markdown`
+    * `posttrain/roles/controller.py` — `Controller.informative_episodes`, the dynamic-sampling loop
+    * `posttrain/teach/widgets.py` — `synthetic_batch`, `algorithm_pushes`, `family_markdown`
 
     ## Exercises
 

@@ -68,7 +68,7 @@ def _(mo):
 @app.cell
 def _(torch, wrong_len):
     from posttrain.algorithms.grpo import group_advantages
-    from posttrain.lessons import family_comparison, family_markdown, synthetic_batch
+    from posttrain.teach.widgets import family_comparison, family_markdown, synthetic_batch
 
     L = wrong_len.value
     batch = synthetic_batch([[(1, 8), (0, L), (0, 8), (1, 8)]])
@@ -145,7 +145,7 @@ def _(mo):
     * `posttrain/algorithms/dr_grpo.py` — `DrGRPO`: `adv_norm="none"`, `loss_agg="seq-mean-token-sum-norm"`
     * `posttrain/algorithms/grpo.py` — `GRPO`, `group_advantages` (its `norm` argument)
     * `posttrain/algorithms/core.py` — `agg_loss` (`seq-mean-token-mean` vs `seq-mean-token-sum-norm`)
-    * `posttrain/lessons.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
+    * `posttrain/teach/widgets.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
     * `tests/test_dr_grpo.py` — Dr. GRPO as GRPO with two divisors deleted, as tests
 
     ## Exercises

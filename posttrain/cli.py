@@ -24,11 +24,58 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import Any
 
-from posttrain.config import (BonConfig, ConfigError, EvalConfig, TrainConfig, add_config_flags, from_dict, load_file,
-                              resolve)
+import dataclasses
+import json
+import typing
+
+from posttrain.config import BonConfig, ConfigError, EvalConfig, TrainConfig, from_dict, load_file, to_dict
+from posttrain.pipelines.build import check_config, is_preference
 
 TRAIN_SHORTCUTS = {"algo": "rl.algo", "steps": "rl.steps", "data": "rl.pairs", "model": "model.name", "lora-r": "model.lora_r", "workers": "dist.workers", "ray-address": "dist.ray_address"}
+
+
+def _flat_fields(cls: type, prefix: str = "") -> dict[str, Any]:
+    """{'rl.sampling.temperature': float, ...} for every leaf field of a config class."""
+    out = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        hint = hints[f.name]
+        if dataclasses.is_dataclass(hint):
+            out.update(_flat_fields(hint, f"{prefix}{f.name}."))
+        else:
+            out[prefix + f.name] = hint
+    return out
+
+
+def add_config_flags(parser: argparse.ArgumentParser, cls: type, shortcuts: dict[str, str] | None = None) -> None:
+    """One `--a.b.c VALUE` flag per leaf field, plus short aliases such as `--algo`."""
+    defaults = to_dict(cls())
+    for dotted, hint in _flat_fields(cls).items():
+        value = defaults
+        for part in dotted.split("."):
+            value = value[part]
+        type_name = getattr(hint, "__name__", str(hint))
+        flags = [f"--{dotted}"] + [f"--{s}" for s, target in (shortcuts or {}).items() if target == dotted]
+        parser.add_argument(*flags, dest=dotted, default=None, metavar=type_name.upper(), help=f"(default: {value!r})")
+
+
+def resolve(cls: type, args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
+    """Defaults < file < flags, then validate."""
+    data = json.loads(json.dumps(base or {}))
+    for dotted in _flat_fields(cls):
+        value = getattr(args, dotted, None)
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    config = from_dict(cls, data)
+    check_config(config)
+    return config
 
 
 def _train_parser(prog: str, description: str) -> argparse.ArgumentParser:
@@ -40,8 +87,9 @@ def _train_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 
 def cmd_train(argv: list[str], command: str) -> int:
-    from posttrain.roles.controller import console, run_pipeline, start_run
-    from posttrain.eval.rundir import RunDir
+    from posttrain.runs.console import console
+    from posttrain.pipelines.run import run_pipeline, start_run
+    from posttrain.runs.rundir import RunDir
 
     parser = _train_parser(f"posttrain {command}", __doc__.split("\n")[0])
     args = parser.parse_args(argv)
@@ -52,7 +100,7 @@ def cmd_train(argv: list[str], command: str) -> int:
                               "(to change settings, start a new run with --config runs/<id>/config.json)")
         run = RunDir.open(args.resume)
         cfg = from_dict(TrainConfig, run.read_json("config.json"))
-        cfg.validate()
+        check_config(cfg)
     else:
         cfg = resolve(TrainConfig, args, load_file(args.config) if args.config else None)
         run = start_run(cfg, command)
@@ -63,7 +111,7 @@ def cmd_train(argv: list[str], command: str) -> int:
 
 
 def cmd_compare(argv: list[str]) -> int:
-    from posttrain.compare import check_algos, compare
+    from posttrain.pipelines.compare import check_algos, compare
 
     parser = _train_parser("posttrain compare", "several algorithms from one SFT checkpoint")
     parser.add_argument("--algos", required=True, help="comma-separated algorithm names, e.g. grpo,rloo,dr_grpo")
@@ -96,16 +144,51 @@ def cmd_compare(argv: list[str]) -> int:
     return 0
 
 
+# What `posttrain rlhf` changes from `posttrain train`'s defaults (flags and --config win).
+RLHF_DEFAULTS: dict[str, Any] = {
+    "name": "rlhf",
+    # PPO with its value head, and a KL penalty in the reward: InstructGPT's setting
+    "rl": {"algo": "ppo", "algo_params": {"kl_coef": 0.05}},
+}
+
+
+def merge(base: dict, over: dict) -> dict:
+    """Nested dict `over` on top of `base`."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
 def cmd_rlhf(argv: list[str]) -> int:
-    from posttrain.rlhf import main as rlhf_main
+    from posttrain.pipelines.rlhf import run_rlhf
+    from posttrain.pipelines.run import start_run
+    from posttrain.runs.console import console
+    from posttrain.runs.rundir import RunDir
 
-    return rlhf_main(argv)
-
-
-def standalone(algo: str, steps: int = 60) -> int:
-    """`python -m posttrain.algorithms.NAME`: a short run of one algorithm, printing
-    held-out pass@1 before and after RL."""
-    return main(["train", "--algo", algo, "--rl.steps", str(steps), "--name", f"{algo}-standalone"] + sys.argv[1:])
+    parser = _train_parser("posttrain rlhf", "SFT → reward model from verifier-ranked pairs → PPO against it, "
+                                              "with the verifier's gold reward logged alongside")
+    args = parser.parse_args(argv)
+    if args.resume:
+        given = [a for a in argv if a.startswith("--") and a.split("=")[0] != "--resume"]
+        if given:
+            raise ConfigError(f"--resume continues a run with its saved config.json; drop {given}")
+        run = RunDir.open(args.resume)
+        cfg = from_dict(TrainConfig, run.read_json("config.json"))
+        check_config(cfg)
+    else:
+        base = merge(RLHF_DEFAULTS, load_file(args.config) if args.config else {})
+        if args.__dict__.get("rl.algo_params") is None and args.__dict__.get("rl.algo") not in (None, "ppo"):
+            base["rl"].pop("algo_params")  # kl_coef is PPO's default here, not another algorithm's
+        cfg = resolve(TrainConfig, args, base)
+        if is_preference(cfg.rl):
+            raise ConfigError(f"rl.algo={cfg.rl.algo!r} is not allowed: rlhf trains an RL algorithm against the "
+                              "reward model; for preference losses use `posttrain train --algo dpo`")
+        run = start_run(cfg, "rlhf")
+    summary = run_rlhf(cfg, run)
+    console.print(f"\n[bold]done[/]: {run.path}/summary.md")
+    console.print((run.path / "summary.md").read_text())
+    return 0 if summary else 1
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -126,7 +209,7 @@ def cmd_eval(argv: list[str]) -> int:
 
 
 def cmd_bon(argv: list[str]) -> int:
-    from posttrain.eval.loop_b import run_bon
+    from posttrain.search.best_of_n import run_bon
 
     parser = argparse.ArgumentParser(prog="posttrain bon", description="Loop B: best-of-N selection")
     add_config_flags(parser, BonConfig)
@@ -148,7 +231,7 @@ def cmd_diff(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    from posttrain.demos import DEMOS, run_demo
+    from posttrain.teach.demos import DEMOS, run_demo
 
     if not argv or argv[0] in ("-h", "--help"):
         print(f"usage: posttrain demo NAME [options]; demos: {', '.join(DEMOS)} (NAME --help for options)")
@@ -157,13 +240,13 @@ def cmd_demo(argv: list[str]) -> int:
 
 
 def cmd_lessons(argv: list[str]) -> int:
-    from posttrain.lessons import main as lessons_main
+    from posttrain.teach.lessons import main as lessons_main
 
     return lessons_main(argv)
 
 
 def cmd_check(argv: list[str]) -> int:
-    from posttrain.check import main as check_main
+    from posttrain.teach.check import main as check_main
 
     return check_main(argv)
 

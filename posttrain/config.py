@@ -1,8 +1,14 @@
-"""Configuration: one dataclass per entry point, the only source of truth for a setting.
+"""Configuration: one dataclass per command, the only source of truth for a setting.
 
-`TrainConfig` drives `posttrain run` and `posttrain train`; `EvalConfig` drives
-`posttrain eval`. Every field carries a comment with the reason for its default, and
-`validate()` says which field is wrong, with its value and what is allowed.
+`TrainConfig` drives `posttrain run`, `train`, `compare` and `rlhf`; `EvalConfig` drives
+`posttrain eval`; `BonConfig` drives `posttrain bon`. Every field carries the reason for
+its default in a comment, and that comment is the field's `--help` text. `validate()`
+checks values (ranges, combinations) and names the field, its value and what is allowed.
+
+This module is data only: it imports nothing else from posttrain. Whether a name exists
+(an algorithm, an environment, a model, a verifier) and whether a file can be read are
+checked by `pipelines/build.py::check_config`, the one place that turns a config into
+objects.
 
 Values come from three places, later ones winning: the dataclass defaults, a JSON/TOML
 file (`--config`), and command-line flags (`--rl.lr 3e-4`). Nested sections are addressed
@@ -11,23 +17,31 @@ with a dot, exactly as they appear in the resolved `config.json` of a run direct
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
-import tomllib
+import socket
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import tomllib
 
 
 class ConfigError(ValueError):
     """A setting has a value the program cannot use. The message names the field."""
 
 
-def _check(ok: bool, name: str, value: Any, allowed: str) -> None:
+def check(ok: bool, name: str, value: Any, allowed: str) -> None:
+    """Raise ConfigError naming the setting, its value and what is allowed, unless `ok`."""
     if not ok:
         raise ConfigError(f"{name}={value!r} is not allowed: expected {allowed}")
+
+
+def check_positive(section: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        check(isinstance(value, int) and value > 0, f"{prefix}.{name}", value, "a positive integer")
 
 
 @dataclass
@@ -36,41 +50,31 @@ class ModelConfig:
     # "smollm2-135m": SmolLM2-135M-Instruct, converted once from a PyPI package, no download;
     # or the path of any local transformers causal-LM directory
     name: str = "gpt_mini"
-    dim: int = 128  # ~0.8M parameters with 4 layers: trains from scratch in a minute on 2 cores
-    n_layer: int = 4
-    n_head: int = 4
-    hidden_dim: int = 352  # SwiGLU width ≈ 8/3·dim (LLaMA's ratio), rounded to a multiple of 32
-    max_seq_len: int = 96  # prompt (~15 chars) + chain of thought (~40) with room to spare
+    dim: int = 128  # gpt_mini width: ~0.8M parameters with 4 layers, trains from scratch in a minute on 2 cores
+    n_layer: int = 4  # gpt_mini depth: four blocks are enough for five-term running sums
+    n_head: int = 4  # gpt_mini attention heads: 32-dimensional heads at dim 128
+    hidden_dim: int = 352  # gpt_mini SwiGLU width ≈ 8/3·dim (LLaMA's ratio), rounded to a multiple of 32
+    max_seq_len: int = 96  # gpt_mini context: prompt (~15 chars) + chain of thought (~40) with room to spare
     # transformers models: >0 trains rank-r LoRA adapters in the RL and preference stages
-    # (the reference is the policy with its adapters off)
+    # (the reference is the policy with its adapters off); 0 trains every weight
     lora_r: int = 0
-    lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r
-    system_prompt: str = ""  # instruct models: replaces the chat template's default system turn
+    lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r, the common choice
+    system_prompt: str = ""  # instruct models: replaces the chat template's default system turn; "" keeps it
 
     def validate(self, prefix: str = "model") -> None:
-        from posttrain.models import MODELS
-        from posttrain.models.hf import KNOWN_MODELS
-
-        known = sorted(MODELS) + sorted(KNOWN_MODELS)
-        _check(self.name in known or Path(self.name).is_dir(), f"{prefix}.name", self.name,
-               f"one of {known} or an existing local transformers directory (nothing is downloaded)")
-        for name in ("dim", "n_layer", "n_head", "hidden_dim", "max_seq_len"):
-            value = getattr(self, name)
-            _check(isinstance(value, int) and value > 0, f"{prefix}.{name}", value, "a positive integer")
+        check_positive(self, prefix, "dim", "n_layer", "n_head", "hidden_dim", "max_seq_len")
         for name in ("lora_r", "lora_alpha"):
             value = getattr(self, name)
-            _check(isinstance(value, int) and value >= 0, f"{prefix}.{name}", value, "an integer >= 0")
-        _check(not self.lora_r or self.name not in MODELS, f"{prefix}.lora_r", self.lora_r,
-               "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
+            check(isinstance(value, int) and value >= 0, f"{prefix}.{name}", value, "an integer >= 0")
 
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"  # add five single-digit numbers with a running-sum chain of thought
-    level: int = 3  # 3 = five single-digit terms; see posttrain/envs/arithmetic.py for all levels
-    cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1)
-    spec_version: str = ""  # "" = the environment's own strict spec; hackable variants for red-teaming
-    path: str = ""  # the problems file of env "jsonl"
+    name: str = "arithmetic"  # the task: "arithmetic" (generated, no data needed) or "jsonl" (your file)
+    level: int = 3  # arithmetic difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
+    cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
+    spec_version: str = ""  # the verifier; "" = the environment's own strict spec (hackable ones for red-teaming)
+    path: str = ""  # the problems file of env "jsonl": one {"prompt", "expected_answer"} object per line
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the
@@ -79,27 +83,22 @@ class EnvConfig:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                 if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)}
 
-    def validate(self, prefix: str = "env") -> None:
-        from posttrain.envs import ENVIRONMENTS, make_env
-
-        _check(self.name in ENVIRONMENTS, f"{prefix}.name", self.name, f"one of {sorted(ENVIRONMENTS)}")
-        make_env(self.name, **self.kwargs())  # a bad setting or an unreadable file fails now, not mid-run
-
 
 @dataclass
-class SamplingConfig:
-    temperature: float = 1.0  # sample from the policy itself: RL needs its exploration
+class SamplingParams:
+    temperature: float = 1.0  # sample from the policy itself: RL needs its exploration; 0 = greedy
     top_p: float = 1.0  # 1.0 keeps old_logp an exact log-prob of the sampling distribution
-    max_new_tokens: int = 48  # the longest level-3 chain of thought is ~40 characters
+    max_new_tokens: int = 48  # the generation budget: the longest level-3 chain of thought is ~40 characters
+    # end a completion at its first newline; always on for one-line answers (env.cot false)
+    stop_at_newline: bool = False
     # torch.compile the sampler's decode step; measured on gpt_mini (make run's batch): 17%
     # faster decoding after a compile of ~2 minutes on 2 busy cores (BENCHMARKS.md)
     compile: bool = False
 
     def validate(self, prefix: str = "sampling") -> None:
-        _check(self.temperature >= 0, f"{prefix}.temperature", self.temperature, "a number >= 0 (0 = greedy)")
-        _check(0 < self.top_p <= 1, f"{prefix}.top_p", self.top_p, "a number in (0, 1]")
-        _check(self.max_new_tokens > 0, f"{prefix}.max_new_tokens", self.max_new_tokens, "a positive integer")
-        _check(isinstance(self.compile, bool), f"{prefix}.compile", self.compile, "true or false")
+        check(self.temperature >= 0, f"{prefix}.temperature", self.temperature, "a number >= 0 (0 = greedy)")
+        check(0 < self.top_p <= 1, f"{prefix}.top_p", self.top_p, "a number in (0, 1]")
+        check_positive(self, prefix, "max_new_tokens")
 
 
 @dataclass
@@ -108,36 +107,35 @@ class SFTConfig:
     # Measured at seed 0 (held-out pass@1 after SFT): 120 demos 29%, 150 demos 69%,
     # 300 demos 92% (little left for RL to show).
     num_examples: int = 150
-    steps: int = 600  # 128 epochs of 150 demos: the loss is ~0, what SFT can learn is learnt
-    batch_size: int = 32
+    steps: int = 600  # 128 epochs of 150 demos: the loss is ~0, what SFT can learn is learnt; 0 skips SFT
+    batch_size: int = 32  # demonstrations per step: enough to average out one odd example
     lr: float = 1e-3  # from-scratch training of a 0.8M model tolerates a large step
-    warmup_steps: int = 30
-    weight_decay: float = 0.1
+    warmup_steps: int = 30  # linear warmup: Adam's first second-moment estimates are poor
+    weight_decay: float = 0.1  # the usual AdamW decay for training from scratch
 
     def validate(self, prefix: str = "sft") -> None:
-        for name in ("num_examples", "batch_size"):
-            _check(getattr(self, name) > 0, f"{prefix}.{name}", getattr(self, name), "a positive integer")
-        _check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
-        _check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check_positive(self, prefix, "num_examples", "batch_size")
+        check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
+        check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
 
 
 @dataclass
 class RewardModelConfig:
     """The learned reward of `posttrain rlhf`: a Bradley–Terry model trained on pairs of the
-    SFT policy's samples that the verifier ranked (posttrain/rlhf.py)."""
+    SFT policy's samples that the verifier ranked (posttrain/pipelines/rlhf.py)."""
 
     # a trained reward-model directory; "" = the verifier is the training reward. With a
     # preference loss, the reward model ranks the policy's samples into pairs instead of the
     # verifier: one pair per prompt, its best-scored sample against its worst
     path: str = ""
-    prompts: int = 1024  # training prompts whose samples make the pairs (held-out pairs: eval_size dev prompts)
+    prompts: int = 1024  # training prompts whose samples make the pairs (held-out pairs: rl.dev_size dev prompts)
     temperature: float = 1.5  # the SFT policy is near-deterministic at T = 1: hotter samples give more distinct pairs
     # ~6 epochs of the ~1,700 pairs 1,024 prompts give; measured with pooling "loglik":
     # pairwise accuracy 0.91 train, 0.77 held out (283 pairs; "last" at 150 steps: 0.68, 0.64)
     steps: int = 300
     lr: float = 1e-4  # the body starts from the SFT policy, so smaller than from-scratch training's 1e-3
-    batch_size: int = 32
-    # what the scalar head reads (models/reward_model.py): "last" real token's hidden state,
+    batch_size: int = 32  # pairs per step
+    # what the scalar head reads (rewards/reward_model.py): "last" real token's hidden state,
     # "mean" hidden state, or "loglik", the body's own mean token log-likelihood. Measured on
     # the arithmetic task's 1,694 pairs (283 held out): "last" memorises (300 steps: 0.79
     # train, 0.59 held out); "mean" 0.62–0.70 held out, also with 4× the pairs; "loglik" 0.77
@@ -146,44 +144,36 @@ class RewardModelConfig:
     pooling: str = "loglik"
 
     def validate(self, prefix: str = "rl.rm") -> None:
-        for name in ("prompts", "steps", "batch_size"):
-            _check(getattr(self, name) > 0, f"{prefix}.{name}", getattr(self, name), "a positive integer")
-        _check(self.pooling in ("last", "mean", "loglik"), f"{prefix}.pooling", self.pooling,
-               "'last', 'mean' or 'loglik'")
-        _check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
-        _check(self.temperature > 0, f"{prefix}.temperature", self.temperature, "a number > 0")
-        if self.path:
-            from posttrain.models.reward_model import check_reward_model_dir
-
-            try:
-                check_reward_model_dir(self.path)
-            except ValueError as error:
-                raise ConfigError(f"{prefix}.path={self.path!r} is not allowed: {error}") from None
+        check_positive(self, prefix, "prompts", "steps", "batch_size")
+        check(self.pooling in ("last", "mean", "loglik"), f"{prefix}.pooling", self.pooling,
+              "'last', 'mean' or 'loglik'")
+        check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check(self.temperature > 0, f"{prefix}.temperature", self.temperature, "a number > 0")
 
 
 @dataclass
 class RLConfig:
-    algo: str = "grpo"  # an RL algorithm (posttrain.algorithms) or a preference loss (dpo, ipo, kto, orpo, simpo)
-    algo_params: dict[str, Any] = field(default_factory=dict)  # overrides of the algorithm's own defaults
-    steps: int = 200
-    prompts_per_step: int = 32
+    algo: str = "grpo"  # an RL algorithm (posttrain/algorithms/) or a preference loss (dpo, ipo, kto, orpo, simpo)
+    algo_params: dict[str, Any] = field(default_factory=dict)  # the algorithm's own hyperparameters, changed from its defaults
+    steps: int = 200  # optimizer updates; make run's GRPO has levelled off by then
+    prompts_per_step: int = 32  # prompts sampled per step (preference losses: pairs per step)
     samples_per_prompt: int = 8  # K: the group size GRPO's baseline averages over
     lr: float = 1e-4  # 3e-4 collapsed the prototype (pass@1 56% -> 6%); see DESIGN.md
-    warmup_steps: int = 10
+    warmup_steps: int = 10  # linear warmup before the cosine decay: Adam's first steps are noisy
     weight_decay: float = 0.0  # no decay: it would pull the policy away from the SFT start
-    grad_clip: float = 1.0  # global-norm clipping; guards against a rare huge-advantage batch
+    grad_clip: float = 1.0  # global-norm clipping; guards against a rare huge-advantage batch; 0 = off
     epochs: int = 1  # passes over each rollout batch; 1 = purely on-policy
-    minibatches: int = 1  # optimizer steps per epoch
+    minibatches: int = 1  # optimizer steps per epoch; 1 = one step on the whole batch
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = all at once
     # dynamic sampling (DAPO): draw fresh prompts up to this many times per step to refill
     # the groups dropped for having no reward variance; capped, since a policy that solves
     # (or fails) everything would otherwise loop forever
     max_sampling_rounds: int = 4
-    # preference losses train offline on pairs: a JSONL file, or (when "") pairs built by
-    # the verifier from samples of the starting policy: pair_prompts training prompts ×
+    # preference losses train on pairs: a JSONL file, or (when "") pairs built by the
+    # verifier from samples of the starting policy: pair_prompts training prompts ×
     # samples_per_prompt completions, every correct one paired with every incorrect one
     pairs: str = ""
-    pair_prompts: int = 256
+    pair_prompts: int = 256  # training prompts whose samples the verifier turns into pairs (no rl.pairs file)
     # online (iterative) preference optimisation: the same budget (pair_prompts prompts,
     # steps gradient steps) in this many rounds, each building fresh pairs from the current
     # policy's samples; 1 = offline, every pair from the starting policy. Short rounds with
@@ -196,12 +186,12 @@ class RLConfig:
     # anchored where that round's pairs were sampled. False keeps the starting policy as
     # π_ref for every round (the KL logged at evaluation is always to the starting policy)
     refresh_reference: bool = False
-    sampling: SamplingConfig = field(default_factory=SamplingConfig)
+    sampling: SamplingParams = field(default_factory=SamplingParams)
     # a learned training reward instead of the verifier's (rm.path), and how `posttrain
     # rlhf` trains one; the verifier's verdict stays in every sample's details as the gold
     # reward, and held-out pass@1 stays the verifier's
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
-    # the training reward (posttrain/rewards.py): "accuracy" is the verifier's 1/0;
+    # the training reward (posttrain/rewards/stack.py): "accuracy" is the verifier's 1/0;
     # "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
     # pass@1 is always the verifier's alone, whatever the training reward.
     reward: str = "accuracy"
@@ -210,119 +200,28 @@ class RLConfig:
     # adaptive KL (Ziegler et al. 2019): steer the algorithm's kl_coef so that KL to the
     # reference (k3, per token) tracks this target; 0 keeps kl_coef fixed
     kl_target: float = 0.0
-    kl_horizon: int = 100  # steps over which the controller closes most of the gap
+    kl_horizon: int = 100  # steps over which the controller closes most of the gap to kl_target
     # run the reference every step to log KL(π ‖ π_ref) even when the loss has no KL term:
     # drift from the starting policy is the first thing to look at when a run goes wrong
     track_kl: bool = True
     eval_every: int = 25  # steps between dev-split pass@1 measurements
-    eval_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
+    dev_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
 
     def validate(self, prefix: str = "rl") -> None:
-        from posttrain.algorithms import ALGORITHMS
-        from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-
-        _check(self.algo in ALGORITHMS or self.algo in PREFERENCE_LOSSES, f"{prefix}.algo", self.algo,
-               f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
-        if self.is_preference:
-            make_preference_loss(self.algo, **self.algo_params)  # raises, listing the valid fields
-            if self.pairs:
-                from posttrain.preference_data import load_preference_jsonl
-
-                load_preference_jsonl(self.pairs)  # an unreadable file fails now, not after SFT
-        else:
-            self.make_algorithm()
-        for name in ("prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every", "eval_size",
-                     "max_sampling_rounds"):
-            _check(getattr(self, name) > 0, f"{prefix}.{name}", getattr(self, name), "a positive integer")
-        _check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0")
-        _check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
-        _check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
-        _check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
+        check_positive(self, prefix, "prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every",
+                       "dev_size", "max_sampling_rounds", "pair_prompts", "kl_horizon")
+        check(isinstance(self.algo_params, dict), f"{prefix}.algo_params", self.algo_params, "a mapping")
+        check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0")
+        check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
+        check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
         self.sampling.validate(f"{prefix}.sampling")
-        _check(self.reward in REWARD_PRESETS, f"{prefix}.reward", self.reward, f"one of {sorted(REWARD_PRESETS)}")
-        _check(self.length_penalty >= 0, f"{prefix}.length_penalty", self.length_penalty, "a number >= 0")
-        _check(self.length_free >= 0, f"{prefix}.length_free", self.length_free, "an integer >= 0")
-        _check(self.kl_target >= 0, f"{prefix}.kl_target", self.kl_target, "a number >= 0 (0 = fixed kl_coef)")
-        _check(self.kl_horizon > 0, f"{prefix}.kl_horizon", self.kl_horizon, "a positive integer")
-        _check(self.pair_prompts > 0, f"{prefix}.pair_prompts", self.pair_prompts, "a positive integer")
-        _check(isinstance(self.online_rounds, int) and self.online_rounds > 0, f"{prefix}.online_rounds",
-               self.online_rounds, "a positive integer (1 = offline)")
-        if self.online_rounds > 1:
-            _check(self.is_preference and not self.pairs, f"{prefix}.online_rounds", self.online_rounds,
-                   "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.pairs file: "
-                   "a fixed file cannot be resampled from the current policy)")
-            _check(self.online_rounds <= min(self.steps, self.pair_prompts), f"{prefix}.online_rounds",
-                   self.online_rounds, f"at most rl.steps={self.steps} and rl.pair_prompts={self.pair_prompts} "
-                   "(every round needs a step and a prompt)")
-        _check(isinstance(self.refresh_reference, bool), f"{prefix}.refresh_reference", self.refresh_reference,
-               "true or false")
-        if self.refresh_reference:
-            _check(self.online_rounds > 1 and self.is_preference
-                   and make_preference_loss(self.algo, **self.algo_params).uses_reference,
-                   f"{prefix}.refresh_reference", self.refresh_reference,
-                   "false unless rl.online_rounds > 1 and rl.algo is a preference loss with a reference "
-                   "(dpo, ipo, kto): there is no next round, or no reference, to refresh")
+        check(self.length_penalty >= 0, f"{prefix}.length_penalty", self.length_penalty, "a number >= 0")
+        check(self.length_free >= 0, f"{prefix}.length_free", self.length_free, "an integer >= 0")
+        check(self.kl_target >= 0, f"{prefix}.kl_target", self.kl_target, "a number >= 0 (0 = fixed kl_coef)")
+        check(isinstance(self.online_rounds, int) and self.online_rounds > 0, f"{prefix}.online_rounds",
+              self.online_rounds, "a positive integer (1 = offline)")
         self.rm.validate(f"{prefix}.rm")
-        if self.rm.path and self.is_preference:
-            _check(not self.pairs, f"{prefix}.rm.path", self.rm.path,
-                   "'' with rl.pairs: a pairs file is already ranked; the reward model ranks the policy's own "
-                   "samples when there is no file")
-        if self.kl_target > 0:
-            _check(not self.is_preference, f"{prefix}.kl_target", self.kl_target,
-                   "0 for a preference loss (its beta already sets how close to the reference it stays)")
-            algo = self.make_algorithm()
-            _check(getattr(algo, "kl_coef", 0) > 0, f"{prefix}.kl_target", self.kl_target,
-                   f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
-                   f"({self.algo} has kl_coef={getattr(algo, 'kl_coef', None)!r}; the controller multiplies it)")
-
-
-    @property
-    def is_preference(self) -> bool:
-        from posttrain.algorithms.preference import PREFERENCE_LOSSES
-
-        return self.algo in PREFERENCE_LOSSES
-
-    def make_reward(self, score):
-        """The training reward: the environment's scorer, plus the terms this config asks for."""
-        from posttrain.rewards import LinearLength, RewardStack
-
-        if self.rm.path:  # the reward model scores; the verifier's verdict stays in details
-            from posttrain.rlhf import ProxyReward
-
-            score = ProxyReward.load(self.rm.path, score)
-        terms = REWARD_PRESETS[self.reward]()
-        if self.length_penalty > 0:
-            terms.append((1.0, LinearLength(self.length_free, self.length_penalty)))
-        if len(terms) == 1 and self.reward == "accuracy":
-            return score  # the verifier's own 1/0: nothing stacked on it
-        return RewardStack(terms).wrap(score)
-
-    def make_algorithm(self):
-        """The one adapter from config to algorithm. An algorithm that measures lengths
-        against the generation budget (`max_len`: Dr.GRPO's divisor, DAPO's L_max) gets
-        `sampling.max_new_tokens`, so the budget is set in one place, unless algo_params
-        sets max_len on purpose."""
-        from posttrain.algorithms import ALGORITHMS, make_algorithm
-
-        params = dict(self.algo_params)
-        if "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[self.algo])}:
-            params.setdefault("max_len", self.sampling.max_new_tokens)
-        return make_algorithm(self.algo, **params)
-
-
-def _accuracy_only() -> list:
-    from posttrain.rewards import Accuracy
-
-    return [(1.0, Accuracy())]
-
-
-def _r1() -> list:
-    from posttrain.rewards import RewardStack
-
-    return list(RewardStack.deepseek_r1().terms)
-
-
-REWARD_PRESETS = {"accuracy": _accuracy_only, "r1": _r1}
 
 
 TOPOLOGIES = ("auto", "colocated", "sync", "async")
@@ -361,33 +260,31 @@ class DistConfig:
         return self.topology
 
     def validate(self, prefix: str = "dist") -> None:
-        _check(self.topology in TOPOLOGIES, f"{prefix}.topology", self.topology, f"one of {list(TOPOLOGIES)}")
-        _check(self.workers >= 0, f"{prefix}.workers", self.workers, "an integer >= 0 (0 = no Ray workers)")
+        check(self.topology in TOPOLOGIES, f"{prefix}.topology", self.topology, f"one of {list(TOPOLOGIES)}")
+        check(self.workers >= 0, f"{prefix}.workers", self.workers, "an integer >= 0 (0 = no Ray workers)")
         if self.topology in ("sync", "async"):
-            _check(self.workers > 0, f"{prefix}.workers", self.workers,
-                   f"at least 1 with {prefix}.topology={self.topology!r} (try --workers 2)")
+            check(self.workers > 0, f"{prefix}.workers", self.workers,
+                  f"at least 1 with {prefix}.topology={self.topology!r} (try --workers 2)")
         if self.topology == "colocated":
-            _check(self.workers == 0, f"{prefix}.workers", self.workers,
-                   f"0 with {prefix}.topology='colocated' (or choose topology sync or async)")
-        _check(self.rollout_shards >= 0, f"{prefix}.rollout_shards", self.rollout_shards,
-               "an integer >= 0 (0 = one per worker)")
-        _check(self.max_staleness >= 1, f"{prefix}.max_staleness", self.max_staleness,
-               "an integer >= 1 (topology sync is the on-policy case)")
-        _check(self.tis_cap >= 1, f"{prefix}.tis_cap", self.tis_cap, "a number >= 1")
-        _check(isinstance(self.trainer_ranks, int) and self.trainer_ranks >= 1, f"{prefix}.trainer_ranks",
-               self.trainer_ranks, "an integer >= 1 (1 = train in this process; N > 1 starts N-1 more trainer processes)")
-        _check(self.num_cpus >= 0, f"{prefix}.num_cpus", self.num_cpus, "an integer >= 0 (0 = all of this machine's)")
+            check(self.workers == 0, f"{prefix}.workers", self.workers,
+                  f"0 with {prefix}.topology='colocated' (or choose topology sync or async)")
+        check(self.rollout_shards >= 0, f"{prefix}.rollout_shards", self.rollout_shards,
+              "an integer >= 0 (0 = one per worker)")
+        check(self.max_staleness >= 1, f"{prefix}.max_staleness", self.max_staleness,
+              "an integer >= 1 (topology sync is the on-policy case)")
+        check(self.tis_cap >= 1, f"{prefix}.tis_cap", self.tis_cap, "a number >= 1")
+        check(isinstance(self.trainer_ranks, int) and self.trainer_ranks >= 1, f"{prefix}.trainer_ranks",
+              self.trainer_ranks, "an integer >= 1 (1 = train in this process; N > 1 starts N-1 more trainer processes)")
+        check(self.num_cpus >= 0, f"{prefix}.num_cpus", self.num_cpus, "an integer >= 0 (0 = all of this machine's)")
         if self.ray_address and self.workers > 0:
             # fail now, not after SFT and Ray's own connection timeout (many minutes)
-            _check(_listening(self.ray_address), f"{prefix}.ray_address", self.ray_address,
-                   "the address of a running Ray cluster (nothing answers there; start one with `ray start --head`)")
+            check(_listening(self.ray_address), f"{prefix}.ray_address", self.ray_address,
+                  "the address of a running Ray cluster (nothing answers there; start one with `ray start --head`)")
 
 
 def _listening(address: str) -> bool:
     """Whether something accepts connections at HOST:PORT (or ray://HOST:PORT); other
     forms ("auto") are left for Ray to resolve."""
-    import socket
-
     host, _, port = address.split("://")[-1].rpartition(":")
     if not port.isdigit():
         return True
@@ -404,44 +301,40 @@ class TrainConfig:
     evaluation before and after RL."""
 
     name: str = ""  # the run directory's suffix; "" = "<env>-<algo>"
-    seed: int = 0
-    out_dir: str = "runs"
+    seed: int = 0  # every random draw of the run derives from it (posttrain/seeds.py)
+    out_dir: str = "runs"  # where run directories are created
     init: str = ""  # a checkpoint directory to start from; "" = train from scratch with SFT first
     model: ModelConfig = field(default_factory=ModelConfig)
     env: EnvConfig = field(default_factory=EnvConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     rl: RLConfig = field(default_factory=RLConfig)
-    eval_size: int = 500  # held-out problems: a 95% CI of about ±4 points near 70%
+    heldout_size: int = 500  # held-out problems scored before and after RL: a 95% CI of about ±4 points near 70%
     checkpoint_every: int = 25  # steps between checkpoints (a killed run loses at most this many)
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default (all cores)
     dist: DistConfig = field(default_factory=DistConfig)
 
     def validate(self) -> None:
         self.model.validate()
-        self.env.validate()
         self.sft.validate()
         self.rl.validate()
         self.dist.validate()
         if self.dist.rollout_shards:
-            _check(self.dist.rollout_shards <= self.rl.prompts_per_step, "dist.rollout_shards",
-                   self.dist.rollout_shards, f"at most rl.prompts_per_step={self.rl.prompts_per_step} (a shard holds whole groups)")
+            check(self.dist.rollout_shards <= self.rl.prompts_per_step, "dist.rollout_shards",
+                  self.dist.rollout_shards, f"at most rl.prompts_per_step={self.rl.prompts_per_step} (a shard holds whole groups)")
         rows = self.rl.prompts_per_step * self.rl.samples_per_prompt // self.rl.minibatches
-        _check(self.dist.trainer_ranks <= rows, "dist.trainer_ranks", self.dist.trainer_ranks,
-               f"at most the {rows} rows of a minibatch (rl.prompts_per_step × rl.samples_per_prompt / "
-               "rl.minibatches): every rank needs a row")
-        if self.rl.is_preference:
-            _check(self.dist.trainer_ranks == 1, "dist.trainer_ranks", self.dist.trainer_ranks,
-                   f"1 with a preference loss (rl.algo={self.rl.algo!r} trains in one process; only RL "
-                   "algorithms run data-parallel)")
-        _check(self.eval_size > 0, "eval_size", self.eval_size, "a positive integer")
-        _check(self.checkpoint_every > 0, "checkpoint_every", self.checkpoint_every, "a positive integer")
-        _check(self.threads >= 0, "threads", self.threads, "an integer >= 0")
-        if self.init:
-            from posttrain.models import check_checkpoint_shape
+        check(self.dist.trainer_ranks <= rows, "dist.trainer_ranks", self.dist.trainer_ranks,
+              f"at most the {rows} rows of a minibatch (rl.prompts_per_step × rl.samples_per_prompt / "
+              "rl.minibatches): every rank needs a row")
+        check_positive(self, "", "heldout_size", "checkpoint_every")
+        check(self.threads >= 0, "threads", self.threads, "an integer >= 0")
+        if self.init and not Path(self.init).is_dir():
+            raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
 
-            if not Path(self.init).is_dir():
-                raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
-            check_checkpoint_shape(Path(self.init), self.model)
+
+def rlhf_config() -> TrainConfig:
+    """Where `posttrain rlhf` starts (flags and --config change it as they change `train`'s):
+    PPO with its value head and a KL penalty in the reward, InstructGPT's setting."""
+    return TrainConfig(name="rlhf", rl=RLConfig(algo="ppo", algo_params={"kl_coef": 0.05}))
 
 
 @dataclass
@@ -451,26 +344,22 @@ class EvalConfig:
 
     checkpoint: str = ""  # a checkpoint directory written by `posttrain run/train`
     completions: str = ""  # or: a JSONL of {prompt, expected_answer, completion}, or a pack name ("frozen")
-    spec_version: str = "final_int/cot-v1"  # the scorer for --completions (checkpoints use env's spec)
+    spec_version: str = "final_int/cot-v1"  # the verifier for --completions (a checkpoint is scored by env's)
     env: EnvConfig = field(default_factory=EnvConfig)
-    split: str = "heldout"
-    size: int = 500
-    out_dir: str = "runs"
-    name: str = "eval"
-    seed: int = 0
+    split: str = "heldout"  # which split's problems a checkpoint answers: train, dev or heldout
+    size: int = 500  # problems: a 95% CI of about ±4 points near 70%
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "eval"  # the run directory's suffix
+    seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
 
     def validate(self) -> None:
-        from posttrain.envs.final_int import SPECS
-
         if bool(self.checkpoint) == bool(self.completions):
             raise ConfigError("give exactly one of --checkpoint DIR (evaluate a model) or --completions FILE "
                               "(score existing completions)")
         if self.checkpoint and not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: no such directory")
-        _check(self.spec_version in SPECS, "spec_version", self.spec_version, f"one of {sorted(SPECS)}")
-        self.env.validate()
-        _check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
-        _check(self.size > 0, "size", self.size, "a positive integer")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        check_positive(self, "", "size")
 
 
 @dataclass
@@ -481,22 +370,19 @@ class BonConfig:
     n: int = 8  # candidates considered per prompt (the first n of each prompt's list)
     spec_version: str = "final_int/cot-v1"  # the verifier that grades
     select_spec_version: str = ""  # the verifier that selects; "" = the grader (an oracle upper bound)
-    out_dir: str = "runs"
-    name: str = "bon"
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "bon"  # the run directory's suffix
 
     def validate(self) -> None:
-        from posttrain.envs.final_int import SPECS
-
-        _check(self.n > 0, "n", self.n, "a positive integer")
-        for name in ("spec_version", "select_spec_version"):
-            value = getattr(self, name)
-            if value or name == "spec_version":
-                _check(value in SPECS, name, value, f"one of {sorted(SPECS)}")
+        check_positive(self, "", "n")
 
 
 # ---------------------------------------------------------------------------------------
-# plumbing: dataclass <-> dict <-> command line
+# dataclass <-> dict <-> file
 # ---------------------------------------------------------------------------------------
+
+# Settings that changed name: a config file that still uses the old one gets told the new one.
+RENAMED = {"eval_size": "heldout_size", "rl.eval_size": "rl.dev_size"}
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -509,7 +395,10 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - names)
     if unknown:
-        raise ConfigError(f"unknown setting(s) {[prefix + k for k in unknown]}; valid ones: {sorted(prefix + n for n in names)}")
+        renamed = [f"{prefix + k} is now {RENAMED[prefix + k]}" for k in unknown if prefix + k in RENAMED]
+        raise ConfigError(f"unknown setting(s) {[prefix + k for k in unknown]}"
+                          + (f" ({'; '.join(renamed)})" if renamed else "")
+                          + f"; valid ones: {sorted(prefix + n for n in names)}")
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
@@ -523,7 +412,7 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
 
 
 def _coerce(value: Any, hint: Any, name: str) -> Any:
-    """Convert a JSON or command-line value to the field's type, or say why not."""
+    """Convert a JSON value to the field's type, or say why not."""
     if hint is bool:
         if isinstance(value, bool):
             return value
@@ -562,45 +451,3 @@ def load_file(path: str) -> dict[str, Any]:
         return json.loads(p.read_text())
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
         raise ConfigError(f"config file {path!r} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {error}") from None
-
-
-def _flat_fields(cls: type, prefix: str = "") -> dict[str, Any]:
-    """{'rl.sampling.temperature': float, ...} for every leaf field of a config class."""
-    out = {}
-    hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        if dataclasses.is_dataclass(hint):
-            out.update(_flat_fields(hint, f"{prefix}{f.name}."))
-        else:
-            out[prefix + f.name] = hint
-    return out
-
-
-def add_config_flags(parser: argparse.ArgumentParser, cls: type, shortcuts: dict[str, str] | None = None) -> None:
-    """One `--a.b.c VALUE` flag per leaf field, plus short aliases such as `--algo`."""
-    defaults = to_dict(cls())
-    for dotted, hint in _flat_fields(cls).items():
-        value = defaults
-        for part in dotted.split("."):
-            value = value[part]
-        type_name = getattr(hint, "__name__", str(hint))
-        flags = [f"--{dotted}"] + [f"--{s}" for s, target in (shortcuts or {}).items() if target == dotted]
-        parser.add_argument(*flags, dest=dotted, default=None, metavar=type_name.upper(), help=f"(default: {value!r})")
-
-
-def resolve(cls: type, args: argparse.Namespace, base: dict[str, Any] | None = None) -> Any:
-    """Defaults < file < flags, then validate."""
-    data = json.loads(json.dumps(base or {}))
-    for dotted in _flat_fields(cls):
-        value = getattr(args, dotted, None)
-        if value is None:
-            continue
-        node = data
-        *parents, leaf = dotted.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[leaf] = value
-    config = from_dict(cls, data)
-    config.validate()
-    return config

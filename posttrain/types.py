@@ -1,6 +1,9 @@
 """The data that flows between the six roles.
 
     Example      one task instance: a prompt and the answer a verifier checks against.
+    PreferencePair, UnpairedExample
+                 what the DPO family and reward models learn from: chosen over rejected,
+                 or one response with a thumbs up or down (KTO).
     Episode      one sampled completion of one Example, ragged (no padding), as the
                  rollout role produced it and the environment scored it.
     RolloutBatch many Episodes collated into padded (B, T) tensors for the trainer.
@@ -35,6 +38,26 @@ class Example:
     prompt: str
     expected_answer: str
     id: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PreferencePair:
+    """`chosen` is preferred over `rejected` as a response to `prompt`."""
+
+    prompt: str
+    chosen: str
+    rejected: str
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class UnpairedExample:
+    """One response with a binary label: desirable (thumbs up) or not (KTO's data)."""
+
+    prompt: str
+    completion: str
+    desirable: bool
     meta: dict[str, Any] = field(default_factory=dict)
 
 

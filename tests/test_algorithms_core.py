@@ -13,7 +13,6 @@ from posttrain.algorithms.core import (
     LOSS_AGG_MODES,
     agg_loss,
     clipped_surrogate,
-    entropy_from_logits,
     group_mean_std,
     kl_estimate,
     kl_k1,
@@ -23,10 +22,9 @@ from posttrain.algorithms.core import (
     masked_sum,
     masked_var,
     masked_whiten,
-    token_entropy,
-    token_logp,
     zero_variance_group_fraction,
 )
+from posttrain.models.logprobs import entropy_from_logits, token_entropy, token_logp
 
 # ---------------------------------------------------------------- masked reductions
 
@@ -341,7 +339,7 @@ def test_zero_variance_group_fraction():
 def test_response_logp_and_entropy_equal_the_full_logits_path_chunked_or_not():
     """Logits computed only at response positions, in chunks under checkpointing, give
     the same log-probs, entropies and gradients as the full (B, T, V) computation."""
-    from posttrain.algorithms.core import response_logp_and_entropy, token_entropy, token_logp
+    from posttrain.models.logprobs import response_logp_and_entropy, token_entropy, token_logp
 
     torch.manual_seed(0)
     B, T, D, V = 3, 7, 8, 11

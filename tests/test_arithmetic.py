@@ -14,7 +14,7 @@ from posttrain.envs.arithmetic import (
     save_examples_jsonl,
     split_of,
 )
-from posttrain.envs.final_int import SPECS
+from posttrain.verifiers.final_int import SPECS
 from posttrain.types import Example
 
 

@@ -9,7 +9,7 @@ import ast
 import pytest
 import torch
 
-from posttrain import check
+from posttrain.teach import check
 from posttrain.cli import main as cli_main
 
 NUMBERS = list(check.EXERCISES)

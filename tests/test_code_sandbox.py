@@ -14,16 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.envs.code import (
-    REASONS,
-    SANDBOX_UIDS,
-    STATUSES,
-    CodeTests,
-    extract_code,
-    namespaces_available,
-    run_sandboxed,
-    score,
-)
+from posttrain.verifiers.code import REASONS, CodeTests, extract_code, score
+from posttrain.sandbox import SANDBOX_UIDS, STATUSES, namespaces_available, run_sandboxed
 from posttrain.types import Example
 
 HAVE_NAMESPACES = namespaces_available()

@@ -7,7 +7,7 @@ import pytest
 
 from posttrain.eval.completions import compare_runs, run_eval_file, score_completions_file
 from posttrain.eval.packs import load_pack
-from posttrain.eval.rundir import RunDir
+from posttrain.runs.rundir import RunDir
 
 
 def write(path, records):

@@ -18,9 +18,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posttrain.demos import run_demo
-from posttrain.demos import reviews
-from posttrain.demos import sentiment_steering as demo
+from posttrain.teach.demos import run_demo
+from posttrain.teach.demos import reviews
+from posttrain.teach.demos import sentiment_steering as demo
 from posttrain.models.tokenizer import CharTokenizer
 
 

@@ -11,7 +11,7 @@ import math
 import pytest
 import torch
 
-from posttrain.demos import DEMOS, bandit, kl_tradeoff, run_demo, tokens, two_step_mdp
+from posttrain.teach.demos import DEMOS, bandit, kl_tradeoff, run_demo, tokens, two_step_mdp
 from posttrain.models.tokenizer import CharTokenizer
 
 

@@ -18,9 +18,9 @@ ray = pytest.importorskip("ray")
 
 from posttrain.config import TrainConfig, from_dict  # noqa: E402
 from posttrain.distributed.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
-from posttrain.eval.rundir import RunDir  # noqa: E402
-from posttrain.roles import controller  # noqa: E402
-from posttrain.roles.controller import run_pipeline, start_run  # noqa: E402
+from posttrain.runs.rundir import RunDir  # noqa: E402
+from posttrain.pipelines import rl as rl_pipeline  # noqa: E402
+from posttrain.pipelines.run import run_pipeline, start_run  # noqa: E402
 from posttrain.types import Episode, Example, RolloutBatch  # noqa: E402
 
 STEPS = 4
@@ -33,9 +33,9 @@ def tiny(out: Path, **dist) -> TrainConfig:
     cfg = from_dict(TrainConfig, {
         "model": {"dim": 32, "n_layer": 2, "n_head": 2, "hidden_dim": 64},
         "sft": {"num_examples": 16, "steps": 6, "batch_size": 8, "warmup_steps": 2},
-        "rl": {"prompts_per_step": 4, "samples_per_prompt": 4, "eval_every": STEPS, "eval_size": 8, "steps": STEPS,
+        "rl": {"prompts_per_step": 4, "samples_per_prompt": 4, "eval_every": STEPS, "dev_size": 8, "steps": STEPS,
                "length_penalty": 0.01, "length_free": 5, "lr": 1e-3, "warmup_steps": 1},
-        "eval_size": 16, "checkpoint_every": 2, "threads": 1, "out_dir": str(out), "dist": dist})
+        "heldout_size": 16, "checkpoint_every": 2, "threads": 1, "out_dir": str(out), "dist": dist})
     cfg.validate()
     return cfg
 
@@ -122,14 +122,14 @@ def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monke
     step 3 is requested after the push of v1, as in the uninterrupted run."""
     cfg = tiny(tmp_path, **ASYNC)
     cfg.checkpoint_every = 1  # the reference run checkpoints every 2 steps: checkpoints must not change numbers
-    sample_row = controller.sample_row
+    sample_row = rl_pipeline.sample_row
 
     def dies_in_step_1(stage: str, step: int, episode: Episode) -> dict:
         if (stage, step) == ("rl", 1):  # after the update and the push of step 1, before its row
             raise Killed
         return sample_row(stage, step, episode)
 
-    monkeypatch.setattr(controller, "sample_row", dies_in_step_1)
+    monkeypatch.setattr(rl_pipeline, "sample_row", dies_in_step_1)
     run = start_run(cfg, "train")
     with pytest.raises(Killed):
         run_pipeline(cfg, run)
@@ -174,7 +174,8 @@ def test_settings_are_checked_and_the_shortcuts_map_to_them():
     import sys
 
     from posttrain.cli import TRAIN_SHORTCUTS
-    from posttrain.config import ConfigError, DistConfig, add_config_flags, resolve
+    from posttrain.cli import add_config_flags, resolve
+    from posttrain.config import ConfigError, DistConfig
 
     parser = argparse.ArgumentParser()
     add_config_flags(parser, TrainConfig, TRAIN_SHORTCUTS)
@@ -199,7 +200,8 @@ def test_one_shard_draws_what_the_controller_always_drew():
     from posttrain.distributed.backend import ColocatedRollout, RolloutRequest, split_shards
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.models import CharTokenizer, build_model
-    from posttrain.roles.controller import derive_seed, generator_for, sampling_params
+    from posttrain.seeds import derive_seed, generator_for
+    from posttrain.pipelines.build import sampling_params
 
     cfg = tiny(Path("unused"))
     tokenizer = CharTokenizer()

@@ -30,8 +30,8 @@ STEPS = 8
 TINY = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
     "--sft.num_examples", "16", "--sft.steps", "6", "--sft.batch_size", "8", "--sft.warmup_steps", "2",
-    "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "4", "--rl.eval_size", "4",
-    "--rl.sampling.max_new_tokens", "16", "--eval_size", "4",
+    "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "4", "--rl.dev_size", "4",
+    "--rl.sampling.max_new_tokens", "16", "--heldout_size", "4",
     # the length penalty makes rewards differ within a group: non-zero advantages, weights that move
     "--rl.length_penalty", "0.01", "--rl.length_free", "5", "--rl.lr", "1e-3", "--rl.warmup_steps", "1",
     # adaptive KL changes the loss's kl_coef every step on rank 0: the followers must use it too

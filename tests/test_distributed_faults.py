@@ -15,7 +15,7 @@ from posttrain.distributed.backend import ColocatedRollout, RolloutRequest  # no
 from posttrain.distributed.rollout_workers import RayRollout  # noqa: E402
 from posttrain.envs.arithmetic import ArithmeticEnv  # noqa: E402
 from posttrain.models import CharTokenizer, build_model  # noqa: E402
-from posttrain.roles.controller import sampling_params  # noqa: E402
+from posttrain.pipelines.build import sampling_params  # noqa: E402
 from tests.test_distributed import STEPS, rows, same_metrics, samples, single_process, tiny, train  # noqa: E402,F401
 
 

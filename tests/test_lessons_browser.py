@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain import lessons as lessons_cli
+from posttrain.teach import lessons as lessons_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 ARTIFACTS = ROOT / "tests" / "artifacts"

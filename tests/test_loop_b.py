@@ -3,9 +3,8 @@ oracle identity BoN = pass@N, and a non-oracle selector that gets hacked."""
 
 import pytest
 
-from posttrain.envs.final_int import get_spec
-from posttrain.eval.loop_b import (
-    Candidate, PromptCandidates, best_of_n, load_candidates, pick_best, run_bon)
+from posttrain.verifiers.final_int import get_spec
+from posttrain.search.best_of_n import Candidate, PromptCandidates, best_of_n, load_candidates, pick_best, run_bon
 from posttrain.eval.packs import pack_path
 from posttrain.types import Example
 

@@ -11,15 +11,8 @@ from hypothesis import strategies as st
 
 pytest.importorskip("math_verify")
 
-from posttrain.envs import math_answer
-from posttrain.envs.math_answer import (
-    MAX_ANSWER_CHARS,
-    REASONS,
-    SPECS,
-    MathAnswerSpec,
-    extract_answer,
-    score,
-)
+from posttrain.verifiers import math_answer
+from posttrain.verifiers.math_answer import MAX_ANSWER_CHARS, REASONS, SPECS, MathAnswerSpec, extract_answer, score
 from posttrain.types import Example
 
 

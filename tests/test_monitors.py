@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from posttrain.eval.monitors import (
+from posttrain.runs.monitors import (
     MonitorConfig,
     check_all,
     entropy_collapse,

@@ -10,6 +10,7 @@ import pytest
 
 from posttrain.cli import main
 from posttrain.config import ConfigError, TrainConfig, from_dict
+from posttrain.pipelines.build import check_config
 
 # A tiny policy that answers level-2 sums ("Q: 3+4+5" -> "Final: 12") right often enough
 # at T = 1.5 that its 8 samples of a prompt disagree: verifier-built pairs exist.
@@ -19,7 +20,7 @@ TINY_PREF = [
     "--sft.num_examples", "200", "--sft.steps", "80", "--sft.batch_size", "32", "--sft.lr", "1e-2",
     "--sft.warmup_steps", "2",
     "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "8", "--rl.sampling.temperature", "1.5",
-    "--rl.eval_every", "5", "--rl.eval_size", "8", "--eval_size", "16", "--checkpoint_every", "2", "--threads", "1",
+    "--rl.eval_every", "5", "--rl.dev_size", "8", "--heldout_size", "16", "--checkpoint_every", "2", "--threads", "1",
 ]
 
 
@@ -97,7 +98,7 @@ class Killed(Exception):
 @pytest.mark.parametrize("rounds, kill_after", [("3", 4), ("1", 6)])
 def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted, tmp_path, monkeypatch, rounds,
                                                               kill_after):
-    from posttrain.algorithms import preference
+    from posttrain.pipelines import preference
 
     real = preference.train_preference
     calls = []
@@ -141,24 +142,25 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
     ({"algo": "ppo", "rm": {"pooling": "max"}}, r"rl.rm.pooling='max' is not allowed: expected 'last', 'mean' or"),
 ])
 def test_online_rounds_and_reward_models_refuse_settings_they_cannot_honour(rl, message, tmp_path, sft):
-    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+    from posttrain.types import PreferencePair
+    from posttrain.data.preference import save_preference_jsonl
 
     save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
     rl = json.loads(json.dumps(rl).replace("PAIRS", str(tmp_path / "pairs.jsonl")).replace("RUN", sft))
     with pytest.raises(ConfigError, match=message):
-        from_dict(TrainConfig, {"rl": rl}).rl.validate()
+        check_config(from_dict(TrainConfig, {"rl": rl}))
 
 
 def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path, monkeypatch):
-    from posttrain.roles import controller
+    from posttrain.pipelines import preference as preference_pipeline
 
-    real = controller.verifier_pairs
+    real = preference_pipeline.verifier_pairs
 
     def none_in_round_1(cfg, env, tokenizer, policy, round=0, n_prompts=0, split="train", score=None):
         pairs, stats = real(cfg, env, tokenizer, policy, round, n_prompts, split, score)
         return ([], {**stats, "pairs": 0}) if (round, split) == (1, "train") else (pairs, stats)
 
-    monkeypatch.setattr(controller, "verifier_pairs", none_in_round_1)
+    monkeypatch.setattr(preference_pipeline, "verifier_pairs", none_in_round_1)
     assert main(online(sft, tmp_path, "--rl.online_rounds", "2", "--rl.steps", "4")) == 0
     run = only_run(tmp_path)
     rounds = json.loads((run / "pref_rounds.json").read_text())
@@ -173,8 +175,8 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
 def spy_on_train_preference(monkeypatch) -> list[dict]:
     """Record, for every round, the reference train_preference got and the policy's and the
     reference's log-probs of that round's pairs at the moment the round starts."""
-    from posttrain.algorithms import preference
-    from posttrain.algorithms.preference.train import encode_records, row_logps
+    from posttrain.pipelines import preference
+    from posttrain.roles.preference_trainer import encode_records, row_logps
 
     real, calls = preference.train_preference, []
 
@@ -206,7 +208,7 @@ def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start
 
 
 def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sft, tmp_path, monkeypatch):
-    from posttrain.algorithms import preference
+    from posttrain.pipelines import preference
 
     real, calls = preference.train_preference, []
 
@@ -236,7 +238,7 @@ def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sf
 ])
 def test_refresh_reference_refuses_settings_where_it_means_nothing(rl, message):
     with pytest.raises(ConfigError, match=message):
-        from_dict(TrainConfig, {"rl": rl}).rl.validate()
+        check_config(from_dict(TrainConfig, {"rl": rl}))
 
 
 # ------------------------------------------------------------------ LoRA: the reference is the adapters off
@@ -250,7 +252,8 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
 
     from posttrain.roles.reference import AdapterOff
     from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
-    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+    from posttrain.types import PreferencePair
+    from posttrain.data.preference import save_preference_jsonl
 
     torch.manual_seed(0)
     base = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=64))
@@ -260,8 +263,8 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
     calls = spy_on_train_preference(monkeypatch)
     assert main(["train", "--model.name", str(tmp_path / "tiny_llama"), "--model.lora_r", "4", "--algo", "dpo",
                  "--sft.steps", "0", "--rl.steps", "3", "--rl.lr", "1e-2", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
-                 "--rl.prompts_per_step", "2", "--rl.eval_every", "3", "--rl.eval_size", "4",
-                 "--rl.sampling.max_new_tokens", "8", "--eval_size", "4", "--threads", "1",
+                 "--rl.prompts_per_step", "2", "--rl.eval_every", "3", "--rl.dev_size", "4",
+                 "--rl.sampling.max_new_tokens", "8", "--heldout_size", "4", "--threads", "1",
                  "--out_dir", str(tmp_path / "out")]) == 0
     (call,) = calls
     reference, policy = call["reference"], call["policy"]

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from posttrain.envs.final_int import HONEST_SPECS, SPECS, get_spec
+from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.eval import make_packs
 from posttrain.eval.packs import PACKS, PACKS_DIR, example_of, kata_scorer, load_pack, pack_path
 

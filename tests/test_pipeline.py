@@ -13,8 +13,8 @@ import pytest
 TINY = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
     "--sft.num_examples", "16", "--sft.steps", "6", "--sft.batch_size", "8", "--sft.warmup_steps", "2",
-    "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "5", "--rl.eval_size", "8",
-    "--eval_size", "16", "--checkpoint_every", "2", "--threads", "1",
+    "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "5", "--rl.dev_size", "8",
+    "--heldout_size", "16", "--checkpoint_every", "2", "--threads", "1",
 ]
 
 
@@ -117,7 +117,8 @@ def test_shaped_reward_and_adaptive_kl(tmp_path):
 
 def test_preference_loss_trains_from_a_pairs_file(tmp_path):
     from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+    from posttrain.types import PreferencePair
+    from posttrain.data.preference import save_preference_jsonl
 
     env = ArithmeticEnv()
     pairs = []

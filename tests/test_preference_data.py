@@ -7,9 +7,8 @@ import json
 import pytest
 
 from posttrain.envs.arithmetic import ArithmeticEnv
-from posttrain.preference_data import (
-    PreferencePair,
-    UnpairedExample,
+from posttrain.types import PreferencePair, UnpairedExample
+from posttrain.data.preference import (
     group_by_prompt,
     lexicon_sentiment,
     load_preference_jsonl,

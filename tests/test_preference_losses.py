@@ -8,21 +8,20 @@ import math
 import pytest
 import torch
 
-from posttrain.algorithms.preference import (
-    PREFERENCE_LOSSES,
-    PreferenceInfo,
+from posttrain.algorithms.preference import PREFERENCE_LOSSES, PreferenceInfo, make_preference_loss
+from posttrain.roles.preference_trainer import (
     collate_rows,
     encode_records,
-    make_preference_loss,
     mean_token_kl,
     sequence_logps,
     train_preference,
 )
-from posttrain.algorithms.preference import train as train_module
+from posttrain.roles import preference_trainer as train_module
 from posttrain.algorithms.preference.orpo import log_odds
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.preference_data import PreferencePair, UnpairedExample, sentiment_pairs, unpaired_from_pairs
+from posttrain.types import PreferencePair, UnpairedExample
+from posttrain.data.preference import sentiment_pairs, unpaired_from_pairs
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -340,7 +339,7 @@ def test_resuming_train_preference_mid_way_equals_an_uninterrupted_run():
 
 
 def test_evaluate_preference_is_the_loss_on_held_out_pairs():
-    from posttrain.algorithms.preference import evaluate_preference
+    from posttrain.roles.preference_trainer import evaluate_preference
 
     pairs = sentiment_pairs(6, seed=5, split="heldout")
     policy = tiny_policy()

@@ -3,8 +3,8 @@
 import json
 from types import SimpleNamespace
 
-from posttrain.eval.report import write_plots, write_summary
-from posttrain.eval.rundir import RunDir
+from posttrain.runs.report import write_plots, write_summary
+from posttrain.runs.rundir import RunDir
 
 
 def test_summary_carries_monitor_warnings_and_separated_cis(tmp_path):

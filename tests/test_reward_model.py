@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
-from posttrain.models.reward_model import (
+from posttrain.rewards.reward_model import (
     RewardModel,
     RewardModelScorer,
     bt_loss,
@@ -17,7 +17,7 @@ from posttrain.models.reward_model import (
     pairwise_accuracy,
     train_reward_model,
 )
-from posttrain.preference_data import sentiment_pairs
+from posttrain.data.preference import sentiment_pairs
 from posttrain.types import Example
 
 
@@ -59,7 +59,7 @@ def test_reward_reads_the_last_real_token_and_ignores_padding():
 
 
 def test_mean_pooling_averages_the_real_tokens_and_ignores_padding(tmp_path):
-    from posttrain.models.reward_model import load_reward_model, save_reward_model
+    from posttrain.rewards.reward_model import load_reward_model, save_reward_model
 
     torch.manual_seed(0)
     rm = RewardModel(GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=32)),
@@ -86,8 +86,8 @@ def test_mean_pooling_averages_the_real_tokens_and_ignores_padding(tmp_path):
 
 
 def test_loglik_reward_is_the_bodys_mean_token_log_likelihood(tmp_path):
-    from posttrain.algorithms.core import token_logp
-    from posttrain.models.reward_model import load_reward_model, save_reward_model
+    from posttrain.models.logprobs import token_logp
+    from posttrain.rewards.reward_model import load_reward_model, save_reward_model
 
     torch.manual_seed(0)
     body = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=32))
@@ -156,9 +156,9 @@ def test_a_transformers_model_is_a_reward_model_body_that_saves_and_scores(tmp_p
     """The same Bradley–Terry recipe on a local transformers model: train, save, load back
     as a transformers body, and score through the verifier contract (with its tokenizer)."""
     from posttrain.models.hf import HFPolicy
-    from posttrain.models.reward_model import load_reward_model, reward_of, save_reward_model
+    from posttrain.rewards.reward_model import load_reward_model, reward_of, save_reward_model
     from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.rlhf import ProxyReward
+    from posttrain.rewards.proxy import ProxyReward
 
     torch.manual_seed(0)
     GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=64)).save_pretrained(

@@ -5,11 +5,9 @@ import math
 
 import pytest
 
-from posttrain.envs.final_int import get_spec
-from posttrain.rewards import (
+from posttrain.verifiers.final_int import get_spec
+from posttrain.rewards.stack import (
     Accuracy,
-    AdaptiveKLController,
-    FixedKLController,
     Format,
     LinearLength,
     QuadraticLength,
@@ -18,6 +16,7 @@ from posttrain.rewards import (
     regex_format,
     think_answer_format,
 )
+from posttrain.rewards.kl_control import AdaptiveKLController, FixedKLController
 from posttrain.types import Example
 
 E = Example(prompt="Q: 2+3\n", expected_answer="5")

@@ -11,9 +11,10 @@ import torch
 
 from posttrain.cli import main
 from posttrain.config import RewardModelConfig, RLConfig
+from posttrain.pipelines.build import check_config, make_reward
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
-from posttrain.models.reward_model import (
+from posttrain.rewards.reward_model import (
     RewardModel,
     RewardModelScorer,
     check_reward_model_dir,
@@ -21,7 +22,7 @@ from posttrain.models.reward_model import (
     save_reward_model,
 )
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.rlhf import ProxyReward
+from posttrain.rewards.proxy import ProxyReward
 from tests.test_online_dpo import TINY_PREF, only_run, sft  # noqa: F401  (sft: a module-scoped fixture)
 
 
@@ -61,7 +62,7 @@ def test_proxy_reward_trains_on_the_model_and_keeps_the_verifier_as_gold(reward_
     ex = env.fixed_set("train", 1)[0]
     scorer = RewardModelScorer(load_reward_model(reward_model_dir)[0])
     # the config's adapter is the one rl_stage uses: rl.rm.path swaps the training reward
-    proxy = RLConfig(algo="ppo", rm=RewardModelConfig(path=str(reward_model_dir))).make_reward(env.score)
+    proxy = make_reward(RLConfig(algo="ppo", rm=RewardModelConfig(path=str(reward_model_dir))), env.score)
     assert isinstance(proxy, ProxyReward)
     right = env.solution(ex)
     for completion in [right, *TEXTS]:
@@ -154,12 +155,13 @@ def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft
 
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     from posttrain.config import ConfigError, TrainConfig, from_dict
-    from posttrain.preference_data import PreferencePair, save_preference_jsonl
+    from posttrain.types import PreferencePair
+    from posttrain.data.preference import save_preference_jsonl
 
     save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
     rl = {"algo": "dpo", "pairs": str(tmp_path / "pairs.jsonl"), "rm": {"path": str(reward_model_dir)}}
     with pytest.raises(ConfigError, match="a pairs file is already ranked"):
-        from_dict(TrainConfig, {"rl": rl}).rl.validate()
+        check_config(from_dict(TrainConfig, {"rl": rl}))
 
 
 def test_rlhf_on_a_transformers_model_trains_a_transformers_reward_model(tmp_path):
@@ -171,8 +173,8 @@ def test_rlhf_on_a_transformers_model_trains_a_transformers_reward_model(tmp_pat
         tmp_path / "llama", CharTokenizer())  # a tiny local Llama: `--model DIR` loads it through transformers
     assert main(["rlhf", "--model", str(tmp_path / "llama"), "--env.level", "2", "--env.cot", "false",
                  "--sft.steps", "200", "--sft.lr", "1e-2", "--sft.batch_size", "32", "--sft.num_examples", "400",
-                 "--rl.steps", "2", "--rl.rm.steps", "5", "--rl.rm.prompts", "32", "--eval_size", "16",
-                 "--rl.eval_size", "16", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "8",
+                 "--rl.steps", "2", "--rl.rm.steps", "5", "--rl.rm.prompts", "32", "--heldout_size", "16",
+                 "--rl.dev_size", "16", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "8",
                  "--threads", "1", "--out_dir", str(tmp_path / "runs")]) == 0
     run = only_run(tmp_path / "runs")
     model, info = load_reward_model(run / "reward_model")

@@ -1,16 +1,15 @@
 """The algorithm registry: a name -> class dict. Every entry follows the same contract
-(`posttrain.algorithms.core.Algorithm`), so callers never special-case an algorithm.
+(`posttrain.algorithms.contract.Algorithm`), so callers never special-case an algorithm.
 
     algo = make_algorithm("grpo", kl_coef=0.04)
 """
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 from posttrain.algorithms.cispo import CISPO
-from posttrain.algorithms.core import Algorithm, make_from_registry
+from posttrain.algorithms.contract import Algorithm, make_from_registry
 from posttrain.algorithms.dapo import DAPO
 from posttrain.algorithms.dr_grpo import DrGRPO
 from posttrain.algorithms.grpo import GRPO
@@ -21,11 +20,6 @@ from posttrain.algorithms.reinforce_pp import ReinforcePP
 from posttrain.algorithms.rloo import RLOO
 
 # The family tree, parent first: each entry is a small diff on the one it extends.
-# `python -m posttrain.algorithms.grpo` runs a module this package has already imported
-# (for the registry below); runpy warns about exactly that, harmlessly, so say nothing.
-warnings.filterwarnings("ignore", category=RuntimeWarning,
-                        message=r".*found in sys\.modules after import of package 'posttrain\.algorithms'")
-
 ALGORITHMS: dict[str, type] = {
     "reinforce": REINFORCE,  # the root: −(R − b) · log π
     "rloo": RLOO,  # REINFORCE, leave-one-out baseline

@@ -29,13 +29,12 @@ import torch
 from posttrain.algorithms.core import (
     advantage_metrics,
     agg_loss,
-    check_field,
-    check_loss_fields,
     importance_ratio,
     masked_mean,
     policy_gradient_loss,
     ratio_metrics,
 )
+from posttrain.algorithms.contract import check_field, check_loss_fields
 from posttrain.algorithms.grpo import ADV_NORMS, group_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -128,9 +127,3 @@ class CISPO:
             **advantage_metrics(batch.advantages, mask),
         }
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.cispo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("cispo"))

@@ -1,4 +1,4 @@
-"""Shared math for every RL algorithm, and the contract each algorithm follows.
+"""Shared math for every RL algorithm (the contract they follow is in contract.py).
 
 Every function here is pure: tensors and scalars in, tensors (or floats) out, no config
 objects. Conventions used throughout:
@@ -16,112 +16,18 @@ because inf * 0 is NaN.
 
 from __future__ import annotations
 
-import dataclasses
 
-from typing import Callable, ClassVar, Protocol
+from typing import Callable
 
 import torch
-import torch.nn.functional as F
 import torch.utils.checkpoint
 
-from posttrain.types import PolicyOutputs, RolloutBatch
 
 # exp() overflows float32 above ~88. Log-ratios are clamped to ±20 before exponentiating:
 # a ratio of e^20 ≈ 5e8 is already far outside any trust region, so the clamp only ever
 # touches tokens that are broken anyway, and it keeps one such token from turning the
 # whole batch's loss into inf or NaN.
 MAX_LOG_RATIO = 20.0
-
-
-# --------------------------------------------------------------------------------------
-# The contract
-# --------------------------------------------------------------------------------------
-
-
-class Algorithm(Protocol):
-    """What the controller and trainer need from an RL algorithm.
-
-    An algorithm is a `@dataclass` whose fields are its hyperparameters (each default
-    commented with its source), validated in `__post_init__` (a bad value raises
-    ValueError naming the field, the value and what is allowed). Because every
-    algorithm has this same shape, the registry is a plain dict of classes.
-
-    The controller runs, once per rollout batch::
-
-        batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-
-    and the trainer, for each (mini)batch and each epoch::
-
-        loss, metrics = algo.compute_loss(outputs, batch)
-        loss.backward()
-    """
-
-    name: ClassVar[str]  # the registry key, e.g. "grpo"
-
-    @property
-    def uses_reference(self) -> bool:
-        """True when `compute_loss` reads `batch.ref_logp` (e.g. a KL penalty is on);
-        the controller skips the reference forward pass otherwise."""
-        ...
-
-    @property
-    def uses_critic(self) -> bool:
-        """True when the algorithm trains a value head (PPO); it then reads
-        `outputs.values` and `batch.values` / `batch.returns`."""
-        ...
-
-    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """Return at least {"advantages": (B, T), zero off the response}; may add
-        "returns" (B, T). Runs without gradients: advantages are constants in the loss."""
-        ...
-
-    def compute_loss(
-        self, outputs: PolicyOutputs, batch: RolloutBatch
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Return (scalar loss to minimise, metrics as python floats)."""
-        ...
-
-
-def check_field(algo: object, field: str, ok: bool, allowed: str) -> None:
-    """Raise ValueError if `ok` is False, naming the class, the field, its value and what
-    is allowed; for use in an algorithm's `__post_init__`. Write conditions so that NaN
-    fails them (`x >= 0`, not `not x < 0`)."""
-    if not ok:
-        value = getattr(algo, field)
-        raise ValueError(f"{type(algo).__name__}.{field}={value!r} is invalid; allowed: {allowed}")
-
-
-def check_loss_fields(algo: object) -> None:
-    """The checks every algorithm with `loss_agg`, `entropy_coef` and `max_len` fields
-    shares: a known aggregation, a non-negative entropy bonus, and a generation budget
-    whenever the aggregation divides by one (Dr.GRPO's seq-mean-token-sum-norm)."""
-    loss_agg = getattr(algo, "loss_agg")
-    check_field(algo, "loss_agg", loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
-    check_field(algo, "entropy_coef", getattr(algo, "entropy_coef") >= 0.0, "a number >= 0")
-    if loss_agg == "seq-mean-token-sum-norm":
-        max_len = getattr(algo, "max_len")
-        check_field(algo, "max_len", isinstance(max_len, int) and max_len > 0,
-                    "a positive int with loss_agg='seq-mean-token-sum-norm' (the generation budget, max_new_tokens)")
-
-
-def make_from_registry(registry: dict[str, type], kind: str, name: str, params: dict) -> object:
-    """Build `registry[name](**params)`, or raise ValueError listing the valid names (for an
-    unknown name) or the valid fields with their defaults (for a bad parameter)."""
-    if name not in registry:
-        raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(registry)}")
-    cls = registry[name]
-    fields = [f for f in dataclasses.fields(cls)]
-    help_text = ", ".join(
-        f"{f.name}={f.default if f.default is not dataclasses.MISSING else f.default_factory()!r}"
-        if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING
-        else f"{f.name}=<required>" for f in fields)
-    unknown = sorted(set(params) - {f.name for f in fields})
-    if unknown:
-        raise ValueError(f"unknown parameter(s) {unknown} for {kind} {name!r}; valid fields (with defaults): {help_text}")
-    try:
-        return cls(**params)
-    except (ValueError, TypeError) as err:
-        raise ValueError(f"{err}\nvalid fields of {name!r} (with defaults): {help_text}") from err
 
 
 # --------------------------------------------------------------------------------------
@@ -332,105 +238,6 @@ def clipped_surrogate(
         if dual_clip is not None:
             metrics["dual_clipfrac"] = masked_mean((pg_loss_mat < pg_loss_clip).float(), mask).item()
     return loss, metrics
-
-
-# --------------------------------------------------------------------------------------
-# From logits to per-token log-probs and entropies (what the trainer feeds the loss)
-# --------------------------------------------------------------------------------------
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of softmax(logits) over the last dim: (..., V) -> (...).
-
-    H = logsumexp(z) − Σ_v softmax(z)_v z_v, which needs one (…, V) softmax and no
-    log-softmax copy."""
-    probs = torch.softmax(logits, dim=-1)  # (B, T, V)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)  # (B, T)
-
-
-def _next_token_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """logits[:, t-1] predicts tokens[:, t]: drop the last position (it predicts past the
-    end), and divide by the sampling temperature so log-probs match the distribution the
-    rollout actually sampled from."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    shifted = logits[:, :-1]  # (B, T-1, V) a view, no copy
-    return shifted if temperature == 1.0 else shifted / temperature
-
-
-def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Per-token log-probs aligned with `tokens`.
-
-    Args:
-        logits: (B, T, V) the model's output at every position.
-        tokens: (B, T) long, the sequence the logits were computed on.
-        temperature: divide the logits by this first (the rollout's sampling temperature).
-
-    Returns (B, T): out[:, t] = log p(tokens[:, t] | tokens[:, :t]), computed from
-    logits[:, t-1]. Position 0 has no prediction and holds 0.
-    """
-    z = _next_token_logits(logits, temperature)  # (B, T-1, V)
-    # log softmax(z)[tok] = z[tok] − logsumexp(z): gathers one logit per position instead
-    # of materialising the full (B, T-1, V) log-softmax.
-    picked = z.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
-    logp = picked - torch.logsumexp(z, dim=-1)  # (B, T-1)
-    return F.pad(logp, (1, 0))  # (B, T) position 0 gets 0
-
-
-def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """Entropy of the next-token distribution aligned like `token_logp`: out[:, t] is
-    H(p(· | tokens[:, :t])) from logits[:, t-1], temperature applied; out[:, 0] = 0. (B, T)"""
-    z = _next_token_logits(logits, temperature)  # (B, T-1, V)
-    return F.pad(entropy_from_logits(z), (1, 0))  # (B, T)
-
-
-# Logits for a 49k-token vocabulary are the largest tensor in a training step: 64 rows ×
-# 110 positions × 49152 × 4 bytes is 1.4 GB, and backward keeps a copy. The trainer only
-# needs log-probs where the loss looks (the response), so it computes the logits there and
-# only there, a chunk of positions at a time, and recomputes each chunk's logits during
-# backward instead of storing them.
-LOGITS_BUDGET = 2**25  # elements of one chunk of logits (128 MB in float32)
-
-
-def response_logp_and_entropy(
-    hidden: torch.Tensor,
-    lm_head: torch.nn.Linear,
-    tokens: torch.Tensor,
-    response_mask: torch.Tensor,
-    temperature: float = 1.0,
-    logits_budget: int = LOGITS_BUDGET,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """`token_logp` and `token_entropy` on the response positions only, (B, T) each,
-    exactly 0 wherever response_mask is 0.
-
-    hidden (B, T, D) are the final hidden states; lm_head is the (D -> V) output layer. Position t
-    is predicted from hidden[:, t-1]. Chunks of at most `logits_budget` logits are run
-    under activation checkpointing when there is more than one, so peak memory is one
-    chunk's logits, whatever the batch."""
-    if temperature <= 0:
-        raise ValueError(f"temperature must be > 0, got {temperature}")
-    B, T, _ = hidden.shape
-    rows, cols = response_mask[:, 1:].nonzero(as_tuple=True)  # cols + 1 are the predicted positions
-    states, targets = hidden[rows, cols], tokens[rows, cols + 1]  # (n, D), (n,)
-
-    def logp_and_entropy(h: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        z = lm_head(h).float() / temperature  # (c, V)
-        log_norm = torch.logsumexp(z, dim=-1)  # (c,)
-        logp = z.gather(-1, target[:, None]).squeeze(-1) - log_norm
-        entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
-        return logp, entropy
-
-    chunk = max(1, logits_budget // lm_head.weight.shape[0])  # positions per chunk
-    chunked = len(states) > chunk and torch.is_grad_enabled()
-    parts = [torch.utils.checkpoint.checkpoint(logp_and_entropy, states[i : i + chunk], targets[i : i + chunk],
-                                               use_reentrant=False) if chunked
-             else logp_and_entropy(states[i : i + chunk], targets[i : i + chunk])
-             for i in range(0, len(states), chunk)]
-    logp = torch.cat([p[0] for p in parts]) if parts else hidden.new_zeros(0)
-    entropy = torch.cat([p[1] for p in parts]) if parts else hidden.new_zeros(0)
-    index = (rows, cols + 1)
-    return (hidden.new_zeros(B, T).index_put(index, logp.to(hidden.dtype)),
-            hidden.new_zeros(B, T).index_put(index, entropy.to(hidden.dtype)))
 
 
 # --------------------------------------------------------------------------------------

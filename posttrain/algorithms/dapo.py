@@ -33,7 +33,7 @@ from typing import ClassVar
 
 import torch
 
-from posttrain.algorithms.core import check_field
+from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.grpo import GRPO
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -136,9 +136,3 @@ class DAPO(GRPO):
         penalty = overlong_penalty(batch.response_lengths(), self.max_len or 0, self.overlong_cache)
         metrics["overlong_frac"] = (penalty < 0).float().mean().item()
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.dapo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("dapo"))

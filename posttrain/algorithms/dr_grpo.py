@@ -38,9 +38,3 @@ class DrGRPO(GRPO):
     adv_norm: str = "none"  # deleted divisor 1: A_i = r_i − mean(r), no / std(r)
     loss_agg: str = "seq-mean-token-sum-norm"  # deleted divisor 2: Σ_t ... / L_max, not / |o_i|
     max_len: int | None = 48  # L_max = the default sampling.max_new_tokens; set it to yours
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.dr_grpo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("dr_grpo"))

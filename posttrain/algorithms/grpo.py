@@ -35,14 +35,13 @@ import torch
 from posttrain.algorithms.core import (
     KL_ESTIMATORS,
     agg_loss,
-    check_field,
-    check_loss_fields,
     clipped_surrogate,
     group_mean_std,
     kl_estimate,
     masked_mean,
     masked_var,
 )
+from posttrain.algorithms.contract import check_field, check_loss_fields
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 ADV_NORMS = ("group", "batch", "hybrid", "none")
@@ -179,9 +178,3 @@ class GRPO:
         metrics["adv_mean"] = masked_mean(adv, mask).item()
         metrics["adv_std"] = masked_var(adv, mask).sqrt().item()
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.grpo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("grpo"))

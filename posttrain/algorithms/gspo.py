@@ -35,7 +35,8 @@ from typing import ClassVar
 
 import torch
 
-from posttrain.algorithms.core import MAX_LOG_RATIO, check_field, importance_ratio, masked_mean, ratio_metrics
+from posttrain.algorithms.core import MAX_LOG_RATIO, importance_ratio, masked_mean, ratio_metrics
+from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.grpo import GRPO
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -82,9 +83,3 @@ class GSPO(GRPO):
             # the per-token KL(π_old ‖ π_θ) estimate, as every other algorithm logs it
             metrics["approx_kl"] = ratio_metrics(*importance_ratio(logp, batch.old_logp, mask), mask)["approx_kl"]
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.gspo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("gspo"))

@@ -47,14 +47,13 @@ import torch
 from posttrain.algorithms.core import (
     advantage_metrics,
     agg_loss,
-    check_field,
-    check_loss_fields,
     clipped_surrogate,
     kl_k1,
     masked_mean,
     masked_var,
     masked_whiten,
 )
+from posttrain.algorithms.contract import check_field, check_loss_fields
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -242,9 +241,3 @@ class PPO:
         if batch.ref_logp is not None:
             metrics["kl"] = masked_mean(kl_k1(batch.old_logp, batch.ref_logp), mask).item()
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.ppo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("ppo"))

@@ -39,14 +39,13 @@ import torch
 from posttrain.algorithms.core import (
     advantage_metrics,
     agg_loss,
-    check_field,
-    check_loss_fields,
     group_mean_std,
     importance_ratio,
     masked_mean,
     policy_gradient_loss,
     ratio_metrics,
 )
+from posttrain.algorithms.contract import check_field, check_loss_fields
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -146,9 +145,3 @@ class REINFORCE:
         if self.baseline == "running_mean":
             metrics["baseline"] = self._running_mean
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("reinforce"))

@@ -32,13 +32,12 @@ import torch
 from posttrain.algorithms.core import (
     advantage_metrics,
     agg_loss,
-    check_field,
-    check_loss_fields,
     clipped_surrogate,
     kl_estimate,
     masked_mean,
     masked_whiten,
 )
+from posttrain.algorithms.contract import check_field, check_loss_fields
 from posttrain.algorithms.ppo import gae, token_level_rewards
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -118,9 +117,3 @@ class ReinforcePP:
             kl = kl_estimate(batch.old_logp, batch.ref_logp, self.kl_estimator)  # (B, T)
             metrics["kl"] = masked_mean(kl, mask).item()
         return loss, metrics
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.reinforce_pp: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("reinforce_pp"))

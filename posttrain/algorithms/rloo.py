@@ -58,9 +58,3 @@ class RLOO(REINFORCE):
 
     def sequence_baseline(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
         return leave_one_out_baseline(rewards, group_ids)
-
-
-if __name__ == "__main__":  # python -m posttrain.algorithms.rloo: a short run, held-out pass@1 before and after
-    from posttrain.cli import standalone
-
-    raise SystemExit(standalone("rloo"))

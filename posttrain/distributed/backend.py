@@ -4,7 +4,7 @@ The controller asks for the episodes of a step (`sample(step, round)`), pushes f
 weights after every update (`push()`), evaluates with a local engine (`engine`), and
 checkpoints what the rollout holds between steps (`state_dict()`: the async topology's
 batches sampled ahead).
-Three implementations:
+Three implementations (pipelines/build.py::make_rollout picks one):
 
     ColocatedRollout   the engine lives in the controller's process (today's default)
     RayRollout         N Ray actors each hold a policy copy (rollout_workers.py)
@@ -25,8 +25,10 @@ from typing import Callable
 
 import torch
 
-from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.config import SamplingParams
+from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.weight_sync import SharedWeights
+from posttrain.seeds import derive_seed
 from posttrain.types import Episode, Example, RolloutBatch
 
 
@@ -51,7 +53,6 @@ class Shard:
 
 def split_shards(request: RolloutRequest, shards: int) -> list[Shard]:
     """Contiguous, near-equal runs of whole groups; shard i's seed depends on i alone."""
-    from posttrain.roles.controller import derive_seed
 
     n = len(request.examples)
     shards = max(1, min(shards, n))
@@ -114,19 +115,3 @@ class ColocatedRollout:
         pass
 
 
-def make_rollout(dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
-                 request: Callable[[int, int], RolloutRequest], horizon: int | None = None):
-    """The rollout backend `dist` (a DistConfig) asks for. Ray is imported only here, and
-    only when there are workers. `horizon` = the run's step count (async samples ahead
-    up to it, never past it)."""
-    topology = dist.resolved_topology()
-    shards = dist.rollout_shards or max(1, dist.workers)
-    if topology == "colocated":
-        return ColocatedRollout(policy, tokenizer, params, request, shards)
-    if topology == "sync":
-        from posttrain.distributed.rollout_workers import RayRollout
-
-        return RayRollout(dist, policy, tokenizer, params, request, shards)
-    from posttrain.distributed.async_rollout import AsyncRayRollout
-
-    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, horizon=horizon)

@@ -33,8 +33,11 @@ from typing import Callable
 
 import torch
 
+from posttrain.config import ConfigError, SamplingParams
 from posttrain.distributed.backend import RolloutRequest, Shard, sample_shard, split_shards
-from posttrain.roles.rollout import RolloutEngine, SamplingParams
+from posttrain.distributed.off_policy import staleness_stats
+from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.console import console
 from posttrain.types import Episode, RolloutBatch
 
 # A worker that keeps dying is a bug to look at, not something to retry forever.
@@ -83,7 +86,6 @@ class RolloutWorker:
 def connect(dist) -> bool:
     """Connect to the cluster at dist.ray_address, or start a local one. True when this
     call started Ray (and so should shut it down)."""
-    from posttrain.config import ConfigError
 
     try:
         import ray
@@ -157,7 +159,6 @@ class RayRollout:
 
     def _note(self, i: int, pid: int, reason: str) -> None:
         """Count and log a restart the first time worker i answers from a new process."""
-        from posttrain.roles.controller import console
 
         if pid != self.pids[i]:
             self.pids[i] = pid
@@ -236,7 +237,6 @@ class RayRollout:
     # -- what the controller logs ------------------------------------------------------------
 
     def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
-        from posttrain.distributed.off_policy import staleness_stats
 
         return batch, staleness_stats(batch, self.version, max_staleness=0)
 

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from posttrain.envs.final_int import HONEST_SPECS, SPECS, get_spec
+from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.files import write_atomic
 from posttrain.types import Example
 

@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, load_examples_jsonl, split_of
-from posttrain.envs.final_int import get_spec
+from posttrain.verifiers.final_int import get_spec
 from posttrain.types import Example
 
 

@@ -23,9 +23,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.envs.final_int import get_spec
+from posttrain.verifiers.final_int import get_spec
 from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
-from posttrain.eval.rundir import RunDir
+from posttrain.runs.rundir import RunDir
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 
 REQUIRED_FIELDS = ("prompt", "expected_answer", "completion")

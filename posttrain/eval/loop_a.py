@@ -12,9 +12,10 @@ from pathlib import Path
 from posttrain.config import EvalConfig, to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
-from posttrain.eval.rundir import RunDir
+from posttrain.runs.rundir import RunDir
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.roles.rollout import RolloutEngine, SamplingParams, encode_prompt
+from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.config import SamplingParams
 
 
 def evaluate_checkpoint(cfg: EvalConfig) -> dict:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from posttrain.envs.arithmetic import ArithmeticEnv, Problem
-from posttrain.envs.final_int import HONEST_SPECS, SPECS
+from posttrain.verifiers.final_int import HONEST_SPECS, SPECS
 from posttrain.eval.packs import PACKS, PACKS_DIR, example_of, kata_scorer
 from posttrain.types import Example
 

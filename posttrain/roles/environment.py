@@ -27,7 +27,7 @@ class Environment(Protocol):
 
 def score_episodes(score: Callable[[Example, str], dict[str, Any]], episodes: list[Episode]) -> list[Episode]:
     """Fill in `reward` and `details` of each episode, in place. `score` is the
-    environment's verifier (`env.score`) or a reward built on it (posttrain/rewards.py)."""
+    environment's verifier (`env.score`) or a reward built on it (posttrain/rewards/stack.py)."""
     for episode in episodes:
         result = score(episode.example, episode.completion)
         episode.reward = float(result["reward"])

@@ -12,7 +12,7 @@ import copy
 
 import torch
 
-from posttrain.algorithms.core import response_logp_and_entropy
+from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.types import RolloutBatch
 
 

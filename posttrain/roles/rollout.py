@@ -17,23 +17,11 @@ The model supplies its own cache (`model.new_cache`) and the tokenizer the promp
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import torch.nn.functional as F
 
+from posttrain.config import SamplingParams
 from posttrain.types import Episode, Example
-
-
-@dataclass
-class SamplingParams:
-    temperature: float = 1.0  # 0 = greedy
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    stop_at_newline: bool = False  # a one-line answer spec ends at the first newline
-    # torch.compile the one-token decode step (dynamic shapes: rows leave as they stop).
-    # Off by default: the compile costs minutes and pays back only over a long run
-    compile: bool = False
 
 
 def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,7 +15,8 @@ from typing import Callable
 
 import torch
 
-from posttrain.algorithms.core import masked_mean, response_logp_and_entropy
+from posttrain.algorithms.core import masked_mean
+from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 LossFn = Callable[[PolicyOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]

@@ -6,8 +6,7 @@ Every entry is a dataclass of hyperparameters with the same call (see `core.py`)
     loss, metrics = loss_fn(policy_chosen_logps, policy_rejected_logps,
                             ref_chosen_logps, ref_rejected_logps, info)
 
-and `train_preference(policy, pairs, "dpo", steps, lr)` runs any of them end to end;
-`evaluate_preference(policy, held_out_pairs, "dpo", reference=ref)` scores held-out pairs.
+(roles/preference_trainer.py trains any of them end to end and scores held-out pairs.)
 
     loss    needs π_ref   data       compared quantity                       paper
     dpo     yes           pairs      β·Δ log-ratio, logistic loss            Rafailov et al. 2023
@@ -21,26 +20,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from posttrain.algorithms.core import make_from_registry
-from posttrain.algorithms.preference.core import (
-    PreferenceInfo,
-    PreferenceLoss,
-    SequenceBatch,
-    pair_metrics,
-    sequence_logps,
-)
+from posttrain.algorithms.contract import make_from_registry
+from posttrain.algorithms.preference.core import PreferenceInfo, PreferenceLoss, pair_metrics
 from posttrain.algorithms.preference.dpo import DPO
 from posttrain.algorithms.preference.ipo import IPO
 from posttrain.algorithms.preference.kto import KTO
 from posttrain.algorithms.preference.orpo import ORPO
 from posttrain.algorithms.preference.simpo import SimPO
-from posttrain.algorithms.preference.train import (
-    collate_rows,
-    encode_records,
-    evaluate_preference,
-    mean_token_kl,
-    train_preference,
-)
 
 # Parent first: each entry is a small diff on DPO.
 PREFERENCE_LOSSES: dict[str, type] = {
@@ -66,14 +52,7 @@ __all__ = [
     "PREFERENCE_LOSSES",
     "PreferenceInfo",
     "PreferenceLoss",
-    "SequenceBatch",
     "SimPO",
-    "collate_rows",
-    "encode_records",
-    "evaluate_preference",
     "make_preference_loss",
-    "mean_token_kl",
     "pair_metrics",
-    "sequence_logps",
-    "train_preference",
 ]

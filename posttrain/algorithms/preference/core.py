@@ -34,37 +34,6 @@ from typing import ClassVar, Protocol
 
 import torch
 
-from posttrain.algorithms.core import masked_sum, token_logp
-
-
-@dataclass
-class SequenceBatch:
-    """N right-padded `[bos] prompt response` rows, the input of `sequence_logps`.
-
-    Paired data is laid out chosen rows first, then rejected rows, in the same pair order:
-
-        rows 0 .. B-1     chosen response of pair 0 .. B-1       is_chosen = True
-        rows B .. 2B-1    rejected response of pair 0 .. B-1     is_chosen = False
-
-    so `logps[is_chosen]` and `logps[~is_chosen]` line up pair by pair, and one forward pass
-    covers both halves. Unpaired (KTO) data uses the same layout with is_chosen = desirable.
-    """
-
-    tokens: torch.Tensor  # (N, T) long, right padded
-    response_mask: torch.Tensor  # (N, T) float, 1 on the response tokens (EOS included)
-    is_chosen: torch.Tensor  # (N,) bool: a chosen / desirable row
-
-    def __post_init__(self) -> None:
-        if self.tokens.shape != self.response_mask.shape or self.is_chosen.shape != self.tokens.shape[:1]:
-            raise ValueError(
-                f"SequenceBatch shapes disagree: tokens {tuple(self.tokens.shape)}, response_mask "
-                f"{tuple(self.response_mask.shape)}, is_chosen {tuple(self.is_chosen.shape)}; "
-                "want (N, T), (N, T), (N,)"
-            )
-
-    def lengths(self) -> torch.Tensor:
-        return self.response_mask.sum(dim=1)  # (N,) response tokens per row
-
 
 @dataclass
 class PreferenceInfo:
@@ -74,22 +43,10 @@ class PreferenceInfo:
     rejected_lengths: torch.Tensor  # (Br,) float, tokens in each rejected / undesirable response
 
     @staticmethod
-    def from_batch(batch: SequenceBatch) -> PreferenceInfo:
+    def from_batch(batch) -> PreferenceInfo:
+        """From a batch with `lengths()` and an `is_chosen` row mask (roles/preference_trainer.py)."""
         lengths = batch.lengths()  # (N,)
         return PreferenceInfo(lengths[batch.is_chosen], lengths[~batch.is_chosen])
-
-
-def sequence_logps(model: torch.nn.Module, batch: SequenceBatch, length_normalize: bool = False) -> torch.Tensor:
-    """log π(y | x) of every row, (N,): the token log-probs summed over the response mask,
-    or divided by the response length with `length_normalize` (the average per-token
-    log-prob that SimPO and ORPO use; the losses here take sums and divide themselves).
-
-    Right padding needs no attention mask: a real token only attends to earlier tokens,
-    which are all real (types.py). Differentiable when called with gradients enabled."""
-    logits = model(batch.tokens)  # (N, T, V)
-    logp = token_logp(logits, batch.tokens)  # (N, T), position t = log π(tokens[t] | tokens[<t])
-    total = masked_sum(logp, batch.response_mask, dim=1)  # (N,)
-    return total / batch.lengths().clamp(min=1) if length_normalize else total
 
 
 class PreferenceLoss(Protocol):

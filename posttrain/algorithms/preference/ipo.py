@@ -27,7 +27,7 @@ from typing import ClassVar
 
 import torch
 
-from posttrain.algorithms.core import check_field
+from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired, require_reference
 
 

@@ -27,7 +27,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from posttrain.algorithms.core import check_field
+from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired
 
 # log(1 − e^x) is −inf at x = 0, i.e. when the model gives a whole response probability 1.

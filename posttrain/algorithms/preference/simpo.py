@@ -28,7 +28,7 @@ from typing import ClassVar
 import torch
 import torch.nn.functional as F
 
-from posttrain.algorithms.core import check_field
+from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired
 
 

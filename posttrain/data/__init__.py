@@ -1,0 +1,2 @@
+"""Data: preference pairs (read, written, built from a verifier's verdicts) and the packs
+shipped in data/packs/."""

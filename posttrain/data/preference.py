@@ -1,0 +1,298 @@
+"""Preference data: what the DPO family and the reward model learn from.
+
+Two kinds of record:
+
+    PreferencePair     (prompt, chosen, rejected)   "chosen is better than rejected"
+    UnpairedExample    (prompt, completion, desirable)   a thumbs up / down (KTO)
+
+Where pairs come from, in this module:
+  - `pairs_from_verifier`: K sampled completions of the same prompt, scored by a verifier;
+    every higher-scored completion is paired with every lower-scored one, ties dropped. This
+    turns RLVR data into DPO data (though a verifier's 0/1 reward is not inherently
+    pairwise, which is why RLVR usually trains GRPO on it directly).
+  - `sentiment_pairs`: a small bundled set with no verifier, the kind of preference a rule
+    cannot check exactly: short review sentences ranked by a lexicon sentiment score
+    (`lexicon_sentiment`), standing in for human raters.
+  - your own JSONL file, in the format below.
+
+JSONL format (UTF-8, one JSON object per line, blank lines ignored):
+
+    pairs      {"prompt": "Review the hotel:\\n", "chosen": "The hotel was lovely.",
+                "rejected": "The hotel was awful.", "meta": {"source": "raters"}}
+    unpaired   {"prompt": "Review the hotel:\\n", "completion": "The hotel was awful.",
+                "desirable": false}
+
+`prompt`, `chosen`, `rejected`, `completion` are strings, `desirable` a JSON boolean,
+`meta` an optional object kept as is. The prompt is fed to the model exactly as written
+(after a <bos> token) and the response follows it directly, so put any separator (a
+newline, "Answer: ") at the end of the prompt. A file holds one kind only; reading stops at
+the first bad line with the file, line number and what is wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from posttrain.files import jsonl_objects, write_atomic
+from posttrain.types import Episode, PreferencePair, UnpairedExample
+
+
+def unpaired_from_pairs(pairs: Iterable[PreferencePair]) -> list[UnpairedExample]:
+    """Each pair as two unpaired examples, chosen desirable and rejected undesirable (how
+    the KTO paper runs on paired datasets)."""
+    out = []
+    for p in pairs:
+        out.append(UnpairedExample(p.prompt, p.chosen, True, dict(p.meta)))
+        out.append(UnpairedExample(p.prompt, p.rejected, False, dict(p.meta)))
+    return out
+
+
+# --------------------------------------------------------------------------------------
+# JSONL read / write
+# --------------------------------------------------------------------------------------
+
+PAIR_FIELDS = {"prompt": str, "chosen": str, "rejected": str}
+UNPAIRED_FIELDS = {"prompt": str, "completion": str, "desirable": bool}
+
+
+def save_preference_jsonl(records: Iterable[PreferencePair | UnpairedExample], path: str | Path) -> None:
+    """Write pairs or unpaired examples, one JSON object per line, atomically (a killed
+    process leaves the old file or the whole new one)."""
+    lines = []
+    for r in records:
+        if isinstance(r, PreferencePair):
+            obj = {"prompt": r.prompt, "chosen": r.chosen, "rejected": r.rejected}
+        elif isinstance(r, UnpairedExample):
+            obj = {"prompt": r.prompt, "completion": r.completion, "desirable": r.desirable}
+        else:
+            raise TypeError(f"expected PreferencePair or UnpairedExample, got {type(r).__name__}")
+        if r.meta:
+            obj["meta"] = r.meta
+        lines.append(json.dumps(obj, ensure_ascii=False) + "\n")
+    write_atomic(path, "".join(lines))
+
+
+def load_preference_jsonl(path: str | Path) -> list[PreferencePair] | list[UnpairedExample]:
+    """Read a file in the module's JSONL format; the first record decides whether it is a
+    pairs file (has "chosen") or an unpaired one (has "completion"). Raises ValueError
+    naming the file and line of the first problem."""
+    records: list = []
+    kind = None
+    for where, obj in jsonl_objects(path):
+        if kind is None:
+            kind = "pairs" if "chosen" in obj else "unpaired" if "completion" in obj else None
+            if kind is None:
+                raise ValueError(
+                    f"{where}: cannot tell the record kind: a pair needs keys {list(PAIR_FIELDS)}, an "
+                    f"unpaired example {list(UNPAIRED_FIELDS)}; got keys {sorted(obj)}"
+                )
+        records.append(_parse_record(obj, kind, where))
+    if not records:
+        raise ValueError(f"{path}: no records (the file is empty or only blank lines)")
+    return records
+
+
+def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | UnpairedExample:
+    fields_ = PAIR_FIELDS if kind == "pairs" else UNPAIRED_FIELDS
+    allowed = set(fields_) | {"meta"}
+    unknown = sorted(set(obj) - allowed)
+    if unknown:
+        raise ValueError(
+            f"{where}: unknown key(s) {unknown} in a {kind} file (allowed: {sorted(allowed)}); "
+            "one file holds one kind of record"
+        )
+    for name, typ in fields_.items():
+        if name not in obj:
+            raise ValueError(f"{where}: missing key {name!r} (a {kind} record needs {list(fields_)})")
+        if type(obj[name]) is not typ:  # `type is`, so that 1 is not accepted as a bool
+            raise ValueError(
+                f"{where}: {name!r} must be a JSON {'boolean' if typ is bool else 'string'}, "
+                f"got {type(obj[name]).__name__} {obj[name]!r:.60}"
+            )
+    meta = obj.get("meta", {})
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+    if kind == "unpaired":
+        return UnpairedExample(obj["prompt"], obj["completion"], obj["desirable"], meta)
+    if obj["chosen"] == obj["rejected"]:
+        raise ValueError(f"{where}: 'chosen' and 'rejected' are the same text, which carries no preference")
+    return PreferencePair(obj["prompt"], obj["chosen"], obj["rejected"], meta)
+
+
+# --------------------------------------------------------------------------------------
+# Pairs from a verifier: RLVR samples -> DPO data
+# --------------------------------------------------------------------------------------
+
+
+def group_by_prompt(episodes: Iterable[Episode]) -> dict[str, list[Episode]]:
+    """Episodes grouped by their prompt text, groups in order of first appearance."""
+    groups: dict[str, list[Episode]] = {}
+    for e in episodes:
+        groups.setdefault(e.example.prompt, []).append(e)
+    return groups
+
+
+def pairs_from_verifier(
+    episodes_by_prompt: Mapping[str, list[Episode]] | Iterable[list[Episode]],
+    drop_unfinished: bool = True,
+    max_pairs_per_prompt: int | None = None,
+    best_vs_worst: bool = False,
+) -> list[PreferencePair]:
+    """Preference pairs from scored samples: within each prompt's group, every completion
+    is paired with every completion of strictly lower reward (for a 0/1 verifier: each
+    correct with each incorrect sample). Equal rewards are ties and give no pair.
+
+    episodes_by_prompt: groups of Episodes (reward already set), e.g. `group_by_prompt(eps)`;
+        every episode of a group must answer the same prompt (a pair across prompts is not
+        a preference), else ValueError.
+    drop_unfinished: skip episodes cut off by max_new_tokens: re-encoding one for training
+        appends an <eos> the model never emitted, so it would be a made-up response.
+    max_pairs_per_prompt: keep at most this many pairs per prompt (the first ones in the
+        order below), so one prompt with many samples cannot dominate; None keeps all.
+    best_vs_worst: one pair per prompt, its highest-scored completion against its lowest
+        (the first of each in the order below), for a continuous score such as a reward
+        model's, where "every higher against every lower" is mostly pairs a hair apart.
+
+    Deterministic: repeated completion texts are kept once (the first occurrence), then pairs
+    are listed by prompt in input order, then by the chosen's and the rejected's position in
+    the group. Each pair's meta holds both rewards and the example id.
+    """
+    groups = episodes_by_prompt.values() if isinstance(episodes_by_prompt, Mapping) else episodes_by_prompt
+    pairs = []
+    for group in groups:
+        group = list(group)
+        if not group:
+            continue
+        prompt = group[0].example.prompt
+        if any(e.example.prompt != prompt for e in group):
+            others = sorted({e.example.prompt for e in group} - {prompt})
+            raise ValueError(
+                f"a group mixes prompts ({prompt!r} and {others[0]!r}); pairs must compare answers to the "
+                "same prompt: group the episodes with group_by_prompt first"
+            )
+        unique: dict[str, Episode] = {}
+        for e in group:
+            if e.finished or not drop_unfinished:
+                unique.setdefault(e.completion, e)
+        candidates = list(unique.values())
+        if best_vs_worst and candidates:
+            best = max(candidates, key=lambda e: e.reward)  # max / min keep the first of equals
+            worst = min(candidates, key=lambda e: e.reward)
+            candidates = [best, worst]
+        group_pairs = [
+            PreferencePair(
+                prompt,
+                better.completion,
+                worse.completion,
+                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id},
+            )
+            for better in candidates
+            for worse in candidates
+            if better.reward > worse.reward
+        ]
+        pairs.extend(group_pairs if max_pairs_per_prompt is None else group_pairs[:max_pairs_per_prompt])
+    return pairs
+
+
+# --------------------------------------------------------------------------------------
+# A bundled preference set with no verifier: review sentences ranked by sentiment
+# --------------------------------------------------------------------------------------
+
+# Word valences on a rough −3..3 scale (the shape of VADER's lexicon, our own values).
+LEXICON: dict[str, float] = {
+    "excellent": 3.0, "wonderful": 3.0, "superb": 3.0, "great": 2.0, "lovely": 2.0,
+    "friendly": 2.0, "tasty": 2.0, "good": 1.5, "pleasant": 1.5, "fine": 0.5,
+    "horrible": -3.0, "terrible": -3.0, "awful": -3.0, "rude": -2.0, "poor": -2.0,
+    "dirty": -2.0, "bad": -1.5, "bland": -1.0, "dull": -1.0, "slow": -1.0,
+}
+NEGATIONS = frozenset({"not", "never"})
+INTENSIFIERS = {"very": 1.5, "really": 1.5, "quite": 1.2, "slightly": 0.5}
+NEGATION_SCALE = -0.5  # "not good" is mildly bad, not as bad as "bad" (VADER uses −0.74)
+CLAUSE_BREAKS = frozenset({"and", "but", ".", ",", "!", "?", ";"})
+_WORDS = re.compile(r"[a-z]+|[.,!?;]")
+
+
+def lexicon_sentiment(text: str) -> float:
+    """A transparent sentiment score: the sum of word valences from `LEXICON`, where an
+    intensifier scales the next sentiment word and a negation flips and halves it, within
+    the same clause. Any str is scored (unknown words count 0); higher is more positive.
+
+        "The soup was good."            ->  1.5
+        "The soup was very good."       ->  1.5 · 1.5 = 2.25
+        "The soup was not good."        ->  1.5 · −0.5 = −0.75
+        "Great room, but rude staff."   ->  2 − 2 = 0
+    """
+    score, scale, negated = 0.0, 1.0, False
+    for word in _WORDS.findall(text.lower()):
+        if word in NEGATIONS:
+            negated = True
+        elif word in INTENSIFIERS:
+            scale *= INTENSIFIERS[word]
+        elif word in LEXICON:
+            score += LEXICON[word] * scale * (NEGATION_SCALE if negated else 1.0)
+            scale, negated = 1.0, False
+        elif word in CLAUSE_BREAKS:
+            scale, negated = 1.0, False
+    return score
+
+
+SUBJECTS = ("pizza", "hotel", "movie", "service", "coffee", "book", "room", "staff", "soup", "concert")
+
+
+def _review(rng: random.Random, subject: str) -> str:
+    """'The hotel was very good and slow.': one or two sentiment phrases, each with an
+    optional negation and intensifier."""
+    phrases = []
+    for _ in range(rng.choice((1, 1, 2))):
+        words = []
+        if rng.random() < 0.15:
+            words.append(rng.choice(sorted(NEGATIONS)))
+        if rng.random() < 0.3:
+            words.append(rng.choice(sorted(INTENSIFIERS)))
+        words.append(rng.choice(sorted(LEXICON)))
+        phrases.append(" ".join(words))
+    return f"The {subject} was {' and '.join(phrases)}."
+
+
+def _split_of(text: str) -> str:
+    """train (80%) or heldout (20%), from a stable hash of the pair's text."""
+    bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % 100
+    return "train" if bucket < 80 else "heldout"
+
+
+def sentiment_pairs(n: int, seed: int = 0, split: str = "train", min_gap: float = 1.0) -> list[PreferencePair]:
+    """n review pairs for one prompt each: two reviews of the same subject, the one with the
+    higher `lexicon_sentiment` chosen. Pairs whose scores differ by less than `min_gap` are
+    redrawn: near-ties are the pairs human raters disagree on, and filtering them is the
+    usual curation step (default 1.0: "good" vs "fine" stays, "fine" vs "not bad" goes; 0
+    drops only exact ties). A pair's split is a hash of its text, so "train" and "heldout"
+    never share a pair whatever the seeds.
+
+        prompt "Review the soup:\\n"  chosen "The soup was tasty."  rejected "The soup was not good."
+    """
+    if split not in ("train", "heldout"):
+        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"n must be a non-negative int, got {n!r}")
+    if not 0 <= min_gap <= 4:
+        raise ValueError(f"min_gap must be in [0, 4] (larger gaps are too rare to fill n pairs), got {min_gap!r}")
+    rng = random.Random(seed)
+    pairs = []
+    while len(pairs) < n:
+        subject = rng.choice(SUBJECTS)
+        a, b = _review(rng, subject), _review(rng, subject)
+        score_a, score_b = lexicon_sentiment(a), lexicon_sentiment(b)
+        if score_a == score_b or abs(score_a - score_b) < min_gap:
+            continue  # a tie is no preference; a near-tie a noisy one
+        prompt = f"Review the {subject}:\n"
+        if _split_of(prompt + "\0" + "\0".join(sorted((a, b)))) != split:
+            continue
+        chosen, rejected = (a, b) if score_a > score_b else (b, a)
+        meta = {"chosen_score": max(score_a, score_b), "rejected_score": min(score_a, score_b)}
+        pairs.append(PreferencePair(prompt, chosen, rejected, meta))
+    return pairs

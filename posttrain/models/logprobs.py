@@ -1,0 +1,113 @@
+"""From a model's outputs to per-token log-probs and entropies: what the trainer, the
+reference and the preference losses read.
+
+    token_logp / token_entropy        from full (B, T, V) logits
+    response_logp_and_entropy         from hidden states, at response positions only, in
+                                      chunks: never the full (B, T, V) tensor
+    sequence_logps                    log π(y | x) of whole responses (the DPO family)
+
+Position t of every (B, T) result holds log π(tokens[t] | tokens[<t]), predicted from
+position t − 1; position 0 has no prediction and holds 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(logits) over the last dim: (..., V) -> (...).
+
+    H = logsumexp(z) − Σ_v softmax(z)_v z_v, which needs one (…, V) softmax and no
+    log-softmax copy."""
+    probs = torch.softmax(logits, dim=-1)  # (B, T, V)
+    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(-1)  # (B, T)
+
+
+def _next_token_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits[:, t-1] predicts tokens[:, t]: drop the last position (it predicts past the
+    end), and divide by the sampling temperature so log-probs match the distribution the
+    rollout actually sampled from."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    shifted = logits[:, :-1]  # (B, T-1, V) a view, no copy
+    return shifted if temperature == 1.0 else shifted / temperature
+
+
+def token_logp(logits: torch.Tensor, tokens: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Per-token log-probs aligned with `tokens`.
+
+    Args:
+        logits: (B, T, V) the model's output at every position.
+        tokens: (B, T) long, the sequence the logits were computed on.
+        temperature: divide the logits by this first (the rollout's sampling temperature).
+
+    Returns (B, T): out[:, t] = log p(tokens[:, t] | tokens[:, :t]), computed from
+    logits[:, t-1]. Position 0 has no prediction and holds 0.
+    """
+    z = _next_token_logits(logits, temperature)  # (B, T-1, V)
+    # log softmax(z)[tok] = z[tok] − logsumexp(z): gathers one logit per position instead
+    # of materialising the full (B, T-1, V) log-softmax.
+    picked = z.gather(-1, tokens[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    logp = picked - torch.logsumexp(z, dim=-1)  # (B, T-1)
+    return F.pad(logp, (1, 0))  # (B, T) position 0 gets 0
+
+
+def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Entropy of the next-token distribution aligned like `token_logp`: out[:, t] is
+    H(p(· | tokens[:, :t])) from logits[:, t-1], temperature applied; out[:, 0] = 0. (B, T)"""
+    z = _next_token_logits(logits, temperature)  # (B, T-1, V)
+    return F.pad(entropy_from_logits(z), (1, 0))  # (B, T)
+
+
+# Logits for a 49k-token vocabulary are the largest tensor in a training step: 64 rows ×
+# 110 positions × 49152 × 4 bytes is 1.4 GB, and backward keeps a copy. The trainer only
+# needs log-probs where the loss looks (the response), so it computes the logits there and
+# only there, a chunk of positions at a time, and recomputes each chunk's logits during
+# backward instead of storing them.
+LOGITS_BUDGET = 2**25  # elements of one chunk of logits (128 MB in float32)
+
+
+def response_logp_and_entropy(
+    hidden: torch.Tensor,
+    lm_head: torch.nn.Linear,
+    tokens: torch.Tensor,
+    response_mask: torch.Tensor,
+    temperature: float = 1.0,
+    logits_budget: int = LOGITS_BUDGET,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_logp` and `token_entropy` on the response positions only, (B, T) each,
+    exactly 0 wherever response_mask is 0.
+
+    hidden (B, T, D) are the final hidden states; lm_head is the (D -> V) output layer. Position t
+    is predicted from hidden[:, t-1]. Chunks of at most `logits_budget` logits are run
+    under activation checkpointing when there is more than one, so peak memory is one
+    chunk's logits, whatever the batch."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    B, T, _ = hidden.shape
+    rows, cols = response_mask[:, 1:].nonzero(as_tuple=True)  # cols + 1 are the predicted positions
+    states, targets = hidden[rows, cols], tokens[rows, cols + 1]  # (n, D), (n,)
+
+    def logp_and_entropy(h: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        z = lm_head(h).float() / temperature  # (c, V)
+        log_norm = torch.logsumexp(z, dim=-1)  # (c,)
+        logp = z.gather(-1, target[:, None]).squeeze(-1) - log_norm
+        entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)
+        return logp, entropy
+
+    chunk = max(1, logits_budget // lm_head.weight.shape[0])  # positions per chunk
+    chunked = len(states) > chunk and torch.is_grad_enabled()
+    parts = [torch.utils.checkpoint.checkpoint(logp_and_entropy, states[i : i + chunk], targets[i : i + chunk],
+                                               use_reentrant=False) if chunked
+             else logp_and_entropy(states[i : i + chunk], targets[i : i + chunk])
+             for i in range(0, len(states), chunk)]
+    logp = torch.cat([p[0] for p in parts]) if parts else hidden.new_zeros(0)
+    entropy = torch.cat([p[1] for p in parts]) if parts else hidden.new_zeros(0)
+    index = (rows, cols + 1)
+    return (hidden.new_zeros(B, T).index_put(index, logp.to(hidden.dtype)),
+            hidden.new_zeros(B, T).index_put(index, entropy.to(hidden.dtype)))
+
+

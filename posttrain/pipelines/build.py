@@ -1,0 +1,219 @@
+"""The one adapter from a config to the objects that run: every other module takes objects,
+never a config, so a setting is read in exactly one place.
+
+    check_config(cfg)         cfg.validate() (values), then every check that needs the library:
+                              names that must exist, files that must be readable, parameters
+                              an algorithm must accept; run before anything is started
+    make_algorithm(rl)        the RL algorithm, its generation budget filled in
+    make_reward(rl, score)    the training reward on top of the environment's verifier
+    sampling_params(cfg)      the rollout's sampling settings
+    make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
+    build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
+                              Ray workers), reference, critic, trainer (one process or
+                              data-parallel), reward, KL controller
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Callable
+
+from posttrain.algorithms import ALGORITHMS
+from posttrain.algorithms import make_algorithm as make_registered_algorithm
+from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
+from posttrain.config import BonConfig, ConfigError, EvalConfig, RLConfig, SamplingParams, TrainConfig, check
+from posttrain.data.preference import load_preference_jsonl
+from posttrain.distributed.async_rollout import AsyncRayRollout
+from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
+from posttrain.distributed.data_parallel import make_trainer
+from posttrain.distributed.rollout_workers import RayRollout
+from posttrain.envs import ENVIRONMENTS, make_env
+from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained
+from posttrain.models.smollm2 import KNOWN_MODELS
+from posttrain.models.value_head import ValueHead
+from posttrain.rewards.kl_control import AdaptiveKLController
+from posttrain.rewards.proxy import ProxyReward
+from posttrain.rewards.reward_model import check_reward_model_dir
+from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
+from posttrain.roles.controller import Controller
+from posttrain.roles.reference import make_reference
+from posttrain.runs.console import console
+from posttrain.seeds import derive_seed
+from posttrain.verifiers.final_int import SPECS
+
+
+def is_preference(rl: RLConfig) -> bool:
+    """Whether rl.algo is a preference loss (the DPO family) rather than an RL algorithm."""
+    return rl.algo in PREFERENCE_LOSSES
+
+
+def make_algorithm(rl: RLConfig):
+    """The RL algorithm rl.algo with rl.algo_params. An algorithm that measures lengths
+    against the generation budget (`max_len`: Dr.GRPO's divisor, DAPO's L_max) gets
+    `sampling.max_new_tokens`, so the budget is set in one place, unless algo_params sets
+    max_len on purpose."""
+    params = dict(rl.algo_params)
+    if "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[rl.algo])}:
+        params.setdefault("max_len", rl.sampling.max_new_tokens)
+    return make_registered_algorithm(rl.algo, **params)
+
+
+# The training rewards rl.reward names: weighted terms on top of the verifier's result.
+REWARD_PRESETS = {
+    "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
+    "r1": lambda: list(RewardStack.deepseek_r1().terms),  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
+}
+
+
+def make_reward(rl: RLConfig, score):
+    """The training reward: the environment's scorer (or, with rl.rm.path, a reward model
+    with the scorer kept as the gold), plus the terms rl.reward and rl.length_penalty ask for."""
+    if rl.rm.path:  # the reward model scores; the verifier's verdict stays in details
+        score = ProxyReward.load(rl.rm.path, score)
+    terms = REWARD_PRESETS[rl.reward]()
+    if rl.length_penalty > 0:
+        terms.append((1.0, LinearLength(rl.length_free, rl.length_penalty)))
+    if len(terms) == 1 and rl.reward == "accuracy":
+        return score  # the verifier's own 1/0: nothing stacked on it
+    return RewardStack(terms).wrap(score)
+
+
+def check_config(cfg) -> None:
+    """Refuse a config before anything starts: its values (cfg.validate()), then the names,
+    files and parameters only the library can judge. Raises ConfigError naming the setting."""
+    cfg.validate()
+    try:
+        {TrainConfig: check_train, EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+    except ConfigError:
+        raise
+    except (ValueError, FileNotFoundError) as error:  # a registry or a loader said why
+        raise ConfigError(str(error)) from None
+
+
+def check_model(cfg: TrainConfig) -> None:
+    known = sorted(MODELS) + sorted(KNOWN_MODELS)
+    name = cfg.model.name
+    check(name in known or Path(name).is_dir(), "model.name", name,
+          f"one of {known} or an existing local transformers directory (nothing is downloaded)")
+    check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
+          "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
+
+
+def check_env(env) -> None:
+    check(env.name in ENVIRONMENTS, "env.name", env.name, f"one of {sorted(ENVIRONMENTS)}")
+    make_env(env.name, **env.kwargs())  # a bad setting or an unreadable file fails now, not mid-run
+
+
+def check_rl(rl: RLConfig) -> None:
+    check(rl.algo in ALGORITHMS or rl.algo in PREFERENCE_LOSSES, "rl.algo", rl.algo,
+          f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
+    preference = is_preference(rl)
+    if preference:
+        loss = make_preference_loss(rl.algo, **rl.algo_params)  # raises, listing the valid fields
+        if rl.pairs:
+            load_preference_jsonl(rl.pairs)  # an unreadable file fails now, not after SFT
+    else:
+        algo = make_algorithm(rl)
+    check(rl.reward in REWARD_PRESETS, "rl.reward", rl.reward, f"one of {sorted(REWARD_PRESETS)}")
+    if rl.online_rounds > 1:
+        check(preference and not rl.pairs, "rl.online_rounds", rl.online_rounds,
+              "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.pairs file: "
+              "a fixed file cannot be resampled from the current policy)")
+        check(rl.online_rounds <= min(rl.steps, rl.pair_prompts), "rl.online_rounds", rl.online_rounds,
+              f"at most rl.steps={rl.steps} and rl.pair_prompts={rl.pair_prompts} "
+              "(every round needs a step and a prompt)")
+    if rl.refresh_reference:
+        check(rl.online_rounds > 1 and preference and loss.uses_reference, "rl.refresh_reference",
+              rl.refresh_reference, "false unless rl.online_rounds > 1 and rl.algo is a preference loss with a "
+              "reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
+    if rl.rm.path:
+        try:
+            check_reward_model_dir(rl.rm.path)
+        except ValueError as error:
+            raise ConfigError(f"rl.rm.path={rl.rm.path!r} is not allowed: {error}") from None
+        if preference:
+            check(not rl.pairs, "rl.rm.path", rl.rm.path, "'' with rl.pairs: a pairs file is already ranked; the "
+                  "reward model ranks the policy's own samples when there is no file")
+    if rl.kl_target > 0:
+        check(not preference, "rl.kl_target", rl.kl_target,
+              "0 for a preference loss (its beta already sets how close to the reference it stays)")
+        check(getattr(algo, "kl_coef", 0) > 0, "rl.kl_target", rl.kl_target,
+              f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
+              f"({rl.algo} has kl_coef={getattr(algo, 'kl_coef', None)!r}; the controller multiplies it)")
+
+
+def check_train(cfg: TrainConfig) -> None:
+    check_model(cfg)
+    check_env(cfg.env)
+    check_rl(cfg.rl)
+    if is_preference(cfg.rl):
+        check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
+              f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
+              "data-parallel)")
+    if cfg.init:
+        check_checkpoint_shape(Path(cfg.init), cfg.model)
+
+
+def check_eval(cfg: EvalConfig) -> None:
+    check(cfg.spec_version in SPECS, "spec_version", cfg.spec_version, f"one of {sorted(SPECS)}")
+    check_env(cfg.env)
+
+
+def check_bon(cfg: BonConfig) -> None:
+    for name in ("spec_version", "select_spec_version"):
+        value = getattr(cfg, name)
+        if value or name == "spec_version":
+            check(value in SPECS, name, value, f"one of {sorted(SPECS)}")
+
+
+def sampling_params(cfg: TrainConfig) -> SamplingParams:
+    """rl.sampling, stopping at the first newline when answers are one line (env.cot false)."""
+    return dataclasses.replace(cfg.rl.sampling, stop_at_newline=cfg.rl.sampling.stop_at_newline or not cfg.env.cot)
+
+
+def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
+                 horizon: int | None = None):
+    """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
+    (Ray itself is imported only when workers start). `horizon` = the run's step count
+    (async samples ahead up to it, never past it)."""
+    topology = dist.resolved_topology()
+    shards = dist.rollout_shards or max(1, dist.workers)
+    if topology == "colocated":
+        return ColocatedRollout(policy, tokenizer, params, request, shards)
+    if topology == "sync":
+        return RayRollout(dist, policy, tokenizer, params, request, shards)
+    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, horizon=horizon)
+
+
+def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path) -> Controller:
+    """The RL stage's roles around `policy`; the reference is the policy at `start_weights`
+    (or, with LoRA, the policy with its adapters off)."""
+    algo = make_algorithm(cfg.rl)
+
+    def rollout_request(step: int, round: int) -> RolloutRequest:
+        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
+        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag))
+        return RolloutRequest(examples, cfg.rl.samples_per_prompt, derive_seed(cfg.seed, "rl-sample", *tag))
+
+    # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
+    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
+    use_reference = algo.uses_reference or cfg.rl.track_kl
+    reference = make_reference(policy, start_weights) if use_reference else None
+    critic = ValueHead(policy.config.dim) if algo.uses_critic else None
+    # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
+    trainer = make_trainer(cfg.dist.trainer_ranks, policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps,
+                           warmup_steps=cfg.rl.warmup_steps, weight_decay=cfg.rl.weight_decay,
+                           grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
+    if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
+        rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
+        console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
+                      "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
+                      "tokens: a run was killed for memory at 11.7 GB). With --rl.micro_batch_size 8 a "
+                      "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
+                      "update is the same")
+    kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon) if cfg.rl.kl_target else None
+    return Controller(rollout, make_reward(cfg.rl, env.score), algo, trainer, pad_id=tokenizer.pad_id,
+                      prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
+                      minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
+                      reference=reference, kl_controller=kl_controller)

@@ -1,0 +1,222 @@
+"""Stage 2 (alternative): preference optimisation (DPO and its family), offline on a pairs
+file or on pairs built from the starting policy's samples, or online in rounds of fresh
+pairs from the current policy."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from posttrain.config import TrainConfig
+from posttrain.data.preference import group_by_prompt, load_preference_jsonl, pairs_from_verifier, save_preference_jsonl
+from posttrain.eval.evaluate import evaluate_pass_at_1
+from posttrain.models import load_checkpoint_model
+from posttrain.pipelines.build import make_reward, sampling_params
+from posttrain.roles.controller import rollout_metrics
+from posttrain.roles.environment import score_episodes
+from posttrain.roles.preference_trainer import evaluate_preference, train_preference
+from posttrain.roles.reference import make_reference
+from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.console import console
+from posttrain.runs.rundir import RunDir
+from posttrain.seeds import derive_seed, generator_for
+from posttrain.types import RolloutBatch
+
+
+def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_prompts: int = 0,
+                   split: str = "train", score: Callable | None = None) -> tuple[list, dict[str, float]]:
+    """Preference pairs from the policy's own samples: n_prompts prompts of `split` ×
+    rl.samples_per_prompt completions at rl.sampling.temperature, scored by the verifier;
+    within a prompt every distinct correct completion is paired with every distinct
+    incorrect one (ties give no pair). Returns (pairs, stats about where they came from).
+    Round r of online DPO draws its own prompts and samples; round 0 of the train split
+    draws what an offline run draws.
+
+    `score` ranks the samples instead of the verifier: a reward model's ProxyReward (the
+    training reward with rl.rm.path). Its scores are continuous, so each prompt gives one
+    pair, its best sample against its worst, and the stats add the verifier's mean on the
+    samples (`sampled_gold_mean`): whether the reward model's favourites are right."""
+
+    n_prompts = n_prompts or cfg.rl.pair_prompts
+    tag = () if (round, split) == (0, "train") else (split, round)
+    engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
+    examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
+    episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample", *tag))
+    groups = group_by_prompt(score_episodes(score or env.score, episodes))
+    pairs = pairs_from_verifier(groups, best_vs_worst=score is not None)
+    # the numbers that explain a pair count: a near-deterministic policy repeats itself
+    # (few distinct completions), and a prompt it always or never solves gives no pair
+    stats = {"pairs": len(pairs), "pair_prompts": len(groups),
+             "prompts_with_pairs": len({p.prompt for p in pairs}) / max(1, len(groups)),
+             "distinct_completions": sum(len({e.completion for e in g}) for g in groups.values()) / max(1, len(groups)),
+             "sampled_reward_mean": sum(e.reward for e in episodes) / max(1, len(episodes))}
+    if score is not None:
+        stats["sampled_gold_mean"] = sum(e.details["gold_reward"] for e in episodes) / max(1, len(episodes))
+    return pairs, stats
+
+
+def split_evenly(total: int, parts: int) -> list[int]:
+    """[7, 7, 6] for (20, 3): sizes that sum to total, the first ones larger by at most one."""
+    return [total // parts + (i < total % parts) for i in range(parts)]
+
+
+# passes over a round's pairs past which the stage warns: on arithmetic, online DPO + NLL
+# went from beating offline by 3.6–5.2 points at ~5 passes to losing by 8 at ~10 (one seed
+# of two), and offline fell 3–6 points
+MAX_PASSES_WITHOUT_WARNING = 8
+
+
+def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
+    """Train on preference pairs with one loss of the DPO family.
+
+    Offline (rl.online_rounds = 1): one set of pairs, from the file rl.pairs or built by the
+    verifier from the starting policy's samples, and rl.steps steps on it.
+    Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
+    prompts and rl.steps gradient steps in all — split into N rounds; each round samples
+    the *current* policy, lets the verifier (or, with rl.rm.path, a reward model) build
+    pairs, and trains on those. Pairs then
+    come from the distribution being trained (on-policy) instead of only the start's. The
+    reference stays the starting policy, and one optimizer runs through all rounds, so the
+    only difference from offline is where the data comes from; with rl.refresh_reference,
+    each round's reference is instead the policy as that round starts (iterative DPO).
+
+    With model.lora_r > 0 only LoRA adapters train, and the reference is the policy with
+    its adapters off (no second copy of the weights), as in the RL stage.
+
+    The stage checkpoints every checkpoint_every steps and at the end of every round, with
+    the optimizer state, and saves every round's pairs before training on them, so a run
+    killed anywhere in the stage resumes where it stopped and logs what an uninterrupted
+    run logs."""
+
+    rounds = cfg.rl.online_rounds
+    round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
+    # what ranks the training pairs: the verifier, or a reward model (rl.rm.path); the
+    # held-out pairs stay the verifier's, so their accuracy is measured against the truth
+    rank_by = make_reward(cfg.rl, env.score) if cfg.rl.rm.path else None
+    if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
+        policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
+    reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
+    reference_model = reference.model  # the module the losses read log π_ref from
+    # AdamW without decay, constant lr: a short fine-tune that should not pull toward 0
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.rl.lr, weight_decay=0.0)
+    start = 0
+    checkpoint = latest_checkpoint(run, "pref")
+    if checkpoint is not None:
+        if not (checkpoint / "trainer_state.pt").exists():
+            return  # a finished stage from before per-step checkpoints
+        policy.load_state_dict(load_checkpoint_model(checkpoint, policy.config).state_dict())
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        optimizer.load_state_dict(state["trainer"])
+        start = state["step"] + 1
+        if start < cfg.rl.steps:
+            console.print(f"[yellow]resuming pref from {checkpoint} (step {start} of {cfg.rl.steps})")
+    run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "pref" or row.get("step", -1) < start)
+    if start >= cfg.rl.steps:
+        return
+
+    def pairs_for_round(r: int) -> tuple[list, dict]:
+        """Round r's pairs, from its file when a killed run already built them (the policy
+        that built them is gone: it was trained on)."""
+        name = "pairs.jsonl" if rounds == 1 else f"pairs_round{r}.jsonl"
+        stats = (run.read_json("pref_rounds.json") or {}).get(str(r))
+        if (run.path / name).exists() and stats is not None:
+            return load_preference_jsonl(run.path / name), stats
+        if cfg.rl.pairs:
+            pairs = load_preference_jsonl(cfg.rl.pairs)
+            stats = {"pairs": len(pairs)}
+        else:
+            pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r], score=rank_by)
+            if not pairs and r == 0:
+                raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
+                                 f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
+                                 "rl.pair_prompts, rl.samples_per_prompt or rl.sampling.temperature, or pass "
+                                 "rl.pairs FILE")
+            if not pairs:  # the policy now solves (or fails) every prompt it drew: keep the last data
+                console.print(f"[yellow]round {r}: no pairs; training on round {r - 1}'s pairs again")
+                pairs, _ = pairs_for_round(r - 1)
+                stats = {**stats, "reused_round": r - 1}
+        save_preference_jsonl(pairs, run.path / name)  # the exact data this round saw
+        run.write_json("pref_rounds.json", {**(run.read_json("pref_rounds.json") or {}), str(r): stats})
+        return pairs, stats
+
+    # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
+    # loss's implicit-reward accuracy on them says whether the preference generalises
+    if not (run.path / "pairs_dev.jsonl").exists():  # built before any step, so `policy` is the start
+        dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, policy, 0, cfg.rl.dev_size, split="dev")
+        save_preference_jsonl(dev_pairs, run.path / "pairs_dev.jsonl")
+    dev_pairs = load_preference_jsonl(run.path / "pairs_dev.jsonl") if (run.path / "pairs_dev.jsonl").stat().st_size else []
+    dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
+    params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
+
+    def evaluate(step: int) -> dict[str, float]:
+        engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+        metrics = {"dev_pass@1": evaluate_pass_at_1(engine, env, dev)["pass@1"]}
+        # KL(π ‖ π_ref), length and reward on the policy's own samples (T = 1), as the RL stage logs them
+        episodes = score_episodes(env.score, engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step)))
+        batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
+        batch.ref_logp = reference.logp(batch)
+        metrics.update({k: v for k, v in rollout_metrics(batch).items() if k != "zero_variance_groups"})
+        if dev_pairs:
+            held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
+                                           reference_model)
+            metrics.update({f"dev_pref_{k}": v for k, v in held_out.items()})
+        policy.train()
+        return metrics
+
+    with Progress(TextColumn("[bold]pref"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TimeRemainingColumn(), console=console) as progress:
+        task = progress.add_task("pref", total=cfg.rl.steps, completed=start)
+        first = 0
+        for r, n_steps in enumerate(round_steps):
+            if first + n_steps <= start:  # a round finished before the kill
+                first += n_steps
+                continue
+            pairs, stats = pairs_for_round(r)
+            if r == 0 and start == 0:
+                console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
+            # how many times the round trains on each of its pairs; past a few, the loss fits
+            # these pairs instead of the preference (docs/algorithms/dpo.md, "Online against offline")
+            batch_pairs = min(cfg.rl.prompts_per_step, len(pairs))  # train_preference's batch: all when fewer
+            passes = n_steps * batch_pairs / len(pairs)
+            if passes > MAX_PASSES_WITHOUT_WARNING:
+                console.print(f"[yellow]round {r}: {n_steps} steps × {batch_pairs} pairs "
+                              f"over {len(pairs)} pairs trains on each pair {passes:.0f} times; preference losses "
+                              "overfit that: raise rl.pair_prompts (more pairs) or lower rl.steps")
+
+            clock = [time.perf_counter()]
+
+            def on_step(local: int, metrics: dict, first: int = first, n_steps: int = n_steps) -> None:
+                step = first + local
+                row = {"stage": "pref", "step": step, **metrics, "time/train": time.perf_counter() - clock[0]}
+                if local == 0:
+                    row.update({"round": r, **{f"round_{k}": v for k, v in stats.items()}, "round_passes": passes})
+                if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+                    started = time.perf_counter()
+                    row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
+                run.append_jsonl("metrics.jsonl", [row])
+                if (step + 1) % cfg.checkpoint_every == 0 or local == n_steps - 1:
+                    # the optimizer stands in for a Trainer: its state_dict() is what a resume needs
+                    save_checkpoint(run, "pref", step, policy, tokenizer, optimizer)
+                progress.update(task, advance=1)
+                clock[0] = time.perf_counter()
+
+            round_reference = reference_model
+            if cfg.rl.refresh_reference and r > 0:
+                # iterative DPO: π_ref is the policy as this round starts; saved, so that a run
+                # killed mid-round resumes against the same reference
+                saved = latest_checkpoint(run, "pref_reference")
+                if saved is None or saved.name != f"step_{first:06d}":
+                    saved = save_checkpoint(run, "pref_reference", first, policy, tokenizer, keep_last=1)
+                round_reference = load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
+            seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
+            train_preference(policy, pairs, cfg.rl.algo, steps=n_steps, lr=cfg.rl.lr,
+                             batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
+                             reference=round_reference, max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=seed,
+                             on_step=on_step, optimizer=optimizer, start_step=max(0, start - first))
+            first += n_steps

@@ -1,0 +1,95 @@
+"""The whole job, `posttrain run` / `posttrain train`: SFT from scratch → held-out eval →
+RL (or preference optimisation) → held-out eval → summary and plots. Safe to call again
+on a partly finished run directory: finished pieces are skipped, the rest resumes."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import torch
+
+from posttrain.config import SamplingParams, TrainConfig, to_dict
+from posttrain.envs import make_env
+from posttrain.eval.evaluate import evaluate_pass_at_1
+from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.pipelines.build import is_preference, sampling_params
+from posttrain.pipelines.preference import preference_stage
+from posttrain.pipelines.rl import rl_stage
+from posttrain.pipelines.sft import sft_stage
+from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.console import console
+from posttrain.runs.report import write_plots, write_summary
+from posttrain.runs.rundir import RunDir, sample_row
+from posttrain.seeds import derive_seed
+
+
+def start_run(cfg: TrainConfig, command: str) -> RunDir:
+    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
+    run.write_json("config.json", to_dict(cfg))
+    env = make_env(cfg.env.name, **cfg.env.kwargs())
+    run.write_meta({
+        "loop": "C (train)",
+        "entry_point": command,
+        "seed": cfg.seed,
+        "spec_version": env.spec_version,
+        "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
+                    "heldout_size": cfg.heldout_size},
+        "sampling": {"train": dataclasses.asdict(cfg.rl.sampling), "eval": {"temperature": 0.0, "decoding": "greedy"}},
+    })
+    return run
+
+
+def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
+    """SFT → held-out eval → RL → held-out eval → summary. Safe to call again on a
+    partly finished run directory: finished pieces are skipped, the rest resumes."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    env = make_env(cfg.env.name, **cfg.env.kwargs())
+    heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
+    console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
+
+    if cfg.init:
+        policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
+        start_weights = Path(cfg.init)
+    else:
+        torch.manual_seed(derive_seed(cfg.seed, "init"))
+        policy, tokenizer = make_policy(cfg.model)  # gpt_mini from scratch, or a pretrained model
+        sft_stage(cfg, run, env, tokenizer, policy)
+        # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
+        start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
+        policy.load_state_dict(load_checkpoint_model(start_weights, policy.config).state_dict())
+
+    results = run.read_json("summary.json") or {}
+    eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
+    if "sft" not in results:
+        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params)
+        run.write_json("summary.json", results)
+
+    stage = "pref" if is_preference(cfg.rl) else "rl"
+    if stage == "pref":
+        preference_stage(cfg, run, env, tokenizer, policy, start_weights)
+        trained = latest_checkpoint(run, "pref")  # none with rl.steps = 0: the policy is the start
+        if trained is not None:
+            policy.load_state_dict(load_checkpoint_model(trained, policy.config).state_dict())
+    else:
+        if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
+            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)
+        rl_stage(cfg, run, env, tokenizer, policy, start_weights)
+    if stage not in results:
+        results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)
+    results["final_stage"] = stage
+    write_summary(run, results, cfg, env.spec_version)
+    write_plots(run, stage)
+    return run.read_json("summary.json")
+
+
+def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams) -> dict:
+    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+    result = evaluate_pass_at_1(engine, env, examples)
+    run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
+    ci = result["ci"]
+    console.print(f"[bold]held-out pass@1 after {stage}[/]: {ci['mean']:.3f} "
+                  f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']})")
+    return ci

@@ -1,0 +1,52 @@
+"""A learned reward with the verifier watching: train on a reward model's score, keep the
+verifier's verdict beside it as the gold reward.
+
+`ProxyReward` has the scorer contract `score(example, completion) -> {reward, details}`, so
+it plugs into the RL loop wherever a verifier does (`rl.rm.path`). Its reward is r_φ; its
+details are the verifier's own (so `details["reason"]`, the RL stage's `pass_rate`, and
+held-out pass@1 stay the verifier's) plus `gold_reward` and `proxy_reward`: the two curves
+whose divergence is reward over-optimisation (Gao, Schulman & Hilton 2022).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+from posttrain.models import load_tokenizer
+from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model
+from posttrain.types import Example
+
+Scored = dict[str, Any]
+
+
+class ProxyReward:
+    """Train on a reward model's score; keep the verifier's verdict alongside as the gold.
+
+        {"reward": r_φ(x, y),
+         "details": {..the verifier's details (reason, parsed answer, ...)..,
+                     "gold_reward": verifier reward, "proxy_reward": r_φ(x, y),
+                     "reward_source": "reward_model", "truncated": bool}}
+    """
+
+    def __init__(self, scorer, gold: Callable[[Example, str], Scored]) -> None:
+        self.scorer = scorer  # a RewardModelScorer
+        self.gold = gold  # the environment's verifier
+
+    @classmethod
+    def load(cls, directory: str | Path, gold: Callable[[Example, str], Scored]) -> ProxyReward:
+        model, _ = load_reward_model(directory)
+        try:
+            tokenizer = load_tokenizer(Path(directory))
+        except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters
+            tokenizer = None
+        return cls(RewardModelScorer(model, tokenizer), gold)
+
+    def __call__(self, example: Example, completion: str) -> Scored:
+        gold = self.gold(example, completion)
+        proxy = self.scorer.score(example, completion)
+        details = {**gold["details"], "gold_reward": float(gold["reward"]), "proxy_reward": proxy["reward"],
+                   "reward_source": "reward_model", "truncated": proxy["details"]["truncated"]}
+        return {"reward": proxy["reward"], "details": details}
+
+    score = __call__

@@ -1,0 +1,262 @@
+"""Reward design: compose a scalar reward from named terms.
+
+A scorer (envs/final_int.py, envs/math_answer.py, ...) answers one question: is this
+completion right? A reward for RL may want more: pay a little for the format, charge for
+length. `RewardStack` adds weighted terms on top of a scorer's result and logs every term
+separately, so a run can show which term paid:
+
+    stack = RewardStack([(1.0, Accuracy()), (0.2, Format()), (1.0, LinearLength(256, 1e-3))])
+    scored = cot_spec(example, completion)   # 300 chars of work, then "Final: 5": right
+    stack(example, completion, scored)
+    # {"reward": 1.147, "details": {..the scorer's details (reason, format_ok, ...)..,
+    #   "components": {"accuracy": 1.0, "format": 1.0, "length_linear": -0.053},
+    #   "weighted":   {"accuracy": 1.0, "format": 0.2, "length_linear": -0.053},
+    #   "reward_spec": "1*accuracy + 0.2*format(details.format_ok) + 1*length_linear(L0=256,c=0.001)"}}
+
+`stack.wrap(scorer)` gives back a function with the scorer contract, `(example,
+completion) -> {reward, details}`, usable wherever a scorer is.
+
+A composite reward is a different measuring instrument from the binary scorer under it:
+its `reward_spec` string names every term and weight, and numbers measured under two
+reward specs are not one metric. Pass@1 stays the scorer's (details["reason"] == "ok").
+
+Cautions the terms carry (see each docstring):
+  - a format reward pays for the shape of an answer, not its truth: a policy can learn
+    to emit perfectly formatted wrong answers and collect the format bonus on every sample;
+  - a length penalty pays for brevity: on its own it favours short wrong answers over
+    long right ones unless accuracy dominates (Kimi k1.5 switched its length reward on
+    only after a warm-up for this reason).
+
+Terms are pure: each is a function of (example, completion, scored) alone, with no
+state, so a stack is as deterministic as the scorer under it.
+
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Protocol
+
+from posttrain.types import Example
+
+Scored = dict[str, Any]  # a scorer's result: {"reward": float, "details": dict}
+
+
+class RewardTerm(Protocol):
+    """One term of a reward. `name` keys the logged components; `spec` states the term
+    and its parameters (it becomes part of the stack's reward_spec)."""
+
+    name: str
+
+    @property
+    def spec(self) -> str: ...
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float: ...
+
+
+# ---------------------------------------------------------------------------------------
+# Terms
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accuracy:
+    """The verifier's reward, unchanged: 1.0 right, 0.0 wrong for the binary specs."""
+
+    name: str = "accuracy"
+
+    @property
+    def spec(self) -> str:
+        return self.name
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float:
+        return float(scored["reward"])
+
+
+@dataclass(frozen=True)
+class Format:
+    """1.0 when the completion has the expected format, else 0.0.
+
+    By default it reads the scorer's `details["format_ok"]` (final_int and math_answer set
+    it: the answer is where the spec looks for it, whether or not it is right). Pass
+    `check`, a function of the completion, to test another format instead, e.g.
+    `think_answer_format` below or `regex_format(r"...")`.
+
+    Caution (why a format reward can create a perverse incentive): it pays wrong answers
+    too. A policy that cannot solve a prompt still earns w for a well-formatted guess, so
+    guessing beats saying nothing; and once every sample is formatted, the term is the same
+    for every sample of a prompt and carries no signal under a group baseline. It helps
+    while some samples still miss the format (R1-Zero's authors kept one); keep w small
+    and judge the run by pass@1, not by the reward."""
+
+    check: Callable[[str], bool] | None = None
+    name: str = "format"
+
+    @property
+    def spec(self) -> str:
+        how = getattr(self.check, "__name__", "check") if self.check else "details.format_ok"
+        return f"{self.name}({how})"
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float:
+        if self.check is not None:
+            return 1.0 if self.check(completion) else 0.0
+        return 1.0 if scored["details"].get("format_ok") else 0.0
+
+
+def think_answer_format(completion: str) -> bool:
+    """The R1-Zero layout: `<think> ... </think>` then `<answer> ... </answer>`, nothing
+    else but whitespace around them, each tag exactly once. Plain string searches: linear
+    time on any input."""
+    text = completion.strip()
+    tags = ("<think>", "</think>", "<answer>", "</answer>")
+    if any(text.count(tag) != 1 for tag in tags):
+        return False
+    a, b, c, d = (text.find(tag) for tag in tags)
+    return a == 0 and a < b < c < d and text[b + len(tags[1]) : c].strip() == "" and text.endswith(tags[3])
+
+
+def regex_format(pattern: str) -> Callable[[str], bool]:
+    """A format check that passes when `pattern` matches the WHOLE completion
+    (re.fullmatch, DOTALL). Keep the pattern free of nested quantifiers such as
+    `(a+)+`: model output is adversarial input, and such a pattern can backtrack for
+    minutes on a crafted string."""
+    compiled = re.compile(pattern, re.DOTALL)
+
+    def check(completion: str) -> bool:
+        return compiled.fullmatch(completion) is not None
+
+    check.__name__ = f"regex({pattern!r})"
+    return check
+
+
+@dataclass(frozen=True)
+class LinearLength:
+    """penalty = −c · max(0, L − L0).
+
+    Free up to L0, then a constant price c per unit of length. L is `length(completion)`:
+    characters by default; pass `length=lambda s: len(tokenizer.encode(s))` for tokens."""
+
+    L0: int
+    c: float
+    length: Callable[[str], int] = len
+    name: str = "length_linear"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}(L0={self.L0},c={self.c:g})"
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float:
+        return -self.c * max(0, self.length(completion) - self.L0)
+
+
+@dataclass(frozen=True)
+class QuadraticLength:
+    """penalty = −c · max(0, L − L0)².
+
+    Gentle just past L0, steep far past it: a few extra tokens cost almost nothing, a
+    runaway generation costs a lot. Unbounded, so pick c so that the longest length you
+    allow costs about one accuracy reward: c ≈ 1 / (L_max − L0)²."""
+
+    L0: int
+    c: float
+    length: Callable[[str], int] = len
+    name: str = "length_quadratic"
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}(L0={self.L0},c={self.c:g})"
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float:
+        return -self.c * max(0, self.length(completion) - self.L0) ** 2
+
+
+@dataclass(frozen=True)
+class RatioLength:
+    """penalty = −clip(L / L_ref − 1, 0, max_penalty).
+
+    Relative to a reference length L_ref (e.g. the mean length of the starting policy's
+    answers): 50% longer than the reference costs 0.5. Scale-free, so one setting works
+    for short and long tasks, and bounded by `max_penalty` (default 1.0: never more than
+    one accuracy reward, so a right answer always beats a wrong one of any length).
+    Answers shorter than L_ref earn no bonus (the lower clip at 0): paying for brevity
+    would reward the empty answer."""
+
+    L_ref: float
+    max_penalty: float = 1.0
+    length: Callable[[str], int] = len
+    name: str = "length_ratio"
+
+    def __post_init__(self) -> None:
+        if not self.L_ref > 0:
+            raise ValueError(f"L_ref must be > 0 (a typical answer length), got {self.L_ref!r}")
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}(L_ref={self.L_ref:g},max={self.max_penalty:g})"
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float:
+        excess = self.length(completion) / self.L_ref - 1.0
+        return -min(max(excess, 0.0), self.max_penalty)
+
+
+# ---------------------------------------------------------------------------------------
+# The stack
+# ---------------------------------------------------------------------------------------
+
+
+class RewardStack:
+    """reward = Σ_i w_i · term_i(example, completion, scored).
+
+    Every term's raw value goes to details["components"] and its weighted value to
+    details["weighted"], under the term's name (names must be unique); the scorer's own
+    details are kept alongside, so details["reason"] still says whether the answer was
+    right."""
+
+    def __init__(self, terms: list[tuple[float, RewardTerm]]) -> None:
+        if not terms:
+            raise ValueError("a RewardStack needs at least one (weight, term) pair, e.g. [(1.0, Accuracy())]")
+        names = [term.name for _, term in terms]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"term names must be unique, {duplicates} repeat; pass name=... to tell them apart")
+        self.terms = [(float(w), term) for w, term in terms]
+        self.version = " + ".join(f"{w:g}*{term.spec}" for w, term in self.terms)
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
+        components = {term.name: float(term(example, completion, scored)) for _, term in self.terms}
+        weighted = {term.name: w * components[term.name] for w, term in self.terms}
+        details = dict(scored["details"])
+        details.update(components=components, weighted=weighted, reward_spec=self.version)
+        return {"reward": sum(weighted.values()), "details": details}
+
+    def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
+        """A scorer-shaped function: run `scorer`, then this stack on its result."""
+
+        def score(example: Example, completion: str) -> Scored:
+            return self(example, completion, scorer(example, completion))
+
+        score.version = self.version  # type: ignore[attr-defined]
+        return score
+
+    @classmethod
+    def deepseek_r1(cls, format_check: Callable[[str], bool] | None = None) -> RewardStack:
+        """1.0 × accuracy + 0.2 × format: our approximation of DeepSeek-R1-Zero's reward.
+
+        What the report says (DeepSeek-AI, arXiv:2501.12948, Sec. 2.2.2): R1-Zero was
+        trained with a rule-based reward of two kinds, an accuracy reward (a math answer
+        in a required format such as a box, checked by rules; code checked by running test
+        cases) and a format reward that makes the model put its reasoning between
+        `<think>` and `</think>`. It used no neural reward model, to avoid reward hacking
+        and retraining. For DeepSeek-R1 (Sec. 2.3.2) a language-consistency reward (the
+        share of target-language words in the chain of thought) was added to the
+        accuracy reward by direct summation.
+
+        What it does not say: how accuracy and format were weighted or combined. The 0.2
+        here is this curriculum's choice (the format is worth something, much less than
+        being right), not a number from the report. `format_check` defaults to the
+        scorer's format_ok; pass `think_answer_format` for the R1-Zero tag layout."""
+        return cls([(1.0, Accuracy()), (0.2, Format(check=format_check))])
+
+    def __repr__(self) -> str:
+        return f"<RewardStack {self.version}>"

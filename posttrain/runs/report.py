@@ -1,0 +1,116 @@
+"""What a finished run shows a person: summary.md, summary.json and PNG plots."""
+
+from __future__ import annotations
+
+import math
+
+from posttrain.runs.monitors import MonitorConfig, check_all
+from posttrain.runs.rundir import RunDir
+
+# the curves that teach: is reward rising, is the held-out metric following it, is the
+# policy drifting from where it started, is it gaming length
+PANELS = [
+    ("reward_mean", "train reward (mean)"),
+    ("dev_pass@1", "dev pass@1 (greedy)"),
+    ("kl_ref", "KL(π ‖ π_ref), k3 estimate"),
+    ("response_length", "response length (tokens)"),
+    ("entropy", "entropy (nats/token)"),
+    ("zero_variance_groups", "groups with no reward variance"),
+]
+
+
+def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+    return [p[0] for p in points], [p[1] for p in points]
+
+
+def write_plots(run: RunDir, stage: str = "rl") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and in CI
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
+    if not rows:
+        return
+    panels = [(k, t) for k, t in PANELS if _series(rows, k)[0]]
+    cols = 3
+    fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(12, 3.2 * math.ceil(len(panels) / cols)),
+                             squeeze=False)
+    for ax, (key, title) in zip(axes.flat, panels):
+        steps, values = _series(rows, key)
+        ax.plot(steps, values, marker="o" if len(steps) < 20 else None, markersize=3)
+        ax.set_title(title)
+        ax.set_xlabel(f"{stage} step")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(panels):]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(run.path / f"{stage}_metrics.png", dpi=100)
+    plt.close(fig)
+
+    # the one picture for the README: reward and dev pass@1 on one axis
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    steps, reward = _series(rows, "reward_mean")
+    ax.plot(steps, reward, label="train reward (sampled, T=1)", alpha=0.8)
+    steps, dev = _series(rows, "dev_pass@1")
+    if steps:
+        ax.plot(steps, dev, marker="o", label="dev pass@1 (greedy)")
+    ax.set_xlabel(f"{stage} step")
+    ax.set_ylim(0, 1)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(run.path / "reward_curve.png", dpi=100)
+    plt.close(fig)
+
+
+def _fmt(ci: dict) -> str:
+    return f"{100 * ci['mean']:.1f}% [{100 * ci['ci_low']:.1f}, {100 * ci['ci_high']:.1f}]"
+
+
+def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
+    """summary.json keeps each stage's held-out pass@1 as {mean, ci_low, ci_high, n}."""
+    final = results.get("final_stage", "rl")
+    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == final]
+    summary = dict(results)
+    lines = [f"# {run.path.name}", "", f"spec `{spec_version}`, algorithm `{cfg.rl.algo}`, seed {cfg.seed}", "",
+             "| stage | held-out pass@1 (95% CI) | n |", "|---|---|---|"]
+    for stage in ("sft", final):
+        if stage in results:
+            lines.append(f"| {stage} | {_fmt(results[stage])} | {results[stage]['n']} |")
+    if "sft" in results and final in results:
+        gain = results[final]["mean"] - results["sft"]["mean"]
+        separated = results[final]["ci_low"] > results["sft"]["ci_high"] or results["sft"]["ci_low"] > results[final]["ci_high"]
+        summary[f"{final}_gain"] = gain
+        summary["cis_overlap"] = not separated
+        lines += ["", f"{final.upper()} changed held-out pass@1 by {100 * gain:+.1f} points; the two 95% CIs "
+                      f"{'do not overlap' if separated else 'overlap (the difference may be noise)'}."]
+    if rows:
+        last = rows[-1]
+        # time/step is the step's wall time; without it (older runs, preference stages) the
+        # roles' times add up to it, as they cannot overlap outside the async topology
+        wall = sum(r["time/step"] if "time/step" in r else
+                   sum(v for k, v in r.items() if k.startswith("time/")) for r in rows)
+        summary[f"{final}_steps"] = len(rows)
+        summary[f"{final}_wall_seconds"] = wall
+        lines += ["", f"{final.upper()}: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
+                      f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
+                      f"KL to reference {last.get('kl_ref', float('nan')):.4f}, entropy {last.get('entropy', 0.0):.3f}"]
+    warnings = collapse_warnings(rows)
+    if warnings:
+        summary["warnings"] = warnings
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    run.write_json("summary.json", summary)
+    (run.path / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+# Signs of a run going wrong that neither the live log nor the summary may hide
+# (posttrain/runs/monitors.py): proxy reward up while dev pass@1 falls, KL to the reference
+# exploding, responses more than doubling in length. The entropy floor is off: on a task
+# with one right answer a near-deterministic policy is the goal, not a collapse.
+RUN_MONITORS = MonitorConfig(entropy_floor=None)
+
+
+def collapse_warnings(rows: list[dict]) -> list[str]:
+    return [f"step {a['step']}: {a['message']}" for a in check_all(rows, RUN_MONITORS)]

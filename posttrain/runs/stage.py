@@ -1,0 +1,54 @@
+"""The shared step loop of every training stage: resume from the last checkpoint, a progress
+bar, one metrics line per step, a checkpoint every few steps."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from posttrain.models import load_checkpoint_model
+from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.console import console
+from posttrain.runs.rundir import RunDir
+
+
+def run_stage(
+    run: RunDir,
+    stage: str,
+    steps: int,
+    step_fn: Callable[[int], dict[str, float]],
+    model,
+    tokenizer,
+    trainer,
+    checkpoint_every: int,
+    on_resume: Callable[[dict], None] = lambda state: None,
+    extra_state: Callable[[], dict] = lambda: {},
+    show: Callable[[dict], str] = lambda m: "",
+) -> None:
+    """Run steps [start, steps) of a stage, where start follows the last checkpoint."""
+    start = 0
+    checkpoint = latest_checkpoint(run, stage)
+    if checkpoint is not None:
+        model.load_state_dict(load_checkpoint_model(checkpoint, model.config).state_dict())
+        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        trainer.load_state_dict(state["trainer"])
+        on_resume(state)
+        start = state["step"] + 1
+        console.print(f"[yellow]resuming {stage} from {checkpoint} (step {start} of {steps})")
+    for name in ("metrics.jsonl", "samples.jsonl"):
+        run.truncate_jsonl(name, lambda row: row.get("stage") != stage or row.get("step", -1) < start)
+    if start >= steps:
+        return
+
+    columns = [TextColumn(f"[bold]{stage}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
+    with Progress(*columns, console=console, transient=False) as progress:
+        task = progress.add_task(stage, total=steps, completed=start, info="")
+        for step in range(start, steps):
+            metrics = step_fn(step)
+            run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
+            if (step + 1) % checkpoint_every == 0 or step == steps - 1:
+                save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
+            progress.update(task, advance=1, info=show(metrics))

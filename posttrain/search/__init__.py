@@ -1,0 +1,1 @@
+"""Test-time compute: spend more samples at inference and select among them (Loop B)."""

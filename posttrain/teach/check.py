@@ -1,0 +1,373 @@
+"""`posttrain check NN`: test your solution to a lesson's code exercise.
+
+    posttrain check 09          run exercises/09_*.py against the library, print PASS or FAIL
+    posttrain check --list      the exercises, one line each
+
+Each exercise is a stub in the repository's `exercises/` folder, marked `YOUR CODE HERE`,
+that you fill in. The check imports your function, calls it and the library's own
+function on the same cases (including the awkward ones: padding that holds NaN, a group
+of one sample, a response longer than the budget), and compares the results — values and,
+for losses, gradients. On failure it names the case and gives a hint. The stubs live
+outside the package on purpose: the library's tests never see them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
+EXERCISE_FILE = re.compile(r"^(\d\d[a-z]?)_\w+\.py$")
+
+
+@dataclass
+class Exercise:
+    function: str  # the name the stub defines
+    lesson: str  # which lesson it belongs to, for the hint
+    reference: Callable[..., Any]  # the library's answer, same signature as the stub
+    cases: Callable[[], list[tuple[str, tuple]]]  # (case name, positional arguments)
+    hint: str  # said on any failure
+    grad_of_first: bool = False  # also compare ∂output/∂(first argument), for losses
+
+
+# --------------------------------------------------------------------------------------
+# Cases. Every one is deterministic (seeded), small, and runs in milliseconds.
+# --------------------------------------------------------------------------------------
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _mask(lengths: list[int], T: int, start: int = 1) -> torch.Tensor:
+    """(B, T) response mask: row b is 1 on positions [start, start + lengths[b])."""
+    mask = torch.zeros(len(lengths), T)
+    for b, n in enumerate(lengths):
+        mask[b, start:start + n] = 1.0
+    return mask
+
+
+def _token_cases(seed: int, extra: int = 0) -> list[tuple[str, tuple]]:
+    """(B, T) tensors for loss exercises: plain, ragged lengths, and padding full of NaN."""
+    g = _gen(seed)
+    mask = _mask([5, 2, 4], T=7)
+    logp = -torch.rand(3, 7, generator=g) * 3  # (B, T) log-probs are ≤ 0
+    other = torch.randn(3, 7, generator=g)
+    extras = [torch.randn(3, 7, generator=g) for _ in range(extra)]
+    poisoned = [torch.where(mask == 0, torch.tensor(float("nan")), t) for t in (logp, other, *extras)]
+    full = torch.ones(3, 7)
+    return [
+        ("every position is a response token", (logp, other, *extras, full)),
+        ("rows of different lengths (5, 2, 4 tokens)", (logp, other, *extras, mask)),
+        ("padding and prompt positions hold NaN", (*poisoned, mask)),
+    ]
+
+
+def _group_cases() -> list[tuple[str, tuple]]:
+    r = torch.tensor
+    return [
+        ("one group of four", (r([1.0, 0.0, 0.0, 1.0]), r([0, 0, 0, 0]))),
+        ("two groups", (r([1.0, 0.0, 0.5, 0.5, 0.0, 1.0]), r([0, 0, 0, 1, 1, 1]))),
+        ("a group whose rewards are all equal", (r([1.0, 1.0, 1.0, 0.0, 1.0]), r([0, 0, 0, 1, 1]))),
+        ("a group of one sample", (r([1.0, 0.0, 1.0, 0.3]), r([0, 0, 0, 7]))),
+        ("group ids that are neither sorted nor contiguous", (r([0.2, 0.9, 0.4, 0.1]), r([5, 2, 5, 2]))),
+    ]
+
+
+# --------------------------------------------------------------------------------------
+# The library's answers, adapted to each stub's signature
+# --------------------------------------------------------------------------------------
+
+
+def _ref_kl_k3(logp, ref_logp):
+    from posttrain.algorithms.core import kl_k3
+
+    return kl_k3(logp, ref_logp)
+
+
+def _ref_advantages(batch):
+    from posttrain.algorithms import make_algorithm
+
+    return make_algorithm("dr_grpo").compute_advantages(batch)["advantages"]
+
+
+def _ref_sft_loss(logp, mask):
+    from posttrain.algorithms.core import masked_mean
+
+    return -masked_mean(logp, mask)
+
+
+def _ref_masked_mean(x, mask):
+    from posttrain.algorithms.core import masked_mean
+
+    return masked_mean(x, mask)
+
+
+def _ref_reinforce_loss(logp, adv, mask):
+    from posttrain.algorithms.core import policy_gradient_loss
+
+    return policy_gradient_loss(logp, adv, mask, agg="seq-mean-token-sum")
+
+
+def _ref_clipped(logp, old_logp, adv, mask, eps=0.2):
+    from posttrain.algorithms.core import clipped_surrogate
+
+    return clipped_surrogate(logp, old_logp, adv, mask, eps, eps, agg="token-mean")[0]
+
+
+def _ref_group_advantages(rewards, group_ids):
+    from posttrain.algorithms.grpo import group_advantages
+
+    return group_advantages(rewards, group_ids, "group", 1e-6)
+
+
+def _ref_loo(rewards, group_ids):
+    from posttrain.algorithms.rloo import leave_one_out_baseline
+
+    return leave_one_out_baseline(rewards, group_ids)
+
+
+def _ref_overlong(lengths, max_len, cache_len):
+    from posttrain.algorithms.dapo import overlong_penalty
+
+    return overlong_penalty(lengths, max_len, cache_len)
+
+
+def _ref_sum_norm(loss_mat, mask, max_len):
+    from posttrain.algorithms.core import agg_loss
+
+    return agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_len)
+
+
+def _advantage_cases():
+    from posttrain.teach.widgets import synthetic_batch
+
+    return [
+        ("two groups of four", (synthetic_batch([[(1, 3), (0, 5), (0, 2), (1, 4)], [(0, 2), (1, 2), (1, 6), (1, 3)]]),)),
+        ("a group whose rewards are all equal", (synthetic_batch([[(1, 3), (1, 4)], [(0, 2), (1, 5)]]),)),
+        ("rewards on a large scale", (synthetic_batch([[(100, 3), (0, 5), (50, 2)]]),)),
+    ]
+
+
+def _clipped_cases():
+    out = []
+    for name, (logp, adv, mask) in _token_cases(10):
+        g = _gen(11)
+        # ratios spread over [0.5, 1.6], so every corner of the clip table occurs
+        old = logp - torch.empty(3, 7).uniform_(-0.7, 0.45, generator=g)
+        old = torch.where(torch.isnan(logp), torch.tensor(float("nan")), old)
+        out.append((name, (logp, old, adv, mask)))
+    out.append(("ε = 0.1 instead of 0.2", (*out[1][1], 0.1)))
+    return out
+
+
+def _overlong_cases():
+    lengths = torch.tensor([3, 30, 38, 39, 44, 48, 50])
+    return [
+        ("budget 48, ramp over the last 10", (lengths, 48, 10)),
+        ("budget 20, ramp over the last 4", (torch.tensor([1, 15, 16, 17, 19, 20, 25]), 20, 4)),
+        ("the ramp switched off (cache_len 0)", (lengths, 48, 0)),
+    ]
+
+
+def _sum_norm_cases():
+    cases = _token_cases(14)  # (loss_mat, other, mask): the loss matrix and the mask are used
+    return [(name, (a[0], a[-1], 12)) for name, a in cases] + [
+        ("a different budget (max_len 5)", (cases[1][1][0], cases[1][1][-1], 5))]
+
+
+EXERCISES: dict[str, Exercise] = {
+    "03": Exercise("kl_k3", "03", _ref_kl_k3,
+                   lambda: [(n, a[:2]) for n, a in _token_cases(3)[:2]]
+                   + [("π equals π_ref (KL must be exactly 0)", (torch.full((2, 3), -1.2), torch.full((2, 3), -1.2)))],
+                   "k3 = r − log r − 1 with r = π_ref / π = exp(ref_logp − logp), per token; it is ≥ 0 "
+                   "everywhere and 0 where the two agree. See `kl_k3` in posttrain/algorithms/core.py."),
+    "04": Exercise("compute_advantages", "04", _ref_advantages, _advantage_cases,
+                   "A_i = r_i − mean of r over the row's group (no division by the std), copied onto "
+                   "every response token, 0 elsewhere: (B, T), i.e. rewards[:, None] minus the group "
+                   "mean, times batch.response_mask."),
+    "05": Exercise("sft_loss", "05", _ref_sft_loss, lambda: [(n, (a[0], a[-1])) for n, a in _token_cases(5)],
+                   "The mean negative log-likelihood over response tokens only: −Σ(logp·mask)/Σmask. "
+                   "Where the mask is 0 the log-prob may be anything, even NaN: select with "
+                   "torch.where(mask != 0, logp, 0.0) before summing, because NaN · 0 is NaN.",
+                   grad_of_first=True),
+    "08": Exercise("masked_mean", "08", _ref_masked_mean, lambda: [(n, (a[0], a[-1])) for n, a in _token_cases(8)]
+                   + [("a mask that is all zero (the answer is 0, not NaN)", (torch.randn(2, 3), torch.zeros(2, 3)))],
+                   "Average x over positions where mask is 1. Masked positions must not matter even if "
+                   "they hold NaN (use torch.where, not x * mask), and an all-zero mask gives 0.",
+                   grad_of_first=True),
+    "09": Exercise("reinforce_loss", "09", _ref_reinforce_loss, lambda: _token_cases(9),
+                   "loss = −(1/B) Σ_b Σ_t mask·adv·logp: sum over each row's tokens, average over rows "
+                   "(B counts every row). Keep NaN in padding out with torch.where, not a multiplication.",
+                   grad_of_first=True),
+    "10": Exercise("clipped_surrogate_loss", "10", _ref_clipped, _clipped_cases,
+                   "ratio = exp(logp − old_logp); per token max(−adv·ratio, −adv·clamp(ratio, 1 − eps, "
+                   "1 + eps)); then the mean over response tokens. Compute the ratio only where mask is 1 "
+                   "(torch.where) so NaN in padding cannot reach the loss or its gradient.",
+                   grad_of_first=True),
+    "11": Exercise("grpo_advantages", "11", _ref_group_advantages, _group_cases,
+                   "(r − group mean) / (group std + 1e-6), std unbiased (divide by n − 1); a group of "
+                   "one sample has std 0, so its advantage is 0. Group ids can be any integers in any order."),
+    "12": Exercise("leave_one_out_baseline", "12", _ref_loo, _group_cases,
+                   "b_i = (sum of the group's rewards − r_i) / (K − 1). A group of one has no others: "
+                   "use its own reward as baseline (advantage 0) instead of dividing by zero."),
+    "13": Exercise("overlong_penalty", "13", _ref_overlong, _overlong_cases,
+                   "0 up to max_len − cache_len tokens, then ((max_len − cache_len) − length) / cache_len, "
+                   "never below −1; all zeros when cache_len is 0. Return floats."),
+    "14": Exercise("seq_mean_token_sum_norm", "14", _ref_sum_norm, _sum_norm_cases,
+                   "Sum each row's masked losses, divide by the constant max_len (not by the row's "
+                   "length), average over rows. NaN in padding must not leak: torch.where before summing.",
+                   grad_of_first=True),
+}
+
+
+# --------------------------------------------------------------------------------------
+# Running a check
+# --------------------------------------------------------------------------------------
+
+
+def exercise_files(directory: Path = EXERCISES_DIR) -> dict[str, Path]:
+    """{"09": path, ...}: the stub file of every exercise in `directory`."""
+    found = {}
+    for path in sorted(directory.glob("*.py")):
+        match = EXERCISE_FILE.match(path.name)
+        if match:
+            found[match.group(1)] = path
+    return found
+
+
+def resolve(number: str) -> str:
+    key = number.strip()
+    key = f"{int(key):02d}" if key.isdigit() else key[:2]
+    if key not in EXERCISES:
+        raise ValueError(f"no exercise {number!r}; exercises exist for lessons {', '.join(EXERCISES)}")
+    return key
+
+
+def load_solution(number: str, directory: Path = EXERCISES_DIR) -> Callable:
+    """Import the learner's function from exercises/NN_*.py (fresh each call, so edits count)."""
+    key = resolve(number)
+    path = exercise_files(directory).get(key)
+    if path is None:
+        raise FileNotFoundError(f"no exercises/{key}_*.py in {directory}; the exercises ship with the repository")
+    spec = importlib.util.spec_from_file_location(f"exercise_{key}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    name = EXERCISES[key].function
+    if not hasattr(module, name):
+        raise AttributeError(f"{path.name} defines no function {name!r}; keep the stub's name and signature")
+    return getattr(module, name)
+
+
+def _copy(args: tuple, grad: bool) -> tuple:
+    """Fresh copies of the arguments (a solution must not see the other's in-place edits);
+    the first becomes a leaf that requires grad when gradients are compared."""
+    out = []
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            a = a.detach().clone()
+            if i == 0 and grad:
+                a.requires_grad_(True)
+        out.append(a)
+    return tuple(out)
+
+
+def _close(got: Any, want: torch.Tensor) -> str | None:
+    """None if `got` matches `want`, else what is wrong."""
+    if not isinstance(got, torch.Tensor):
+        return f"returned {type(got).__name__}, expected a torch.Tensor of shape {tuple(want.shape)}"
+    if tuple(got.shape) != tuple(want.shape):
+        return f"returned shape {tuple(got.shape)}, expected {tuple(want.shape)}"
+    got_f, want_f = got.detach().float(), want.detach().float()
+    if torch.isnan(got_f).any() and not torch.isnan(want_f).any():
+        return "returned NaN where the library's answer is finite (a masked NaN leaked through?)"
+    if not torch.allclose(got_f, want_f, rtol=1e-4, atol=1e-5, equal_nan=True):
+        return f"returned {_show(got_f)}, expected {_show(want_f)}"
+    return None
+
+
+def _show(t: torch.Tensor) -> str:
+    values = [round(v, 4) if math.isfinite(v) else v for v in t.reshape(-1).tolist()[:8]]
+    return f"{values}{' ...' if t.numel() > 8 else ''}"
+
+
+def run_check(number: str, solution: Callable | None = None, out: Callable[[str], None] = print) -> bool:
+    """Check `solution` (default: the function in exercises/NN_*.py) against the library
+    on every case of the exercise. Prints one line per case and a verdict; True on PASS."""
+    key = resolve(number)
+    ex = EXERCISES[key]
+    try:
+        solution = solution or load_solution(key)
+    except NotImplementedError as err:  # raised at import time by an unfinished module
+        out(f"FAIL  exercise {key}: not written yet ({err}).\n      hint: {ex.hint}")
+        return False
+    failures = 0
+    for name, args in ex.cases():
+        want_args = _copy(args, ex.grad_of_first)
+        want = ex.reference(*want_args)
+        got_args = _copy(args, ex.grad_of_first)
+        try:
+            got = solution(*got_args)
+        except NotImplementedError:
+            where = exercise_files().get(key)
+            where = f"exercises/{where.name}" if where else f"exercises/{key}_*.py"
+            out(f"FAIL  exercise {key}: `{ex.function}` is still the stub; fill in the part marked YOUR CODE HERE "
+                f"in {where}.\n      hint: {ex.hint}")
+            return False
+        except Exception as err:  # the learner's code: report it, never crash the check
+            out(f"FAIL  case '{name}': {type(err).__name__}: {err}")
+            failures += 1
+            continue
+        problem = _close(got, want)
+        if problem is None and ex.grad_of_first:
+            (want_grad,) = torch.autograd.grad(want, want_args[0], allow_unused=True)
+            if not isinstance(got, torch.Tensor) or not got.requires_grad:
+                problem = "the result carries no gradient (did you call .item(), .detach() or build a new tensor?)"
+            else:
+                (got_grad,) = torch.autograd.grad(got, got_args[0], allow_unused=True)
+                got_grad = torch.zeros_like(want_args[0]) if got_grad is None else got_grad
+                want_grad = torch.zeros_like(want_args[0]) if want_grad is None else want_grad
+                grad_problem = _close(got_grad, want_grad)
+                if grad_problem:
+                    problem = f"the value is right but its gradient is not: {grad_problem}"
+        if problem:
+            out(f"FAIL  case '{name}': {problem}")
+            failures += 1
+        else:
+            out(f"ok    case '{name}'")
+    if failures:
+        out(f"FAIL  exercise {key} ({ex.function}): {failures} case(s) wrong.\n      hint: {ex.hint}")
+        return False
+    out(f"PASS  exercise {key} ({ex.function}) matches the library on every case. Now read the library's "
+        f"version (lesson {ex.lesson} names the file) and compare.")
+    return True
+
+
+def main(argv: list[str]) -> int:
+    p = argparse.ArgumentParser(prog="posttrain check", description=__doc__.split("\n\n")[0])
+    p.add_argument("exercise", nargs="?", help="the lesson number of the exercise, e.g. 09")
+    p.add_argument("--list", action="store_true", help="list the exercises and exit")
+    args = p.parse_args(argv)
+    if args.list or not args.exercise:
+        files = exercise_files()
+        for key, ex in EXERCISES.items():
+            where = files[key].relative_to(EXERCISES_DIR.parent) if key in files else "(missing)"
+            print(f"{key}  {ex.function:26s} {where}")
+        return 0
+    try:
+        return 0 if run_check(args.exercise) else 1
+    except (ValueError, FileNotFoundError, AttributeError, SyntaxError) as err:
+        print(f"posttrain check: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
