@@ -85,7 +85,7 @@ def run_posttrain(args) -> dict:
         sampled = time.perf_counter()
         batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-        trainer.update(batch, algo.compute_loss)
+        trainer.update(batch, algo)
         sync.push()
         end = time.perf_counter()
         steps.append({"seconds": end - start, "generate_seconds": sampled - start,

@@ -192,7 +192,7 @@ def _(Trainer, batch, copy, mo, model, torch):
     # One GRPO step on a copy of the policy, then measure the ratio the next step would see.
     _policy = copy.deepcopy(model).requires_grad_(True)
     _trainer = Trainer(_policy, lr=1e-2, total_steps=1)
-    _metrics = _trainer.update(scored, grpo.compute_loss)
+    _metrics = _trainer.update(scored, grpo)
     with torch.no_grad():
         _after = _trainer.forward(scored)
         _, _clip = clipped_surrogate(_after.logp, scored.old_logp, scored.advantages, scored.response_mask, 0.2, 0.2)

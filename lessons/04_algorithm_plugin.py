@@ -120,13 +120,14 @@ def _(batch, dataclasses, groups, mo, parse_error, torch):
     import html
 
     from posttrain.algorithms import ALGORITHMS, make_algorithm
+    from posttrain.teach.widgets import BUDGET
     from posttrain.algorithms.core import zero_variance_group_fraction
     from posttrain.types import PolicyOutputs
 
     _first = int(batch.response_mask.argmax(dim=1)[0])  # the first response column (prompts share a length)
     adv_cols, push_cols, traits = {}, {}, {}
     for _name in ALGORITHMS:
-        _algo = make_algorithm(_name)  # every default, as each paper sets it
+        _algo = make_algorithm(_name, budget=BUDGET)  # every default, as each paper sets it
         _scored = dataclasses.replace(batch, **_algo.compute_advantages(batch))
         adv_cols[_name] = _scored.advantages[:, _first]  # (B,)
         # The loss at θ = θ_old (ratio 1): what the gradient does to each row's log-probs.

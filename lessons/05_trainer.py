@@ -33,12 +33,13 @@ def _(mo):
     rollout recorded `old_logp` (lesson 02), the reference scored the tokens (`ref_logp`,
     lesson 03), and the algorithm turned rewards into `advantages` (lesson 04). What is left is
     the oldest loop in deep learning: run the model on the tokens, get a number, differentiate,
-    step. So `Trainer` takes the loss as a **callable** — `loss_fn(outputs, batch) -> (loss,
-    metrics)` — and never asks which algorithm wrote it. SFT passes `sft_loss`; GRPO passes
-    `GRPO.compute_loss`; the line that calls them is the same:
+    step. So `Trainer` takes the loss as an **object** — `loss.compute_loss(outputs, batch) ->
+    (loss, metrics)`, plus `loss.loss_agg`, how that loss averages over the batch — and never
+    asks which algorithm wrote it. SFT passes `sft_loss`; GRPO passes the `GRPO` object itself;
+    the line that calls them is the same:
 
     ```python
-    metrics = trainer.update(batch, loss_fn)   # forward → loss_fn → backward → clip → AdamW step
+    metrics = trainer.update(batch, loss)   # forward → compute_loss → backward → clip → AdamW step
     ```
 
     What the trainer *does* own is everything about optimisation that no paper's pseudocode
@@ -119,7 +120,7 @@ def _(batch, copy, grpo, log_lr, model, torch):
     steps, error = [], None
     for _ in range(4):
         try:
-            steps.append(trainer.update(batch, grpo.compute_loss))
+            steps.append(trainer.update(batch, grpo))
         except FloatingPointError as err:  # the trainer refuses a non-finite loss, with a message
             error = str(err)
             break
@@ -153,7 +154,7 @@ def _(delta_right, delta_wrong, error, lr, mo, pass_after, pass_before, steps):
     _err = f"\n**The trainer stopped:** {error}\n" if error else ""
     mo.md(
         f"""
-    ### Four `trainer.update(batch, grpo.compute_loss)` calls at η = {lr:.2g}
+    ### Four `trainer.update(batch, grpo)` calls at η = {lr:.2g}
 
     {_head}{_rows}
     {_err}
@@ -201,8 +202,10 @@ def _(mo):
     1. Find the largest η at which greedy pass@1 does not drop. Then give the trainer
        `warmup_steps=4` (edit the notebook: `posttrain lessons 05 --edit`): how much higher can
        η go now?
-    2. `Trainer._step` weights each micro-batch's loss by its share of the rows. For which
-       `loss_agg` is the result exactly the full-batch gradient, and why not for `token-mean`?
+    2. `Trainer.accumulate` weights each micro-batch's loss by its share of the rows, except
+       for `token-mean`, where it uses the share of the response tokens. Why would the row
+       share be wrong for `token-mean` when responses differ in length? (Try it: two rows of
+       1 and 9 tokens, micro-batches of one row.)
     3. Code: `exercises/05_sft_loss.py` asks you to write the SFT loss yourself; run
        `posttrain check 05`.
     """)

@@ -116,7 +116,7 @@ def _(InProcessWeightSync, RolloutBatch, RolloutEngine, SamplingParams, Trainer,
             _, _before = clipped_surrogate(_logp, _batch.old_logp, _batch.advantages, _batch.response_mask, 0.2, 0.2)
             _, _ratio = importance_ratio(_logp, _batch.old_logp, _batch.response_mask)  # (B, T)
             _before["outside"] = masked_mean(((_ratio - 1).abs() > 0.2).float(), _batch.response_mask).item()
-        _metrics = trainer.update(_batch, grpo.compute_loss)
+        _metrics = trainer.update(_batch, grpo)
         trainer_version += 1
         pushed = sync_every.value > 0 and (_step + 1) % sync_every.value == 0
         if pushed:

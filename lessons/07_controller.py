@@ -52,7 +52,7 @@ def _(mo):
         batch    = collate(episodes, temperature=τ)             # the (B, T) tensors of types.py
         batch.ref_logp = reference.logp(batch)                  # 3  (only if the loss uses it)
         batch    = batch + algo.compute_advantages(batch)       # 4
-        metrics  = trainer.update(batch, algo.compute_loss)     # 5
+        metrics  = trainer.update(batch, algo)     # 5
         sync.push()                                             # 6
         log(metrics, episodes)                                  # 7
     ```
@@ -135,7 +135,7 @@ def _(InProcessWeightSync, Reference, RolloutBatch, RolloutEngine, SamplingParam
     # 4. advantage
     batch = dataclasses.replace(batch, **(_early_adv if bug == "advantage_before_score" else algo.compute_advantages(batch)))
     # 5. update
-    metrics = trainer.update(batch, algo.compute_loss)
+    metrics = trainer.update(batch, algo)
     # 6. sync
     _gap = lambda: max((a - b).abs().max().item() for a, b in zip(policy.parameters(), engine.model.parameters()))
     out["sync_gap_before"] = _gap()

@@ -160,7 +160,7 @@ def _(controls, dataclasses, episodes, model, segment_of, tok, torch):
     import copy as _copy
 
     _trainer = Trainer(_copy.deepcopy(model).requires_grad_(True), lr=1e-2, total_steps=1)
-    _trainer.update(batch, grpo.compute_loss)
+    _trainer.update(batch, grpo)
     tool_logp_change = (all_logp(_trainer.model) * tool).sum(dim=1) - _before  # (B,)
     return batch, delta, grad_0, loss_0, loss_delta, loss_nan, tool, tool_logp_change, tool_push, tool_value
 

@@ -74,7 +74,7 @@ def _(ABLATIONS, ablation, torch):
     from posttrain.algorithms import make_algorithm
     from posttrain.algorithms.core import clipped_surrogate
     from posttrain.algorithms.dapo import overlong_penalty
-    from posttrain.teach.widgets import algorithm_pushes, family_markdown, synthetic_batch
+    from posttrain.teach.widgets import BUDGET, algorithm_pushes, family_markdown, synthetic_batch
 
     removed = ablation.value
     params = ABLATIONS[removed]
@@ -88,7 +88,7 @@ def _(ABLATIONS, ablation, torch):
     if params:
         results[label] = algorithm_pushes(batch, "dapo", **params)
     table = family_markdown(batch, results, focus=label, base="dapo")
-    algo = make_algorithm("dapo", **params)
+    algo = make_algorithm("dapo", budget=BUDGET, **params)
     shaped = algo.shaped_rewards(batch)  # (B,) r + R_length
 
     # Clip-higher: how far can one step raise a token's probability, and is a ratio of 1.25 on

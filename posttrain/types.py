@@ -75,6 +75,9 @@ class Episode:
     details: dict[str, Any] = field(default_factory=dict)
     weight_version: int = 0  # which weights sampled it (see roles/weight_sync.py)
     finished: bool = True  # False when max_new_tokens cut it off before a stop token
+    # log π_ref of each response token, when computed once and kept (preference pairs: the
+    # reference never changes, so its log-probs are cached instead of recomputed every step)
+    ref_logp: list[float] | None = None
 
 
 @dataclass
@@ -117,7 +120,8 @@ class RolloutBatch:
 
     @staticmethod
     def collate(episodes: list[Episode], pad_id: int, temperature: float = 1.0) -> RolloutBatch:
-        """Right-pad `prompt + response` of each episode into one (B, T) batch."""
+        """Right-pad `prompt + response` of each episode into one (B, T) batch; `ref_logp`
+        too when every episode carries its cached reference log-probs."""
         if not episodes:
             raise ValueError("cannot collate an empty list of episodes")
         B = len(episodes)
@@ -126,12 +130,16 @@ class RolloutBatch:
         attention_mask = torch.zeros(B, T)
         response_mask = torch.zeros(B, T)
         old_logp = torch.zeros(B, T)
+        cached_ref = all(e.ref_logp is not None for e in episodes)
+        ref_logp = torch.zeros(B, T) if cached_ref else None
         for b, e in enumerate(episodes):
             P, R = len(e.prompt_ids), len(e.response_ids)
             tokens[b, : P + R] = torch.tensor(e.prompt_ids + e.response_ids, dtype=torch.long)
             attention_mask[b, : P + R] = 1.0
             response_mask[b, P : P + R] = 1.0
             old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32)
+            if cached_ref:
+                ref_logp[b, P : P + R] = torch.tensor(e.ref_logp, dtype=torch.float32)
         return RolloutBatch(
             tokens=tokens,
             attention_mask=attention_mask,
@@ -140,6 +148,7 @@ class RolloutBatch:
             rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float32),
             group_ids=torch.tensor([e.group_id for e in episodes], dtype=torch.long),
             temperature=temperature,
+            ref_logp=ref_logp,
             episodes=list(episodes),
         )
 

@@ -12,6 +12,9 @@ import pytest
 import torch
 
 from posttrain.algorithms import ALGORITHMS, make_algorithm
+from posttrain.algorithms.contract import Algorithm
+from posttrain.algorithms.core import LOSS_AGG_MODES
+from posttrain.teach.widgets import BUDGET
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,7 +78,7 @@ def test_pointer_check_can_fail():
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_every_algorithm_runs_with_defaults_to_a_finite_loss_with_a_gradient(name):
-    algo = make_algorithm(name)
+    algo = make_algorithm(name, budget=BUDGET)
     assert algo.name == name
     assert isinstance(algo.uses_reference, bool) and isinstance(algo.uses_critic, bool)
     batch = random_batch()
@@ -137,21 +140,19 @@ def sgd_step_on_categorical(algo, rewards, group_ids, tokens_sampled):
 def test_one_sgd_step_raises_the_rewarded_token_and_lowers_the_other(name):
     # one group of two: token 3 got reward 1 (advantage > 0), token 1 got 0 (advantage < 0)
     params = {"baseline": "group_mean"} if name == "reinforce" else {}
-    before, after = sgd_step_on_categorical(make_algorithm(name, **params), [1.0, 0.0], [0, 0], [3, 1])
+    before, after = sgd_step_on_categorical(make_algorithm(name, budget=BUDGET, **params), [1.0, 0.0], [0, 0], [3, 1])
     assert after[3] > before[3] and after[1] < before[1]
-    before, after = sgd_step_on_categorical(make_algorithm(name, **params), [0.0, 1.0], [0, 0], [3, 1])
+    before, after = sgd_step_on_categorical(make_algorithm(name, budget=BUDGET, **params), [0.0, 1.0], [0, 0], [3, 1])
     assert after[3] < before[3] and after[1] > before[1]
 
 
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_state_dict_if_any_is_plain_floats_and_round_trips(name):
-    algo = make_algorithm(name)
-    if not hasattr(algo, "state_dict"):
-        return
+    algo = make_algorithm(name, budget=BUDGET)
     algo.compute_advantages(random_batch())
     state = algo.state_dict()
     assert all(type(v) is float for v in state.values())
-    fresh = make_algorithm(name)
+    fresh = make_algorithm(name, budget=BUDGET)
     fresh.load_state_dict(state)
     assert fresh.state_dict() == state
 
@@ -159,4 +160,21 @@ def test_state_dict_if_any_is_plain_floats_and_round_trips(name):
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_unknown_fields_are_rejected_with_the_valid_ones_listed(name):
     with pytest.raises(ValueError, match="valid fields"):
-        make_algorithm(name, no_such_field=1)
+        make_algorithm(name, budget=BUDGET, no_such_field=1)
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS))
+def test_every_algorithm_declares_the_hooks_the_controller_calls(name):
+    algo = make_algorithm(name, budget=BUDGET)
+    assert isinstance(algo, Algorithm)
+    batch = random_batch()
+    assert algo.filter_batch(batch).batch_size <= batch.batch_size
+    assert isinstance(algo.state_dict(), dict) and isinstance(algo.kl_coef, float)
+    assert algo.loss_agg in LOSS_AGG_MODES
+
+
+def test_the_controller_never_probes_an_algorithm():
+    """Every hook is declared (algorithms/contract.py::Algorithm), so the step loop calls
+    them all instead of asking with getattr / hasattr which ones exist."""
+    source = (ROOT / "posttrain" / "roles" / "controller.py").read_text()
+    assert "getattr(" not in source and "hasattr(" not in source

@@ -53,9 +53,9 @@ def test_informative_groups_by_hand_and_filter_batch():
     keep = informative_groups(rewards, ids)
     assert keep.tolist() == [False, False, True, True, False, False, True, True, False, False, False]
     batch = _batch(rewards.tolist(), ids.tolist(), [2] * 11)
-    kept = DAPO().filter_batch(batch)
+    kept = DAPO(max_len=48).filter_batch(batch)
     assert kept.batch_size == 4 and kept.group_ids.tolist() == [1, 1, 3, 3]
-    assert DAPO(dynamic_sampling=False).filter_batch(batch) is batch
+    assert DAPO(max_len=48, dynamic_sampling=False).filter_batch(batch) is batch
     # what remains has no zero-variance group
     assert zero_variance_group_fraction(kept.rewards, kept.group_ids) == 0.0
 

@@ -43,9 +43,9 @@ def dp_rank(rank, world_size, out_dir):
     model, batch, algo, trainer_args = setup()
     trainer = DataParallelTrainer(model, **trainer_args)
     batch = prepare(trainer, batch, algo)
-    first = trainer.update(batch, algo.compute_loss)
+    first = trainer.update(batch, algo)
     grads = [p.grad.clone() for p in model.parameters()]  # the all-reduced gradient of step 1
-    second = trainer.update(batch, algo.compute_loss)
+    second = trainer.update(batch, algo)
     torch.save({"state": model.state_dict(), "grads": grads, "metrics": [first, second]}, f"{out_dir}/rank{rank}.pt")
 
 
@@ -60,9 +60,9 @@ def test_two_ranks_on_halves_equal_one_process_on_the_whole(tmp_path):
     model, batch, algo, trainer_args = setup()
     trainer = Trainer(model, **trainer_args)
     batch = prepare(trainer, batch, algo)
-    first = trainer.update(batch, algo.compute_loss)
+    first = trainer.update(batch, algo)
     grads = [p.grad.clone() for p in model.parameters()]
-    second = trainer.update(batch, algo.compute_loss)
+    second = trainer.update(batch, algo)
     spawn(dp_rank, 2, str(tmp_path))
     ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
     # the summed half-batch gradients are the whole-batch gradient, to float summation order

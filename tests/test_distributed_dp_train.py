@@ -188,12 +188,12 @@ def test_a_dead_follower_fails_rank_0_with_its_name():
     trainer = make_trainer(2, model, lr=1e-3, total_steps=2)
     try:
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-        assert trainer.update(batch, algo.compute_loss)["grad_norm"] > 0
+        assert trainer.update(batch, algo)["grad_norm"] > 0
         (follower,) = trainer._followers
         start = time.time()
         os.kill(follower.pid, signal.SIGKILL)  # not joined: the update may meet it dying mid-broadcast
         with pytest.raises(RuntimeError, match=r"rank 1 \(pid \d+\) exited with code -9"):
-            trainer.update(batch, algo.compute_loss)
+            trainer.update(batch, algo)
         assert time.time() - start < 5  # no waiting for a timeout
     finally:
         trainer.close()

@@ -16,8 +16,9 @@ def test_dr_grpo_is_grpo_with_the_two_divisors_deleted():
     grpo = {f.name: f.default for f in dataclasses.fields(GRPO)}
     dr = {f.name: f.default for f in dataclasses.fields(DrGRPO)}
     changed = {k for k in grpo if grpo[k] != dr[k]}
-    # adv_norm drops /std, loss_agg drops /|o_i|, max_len is the constant that replaces it
-    assert changed == {"adv_norm", "loss_agg", "max_len"}
+    # adv_norm drops /std, loss_agg drops /|o_i|; the constant that replaces |o_i| is max_len,
+    # the generation budget, which has no default of its own (make_algorithm's budget fills it)
+    assert changed == {"adv_norm", "loss_agg"}
     assert dr["adv_norm"] == "none" and dr["loss_agg"] == "seq-mean-token-sum-norm"
 
 
@@ -63,7 +64,7 @@ def test_shifting_rewards_in_a_group_changes_nothing_and_scaling_scales():
     ids = torch.arange(3).repeat_interleave(4)
     r = torch.randn(12, dtype=torch.float64)
     shift = torch.randn(3, dtype=torch.float64)[ids] * 5
-    algo = DrGRPO()
+    algo = DrGRPO(max_len=48)
     a = group_advantages(r, ids, algo.adv_norm, algo.adv_eps)
     assert torch.allclose(a, group_advantages(r + shift, ids, algo.adv_norm, algo.adv_eps))
     assert torch.allclose(3 * a, group_advantages(3 * r, ids, algo.adv_norm, algo.adv_eps))

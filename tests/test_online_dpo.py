@@ -95,27 +95,29 @@ class Killed(Exception):
     """Stands in for SIGKILL: nothing after it runs."""
 
 
+def dies_at_step(monkeypatch, preference, step: int) -> None:
+    """Kill the preference stage as step `step` starts to build its batch: every earlier
+    step's row is logged (and checkpointed when due), nothing of this one is."""
+    real, calls = preference.preference_batch, []
+
+    def batch_or_die(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == step + 1:
+            raise Killed
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(preference, "preference_batch", batch_or_die)
+
+
 @pytest.mark.parametrize("rounds, kill_after", [("3", 4), ("1", 6)])
 def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted, tmp_path, monkeypatch, rounds,
                                                               kill_after):
     from posttrain.pipelines import preference
 
-    real = preference.train_preference
-    calls = []
-
-    def dies_mid_stage(*args, on_step, **kwargs):
-        def step_then_die(step, metrics):
-            on_step(step, metrics)  # logs the row (and checkpoints when due)
-            calls.append(step)
-            if len(calls) == kill_after + 1:
-                raise Killed
-
-        return real(*args, on_step=step_then_die, **kwargs)
-
-    monkeypatch.setattr(preference, "train_preference", dies_mid_stage)
+    dies_at_step(monkeypatch, preference, kill_after + 1)  # after step kill_after's row was logged
     with pytest.raises(Killed):
         main(online(sft, tmp_path, "--rl.online_rounds", rounds))
-    monkeypatch.setattr(preference, "train_preference", real)
+    monkeypatch.undo()
     run = only_run(tmp_path)
     # rows of steps after the last checkpoint were logged before the kill; resume drops them
     assert len(pref_rows(run)) == kill_after + 1
@@ -172,28 +174,37 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
 # ------------------------------------------------------------------ iterative DPO: a fresh reference each round
 
 
-def spy_on_train_preference(monkeypatch) -> list[dict]:
-    """Record, for every round, the reference train_preference got and the policy's and the
-    reference's log-probs of that round's pairs at the moment the round starts."""
+def spy_on_reference(monkeypatch) -> list[dict]:
+    """Record, for every round, the module π_ref was read from, the policy, and the policy's
+    and the reference's log-probs of that round's pairs at the moment the round starts."""
+    import torch
+
+    from posttrain.models.logprobs import sequence_logps
     from posttrain.pipelines import preference
-    from posttrain.roles.preference_trainer import encode_records, row_logps
 
-    real, calls = preference.train_preference, []
+    real_cache, real_trainer, calls, policies = preference.cache_reference_logps, preference.Trainer, [], []
 
-    def spy(policy, pairs, *args, reference, tokenizer, **kwargs):
-        rows = encode_records(pairs, tokenizer)
-        calls.append({"reference": reference, "policy": policy,  # log-probs flattened over the rows
-                      "policy_logps": sum(row_logps(policy, rows, tokenizer.pad_id), []),
-                      "reference_logps": sum(row_logps(reference, rows, tokenizer.pad_id), [])})
-        return real(policy, pairs, *args, reference=reference, tokenizer=tokenizer, **kwargs)
+    class RememberingTrainer(real_trainer):
+        def __init__(self, model, *args, **kwargs):
+            policies.append(model)
+            super().__init__(model, *args, **kwargs)
 
-    monkeypatch.setattr(preference, "train_preference", spy)
+    def spy(reference, rows, pad_id, *args, **kwargs):
+        real_cache(reference, rows, pad_id, *args, **kwargs)
+        batch = preference.preference_batch(rows, range(len(rows)), pad_id)
+        with torch.no_grad():
+            calls.append({"reference": reference, "policy": policies[-1],
+                          "policy_logps": sequence_logps(policies[-1], batch).tolist(),
+                          "reference_logps": sequence_logps(reference, batch).tolist()})
+
+    monkeypatch.setattr(preference, "Trainer", RememberingTrainer)
+    monkeypatch.setattr(preference, "cache_reference_logps", spy)
     return calls
 
 
 def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start(sft, uninterrupted, tmp_path,
                                                                                 monkeypatch):
-    calls = spy_on_train_preference(monkeypatch)
+    calls = spy_on_reference(monkeypatch)
     assert main(online(sft, tmp_path, "--rl.refresh_reference", "true")) == 0
     assert len(calls) == 3
     for call in calls:  # the reference's log-probs are the policy's as the round starts
@@ -210,22 +221,11 @@ def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start
 def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sft, tmp_path, monkeypatch):
     from posttrain.pipelines import preference
 
-    real, calls = preference.train_preference, []
-
-    def dies_in_round_2(*args, on_step, **kwargs):
-        def step_then_die(step, metrics):
-            on_step(step, metrics)
-            calls.append(step)
-            if len(calls) == 8:  # step 7, mid-way through round 2 (steps 6-8); last checkpoint step 7
-                raise Killed
-
-        return real(*args, on_step=step_then_die, **kwargs)
-
     flags = ("--rl.refresh_reference", "true")
-    monkeypatch.setattr(preference, "train_preference", dies_in_round_2)
+    dies_at_step(monkeypatch, preference, 8)  # mid-way through round 2 (steps 6-8); last checkpoint step 7
     with pytest.raises(Killed):
         main(online(sft, tmp_path / "killed", *flags))
-    monkeypatch.setattr(preference, "train_preference", real)
+    monkeypatch.undo()
     assert main(["train", "--resume", str(only_run(tmp_path / "killed"))]) == 0
     assert main(online(sft, tmp_path / "whole", *flags)) == 0
     assert pref_rows(only_run(tmp_path / "killed")) == pref_rows(only_run(tmp_path / "whole"))
@@ -260,7 +260,7 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
     base.save_pretrained(tmp_path / "tiny_llama", CharTokenizer())
     save_preference_jsonl([PreferencePair("Q: 1+2\n", "Final: 3", "Final: 4"),
                            PreferencePair("Q: 2+2\n", "Final: 4", "Final: 5")], tmp_path / "pairs.jsonl")
-    calls = spy_on_train_preference(monkeypatch)
+    calls = spy_on_reference(monkeypatch)
     assert main(["train", "--model.name", str(tmp_path / "tiny_llama"), "--model.lora_r", "4", "--algo", "dpo",
                  "--sft.steps", "0", "--rl.steps", "3", "--rl.lr", "1e-2", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
                  "--rl.prompts_per_step", "2", "--rl.eval_every", "3", "--rl.dev_size", "4",

@@ -15,6 +15,18 @@ from posttrain.types import Example, RolloutBatch
 TOK = CharTokenizer()
 
 
+class RaiseLikelihood:
+    """A loss for tests of the sampler: push up the log-probability of every sampled token."""
+
+    loss_agg = "seq-mean-token-sum"
+
+    def compute_loss(self, outputs, batch):
+        return -(outputs.logp * batch.response_mask).sum(), {}
+
+
+RAISE_LIKELIHOOD = RaiseLikelihood()
+
+
 def tiny_model(seed=0):
     torch.manual_seed(seed)
     return GPTMini(GPTMiniConfig(vocab_size=TOK.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=64, max_seq_len=64))
@@ -84,7 +96,7 @@ def test_shared_engine_samples_the_trainers_weights_without_a_copy():
     assert {e.weight_version for e in episodes} == {0}
 
     batch = RolloutBatch.collate(episodes, TOK.pad_id)
-    trainer.update(batch, lambda out, b: (-(out.logp * b.response_mask).sum(), {}))
+    trainer.update(batch, RAISE_LIKELIHOOD)
     assert sync.push() == 1
     # a separate copy synced the old way samples exactly what the shared engine now samples
     copied = RolloutEngine(copy.deepcopy(tiny_model()), TOK, SamplingParams(max_new_tokens=12))
@@ -125,7 +137,7 @@ def test_compiled_decode_samples_the_current_weights_with_exact_old_logp():
         eager = RolloutEngine(copy.deepcopy(policy), TOK, SamplingParams(max_new_tokens=10))
         reference = eager.generate(examples(), 2, torch.Generator().manual_seed(step))
         assert [e.response_ids for e in episodes] == [e.response_ids for e in reference]
-        trainer.update(batch, lambda out, b: (-(out.logp * b.response_mask).sum(), {}))
+        trainer.update(batch, RAISE_LIKELIHOOD)
 
 
 def test_a_large_call_decodes_in_batches_of_whole_groups_with_the_same_episodes(monkeypatch):

@@ -3,10 +3,13 @@ and one update moves the policy the way the advantage says."""
 
 import dataclasses
 
+import pytest
 import torch
 
 from posttrain.algorithms import make_algorithm
+from posttrain.algorithms.core import LOSS_AGG_MODES, micro_batch_share
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+from posttrain.models.value_head import ValueHead
 from posttrain.roles.trainer import Trainer, sft_loss, warmup_cosine
 from posttrain.types import Episode, Example, RolloutBatch
 
@@ -65,21 +68,61 @@ def test_masked_positions_cannot_change_any_loss():
             torch.testing.assert_close(a, b, atol=1e-7, rtol=0)
 
 
-def test_micro_batches_accumulate_to_the_full_batch_gradient():
-    algo = make_algorithm("grpo")  # seq-mean-token-mean: each row weighs 1/B, so accumulation is exact
-    batch = random_batch(B=6)
-    batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-    weights = {}
-    for micro in (0, 2):
-        model = tiny_model()
-        trainer = Trainer(model, lr=1e-2, total_steps=10, micro_batch_size=micro, grad_clip=0)
-        trainer.update(batch, algo.compute_loss)
-        weights[micro] = [p.detach().clone() for p in model.parameters()]
-    # Adam moves every weight by ~lr = 1e-2 whatever its gradient's size, so float32
-    # summation-order noise in a near-zero gradient can show up at ~1e-6; 1e-5 is still
-    # a thousandth of one step
-    for a, b in zip(weights[0], weights[2]):
-        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+def accumulated_gradient(batch, loss, micro_batch_size):
+    """The gradient one optimizer step used: Trainer._step leaves it in .grad (no clipping)."""
+    model = tiny_model()
+    Trainer(model, lr=1e-3, total_steps=1, micro_batch_size=micro_batch_size, grad_clip=0).update(batch, loss)
+    return torch.cat([p.grad.flatten() for p in model.parameters()])
+
+
+def scored_batch(algo, B=8):
+    batch = random_batch(B=B, group_size=4)  # response lengths 1..7: token and row shares differ
+    batch = dataclasses.replace(batch, ref_logp=batch.old_logp - 0.1)  # a live KL term
+    return dataclasses.replace(batch, **algo.compute_advantages(batch))
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_micro_batches_give_the_whole_batch_gradient_for_every_loss_mode(mode):
+    # GRPO with a KL term and an entropy bonus, aggregated with `mode`: every term of the loss
+    algo = make_algorithm("grpo", loss_agg=mode, kl_coef=0.04, entropy_coef=0.01, budget=16)
+    batch = scored_batch(algo)
+    whole = accumulated_gradient(batch, algo, 0)
+    assert whole.abs().max() > 1e-4
+    for size in (1, 4):
+        torch.testing.assert_close(accumulated_gradient(batch, algo, size), whole, atol=1e-6, rtol=0)
+
+
+def test_micro_batches_are_exact_for_ppo_and_sft_too():
+    ppo = make_algorithm("ppo", budget=16)  # token-mean policy and value losses
+    for loss in (ppo, sft_loss):
+        batch = random_batch(B=8)
+        if loss is ppo:
+            batch = dataclasses.replace(batch, values=torch.zeros_like(batch.old_logp))
+            batch = dataclasses.replace(batch, **ppo.compute_advantages(batch))
+        grads = {}
+        for size in (0, 1, 4):
+            model = tiny_model()
+            torch.manual_seed(1)  # the same critic each time
+            critic = ValueHead(32) if loss is ppo else None
+            Trainer(model, lr=1e-3, total_steps=1, micro_batch_size=size, grad_clip=0, critic=critic).update(batch, loss)
+            grads[size] = torch.cat([p.grad.flatten() for p in model.parameters()])
+        for size in (1, 4):
+            torch.testing.assert_close(grads[size], grads[0], atol=1e-6, rtol=0)
+
+
+def test_weighting_token_mean_by_rows_would_be_wrong(monkeypatch):
+    """The tests above can fail: weight a token-mean loss's micro-batches by their share of
+    the rows (what the trainer did before) and single-row micro-batches give another gradient."""
+    from posttrain.roles import trainer as trainer_module
+
+    algo = make_algorithm("grpo", loss_agg="token-mean")
+    batch = scored_batch(algo)
+    assert micro_batch_share("token-mean", batch.response_mask[:1], batch.response_mask) == pytest.approx(
+        batch.response_mask[0].sum().item() / batch.response_mask.sum().item())
+    whole = accumulated_gradient(batch, algo, 0)
+    monkeypatch.setattr(trainer_module, "micro_batch_share", lambda mode, micro, full: micro.shape[0] / full.shape[0])
+    by_rows = accumulated_gradient(batch, algo, 1)
+    assert (by_rows - whole).abs().max() > 1e-4
 
 
 def test_one_update_follows_the_advantage():
@@ -94,7 +137,7 @@ def test_one_update_follows_the_advantage():
     before = logp.sum(1)  # log-prob of each whole completion
     batch = dataclasses.replace(batch, old_logp=logp)  # on-policy: ratio 1 at the first step
     batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-    trainer.update(batch, algo.compute_loss)
+    trainer.update(batch, algo)
     with torch.no_grad():
         after = (trainer.forward(batch).logp * batch.response_mask).sum(1)
     change = after - before

@@ -2,10 +2,12 @@
 (`posttrain.algorithms.contract.Algorithm`), so callers never special-case an algorithm.
 
     algo = make_algorithm("grpo", kl_coef=0.04)
+    algo = make_algorithm("dr_grpo", budget=48)   # max_len = the generation budget
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from posttrain.algorithms.cispo import CISPO
@@ -33,11 +35,17 @@ ALGORITHMS: dict[str, type] = {
 }
 
 
-def make_algorithm(name: str, **params: Any) -> Algorithm:
+def make_algorithm(name: str, budget: int | None = None, **params: Any) -> Algorithm:
     """Build the algorithm registered as `name` with hyperparameters `params`.
+
+    `budget` is the generation budget (the rollout's max_new_tokens): an algorithm that
+    measures lengths against it (`max_len`: Dr.GRPO's divisor, DAPO's L_max) gets it, unless
+    `params` sets max_len on purpose, so the budget is set in one place.
 
     Raises ValueError for an unknown name (listing the valid names) and for an unknown
     or invalid hyperparameter (listing the valid fields with their defaults)."""
+    if budget is not None and name in ALGORITHMS and "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[name])}:
+        params.setdefault("max_len", budget)
     return make_from_registry(ALGORITHMS, "algorithm", name, params)
 
 

@@ -27,14 +27,12 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    advantage_metrics,
-    agg_loss,
     importance_ratio,
     masked_mean,
     policy_gradient_loss,
     ratio_metrics,
 )
-from posttrain.algorithms.contract import check_field, check_loss_fields
+from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
 from posttrain.algorithms.grpo import ADV_NORMS, group_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -70,7 +68,7 @@ def cispo_loss(
 
 
 @dataclass
-class CISPO:
+class CISPO(Algorithm):
     """GRPO's advantages with CISPO's loss. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "cispo"
@@ -92,14 +90,6 @@ class CISPO:
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
 
-    @property
-    def uses_reference(self) -> bool:
-        return False
-
-    @property
-    def uses_critic(self) -> bool:
-        return False
-
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """GRPO's group-relative advantage on every response token."""
@@ -110,20 +100,11 @@ class CISPO:
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """cispo_loss − entropy_coef · agg(H)."""
-        if batch.advantages is None:
-            raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+        require_advantages(batch)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = cispo_loss(
             outputs.logp, batch.old_logp, batch.advantages, mask,
             self.clip_eps_low, self.clip_eps_high, self.loss_agg, self.max_len,
         )
-        loss = pg_loss
-        if self.entropy_coef > 0:
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
-        metrics = {
-            "pg_loss": pg_loss.item(),
-            **metrics,
-            "entropy": masked_mean(outputs.entropy.detach(), mask).item(),
-            **advantage_metrics(batch.advantages, mask),
-        }
-        return loss, metrics
+        loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
+        return loss, {"pg_loss": pg_loss.item(), **metrics, **tail}

@@ -1,7 +1,10 @@
 """The contract every RL algorithm follows, and the checks that keep its fields honest.
 
-An algorithm is a `@dataclass` of hyperparameters with `compute_advantages(batch)` and
-`compute_loss(outputs, batch)`; because every algorithm has this same shape, the registry
+    Loss        what the trainer minimises: compute_loss(outputs, batch) and its loss_agg
+    Algorithm   an RL algorithm: a Loss plus every hook the controller calls, with defaults
+
+An algorithm is a `@dataclass` subclass of `Algorithm` whose fields are its
+hyperparameters; because every algorithm has this same shape, the registry
 (`posttrain/algorithms/__init__.py`) is a plain dict of classes.
 """
 
@@ -12,52 +15,98 @@ from typing import ClassVar, Protocol
 
 import torch
 
-from posttrain.algorithms.core import LOSS_AGG_MODES
+from posttrain.algorithms.core import LOSS_AGG_MODES, advantage_metrics, agg_loss, masked_mean
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
-class Algorithm(Protocol):
-    """What the controller and trainer need from an RL algorithm.
+class Loss(Protocol):
+    """What the trainer needs from anything it minimises (an RL algorithm, a preference loss,
+    SFT's cross-entropy): the loss of a batch, and how that loss averages over the batch,
+    so that micro-batches can be weighted to give exactly the whole batch's gradient."""
 
-    An algorithm is a `@dataclass` whose fields are its hyperparameters (each default
-    commented with its source), validated in `__post_init__` (a bad value raises
-    ValueError naming the field, the value and what is allowed). Because every
-    algorithm has this same shape, the registry is a plain dict of classes.
+    loss_agg: str  # one of core.LOSS_AGG_MODES
 
-    The controller runs, once per rollout batch::
+    def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scalar loss to minimise, metrics as python floats)."""
+        ...
 
+
+class Algorithm:
+    """What the controller and trainer need from an RL algorithm, every hook declared here
+    with its default, so the controller calls them all and never asks which it has.
+
+    An algorithm is a `@dataclass` subclass whose fields are its hyperparameters (each
+    default commented with its source), validated in `__post_init__` (a bad value raises
+    ValueError naming the field, the value and what is allowed). Because every algorithm
+    has this same shape, the registry is a plain dict of classes.
+
+    Per step, the controller calls::
+
+        batch = algo.filter_batch(batch)          # which groups to train on (DAPO drops flat ones)
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-
-    and the trainer, for each (mini)batch and each epoch::
-
-        loss, metrics = algo.compute_loss(outputs, batch)
-        loss.backward()
+        trainer.update(batch, algo)               # algo.compute_loss on each micro-batch
+        algo.kl_coef = kl_controller.update(kl)   # only with rl.kl_target: adaptive β
+        algo.state_dict() / load_state_dict(...)  # what a checkpoint keeps between steps
     """
 
     name: ClassVar[str]  # the registry key, e.g. "grpo"
+    # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
+    loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
+    kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)
+    entropy_coef: float = 0.0  # weight of an entropy bonus; 0 = none
+    max_len: int | None = None  # the generation budget, for loss_agg="seq-mean-token-sum-norm"
 
     @property
     def uses_reference(self) -> bool:
-        """True when `compute_loss` reads `batch.ref_logp` (e.g. a KL penalty is on);
-        the controller skips the reference forward pass otherwise."""
-        ...
+        """True when the loss or the advantages read `batch.ref_logp` (a KL term is on); the
+        controller skips the reference forward pass otherwise."""
+        return self.kl_coef > 0
 
     @property
     def uses_critic(self) -> bool:
-        """True when the algorithm trains a value head (PPO); it then reads
-        `outputs.values` and `batch.values` / `batch.returns`."""
-        ...
+        """True when the algorithm trains a value head (PPO); it then reads `outputs.values`
+        and `batch.values` / `batch.returns`."""
+        return False
+
+    def filter_batch(self, batch: RolloutBatch) -> RolloutBatch:
+        """The rows to train on, whole groups only. Keeping fewer makes the controller draw
+        more prompts (rl.max_sampling_rounds) to refill the batch: DAPO's dynamic sampling."""
+        return batch
 
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """Return at least {"advantages": (B, T), zero off the response}; may add
-        "returns" (B, T). Runs without gradients: advantages are constants in the loss."""
-        ...
+        """At least {"advantages": (B, T), zero off the response}; may add "returns" (B, T).
+        Runs without gradients: advantages are constants in the loss."""
+        raise NotImplementedError
 
-    def compute_loss(
-        self, outputs: PolicyOutputs, batch: RolloutBatch
-    ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Return (scalar loss to minimise, metrics as python floats)."""
-        ...
+    def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scalar loss to minimise, metrics as python floats)."""
+        raise NotImplementedError
+
+    def loss_tail(self, loss: torch.Tensor, outputs: PolicyOutputs,
+                  batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """What every algorithm's loss ends with, written once: the entropy bonus
+        (−entropy_coef · agg(H), aggregated like the loss), and the metrics that teach,
+        entropy and the advantages' mean and std over response tokens."""
+        mask = batch.response_mask  # (B, T)
+        if self.entropy_coef > 0:
+            # a bonus for keeping the policy stochastic, so exploration does not collapse
+            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
+        return loss, {"entropy": masked_mean(outputs.entropy.detach(), mask).item(),
+                      **advantage_metrics(batch.advantages, mask)}
+
+    def state_dict(self) -> dict:
+        """State carried from step to step, as plain numbers (REINFORCE's running-mean
+        baseline); {} for a stateless algorithm."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            raise ValueError(f"{type(self).__name__} keeps no state between steps, but a checkpoint holds {state!r}")
+
+
+def require_advantages(batch: RolloutBatch) -> None:
+    if batch.advantages is None:
+        raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
 
 
 def check_field(algo: object, field: str, ok: bool, allowed: str) -> None:

@@ -129,6 +129,21 @@ def agg_loss(
     raise ValueError(f"unknown loss aggregation mode {mode!r}; choose one of {list(LOSS_AGG_MODES)}")
 
 
+def micro_batch_share(mode: str, micro_mask: torch.Tensor, batch_mask: torch.Tensor) -> float:
+    """The weight of one micro-batch's loss within its whole batch's, for gradient
+    accumulation: Σ over micro-batches of share · agg_loss(micro) = agg_loss(whole batch),
+    exactly, for every mode.
+
+    token-mean averages over the batch's response tokens, so a micro-batch's token mean
+    counts by its share of those tokens (verl and TRL normalise by the global token count
+    for the same reason); the seq-mean modes average over rows, so it counts by its share
+    of the rows. micro_mask (b, T') and batch_mask (B, T) are the response masks."""
+    if mode == "token-mean":
+        tokens = batch_mask.sum()
+        return (micro_mask.sum() / tokens).item() if tokens > 0 else 0.0
+    return micro_mask.shape[0] / batch_mask.shape[0]
+
+
 # --------------------------------------------------------------------------------------
 # KL estimators between the current policy π and the reference π_ref, per token
 # --------------------------------------------------------------------------------------

@@ -88,10 +88,10 @@ class DAPO(GRPO):
     clip_eps_low: float = 0.2  # Sec. 3.1: ε_low stays at PPO's 0.2
     clip_eps_high: float = 0.28  # Sec. 3.1: clip-higher
     loss_agg: str = "token-mean"  # Sec. 3.3: every token of the batch weighs the same
-    # L_max (Sec. 3.4) = the generation budget, the same quantity GRPO's max_len names.
-    # The default matches the default sampling.max_new_tokens; set it to yours (a longer
+    # L_max (Sec. 3.4) = the generation budget, the same quantity GRPO's max_len names; no
+    # default of its own: `posttrain train` fills in rl.sampling.max_new_tokens (a longer
     # response raises an error instead of being silently penalised).
-    max_len: int | None = 48
+    max_len: int | None = None
     # L_cache: the paper uses 4096 of a 20480-token budget (20%); 20% of 48 is ~10.
     overlong_cache: int = 10
     dynamic_sampling: bool = True  # Sec. 3.2; filter_batch is a no-op when False

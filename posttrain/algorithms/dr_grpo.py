@@ -16,9 +16,10 @@ depends on the samples:
 Delete both and what remains is plain REINFORCE with a group-mean baseline and PPO's clip.
 This file is exactly that diff: GRPO's class with two defaults changed.
 
-Conventions: max_len must be the rollout's max_new_tokens (the constant L_max). Since it
-is a constant, a mismatch only rescales the gradient (like the learning rate; Adam largely
-undoes even that); it never changes its direction.
+Conventions: max_len is the rollout's max_new_tokens (the constant L_max), with no default
+of its own: `make_algorithm(..., budget=...)` and `posttrain train` fill it in from
+rl.sampling.max_new_tokens. Since it is a constant, a mismatch only rescales the gradient
+(like the learning rate; Adam largely undoes even that); it never changes its direction.
 """
 
 from __future__ import annotations
@@ -37,4 +38,3 @@ class DrGRPO(GRPO):
 
     adv_norm: str = "none"  # deleted divisor 1: A_i = r_i − mean(r), no / std(r)
     loss_agg: str = "seq-mean-token-sum-norm"  # deleted divisor 2: Σ_t ... / L_max, not / |o_i|
-    max_len: int | None = 48  # L_max = the default sampling.max_new_tokens; set it to yours

@@ -39,9 +39,8 @@ from posttrain.algorithms.core import (
     group_mean_std,
     kl_estimate,
     masked_mean,
-    masked_var,
 )
-from posttrain.algorithms.contract import check_field, check_loss_fields
+from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 ADV_NORMS = ("group", "batch", "hybrid", "none")
@@ -94,7 +93,7 @@ def _batch_std(x: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class GRPO:
+class GRPO(Algorithm):
     """Group Relative Policy Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "grpo"
@@ -123,14 +122,6 @@ class GRPO:
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
 
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_coef > 0
-
-    @property
-    def uses_critic(self) -> bool:
-        return False
-
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """Group-relative advantage of each sequence, copied onto each of its response
@@ -144,8 +135,7 @@ class GRPO:
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """clipped surrogate + kl_coef · agg(KL(π_θ ‖ π_ref)) − entropy_coef · agg(H), all
         aggregated over response tokens with `loss_agg`."""
-        if batch.advantages is None:
-            raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+        require_advantages(batch)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = clipped_surrogate(
             outputs.logp,
@@ -160,8 +150,8 @@ class GRPO:
         loss = pg_loss
         metrics = {"pg_loss": pg_loss.item(), **metrics}
 
-        # The loss terms use `loss_agg`; the logged kl / entropy are plain per-token means,
-        # so they read the same whatever the aggregation.
+        # The loss term uses `loss_agg`; the logged kl is a plain per-token mean, so it reads
+        # the same whatever the aggregation.
         if self.kl_coef > 0:
             if batch.ref_logp is None:
                 raise ValueError("GRPO with kl_coef > 0 needs batch.ref_logp; run the reference role first")
@@ -169,12 +159,5 @@ class GRPO:
             kl = agg_loss(kl_mat, mask, self.loss_agg, self.max_len)
             loss = loss + self.kl_coef * kl  # the + β·KL term of Eq. 3, a loss, not a reward penalty
             metrics["kl"] = masked_mean(kl_mat.detach(), mask).item()
-        if self.entropy_coef > 0:
-            # a bonus for keeping the policy stochastic, so exploration does not collapse
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
-        metrics["entropy"] = masked_mean(outputs.entropy.detach(), mask).item()
-
-        adv = batch.advantages
-        metrics["adv_mean"] = masked_mean(adv, mask).item()
-        metrics["adv_std"] = masked_var(adv, mask).sqrt().item()
-        return loss, metrics
+        loss, tail = self.loss_tail(loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
+        return loss, {**metrics, **tail}

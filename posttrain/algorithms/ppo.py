@@ -45,7 +45,6 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    advantage_metrics,
     agg_loss,
     clipped_surrogate,
     kl_k1,
@@ -53,7 +52,7 @@ from posttrain.algorithms.core import (
     masked_var,
     masked_whiten,
 )
-from posttrain.algorithms.contract import check_field, check_loss_fields
+from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -154,7 +153,7 @@ def explained_variance(returns: torch.Tensor, values: torch.Tensor, mask: torch.
 
 
 @dataclass
-class PPO:
+class PPO(Algorithm):
     """PPO with a critic and GAE. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "ppo"
@@ -182,10 +181,6 @@ class PPO:
         check_field(self, "vf_coef", self.vf_coef > 0.0, "a number > 0 (the critic must be trained)")
         check_field(self, "value_clip", self.value_clip is None or self.value_clip > 0.0, "a number > 0, or None")
         check_loss_fields(self)
-
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_coef > 0
 
     @property
     def uses_critic(self) -> bool:
@@ -224,17 +219,14 @@ class PPO:
         value_loss, vf_clipfrac = clipped_value_loss(
             outputs.values, batch.values, batch.returns, mask, self.value_clip, self.loss_agg, self.max_len
         )
-        loss = pg_loss + self.vf_coef * value_loss
-        if self.entropy_coef > 0:
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
+        loss, tail = self.loss_tail(pg_loss + self.vf_coef * value_loss, outputs, batch)  # + entropy bonus
         metrics = {
             "pg_loss": pg_loss.item(),
             "value_loss": value_loss.item(),
             "vf_clipfrac": vf_clipfrac,
             "explained_variance": explained_variance(batch.returns, outputs.values.detach(), mask),
             **metrics,
-            "entropy": masked_mean(outputs.entropy.detach(), mask).item(),
-            **advantage_metrics(batch.advantages, mask),
+            **tail,
             "returns_mean": masked_mean(batch.returns, mask).item(),
             "values_mean": masked_mean(outputs.values.detach(), mask).item(),
         }

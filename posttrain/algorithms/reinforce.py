@@ -37,15 +37,12 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    advantage_metrics,
-    agg_loss,
     group_mean_std,
     importance_ratio,
-    masked_mean,
     policy_gradient_loss,
     ratio_metrics,
 )
-from posttrain.algorithms.contract import check_field, check_loss_fields
+from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -56,7 +53,7 @@ def ema_update(average: float, value: float, decay: float, count: int) -> float:
 
 
 @dataclass
-class REINFORCE:
+class REINFORCE(Algorithm):
     """REINFORCE with an optional baseline. Fields are the hyperparameters.
 
     State: with baseline="running_mean" the algorithm carries the moving average across
@@ -85,14 +82,6 @@ class REINFORCE:
         check_loss_fields(self)
         self._running_mean = 0.0  # algorithm state, not a hyperparameter: see state_dict
         self._num_batches = 0
-
-    @property
-    def uses_reference(self) -> bool:
-        return False
-
-    @property
-    def uses_critic(self) -> bool:
-        return False
 
     def state_dict(self) -> dict[str, float]:
         """The running baseline, as plain floats for a checkpoint's JSON or torch.save."""
@@ -126,21 +115,17 @@ class REINFORCE:
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """agg(−A · log π) − entropy_coef · agg(H) over response tokens."""
-        if batch.advantages is None:
-            raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+        require_advantages(batch)
         mask = batch.response_mask  # (B, T)
         pg_loss = policy_gradient_loss(outputs.logp, batch.advantages, mask, self.loss_agg, self.max_len)
-        loss = pg_loss
-        if self.entropy_coef > 0:
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
+        loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
         # No ratio enters the loss; it is logged because it shows when the samples have
         # gone stale (approx_kl > 0 means the update ran off-policy).
         log_ratio, ratio = importance_ratio(outputs.logp.detach(), batch.old_logp, mask)
         metrics = {
             "pg_loss": pg_loss.item(),
             **ratio_metrics(log_ratio, ratio, mask),
-            "entropy": masked_mean(outputs.entropy.detach(), mask).item(),
-            **advantage_metrics(batch.advantages, mask),
+            **tail,
         }
         if self.baseline == "running_mean":
             metrics["baseline"] = self._running_mean

@@ -30,14 +30,12 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import (
-    advantage_metrics,
-    agg_loss,
     clipped_surrogate,
     kl_estimate,
     masked_mean,
     masked_whiten,
 )
-from posttrain.algorithms.contract import check_field, check_loss_fields
+from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
 from posttrain.algorithms.ppo import gae, token_level_rewards
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -45,7 +43,7 @@ REWARD_KL_ESTIMATORS = ("k1", "k2")
 
 
 @dataclass
-class ReinforcePP:
+class ReinforcePP(Algorithm):
     """REINFORCE++: KL-shaped token rewards, reward-to-go, global whitening, PPO clip."""
 
     name: ClassVar[str] = "reinforce_pp"
@@ -69,14 +67,6 @@ class ReinforcePP:
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
 
-    @property
-    def uses_reference(self) -> bool:
-        return self.kl_coef > 0
-
-    @property
-    def uses_critic(self) -> bool:
-        return False
-
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """Whitened reward-to-go of the KL-shaped token rewards; also the unwhitened
@@ -97,22 +87,14 @@ class ReinforcePP:
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """clipped surrogate − entropy_coef · agg(H); the KL is already in the advantages."""
-        if batch.advantages is None:
-            raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+        require_advantages(batch)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = clipped_surrogate(
             outputs.logp, batch.old_logp, batch.advantages, mask,
             eps_low=self.clip_eps_low, eps_high=self.clip_eps_high, agg=self.loss_agg, max_len=self.max_len,
         )
-        loss = pg_loss
-        if self.entropy_coef > 0:
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
-        metrics = {
-            "pg_loss": pg_loss.item(),
-            **metrics,
-            "entropy": masked_mean(outputs.entropy.detach(), mask).item(),
-            **advantage_metrics(batch.advantages, mask),
-        }
+        loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
+        metrics = {"pg_loss": pg_loss.item(), **metrics, **tail}
         if batch.ref_logp is not None:
             kl = kl_estimate(batch.old_logp, batch.ref_logp, self.kl_estimator)  # (B, T)
             metrics["kl"] = masked_mean(kl, mask).item()

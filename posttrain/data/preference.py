@@ -36,10 +36,11 @@ import json
 import random
 import re
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from posttrain.files import jsonl_objects, write_atomic
-from posttrain.types import Episode, PreferencePair, UnpairedExample
+from posttrain.roles.rollout import encode_prompt
+from posttrain.types import Episode, Example, PreferencePair, UnpairedExample
 
 
 def unpaired_from_pairs(pairs: Iterable[PreferencePair]) -> list[UnpairedExample]:
@@ -122,6 +123,46 @@ def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | Unpaired
     if obj["chosen"] == obj["rejected"]:
         raise ValueError(f"{where}: 'chosen' and 'rejected' are the same text, which carries no preference")
     return PreferencePair(obj["prompt"], obj["chosen"], obj["rejected"], meta)
+
+
+# --------------------------------------------------------------------------------------
+# Records -> trainable rows
+# --------------------------------------------------------------------------------------
+
+
+def response_episode(tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
+                     max_len: int | None, where: str) -> Episode:
+    """One response as a trainable row: `[bos] prompt` (or the chat template), then the
+    response + [eos], the layout the rollout engine samples, so the EOS is an action the
+    policy is trained to take (or not) like any other token. reward 1 marks the chosen /
+    desirable side (algorithms/preference/core.py)."""
+    prompt_ids = encode_prompt(tokenizer, prompt)
+    response_ids = tokenizer.encode(response) + [tokenizer.eos_id]
+    if max_len is not None and len(prompt_ids) + len(response_ids) > max_len:
+        raise ValueError(
+            f"{where}: prompt + response is {len(prompt_ids) + len(response_ids)} tokens, more than the model's "
+            f"max_seq_len={max_len}; shorten or drop this record, or use a model with a larger max_seq_len"
+        )
+    return Episode(example=Example(prompt, ""), group_id=group_id, prompt_ids=prompt_ids, response_ids=response_ids,
+                   response_logp=[0.0] * len(response_ids), completion=response, reward=float(preferred))
+
+
+def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tokenizer,
+                        max_len: int | None = None) -> list[list[Episode]]:
+    """Each record's rows, in record order: a pair gives [chosen, rejected] (one group of two,
+    adjacent, so micro-batches of an even size never split a pair), an unpaired example
+    one row. Raises ValueError naming the record when one does not fit the model."""
+    out = []
+    for i, r in enumerate(records):
+        where = f"record {i}"
+        if isinstance(r, PreferencePair):
+            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where),
+                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where)])
+        elif isinstance(r, UnpairedExample):
+            out.append([response_episode(tokenizer, r.prompt, r.completion, r.desirable, i, max_len, where)])
+        else:
+            raise TypeError(f"{where}: expected PreferencePair or UnpairedExample, got {type(r).__name__}")
+    return out
 
 
 # --------------------------------------------------------------------------------------

@@ -3,19 +3,18 @@
 Every rank holds a full replica of the policy (and critic) and its optimizer. For each
 optimizer step each rank takes its own contiguous slice of the minibatch rows, computes
 the loss and backward on that slice only, and then the ranks all-reduce (sum) their
-gradients. Each rank's loss is weighted by its share of the rows, so the sum is the
-gradient of the whole minibatch; every rank then clips and steps the same gradient from
-the same state, and the replicas stay identical without ever sending weights.
+gradients. Each rank's loss is weighted by its share of the whole minibatch's (of its
+tokens for a token-mean loss, of its rows otherwise: Trainer.accumulate), so the sum is
+the gradient of the whole minibatch; every rank then clips and steps the same gradient
+from the same state, and the replicas stay identical without ever sending weights.
 
     rank 0: rows [0, B/2)   ─ backward ─┐
                                         ├─ all_reduce(sum) ─ clip ─ AdamW step (same on both)
     rank 1: rows [B/2, B)   ─ backward ─┘
 
-The result equals one process on the whole minibatch for losses that average per
-sequence (`seq-mean-*` aggregations, GRPO's default), up to the order of float additions
-in the all-reduce. A `token-mean` loss (PPO's default) is averaged within each rank's
-slice, as Trainer._step does within a micro-batch: N ranks equal one process with
-micro_batch_size = B/N. Logged metrics are each slice's, weighted by its row share.
+The result equals one process on the whole minibatch for every loss aggregation, up to
+the order of float additions in the all-reduce. Logged metrics are each slice's, weighted
+the same way.
 
     DataParallelTrainer  a Trainer on one rank of an initialised group: `_step` slices the
                          rows, weights by the global share, all-reduces before clipping
@@ -24,9 +23,9 @@ micro_batch_size = B/N. Logged metrics are each slice's, weighted by its row sha
     make_trainer         the factory the RL stage calls: a plain Trainer when N = 1
     spawn                N fresh processes in one gloo group, for tests and benchmarks
 
-Every update rank 0 sends its followers the batch and the loss function; the loss is a
-bound method of the algorithm, so the algorithm's per-step state (the adaptive KL
-controller's current kl_coef) travels with it. Before the first update (and after any
+Every update rank 0 sends its followers the batch and the loss (the algorithm object), so
+the algorithm's per-step state (the adaptive KL controller's current kl_coef) travels
+with it. Before the first update (and after any
 load_state_dict, i.e. a resume) rank 0 broadcasts the weights and the optimizer and
 scheduler state, so the replicas start identical and a resumed run continues exactly.
 Between updates a follower waits on a pipe from rank 0, not inside a collective: when
@@ -45,14 +44,14 @@ import os
 import signal
 import tempfile
 import time
-from collections import defaultdict
 from datetime import timedelta
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from posttrain.roles.trainer import LossFn, Trainer
+from posttrain.algorithms.contract import Loss
+from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
 
 
@@ -66,25 +65,16 @@ class DataParallelTrainer(Trainer):
 
     allreduce_seconds = 0.0  # wall time spent in the gradient all-reduce (includes waiting for the slowest rank)
 
-    def _step(self, minibatch: RolloutBatch, loss_fn: LossFn) -> dict[str, float]:
+    def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
         rank, world = dist.get_rank(), dist.get_world_size()
         B = minibatch.batch_size
-        local = minibatch.select(rank_rows(B, rank, world))
-        if local.batch_size == 0:  # its metrics would be missing from the all-reduce, which must match
+        rows = rank_rows(B, rank, world)
+        if rows.numel() == 0:  # its metrics would be missing from the all-reduce, which must match
             raise ValueError(f"rank {rank} of {world} has no rows of a {B}-row minibatch; use at most {B} ranks")
         self.optimizer.zero_grad(set_to_none=True)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        size = self.micro_batch_size or max(1, local.batch_size)
-        sums: dict[str, float] = defaultdict(float)
-        for start in range(0, local.batch_size, size):
-            micro = local.select(torch.arange(start, min(local.batch_size, start + size)))
-            share = micro.batch_size / B  # of the whole minibatch, not of this rank's slice
-            loss, metrics = loss_fn(self.forward(micro), micro)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"rank {rank}: the loss is {loss.item()} (not finite); metrics {metrics}")
-            (loss * share).backward()
-            for key, value in metrics.items():
-                sums[key] += value * share
+        # each micro-batch weighted by its share of the whole minibatch, not of this rank's slice
+        sums = self.accumulate(minibatch, rows, loss)
         # one flat all-reduce instead of one per tensor: gloo's cost is per call
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in parameters]
         flat = torch.cat([g.reshape(-1) for g in grads])
@@ -190,7 +180,7 @@ class RankZeroTrainer(DataParallelTrainer):
         super().load_state_dict(state)
         self._needs_state = True  # a resume: the followers must load the same state
 
-    def update(self, batch: RolloutBatch, loss_fn: LossFn, epochs: int = 1, minibatches: int = 1,
+    def update(self, batch: RolloutBatch, loss: Loss, epochs: int = 1, minibatches: int = 1,
                generator: torch.Generator | None = None) -> dict[str, float]:
         self._raise_if_dead()
         self.allreduce_seconds = 0.0
@@ -200,10 +190,10 @@ class RankZeroTrainer(DataParallelTrainer):
                 self._send("state", (self.model.state_dict(), self.state_dict()))
                 self._needs_state = False
             # the loss reads tensors only; episodes (text, details) would just slow the pickle
-            self._send("update", (dataclasses.replace(batch, episodes=[]), loss_fn, epochs, minibatches,
+            self._send("update", (dataclasses.replace(batch, episodes=[]), loss, epochs, minibatches,
                                   generator.get_state() if generator is not None else None))
             send_seconds = time.perf_counter() - start
-            metrics = super().update(batch, loss_fn, epochs, minibatches, generator)
+            metrics = super().update(batch, loss, epochs, minibatches, generator)
         except BaseException as error:
             self._broken = True
             if isinstance(error, Exception):  # gloo: a peer closed its connection, or the timeout passed
@@ -263,12 +253,12 @@ def _follow(rank: int, world_size: int, port: int, pipe, timeout: timedelta) -> 
                 trainer.model.load_state_dict(model_state)
                 trainer.load_state_dict(trainer_state)
             elif command == "update":
-                batch, loss_fn, epochs, minibatches, generator_state = payload[0]
+                batch, loss, epochs, minibatches, generator_state = payload[0]
                 generator = None
                 if generator_state is not None:
                     generator = torch.Generator()
                     generator.set_state(generator_state)
-                trainer.update(batch, loss_fn, epochs, minibatches, generator)
+                trainer.update(batch, loss, epochs, minibatches, generator)
     except Exception:
         if os.getppid() != parent:  # rank 0 was killed mid-update: its error is the one to read
             return

@@ -4,7 +4,8 @@ reference and the preference losses read.
     token_logp / token_entropy        from full (B, T, V) logits
     response_logp_and_entropy         from hidden states, at response positions only, in
                                       chunks: never the full (B, T, V) tensor
-    sequence_logps                    log π(y | x) of whole responses (the DPO family)
+    response_logp(model, batch)       the same from a model and a batch: the reference's call
+    sequence_logps(model, batch)      log π(y | x) of whole responses (the DPO family)
 
 Position t of every (B, T) result holds log π(tokens[t] | tokens[<t]), predicted from
 position t − 1; position 0 has no prediction and holds 0.
@@ -111,3 +112,15 @@ def response_logp_and_entropy(
             hidden.new_zeros(B, T).index_put(index, entropy.to(hidden.dtype)))
 
 
+def response_logp(model: torch.nn.Module, batch) -> torch.Tensor:
+    """log π(token | prefix) of the batch's response tokens under `model`, (B, T), exactly 0
+    off the response. Right padding needs no attention mask: a real token only attends to
+    earlier tokens, which are all real (types.py)."""
+    hidden = model.hidden_states(batch.tokens)  # (B, T, D)
+    logp, _ = response_logp_and_entropy(hidden, model.lm_head, batch.tokens, batch.response_mask, batch.temperature)
+    return logp
+
+
+def sequence_logps(model: torch.nn.Module, batch) -> torch.Tensor:
+    """log π(y | x) of every row, (B,): the response tokens' log-probs summed (EOS included)."""
+    return response_logp(model, batch).sum(dim=1)  # exactly 0 off the response

@@ -49,14 +49,9 @@ def is_preference(rl: RLConfig) -> bool:
 
 
 def make_algorithm(rl: RLConfig):
-    """The RL algorithm rl.algo with rl.algo_params. An algorithm that measures lengths
-    against the generation budget (`max_len`: Dr.GRPO's divisor, DAPO's L_max) gets
-    `sampling.max_new_tokens`, so the budget is set in one place, unless algo_params sets
-    max_len on purpose."""
-    params = dict(rl.algo_params)
-    if "max_len" in {f.name for f in dataclasses.fields(ALGORITHMS[rl.algo])}:
-        params.setdefault("max_len", rl.sampling.max_new_tokens)
-    return make_registered_algorithm(rl.algo, **params)
+    """The RL algorithm rl.algo with rl.algo_params; its generation budget (Dr.GRPO's
+    divisor, DAPO's L_max) is rl.sampling.max_new_tokens."""
+    return make_registered_algorithm(rl.algo, budget=rl.sampling.max_new_tokens, **rl.algo_params)
 
 
 # The training rewards rl.reward names: weighted terms on top of the verifier's result.
@@ -111,6 +106,8 @@ def check_rl(rl: RLConfig) -> None:
     preference = is_preference(rl)
     if preference:
         loss = make_preference_loss(rl.algo, **rl.algo_params)  # raises, listing the valid fields
+        check(not loss.paired or rl.micro_batch_size % 2 == 0, "rl.micro_batch_size", rl.micro_batch_size,
+              f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
         if rl.pairs:
             load_preference_jsonl(rl.pairs)  # an unreadable file fails now, not after SFT
     else:
@@ -138,9 +135,9 @@ def check_rl(rl: RLConfig) -> None:
     if rl.kl_target > 0:
         check(not preference, "rl.kl_target", rl.kl_target,
               "0 for a preference loss (its beta already sets how close to the reference it stays)")
-        check(getattr(algo, "kl_coef", 0) > 0, "rl.kl_target", rl.kl_target,
+        check(algo.kl_coef > 0, "rl.kl_target", rl.kl_target,
               f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
-              f"({rl.algo} has kl_coef={getattr(algo, 'kl_coef', None)!r}; the controller multiplies it)")
+              f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
 
 
 def check_train(cfg: TrainConfig) -> None:

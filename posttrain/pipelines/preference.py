@@ -10,21 +10,34 @@ from pathlib import Path
 from typing import Callable
 
 import torch
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
+from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
-from posttrain.data.preference import group_by_prompt, load_preference_jsonl, pairs_from_verifier, save_preference_jsonl
+from posttrain.data.preference import (
+    group_by_prompt,
+    load_preference_jsonl,
+    pairs_from_verifier,
+    preference_episodes,
+    save_preference_jsonl,
+)
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model
 from posttrain.pipelines.build import make_reward, sampling_params
+from posttrain.pipelines.preference_train import (
+    batch_indices,
+    cache_reference_logps,
+    evaluate_preference,
+    preference_batch,
+)
 from posttrain.roles.controller import rollout_metrics
 from posttrain.roles.environment import score_episodes
-from posttrain.roles.preference_trainer import evaluate_preference, train_preference
 from posttrain.roles.reference import make_reference
 from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.trainer import Trainer
 from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
+from posttrain.runs.stage import run_stage
 from posttrain.seeds import derive_seed, generator_for
 from posttrain.types import RolloutBatch
 
@@ -73,52 +86,39 @@ MAX_PASSES_WITHOUT_WARNING = 8
 
 
 def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
-    """Train on preference pairs with one loss of the DPO family.
+    """Train on preference pairs with one loss of the DPO family, through the same Trainer,
+    step loop and checkpoints as the RL stage.
 
     Offline (rl.online_rounds = 1): one set of pairs, from the file rl.pairs or built by the
     verifier from the starting policy's samples, and rl.steps steps on it.
     Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
     prompts and rl.steps gradient steps in all — split into N rounds; each round samples
     the *current* policy, lets the verifier (or, with rl.rm.path, a reward model) build
-    pairs, and trains on those. Pairs then
-    come from the distribution being trained (on-policy) instead of only the start's. The
-    reference stays the starting policy, and one optimizer runs through all rounds, so the
-    only difference from offline is where the data comes from; with rl.refresh_reference,
-    each round's reference is instead the policy as that round starts (iterative DPO).
+    pairs, and trains on those. Pairs then come from the distribution being trained
+    (on-policy) instead of only the start's. The reference stays the starting policy, and
+    one trainer (optimizer and learning-rate schedule) runs through all rounds, so the only
+    difference from offline is where the data comes from; with rl.refresh_reference, each
+    round's reference is instead the policy as that round starts (iterative DPO).
 
     With model.lora_r > 0 only LoRA adapters train, and the reference is the policy with
     its adapters off (no second copy of the weights), as in the RL stage.
 
-    The stage checkpoints every checkpoint_every steps and at the end of every round, with
-    the optimizer state, and saves every round's pairs before training on them, so a run
-    killed anywhere in the stage resumes where it stopped and logs what an uninterrupted
-    run logs."""
-
+    The stage checkpoints every checkpoint_every steps and at the end of every round, and
+    saves every round's pairs before training on them, so a run killed anywhere in the
+    stage resumes where it stopped and logs what an uninterrupted run logs."""
     rounds = cfg.rl.online_rounds
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
+    round_start = [sum(round_steps[:r]) for r in range(rounds)]  # the stage step each round starts at
     # what ranks the training pairs: the verifier, or a reward model (rl.rm.path); the
     # held-out pairs stay the verifier's, so their accuracy is measured against the truth
     rank_by = make_reward(cfg.rl, env.score) if cfg.rl.rm.path else None
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
-    reference_model = reference.model  # the module the losses read log π_ref from
-    # AdamW without decay, constant lr: a short fine-tune that should not pull toward 0
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=cfg.rl.lr, weight_decay=0.0)
-    start = 0
-    checkpoint = latest_checkpoint(run, "pref")
-    if checkpoint is not None:
-        if not (checkpoint / "trainer_state.pt").exists():
-            return  # a finished stage from before per-step checkpoints
-        policy.load_state_dict(load_checkpoint_model(checkpoint, policy.config).state_dict())
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
-        optimizer.load_state_dict(state["trainer"])
-        start = state["step"] + 1
-        if start < cfg.rl.steps:
-            console.print(f"[yellow]resuming pref from {checkpoint} (step {start} of {cfg.rl.steps})")
-    run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "pref" or row.get("step", -1) < start)
-    if start >= cfg.rl.steps:
-        return
+    loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
+    trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
+                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip,
+                      micro_batch_size=cfg.rl.micro_batch_size)
 
     def pairs_for_round(r: int) -> tuple[list, dict]:
         """Round r's pairs, from its file when a killed run already built them (the policy
@@ -145,12 +145,42 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         run.write_json("pref_rounds.json", {**(run.read_json("pref_rounds.json") or {}), str(r): stats})
         return pairs, stats
 
+    def round_reference(r: int) -> torch.nn.Module:
+        """The module π_ref is read from in round r: the starting policy, or with
+        rl.refresh_reference the policy as round r starts, saved so that a run killed
+        mid-round resumes against the same reference."""
+        if not (cfg.rl.refresh_reference and r > 0):
+            return reference.model
+        saved = latest_checkpoint(run, "pref_reference")
+        if saved is None or saved.name != f"step_{round_start[r]:06d}":
+            saved = save_checkpoint(run, "pref_reference", round_start[r], policy, tokenizer, keep_last=1)
+        return load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
+
+    current: dict = {}  # the round being trained: its number, rows (with π_ref's log-probs) and stats
+
+    def start_round(r: int, step: int) -> None:
+        pairs, stats = pairs_for_round(r)
+        if r == 0 and step == 0:
+            console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
+        rows = preference_episodes(pairs, tokenizer, policy.config.max_seq_len)
+        if loss.uses_reference:
+            cache_reference_logps(round_reference(r), rows, tokenizer.pad_id)
+        # how many times the round trains on each of its pairs; past a few, the loss fits
+        # these pairs instead of the preference (docs/algorithms/dpo.md, "Online against offline")
+        passes = round_steps[r] * min(cfg.rl.prompts_per_step, len(rows)) / len(rows)
+        if passes > MAX_PASSES_WITHOUT_WARNING:
+            console.print(f"[yellow]round {r}: {round_steps[r]} steps × {min(cfg.rl.prompts_per_step, len(rows))} "
+                          f"pairs over {len(rows)} pairs trains on each pair {passes:.0f} times; preference losses "
+                          "overfit that: raise rl.pair_prompts (more pairs) or lower rl.steps")
+        current.update(round=r, rows=rows, stats=stats, passes=passes)
+
     # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
     # loss's implicit-reward accuracy on them says whether the preference generalises
-    if not (run.path / "pairs_dev.jsonl").exists():  # built before any step, so `policy` is the start
+    if cfg.rl.steps and not (run.path / "pairs_dev.jsonl").exists():  # built before any step: `policy` is the start
         dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, policy, 0, cfg.rl.dev_size, split="dev")
         save_preference_jsonl(dev_pairs, run.path / "pairs_dev.jsonl")
-    dev_pairs = load_preference_jsonl(run.path / "pairs_dev.jsonl") if (run.path / "pairs_dev.jsonl").stat().st_size else []
+    dev_file = run.path / "pairs_dev.jsonl"
+    dev_pairs = load_preference_jsonl(dev_file) if dev_file.exists() and dev_file.stat().st_size else []
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
     params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
 
@@ -164,59 +194,28 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         metrics.update({k: v for k, v in rollout_metrics(batch).items() if k != "zero_variance_groups"})
         if dev_pairs:
             held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
-                                           reference_model)
+                                           reference.model)
             metrics.update({f"dev_pref_{k}": v for k, v in held_out.items()})
         policy.train()
         return metrics
 
-    with Progress(TextColumn("[bold]pref"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console) as progress:
-        task = progress.add_task("pref", total=cfg.rl.steps, completed=start)
-        first = 0
-        for r, n_steps in enumerate(round_steps):
-            if first + n_steps <= start:  # a round finished before the kill
-                first += n_steps
-                continue
-            pairs, stats = pairs_for_round(r)
-            if r == 0 and start == 0:
-                console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
-            # how many times the round trains on each of its pairs; past a few, the loss fits
-            # these pairs instead of the preference (docs/algorithms/dpo.md, "Online against offline")
-            batch_pairs = min(cfg.rl.prompts_per_step, len(pairs))  # train_preference's batch: all when fewer
-            passes = n_steps * batch_pairs / len(pairs)
-            if passes > MAX_PASSES_WITHOUT_WARNING:
-                console.print(f"[yellow]round {r}: {n_steps} steps × {batch_pairs} pairs "
-                              f"over {len(pairs)} pairs trains on each pair {passes:.0f} times; preference losses "
-                              "overfit that: raise rl.pair_prompts (more pairs) or lower rl.steps")
+    def pref_step(step: int) -> dict[str, float]:
+        started = time.perf_counter()
+        r = max(i for i in range(rounds) if round_start[i] <= step)
+        if current.get("round") != r:
+            start_round(r, step)
+        seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
+        indices = batch_indices(len(current["rows"]), cfg.rl.prompts_per_step, seed, step - round_start[r])
+        row = trainer.update(preference_batch(current["rows"], indices, tokenizer.pad_id), loss)
+        row["time/train"] = time.perf_counter() - started
+        if step == round_start[r]:
+            row.update({"round": r, **{f"round_{k}": v for k, v in current["stats"].items()},
+                        "round_passes": current["passes"]})
+        if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+            started = time.perf_counter()
+            row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
+        return row
 
-            clock = [time.perf_counter()]
-
-            def on_step(local: int, metrics: dict, first: int = first, n_steps: int = n_steps) -> None:
-                step = first + local
-                row = {"stage": "pref", "step": step, **metrics, "time/train": time.perf_counter() - clock[0]}
-                if local == 0:
-                    row.update({"round": r, **{f"round_{k}": v for k, v in stats.items()}, "round_passes": passes})
-                if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
-                    started = time.perf_counter()
-                    row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
-                run.append_jsonl("metrics.jsonl", [row])
-                if (step + 1) % cfg.checkpoint_every == 0 or local == n_steps - 1:
-                    # the optimizer stands in for a Trainer: its state_dict() is what a resume needs
-                    save_checkpoint(run, "pref", step, policy, tokenizer, optimizer)
-                progress.update(task, advance=1)
-                clock[0] = time.perf_counter()
-
-            round_reference = reference_model
-            if cfg.rl.refresh_reference and r > 0:
-                # iterative DPO: π_ref is the policy as this round starts; saved, so that a run
-                # killed mid-round resumes against the same reference
-                saved = latest_checkpoint(run, "pref_reference")
-                if saved is None or saved.name != f"step_{first:06d}":
-                    saved = save_checkpoint(run, "pref_reference", first, policy, tokenizer, keep_last=1)
-                round_reference = load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
-            seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
-            train_preference(policy, pairs, cfg.rl.algo, steps=n_steps, lr=cfg.rl.lr,
-                             batch_size=cfg.rl.prompts_per_step, loss_params=cfg.rl.algo_params, tokenizer=tokenizer,
-                             reference=round_reference, max_grad_norm=cfg.rl.grad_clip or float("inf"), seed=seed,
-                             on_step=on_step, optimizer=optimizer, start_step=max(0, start - first))
-            first += n_steps
+    run_stage(run, "pref", cfg.rl.steps, pref_step, policy, tokenizer, trainer, cfg.checkpoint_every,
+              checkpoint_also=lambda step: step + 1 in round_start,  # the end of a round
+              show=lambda m: f"loss {m['loss']:.3f}  acc {m['accuracy']:.2f}")

@@ -1,2 +1,1 @@
-"""The six roles of an RL post-training system, one module each (see README), plus the
-preference trainer."""
+"""The six roles of an RL post-training system, one module each (see README)."""

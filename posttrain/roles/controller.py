@@ -53,8 +53,6 @@ class Controller:
         self.reference, self.kl_controller = reference, kl_controller
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
-        # an algorithm that drops uninformative groups (DAPO's dynamic sampling) offers filter_batch
-        self.filter_batch = getattr(algorithm, "filter_batch", None)
         self.timings: dict[str, float] = defaultdict(float)  # wall time per role, reset every step
 
     @contextmanager
@@ -66,10 +64,7 @@ class Controller:
     def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
         """One RL step: (metrics, the episodes it trained on)."""
         self.timings.clear()
-        if self.filter_batch is None:  # 1. sample and 2. score
-            episodes, sampling_stats = self.sample_and_score(step, 0), {}
-        else:
-            episodes, sampling_stats = self.informative_episodes(step)
+        episodes, sampling_stats = self.informative_episodes(step)  # 1. sample and 2. score
         batch = self.collate(episodes)
         with self.timed("reference"):  # 3. reference (and the critic's values at sampling time)
             if self.reference is not None:
@@ -79,7 +74,7 @@ class Controller:
         with self.timed("train"):
             batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
             batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)  # async: stale episodes, TIS
-            metrics = self.trainer.update(batch, self.algorithm.compute_loss, self.epochs, self.minibatches,  # 5. update
+            metrics = self.trainer.update(batch, self.algorithm, self.epochs, self.minibatches,  # 5. update
                                           generator_for(self.seed, "rl-minibatch", step))
         with self.timed("sync"):
             self.rollout.push()  # 6. sync
@@ -101,8 +96,10 @@ class Controller:
         return RolloutBatch.collate(episodes, self.pad_id, temperature=self.rollout.engine.params.temperature or 1.0)
 
     def informative_episodes(self, step: int) -> tuple[list[Episode], dict[str, float]]:
-        """Sample rounds of fresh prompts, keeping whole groups that pass filter_batch,
-        until prompts_per_step groups are kept or the rounds run out."""
+        """Sample rounds of fresh prompts, keeping the whole groups the algorithm's
+        filter_batch keeps, until prompts_per_step groups are kept or the rounds run out.
+        An algorithm that keeps everything (the default) is done after one round; DAPO's
+        dynamic sampling drops groups whose rewards are all equal and draws again."""
         kept: list[Episode] = []
         sampled_groups, sampled_rewards = 0, []
         for round in range(self.max_sampling_rounds):
@@ -111,7 +108,7 @@ class Controller:
             for e in episodes:  # group ids unique across rounds
                 e.group_id += round * self.prompts_per_step
             sampled_groups += self.prompts_per_step
-            kept += self.filter_batch(self.collate(episodes)).episodes
+            kept += self.algorithm.filter_batch(self.collate(episodes)).episodes
             if len({e.group_id for e in kept}) >= self.prompts_per_step:
                 break
         groups = sorted({e.group_id for e in kept})[: self.prompts_per_step]
@@ -127,9 +124,8 @@ class Controller:
         what the rollout holds (the async topology's batches sampled ahead, waiting for those
         in flight), an algorithm's state between steps (REINFORCE's running-mean baseline),
         the adaptive KL coefficient."""
-        state = {"weight_version": self.rollout.version, "rollout": self.rollout.state_dict()}
-        if hasattr(self.algorithm, "state_dict"):
-            state["algorithm"] = self.algorithm.state_dict()
+        state = {"weight_version": self.rollout.version, "rollout": self.rollout.state_dict(),
+                 "algorithm": self.algorithm.state_dict()}
         if self.kl_controller is not None:
             state["kl_controller"] = self.kl_controller.state_dict()
         return state
@@ -137,8 +133,7 @@ class Controller:
     def load_state_dict(self, state: dict) -> None:
         self.rollout.push(version=state["weight_version"])  # the engine must sample from the restored weights
         self.rollout.load_state_dict(state.get("rollout", {}))  # {}: a checkpoint from before rollouts had state
-        if "algorithm" in state:
-            self.algorithm.load_state_dict(state["algorithm"])
+        self.algorithm.load_state_dict(state.get("algorithm", {}))
         if self.kl_controller is not None:
             self.kl_controller.load_state_dict(state["kl_controller"])
             self.algorithm.kl_coef = self.kl_controller.value

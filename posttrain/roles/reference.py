@@ -12,7 +12,8 @@ import copy
 
 import torch
 
-from posttrain.models.logprobs import response_logp_and_entropy
+from posttrain.models import load_checkpoint_model
+from posttrain.models.logprobs import response_logp
 from posttrain.types import RolloutBatch
 
 
@@ -23,10 +24,7 @@ class Reference:
     @torch.no_grad()
     def logp(self, batch: RolloutBatch) -> torch.Tensor:
         """log π_ref(token | prefix), (B, T), zero off the response."""
-        hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
-        logp, _ = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens, batch.response_mask,
-                                            batch.temperature)
-        return logp
+        return response_logp(self.model, batch)
 
 
 class AdapterOff(torch.nn.Module):
@@ -66,7 +64,6 @@ class AdapterOffReference(Reference):
 def make_reference(policy: torch.nn.Module, start_weights) -> Reference:
     """The frozen starting policy: the weights at `start_weights`, or, for a LoRA policy,
     the policy with its adapters off."""
-    from posttrain.models import load_checkpoint_model
 
     if getattr(policy.config, "lora_r", 0):
         return AdapterOffReference(policy)

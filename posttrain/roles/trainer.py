@@ -1,10 +1,11 @@
 """Trainer: forward, backward, optimizer step. It knows no algorithm names.
 
-The loss is a callable `loss_fn(outputs, batch) -> (loss, metrics)` handed in by the
-controller: an algorithm's `compute_loss` for RL, `sft_loss` for supervised fine-tuning.
-Everything specific to an algorithm lives in that callable; everything specific to
-optimisation (learning-rate schedule, gradient clipping, accumulation, epochs over a
-rollout batch) lives here.
+The loss is an object with `compute_loss(outputs, batch) -> (loss, metrics)` and a
+`loss_agg` (algorithms/contract.py::Loss), handed in by the caller: an RL algorithm, a
+preference loss (the DPO family), or `sft_loss` for supervised fine-tuning. Everything
+specific to an algorithm lives in that object; everything specific to optimisation
+(learning-rate schedule, gradient clipping, micro-batch accumulation, epochs over a
+rollout batch) lives here, once for all of them.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ from typing import Callable
 
 import torch
 
-from posttrain.algorithms.core import masked_mean
+from posttrain.algorithms.contract import Loss
+from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.types import PolicyOutputs, RolloutBatch
-
-LossFn = Callable[[PolicyOutputs, RolloutBatch], tuple[torch.Tensor, dict[str, float]]]
 
 
 def warmup_cosine(warmup_steps: int, total_steps: int, final_fraction: float = 0.1) -> Callable[[int], float]:
@@ -35,10 +35,20 @@ def warmup_cosine(warmup_steps: int, total_steps: int, final_fraction: float = 0
     return multiplier
 
 
-def sft_loss(outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
-    """Teacher-forced cross-entropy on the response tokens only: the prompt is given, not learned."""
-    nll = -masked_mean(outputs.logp, batch.response_mask)
-    return nll, {"loss": nll.item(), "entropy": masked_mean(outputs.entropy, batch.response_mask).item()}
+class SFTLoss:
+    """Teacher-forced cross-entropy on the response tokens only: the prompt is given, not
+    learned. A mean over every response token of the batch."""
+
+    loss_agg = "token-mean"
+
+    def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        nll = -masked_mean(outputs.logp, batch.response_mask)
+        return nll, {"loss": nll.item(), "entropy": masked_mean(outputs.entropy, batch.response_mask).item()}
+
+    __call__ = compute_loss
+
+
+sft_loss = SFTLoss()
 
 
 class Trainer:
@@ -90,7 +100,7 @@ class Trainer:
     def update(
         self,
         batch: RolloutBatch,
-        loss_fn: LossFn,
+        loss: Loss,
         epochs: int = 1,
         minibatches: int = 1,
         generator: torch.Generator | None = None,
@@ -105,7 +115,7 @@ class Trainer:
         for _ in range(epochs):
             order = torch.randperm(B, generator=generator) if minibatches > 1 else torch.arange(B)
             for rows in order.chunk(minibatches):
-                metrics = self._step(batch.select(rows), loss_fn)
+                metrics = self._step(batch.select(rows), loss)
                 for key, value in metrics.items():
                     sums[key] += value
                 count += 1
@@ -114,31 +124,37 @@ class Trainer:
         out["lr"] = self.scheduler.get_last_lr()[0]
         return out
 
-    def _step(self, minibatch: RolloutBatch, loss_fn: LossFn) -> dict[str, float]:
-        """One optimizer step, accumulating gradients over micro-batches. Each micro-batch
-        loss is weighted by its share of the rows, which reproduces the full-batch gradient
-        exactly for per-sequence loss aggregations; for `token-mean` it is a per-micro-batch
-        token mean, the same approximation most libraries make."""
+    def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
+        """One optimizer step on the minibatch's gradient, accumulated over micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        B = minibatch.batch_size
-        size = self.micro_batch_size or B
-        sums: dict[str, float] = defaultdict(float)
-        for start in range(0, B, size):
-            micro = minibatch.select(torch.arange(start, min(B, start + size)))
-            share = micro.batch_size / B
-            loss, metrics = loss_fn(self.forward(micro), micro)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(
-                    f"the loss is {loss.item()} (not finite); the last metrics were {metrics}. "
-                    "Lower the learning rate or check the rewards for NaN/inf."
-                )
-            (loss * share).backward()
-            for key, value in metrics.items():
-                sums[key] += value * share
+        metrics = self.accumulate(minibatch, torch.arange(minibatch.batch_size), loss)
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()
-        sums["grad_norm"] = norm.item()
+        metrics["grad_norm"] = norm.item()
+        return metrics
+
+    def accumulate(self, minibatch: RolloutBatch, rows: torch.Tensor, loss: Loss) -> dict[str, float]:
+        """Backward through the loss of `rows` of the minibatch, micro_batch_size rows at a
+        time, each micro-batch's loss weighted by its share of the whole minibatch's
+        (core.micro_batch_share: of its tokens for token-mean, of its rows otherwise), so
+        the summed gradient is exactly the minibatch's whatever the micro-batch size, and
+        whatever slice of the rows this process holds (distributed/data_parallel.py). The
+        metrics are weighted the same way."""
+        size = self.micro_batch_size or max(1, len(rows))
+        sums: dict[str, float] = defaultdict(float)
+        for start in range(0, len(rows), size):
+            micro = minibatch.select(rows[start : start + size])
+            share = micro_batch_share(loss.loss_agg, micro.response_mask, minibatch.response_mask)
+            value, metrics = loss.compute_loss(self.forward(micro), micro)
+            if not torch.isfinite(value):
+                raise FloatingPointError(
+                    f"the loss is {value.item()} (not finite); the last metrics were {metrics}. "
+                    "Lower the learning rate or check the rewards for NaN/inf."
+                )
+            (value * share).backward()
+            for key, metric in metrics.items():
+                sums[key] += metric * share
         return dict(sums)
 
     def state_dict(self) -> dict:

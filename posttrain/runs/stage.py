@@ -26,8 +26,11 @@ def run_stage(
     on_resume: Callable[[dict], None] = lambda state: None,
     extra_state: Callable[[], dict] = lambda: {},
     show: Callable[[dict], str] = lambda m: "",
+    checkpoint_also: Callable[[int], bool] = lambda step: False,
 ) -> None:
-    """Run steps [start, steps) of a stage, where start follows the last checkpoint."""
+    """Run steps [start, steps) of a stage, where start follows the last checkpoint: each
+    step's metrics are one line of metrics.jsonl, and a checkpoint follows every
+    checkpoint_every steps, the last step, and any step `checkpoint_also` names."""
     start = 0
     checkpoint = latest_checkpoint(run, stage)
     if checkpoint is not None:
@@ -49,6 +52,6 @@ def run_stage(
         for step in range(start, steps):
             metrics = step_fn(step)
             run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
-            if (step + 1) % checkpoint_every == 0 or step == steps - 1:
+            if (step + 1) % checkpoint_every == 0 or step == steps - 1 or checkpoint_also(step):
                 save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
             progress.update(task, advance=1, info=show(metrics))

@@ -95,8 +95,9 @@ def _ref_kl_k3(logp, ref_logp):
 
 def _ref_advantages(batch):
     from posttrain.algorithms import make_algorithm
+    from posttrain.teach.widgets import BUDGET
 
-    return make_algorithm("dr_grpo").compute_advantages(batch)["advantages"]
+    return make_algorithm("dr_grpo", budget=BUDGET).compute_advantages(batch)["advantages"]
 
 
 def _ref_sft_loss(logp, mask):

@@ -10,12 +10,17 @@ import dataclasses
 import torch
 
 from posttrain.algorithms import make_algorithm
+from posttrain.config import SamplingParams
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.types import Episode, Example, PolicyOutputs, RolloutBatch
+
+# the generation budget the lessons' batches are measured against (Dr.GRPO's L_max, DAPO's):
+# make run's, so a lesson's numbers are the ones its run would compute
+BUDGET = SamplingParams().max_new_tokens
 
 
 def tiny_policy(sft_steps: int = 100, seed: int = 0):
@@ -47,11 +52,9 @@ def algorithm_pushes(batch, name: str, **params):
     push on each row (B,), loss metrics); push = −Σ_t ∂loss/∂log π over the row's response:
     > 0 means the step makes that completion more likely. Rows the algorithm drops before
     training (DAPO's dynamic sampling) get NaN in both."""
-    algo = make_algorithm(name, **params)
-    rows = torch.arange(batch.batch_size)  # (B,) the rows the algorithm trains on
-    if getattr(algo, "filter_batch", None) is not None:  # DAPO's dynamic sampling drops whole groups
-        kept = {id(e) for e in algo.filter_batch(batch).episodes}
-        rows = torch.tensor([b for b, e in enumerate(batch.episodes) if id(e) in kept], dtype=torch.long)
+    algo = make_algorithm(name, budget=BUDGET, **params)
+    kept = {id(e) for e in algo.filter_batch(batch).episodes}  # DAPO's dynamic sampling drops whole groups
+    rows = torch.tensor([b for b, e in enumerate(batch.episodes) if id(e) in kept], dtype=torch.long)  # (b,)
     # rows the algorithm dropped (dynamic sampling) are NaN: "not in the batch", unlike a 0
     adv = torch.full((batch.batch_size,), float("nan"))
     push = torch.full((batch.batch_size,), float("nan"))

@@ -1,12 +1,12 @@
-"""The preference-loss registry: offline losses on chosen / rejected pairs (DPO and family).
+"""The preference-loss registry: losses on chosen / rejected pairs (DPO and family).
 
-Every entry is a dataclass of hyperparameters with the same call (see `core.py`):
+Every entry is a dataclass of hyperparameters with the same two calls (see `core.py`):
 
-    loss_fn = make_preference_loss("dpo", beta=0.1)
-    loss, metrics = loss_fn(policy_chosen_logps, policy_rejected_logps,
-                            ref_chosen_logps, ref_rejected_logps, info)
+    dpo = make_preference_loss("dpo", beta=0.1)
+    loss, metrics = dpo.loss(logps)                  # the paper's equation on PreferenceLogps
+    trainer.update(batch, dpo)                       # the Trainer's Loss contract (compute_loss)
 
-(roles/preference_trainer.py trains any of them end to end and scores held-out pairs.)
+(pipelines/preference_train.py trains any of them end to end and scores held-out pairs.)
 
     loss    needs π_ref   data       compared quantity                       paper
     dpo     yes           pairs      β·Δ log-ratio, logistic loss            Rafailov et al. 2023
@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from posttrain.algorithms.contract import make_from_registry
-from posttrain.algorithms.preference.core import PreferenceInfo, PreferenceLoss, pair_metrics
+from posttrain.algorithms.preference.core import PreferenceLogps, PreferenceLoss, pair_metrics
 from posttrain.algorithms.preference.dpo import DPO
 from posttrain.algorithms.preference.ipo import IPO
 from posttrain.algorithms.preference.kto import KTO
@@ -50,7 +50,7 @@ __all__ = [
     "KTO",
     "ORPO",
     "PREFERENCE_LOSSES",
-    "PreferenceInfo",
+    "PreferenceLogps",
     "PreferenceLoss",
     "SimPO",
     "make_preference_loss",

@@ -1,92 +1,129 @@
-"""Shared pieces of the offline preference losses (DPO and its family).
+"""Shared pieces of the preference losses (DPO and its family).
 
-Unlike the RL algorithms next door, these losses never sample: they read a fixed set of
-(prompt, chosen, rejected) pairs, or unpaired (prompt, completion, desirable) examples for
-KTO, and only ever need one number per sequence, its log-probability under teacher forcing:
+Unlike the RL algorithms next door, these losses never need advantages: they read pairs of
+(prompt, chosen, rejected) responses, or unpaired (prompt, completion, desirable) examples
+for KTO, and only ever need one number per response, its log-probability under teacher
+forcing:
 
     log π(y | x) = Σ_t log π(y_t | x, y_<t)      summed over the response tokens (EOS included)
 
-The contract every loss follows (so the registry is a plain dict and the training loop
-never asks which loss it is running):
+They train through the same Trainer as the RL losses (roles/trainer.py: warmup,
+micro-batches, checkpoints), on a RolloutBatch whose rows are the responses: a pair is a
+group of two adjacent rows sharing a group id, the chosen one with reward 1 and the
+rejected one with reward 0 (a desirable KTO example has reward 1, an undesirable one 0),
+and `ref_logp` holds log π_ref per token (computed once, without gradients, since π_ref
+never changes). `PreferenceLoss.compute_loss` sums each row's log-probs into a
+`PreferenceLogps`, and each loss is one method on it:
 
-    loss, metrics = loss_fn(policy_chosen_logps,    # (Bc,) Σ log π_θ over each chosen response
-                            policy_rejected_logps,  # (Br,) the same for each rejected response
-                            ref_chosen_logps,       # (Bc,) Σ log π_ref, or None
-                            ref_rejected_logps,     # (Br,) or None
-                            info)                   # PreferenceInfo: response lengths
+    loss, metrics = preference_loss.loss(logps)     # logps: PreferenceLogps
 
-For paired data Bc = Br = B and row i of both tensors is the same pair. KTO reads the
-"chosen" slot as its desirable examples and the "rejected" slot as its undesirable ones;
-those need not be paired, nor equal in number. Reference log-probs are constants (computed
-once, without gradients, and cached by the training loop); a loss whose `uses_reference` is
-False receives None and must not need them.
+For paired data row i of `chosen` and `rejected` is pair i. KTO reads `chosen` as its
+desirable examples and `rejected` as its undesirable ones; those need not be paired, nor
+equal in number. A loss whose `uses_reference` is False never reads the reference.
 
-Why `info` holds only lengths: everything else a loss in the family needs is a function of
-the four log-prob tensors and the lengths. SimPO and ORPO length-normalise (Σ log π / |y|),
-and ORPO's NLL term on the chosen response is −Σ log π_θ(y_c) / |y_c|, the same per-token
-cross-entropy SFT minimises, so it needs no separate field.
+Why only lengths besides log-probs: everything else a loss in the family needs is a
+function of the four log-prob vectors and the lengths. SimPO and ORPO length-normalise
+(Σ log π / |y|), and ORPO's NLL term on the chosen response is −Σ log π_θ(y_c) / |y_c|,
+the same per-token cross-entropy SFT minimises.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import ClassVar
 
 import torch
 
+from posttrain.algorithms.core import masked_sum
+from posttrain.types import PolicyOutputs, RolloutBatch
+
 
 @dataclass
-class PreferenceInfo:
-    """What a loss may need besides log-probs: the response length |y| of every row."""
+class PreferenceLogps:
+    """log π(y | x) of each side, summed over the response tokens, and the response lengths."""
 
-    chosen_lengths: torch.Tensor  # (Bc,) float, tokens in each chosen / desirable response
-    rejected_lengths: torch.Tensor  # (Br,) float, tokens in each rejected / undesirable response
+    chosen: torch.Tensor  # (Bc,) Σ log π_θ over each chosen / desirable response
+    rejected: torch.Tensor  # (Br,) the same for each rejected / undesirable response
+    chosen_lengths: torch.Tensor  # (Bc,) float, tokens in each chosen response (EOS included)
+    rejected_lengths: torch.Tensor  # (Br,)
+    ref_chosen: torch.Tensor | None = None  # (Bc,) Σ log π_ref, None when the loss reads no reference
+    ref_rejected: torch.Tensor | None = None  # (Br,)
 
     @staticmethod
-    def from_batch(batch) -> PreferenceInfo:
-        """From a batch with `lengths()` and an `is_chosen` row mask (roles/preference_trainer.py)."""
-        lengths = batch.lengths()  # (N,)
-        return PreferenceInfo(lengths[batch.is_chosen], lengths[~batch.is_chosen])
+    def of_rows(logps: torch.Tensor, lengths: torch.Tensor, is_chosen: torch.Tensor,
+                ref_logps: torch.Tensor | None = None) -> PreferenceLogps:
+        """Split per-row values (N,) into the chosen rows and the rejected rows, each side
+        in row order (so with pairs laid out as adjacent rows, index i is pair i)."""
+        ref = (None, None) if ref_logps is None else (ref_logps[is_chosen], ref_logps[~is_chosen])
+        return PreferenceLogps(logps[is_chosen], logps[~is_chosen], lengths[is_chosen], lengths[~is_chosen], *ref)
+
+    def cat(self, other: PreferenceLogps) -> PreferenceLogps:
+        """Both sides of two batches, one after the other (held-out pairs scored in chunks)."""
+        def join(a, b):
+            return None if a is None else torch.cat([a, b])
+
+        return PreferenceLogps(*(join(getattr(self, f), getattr(other, f)) for f in self.__dataclass_fields__))
 
 
-class PreferenceLoss(Protocol):
-    """A `@dataclass` whose fields are the loss's hyperparameters (validated in
-    `__post_init__` with `posttrain.algorithms.core.check_field`)."""
+class PreferenceLoss:
+    """What every loss of the family is: a `@dataclass` subclass whose fields are the loss's
+    hyperparameters (validated in `__post_init__` with contract.check_field) and whose
+    `loss(logps)` is the paper's equation. `compute_loss` is the trainer's Loss contract
+    (algorithms/contract.py), written once for all of them."""
 
     name: ClassVar[str]  # the registry key, e.g. "dpo"
-    paired: ClassVar[bool]  # False: accepts unpaired desirable / undesirable examples (KTO)
+    paired: ClassVar[bool] = True  # False: accepts unpaired desirable / undesirable examples (KTO)
+    # A mean over pairs (KTO: over examples) of a function of each row's summed log-prob: a
+    # micro-batch of whole pairs weighs its share of the rows, which makes accumulation exact
+    loss_agg: ClassVar[str] = "seq-mean-token-sum"
 
     @property
     def uses_reference(self) -> bool:
-        """True when the loss reads ref_*_logps; the training loop only builds (and caches
-        the log-probs of) a reference model then."""
-        ...
+        """True when the loss reads ref_* (DPO, IPO, KTO); the trainer then needs
+        `batch.ref_logp`, and reference-free losses (SimPO, ORPO) never build a reference."""
+        return True
 
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss to minimise, metrics as python floats)."""
-        ...
+        raise NotImplementedError
+
+    def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """The loss of a batch of preference rows (module docstring: reward 1 marks the
+        chosen / desirable rows), plus the mean Σ log π_θ of each side and the mean
+        response length."""
+        mask = batch.response_mask  # (N, T)
+        is_chosen = batch.rewards > 0  # (N,)
+        ref = None
+        if self.uses_reference:
+            if batch.ref_logp is None:
+                raise ValueError(f"{type(self).__name__} needs batch.ref_logp, the reference's log-probs; "
+                                 "run the reference over the pairs first")
+            ref = masked_sum(batch.ref_logp, mask, dim=1)  # (N,)
+        logps = PreferenceLogps.of_rows(masked_sum(outputs.logp, mask, dim=1), batch.response_lengths(),
+                                        is_chosen, ref)
+        loss, metrics = self.loss(logps)
+        with torch.no_grad():
+            metrics |= {
+                "logps_chosen": logps.chosen.mean().item() if logps.chosen.numel() else 0.0,
+                "logps_rejected": logps.rejected.mean().item() if logps.rejected.numel() else 0.0,
+                "response_len": batch.response_lengths().mean().item(),
+            }
+        return loss, metrics
 
 
-def require_reference(name: str, ref_chosen_logps, ref_rejected_logps) -> None:
-    if ref_chosen_logps is None or ref_rejected_logps is None:
+def require_reference(name: str, logps: PreferenceLogps) -> None:
+    if logps.ref_chosen is None or logps.ref_rejected is None:
         raise ValueError(
-            f"{name} needs reference log-probs (ref_chosen_logps, ref_rejected_logps), got None; "
-            "compute them with sequence_logps(reference_model, batch) under torch.no_grad()"
+            f"{name} needs reference log-probs (ref_chosen, ref_rejected), got None; compute them with the "
+            "reference model under torch.no_grad()"
         )
 
 
-def require_paired(name: str, chosen: torch.Tensor, rejected: torch.Tensor) -> None:
-    if chosen.shape != rejected.shape:
+def require_paired(name: str, logps: PreferenceLogps) -> None:
+    if logps.chosen.shape != logps.rejected.shape:
         raise ValueError(
-            f"{name} compares pair by pair, but got {tuple(chosen.shape)} chosen and "
-            f"{tuple(rejected.shape)} rejected log-probs; use KTO for unpaired data"
+            f"{name} compares pair by pair, but got {tuple(logps.chosen.shape)} chosen and "
+            f"{tuple(logps.rejected.shape)} rejected log-probs; use KTO for unpaired data"
         )
 
 

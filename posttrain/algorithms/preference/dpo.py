@@ -56,15 +56,20 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.contract import check_field
-from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired, require_reference
+from posttrain.algorithms.preference.core import (
+    PreferenceLogps,
+    PreferenceLoss,
+    pair_metrics,
+    require_paired,
+    require_reference,
+)
 
 
 @dataclass
-class DPO:
+class DPO(PreferenceLoss):
     """Direct Preference Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "dpo"
-    paired: ClassVar[bool] = True
 
     beta: float = 0.1  # the paper's β for dialogue and sentiment (Sec. 6); larger = closer to π_ref
     label_smoothing: float = 0.0  # ε of conservative DPO; 0 trusts every label (the paper's loss)
@@ -81,32 +86,21 @@ class DPO:
         check_field(self, "length_normalize", isinstance(self.length_normalize, bool), "True or False")
         check_field(self, "nll_coef", self.nll_coef >= 0, "a number >= 0 (0 = plain DPO)")
 
-    @property
-    def uses_reference(self) -> bool:
-        return True
-
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of the (smoothed) DPO loss; every input (B,)."""
-        require_reference("DPO", ref_chosen_logps, ref_rejected_logps)
-        require_paired("DPO", policy_chosen_logps, policy_rejected_logps)
-        chosen_logratio = policy_chosen_logps - ref_chosen_logps  # (B,) log π_θ/π_ref (y_c)
-        rejected_logratio = policy_rejected_logps - ref_rejected_logps  # (B,)
+        require_reference("DPO", logps)
+        require_paired("DPO", logps)
+        chosen_logratio = logps.chosen - logps.ref_chosen  # (B,) log π_θ/π_ref (y_c)
+        rejected_logratio = logps.rejected - logps.ref_rejected  # (B,)
         if self.length_normalize:
-            chosen_logratio = chosen_logratio / info.chosen_lengths.clamp(min=1)
-            rejected_logratio = rejected_logratio / info.rejected_lengths.clamp(min=1)
+            chosen_logratio = chosen_logratio / logps.chosen_lengths.clamp(min=1)
+            rejected_logratio = rejected_logratio / logps.rejected_lengths.clamp(min=1)
         logits = self.beta * (chosen_logratio - rejected_logratio)  # (B,) β·Δ
         # logsigmoid, not log(sigmoid(.)): sigmoid underflows to 0 for logits below about −88.
         losses = -(1 - self.label_smoothing) * F.logsigmoid(logits) - self.label_smoothing * F.logsigmoid(-logits)
         metrics = pair_metrics(self.beta * chosen_logratio, self.beta * rejected_logratio)
         if self.nll_coef > 0:  # DPO + NLL: the SFT loss on the chosen response, per token
-            nll = -policy_chosen_logps / info.chosen_lengths.clamp(min=1)  # (B,)
+            nll = -logps.chosen / logps.chosen_lengths.clamp(min=1)  # (B,)
             losses = losses + self.nll_coef * nll
             metrics["nll_chosen"] = nll.mean().item()
         return losses.mean(), {"loss": losses.mean().item(), **metrics}

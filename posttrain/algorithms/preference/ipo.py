@@ -28,38 +28,32 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.contract import check_field
-from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired, require_reference
+from posttrain.algorithms.preference.core import (
+    PreferenceLogps,
+    PreferenceLoss,
+    pair_metrics,
+    require_paired,
+    require_reference,
+)
 
 
 @dataclass
-class IPO:
+class IPO(PreferenceLoss):
     """Identity Preference Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "ipo"
-    paired: ClassVar[bool] = True
 
     beta: float = 0.1  # IPO's τ; 0.1 gives a target margin of 5 nats, comparable to DPO's β = 0.1 scale
 
     def __post_init__(self) -> None:
         check_field(self, "beta", self.beta > 0, "a number > 0")
 
-    @property
-    def uses_reference(self) -> bool:
-        return True
-
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of (h − 1/(2β))²; every input (B,)."""
-        require_reference("IPO", ref_chosen_logps, ref_rejected_logps)
-        require_paired("IPO", policy_chosen_logps, policy_rejected_logps)
-        chosen_logratio = policy_chosen_logps - ref_chosen_logps  # (B,)
-        rejected_logratio = policy_rejected_logps - ref_rejected_logps  # (B,)
+        require_reference("IPO", logps)
+        require_paired("IPO", logps)
+        chosen_logratio = logps.chosen - logps.ref_chosen  # (B,)
+        rejected_logratio = logps.rejected - logps.ref_rejected  # (B,)
         h = chosen_logratio - rejected_logratio  # (B,) DPO's Δ
         losses = (h - 1 / (2 * self.beta)) ** 2  # DPO: -logsigmoid(beta * h)
         metrics = pair_metrics(self.beta * chosen_logratio, self.beta * rejected_logratio)

@@ -43,11 +43,11 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.contract import check_field
-from posttrain.algorithms.preference.core import PreferenceInfo, require_reference
+from posttrain.algorithms.preference.core import PreferenceLogps, PreferenceLoss, require_reference
 
 
 @dataclass
-class KTO:
+class KTO(PreferenceLoss):
     """Kahneman–Tversky Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "kto"
@@ -62,23 +62,12 @@ class KTO:
         check_field(self, "desirable_weight", self.desirable_weight > 0, "a number > 0")
         check_field(self, "undesirable_weight", self.undesirable_weight > 0, "a number > 0")
 
-    @property
-    def uses_reference(self) -> bool:
-        return True
-
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over all B_D + B_U examples of λ_y − v(x, y). Desirable inputs (B_D,),
         undesirable inputs (B_U,)."""
-        require_reference("KTO", ref_chosen_logps, ref_rejected_logps)
-        r_desirable = policy_chosen_logps - ref_chosen_logps  # (B_D,) implicit reward / β
-        r_undesirable = policy_rejected_logps - ref_rejected_logps  # (B_U,)
+        require_reference("KTO", logps)
+        r_desirable = logps.chosen - logps.ref_chosen  # (B_D,) implicit reward / β
+        r_undesirable = logps.rejected - logps.ref_rejected  # (B_U,)
         n = r_desirable.numel() + r_undesirable.numel()
         if n == 0:
             raise ValueError("KTO got an empty batch: no desirable and no undesirable examples")

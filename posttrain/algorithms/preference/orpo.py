@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.contract import check_field
-from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired
+from posttrain.algorithms.preference.core import PreferenceLogps, PreferenceLoss, pair_metrics, require_paired
 
 # log(1 − e^x) is −inf at x = 0, i.e. when the model gives a whole response probability 1.
 # Capping the average log-prob at −1e-6 (P ≤ 0.999999) keeps it finite; any response that
@@ -46,11 +46,10 @@ def log_odds(mean_logp: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
-class ORPO:
+class ORPO(PreferenceLoss):
     """Odds Ratio Preference Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "orpo"
-    paired: ClassVar[bool] = True
 
     lam: float = 0.1  # λ, the weight of the odds-ratio term; the paper's main setting is 0.1
 
@@ -61,19 +60,12 @@ class ORPO:
     def uses_reference(self) -> bool:
         return False
 
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of NLL(y_c) + λ · −log σ(log odds ratio). The ref_* inputs
         are ignored (pass None); every other input is (B,)."""
-        require_paired("ORPO", policy_chosen_logps, policy_rejected_logps)
-        chosen_mean_logp = policy_chosen_logps / info.chosen_lengths.clamp(min=1)  # (B,) (1/|y|) log π
-        rejected_mean_logp = policy_rejected_logps / info.rejected_lengths.clamp(min=1)  # (B,)
+        require_paired("ORPO", logps)
+        chosen_mean_logp = logps.chosen / logps.chosen_lengths.clamp(min=1)  # (B,) (1/|y|) log π
+        rejected_mean_logp = logps.rejected / logps.rejected_lengths.clamp(min=1)  # (B,)
         nll = -chosen_mean_logp  # (B,) L_SFT, the per-token cross-entropy on y_c
         log_odds_ratio = log_odds(chosen_mean_logp) - log_odds(rejected_mean_logp)  # (B,)
         or_losses = -F.logsigmoid(log_odds_ratio)  # (B,) DPO's −log σ, on log odds instead of β·Δ

@@ -29,15 +29,14 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.contract import check_field
-from posttrain.algorithms.preference.core import PreferenceInfo, pair_metrics, require_paired
+from posttrain.algorithms.preference.core import PreferenceLogps, PreferenceLoss, pair_metrics, require_paired
 
 
 @dataclass
-class SimPO:
+class SimPO(PreferenceLoss):
     """Simple Preference Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "simpo"
-    paired: ClassVar[bool] = True
 
     # The paper tunes β in about 2.0–2.5: larger than DPO's because it scales an *average*
     # log-prob (a few tenths of a nat), not a summed log-ratio.
@@ -53,19 +52,12 @@ class SimPO:
     def uses_reference(self) -> bool:
         return False
 
-    def __call__(
-        self,
-        policy_chosen_logps: torch.Tensor,
-        policy_rejected_logps: torch.Tensor,
-        ref_chosen_logps: torch.Tensor | None,
-        ref_rejected_logps: torch.Tensor | None,
-        info: PreferenceInfo,
-    ) -> tuple[torch.Tensor, dict[str, float]]:
+    def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of −log σ(r_c − r_r − γ). The ref_* inputs are ignored
         (pass None); every other input is (B,)."""
-        require_paired("SimPO", policy_chosen_logps, policy_rejected_logps)
-        r_chosen = self.beta * policy_chosen_logps / info.chosen_lengths.clamp(min=1)  # (B,) DPO: β·(π − ref)
-        r_rejected = self.beta * policy_rejected_logps / info.rejected_lengths.clamp(min=1)  # (B,)
+        require_paired("SimPO", logps)
+        r_chosen = self.beta * logps.chosen / logps.chosen_lengths.clamp(min=1)  # (B,) DPO: β·(π − ref)
+        r_rejected = self.beta * logps.rejected / logps.rejected_lengths.clamp(min=1)  # (B,)
         losses = -F.logsigmoid(r_chosen - r_rejected - self.gamma)  # (B,)
         metrics = pair_metrics(r_chosen.detach(), r_rejected.detach())
         return losses.mean(), {"loss": losses.mean().item(), **metrics}

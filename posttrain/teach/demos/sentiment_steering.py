@@ -260,7 +260,7 @@ def ppo_run(start: GPTMini, beta: float, tokenizer, cfg: Config, log=print) -> t
         batch.ref_logp = reference.logp(batch)  # 3. reference (always: the KL is reported for β = 0 too)
         batch.values = trainer.values(batch)  # V at sampling time
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))  # 4. advantage
-        metrics = trainer.update(batch, algo.compute_loss, cfg.epochs, cfg.minibatches, gen)  # 5. update
+        metrics = trainer.update(batch, algo, cfg.epochs, cfg.minibatches, gen)  # 5. update
         sync.push()  # 6. sync
         texts = [e.completion for e in episodes]
         row = {"beta": beta, "step": step + 1, "reward": float(batch.rewards.mean()), "kl": sequence_kl(batch),
