@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from posttrain.teach.demos import run_demo
 from posttrain.teach.demos import reviews
+from posttrain.teach.demos import sentiment_measures as measures
 from posttrain.teach.demos import sentiment_steering as demo
 from posttrain.models.tokenizer import CharTokenizer
 
@@ -42,36 +43,36 @@ def one_thread():
     ["not", "no", "but", "very", "kind of", "least", "never", "!", "?", "GREAT", "bad", ":)", "", " ", "\n",
      "isn't", "without", "doubt", "so", "too", "sort of", "\x00", "é"]), max_size=12).map(" ".join))
 def test_reward_is_total_and_bounded_on_any_string(text):
-    r = demo.vader_reward(text)
+    r = measures.vader_reward(text)
     assert isinstance(r, float) and math.isfinite(r) and -1.0 <= r <= 1.0
-    result = demo.score(None, text)
+    result = measures.score(None, text)
     assert result["reward"] == r and set(result["details"]) == {"pos", "neu", "neg"}
 
 
 def test_reward_reads_sentiment_the_right_way_round():
-    assert demo.vader_reward("") == 0.0
-    assert demo.vader_reward(" quiet at lunch.") == 0.0  # neutral words only
-    good, bad = demo.vader_reward(" very good."), demo.vader_reward(" very bad.")
+    assert measures.vader_reward("") == 0.0
+    assert measures.vader_reward(" quiet at lunch.") == 0.0  # neutral words only
+    good, bad = measures.vader_reward(" very good."), measures.vader_reward(" very bad.")
     assert good > 0.4 and bad < -0.4
-    assert demo.vader_reward(" not good.") < 0 < demo.vader_reward(" good.")
+    assert measures.vader_reward(" not good.") < 0 < measures.vader_reward(" good.")
     # VADER reads "!" as emphasis: the cheap lever a policy can pull for more reward
-    assert demo.vader_reward(" great!!!") > demo.vader_reward(" great!") > demo.vader_reward(" great.")
+    assert measures.vader_reward(" great!!!") > measures.vader_reward(" great!") > measures.vader_reward(" great.")
 
 
 def test_distinct_n_by_hand():
     texts = ["very good.", "very bad."]  # very good . | very bad .
-    assert demo.distinct_n(texts, 1) == pytest.approx(4 / 6)  # very, good, bad, "."
-    assert demo.distinct_n(texts, 2) == 1.0  # (very good) (good .) (very bad) (bad .)
-    assert demo.distinct_n(["great!", "great!", "great!"], 2) == pytest.approx(1 / 3)
-    assert demo.distinct_n(["Great", "great"], 1) == 0.5  # lowercased
-    assert demo.distinct_n(["", "ok"], 2) == 0.0  # no bigram anywhere
-    assert demo.words("Great, but slow!!") == ["great", ",", "but", "slow", "!", "!"]
+    assert measures.distinct_n(texts, 1) == pytest.approx(4 / 6)  # very, good, bad, "."
+    assert measures.distinct_n(texts, 2) == 1.0  # (very good) (good .) (very bad) (bad .)
+    assert measures.distinct_n(["great!", "great!", "great!"], 2) == pytest.approx(1 / 3)
+    assert measures.distinct_n(["Great", "great"], 1) == 0.5  # lowercased
+    assert measures.distinct_n(["", "ok"], 2) == 0.0  # no bigram anywhere
+    assert measures.words("Great, but slow!!") == ["great", ",", "but", "slow", "!", "!"]
 
 
 def test_real_word_fraction():
-    assert demo.real_word_fraction([" very good at lunch."]) == 1.0
-    assert demo.real_word_fraction([" greael great"]) == 0.5
-    assert demo.real_word_fraction(["", "!!"]) == 1.0  # no words, nothing misspelt
+    assert measures.real_word_fraction([" very good at lunch."]) == 1.0
+    assert measures.real_word_fraction([" greael great"]) == 0.5
+    assert measures.real_word_fraction(["", "!!"]) == 1.0  # no words, nothing misspelt
 
 
 # --------------------------------------------------------------------------------------
@@ -87,7 +88,7 @@ def test_corpus_is_deterministic_ascii_and_mood_balanced():
         assert prompt in reviews.prompts()
         assert tok.unk_id not in tok.encode(prompt + response)  # every character is in the vocabulary
         assert response.startswith(" ") and response[-1] in ".!"
-    scores = [demo.vader_reward(r) for _, r in corpus]
+    scores = [measures.vader_reward(r) for _, r in corpus]
     mean = sum(scores) / len(scores)
     positive = sum(s > 0.05 for s in scores) / len(scores)
     negative = sum(s < -0.05 for s in scores) / len(scores)

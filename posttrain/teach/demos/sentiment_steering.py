@@ -33,9 +33,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import re
 import time
-from functools import lru_cache
 from importlib.metadata import version
 
 import torch
@@ -43,84 +41,26 @@ from rich.markup import escape
 from rich.table import Table
 
 from posttrain.algorithms.core import kl_k1, masked_mean, masked_sum
-from posttrain.models.logprobs import token_entropy
 from posttrain.algorithms.ppo import PPO
-from posttrain.teach.demos import reviews
-from posttrain.teach.demos.common import demo_parser, finish_run, one_torch_thread, pyplot, save_figure, start_run
+from posttrain.config import SamplingParams
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+from posttrain.models.logprobs import token_entropy
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.models.value_head import ValueHead
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
-from posttrain.config import SamplingParams
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.roles.weight_sync import InProcessWeightSync
+from posttrain.teach.demos import reviews
+from posttrain.teach.demos.common import demo_parser, finish_run, one_torch_thread, pyplot, save_figure, start_run
+from posttrain.teach.demos.sentiment_measures import (
+    CORPUS_SIZE,
+    distinct_n,
+    real_word_fraction,
+    score,
+)
 from posttrain.types import Episode, Example, RolloutBatch
-
-# --------------------------------------------------------------------------------------
-# The reward model: VADER's compound score of the completion
-# --------------------------------------------------------------------------------------
-
-
-@lru_cache(maxsize=1)
-def _analyzer():
-    # Imported and built on first use: the lexicon takes ~0.1 s to load, and only this demo needs it.
-    from vaderSentiment.vaderSentiment import SentimentIntensityAnalyzer
-
-    return SentimentIntensityAnalyzer()
-
-
-def vader_reward(text: str) -> float:
-    """VADER's compound score of `text`, in [−1, 1]; 0 for text with no sentiment words
-    (the empty string included). Only the completion is scored, not the prompt: the
-    policy is rewarded for what it wrote."""
-    return float(_analyzer().polarity_scores(text)["compound"])
-
-
-def score(example: Example, completion: str) -> dict:
-    """The environment's verifier signature (`score_episodes` calls it): reward + details."""
-    scores = _analyzer().polarity_scores(completion)
-    return {"reward": float(scores["compound"]), "details": {k: scores[k] for k in ("pos", "neu", "neg")}}
-
-
-# --------------------------------------------------------------------------------------
-# What the alignment tax is measured in
-# --------------------------------------------------------------------------------------
-
-
-_WORD = re.compile(r"[a-z']+|[^\sa-z]")  # a word, or one punctuation mark: "great!!" -> great ! !
-
-
-def words(text: str) -> list[str]:
-    """Lowercased words and punctuation marks, each its own item: "Great, but slow!" ->
-    ["great", ",", "but", "slow", "!"]. Punctuation counts because VADER counts it."""
-    return _WORD.findall(text.lower())
-
-
-def distinct_n(texts: list[str], n: int) -> float:
-    """Unique n-grams / all n-grams of `words` over `texts` (Li et al. 2016,
-    arXiv:1510.03055): 1 = no n-gram repeats anywhere, near 0 = the same words again and
-    again. n-grams never cross texts; 0 when there are none.
-
-        distinct_n(["very good.", "very bad."], 1) -> 4 unique / 6 = 0.667"""
-    grams = [tuple(w[i : i + n]) for w in map(words, texts) for i in range(len(w) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else 0.0
-
-
-@lru_cache(maxsize=1)
-def corpus_words() -> frozenset[str]:
-    """Every word the corpus's continuations use (60 of them)."""
-    return frozenset(w for _, text in reviews.reviews(CORPUS_SIZE) for w in words(text) if w.isalpha())
-
-
-def real_word_fraction(texts: list[str]) -> float:
-    """The fraction of the words in `texts` that the corpus uses: 1 for fluent text, lower
-    when a policy drifts into "greael" and "wastlrrtel" (punctuation is not counted). 1
-    when there are no words at all: saying nothing is not misspelling."""
-    found = [w in corpus_words() for text in texts for w in words(text) if w[0].isalpha()]
-    return sum(found) / len(found) if found else 1.0
-
 
 # --------------------------------------------------------------------------------------
 # Settings: the defaults run in about a minute; --full fills the None fields from FULL
@@ -166,7 +106,6 @@ FULL = {"betas": "1,0.3,0.1,0.03,0", "steps": 150, "prompts_per_step": 16, "pret
 MODEL = dict(dim=48, n_layer=2, n_head=4, hidden_dim=128, max_seq_len=96)
 PRETRAIN_BATCH = 32  # corpus reviews per pretraining step
 PRETRAIN_LR = 6e-3  # a tiny model from scratch takes large steps; warmup keeps the first ones sane
-CORPUS_SIZE = 4000  # distinct enough that the model learns the templates, not the texts
 
 
 # --------------------------------------------------------------------------------------
