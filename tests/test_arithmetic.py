@@ -193,9 +193,11 @@ def test_jsonl_round_trip(tmp_path):
         ('[1, 2]\n', r"line 1: expected a JSON object, got list"),
         ('{"prompt": "Q: 1+1\\n"}\n', r"line 1: missing required field 'expected_answer'"),
         (
-            '{"prompt": "Q: 1+1\\n", "expected_answer": 2}\n',
-            r"line 1: field 'expected_answer' must be a string, got int",
+            '{"prompt": "Q: 1+1\\n", "expected_answer": 2.0}\n',
+            r"line 1: 'expected_answer' must be a str or an int, got float 2.0; quote it",
         ),
+        ('{"prompt": "Q", "expected_answer": true}\n', r"line 1: 'expected_answer' must be a str or an int, got bool"),
+        ('{"prompt": null, "expected_answer": "2"}\n', r"line 1: 'prompt' must be a str, got NoneType"),
         (
             '{"prompt": "Q", "answer": "2", "expected_answer": "2"}\n',
             r"line 1: unknown field\(s\) \['answer'\]",
@@ -209,6 +211,21 @@ def test_bad_jsonl_files_name_file_line_and_problem(tmp_path, content, message):
     with pytest.raises(ValueError, match=message) as error:
         load_examples_jsonl(path)
     assert "bad.jsonl" in str(error.value)
+
+
+def test_an_int_expected_answer_loads_as_its_decimal_string(tmp_path):
+    path = tmp_path / "ints.jsonl"
+    path.write_text('{"prompt": "Q: 1+1\\n", "expected_answer": 2, "id": 7}\n{"prompt": "Q", "expected_answer": -40}\n')
+    assert load_examples_jsonl(path) == [Example("Q: 1+1\n", "2", id="7"), Example("Q", "-40")]
+
+
+def test_a_check_refuses_a_line_by_file_and_number(tmp_path):
+    path = tmp_path / "answers.jsonl"
+    path.write_text('{"prompt": "a", "expected_answer": "2"}\n\n{"prompt": "b", "expected_answer": "two"}\n')
+    check = SPECS["final_int/cot-v1"].check_example
+    with pytest.raises(ValueError, match=r"answers\.jsonl, line 3: expected_answer 'two' is not a canonical integer"):
+        load_examples_jsonl(path, check=check)
+    assert len(load_examples_jsonl(path)) == 2  # without a check, both load
 
 
 def test_unreadable_jsonl_files_are_value_errors_naming_the_file(tmp_path):

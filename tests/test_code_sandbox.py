@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.verifiers.code import REASONS, CodeTests, extract_code, score
+from posttrain.verifiers.code import REASONS, SPECS, CodeTests, extract_code, score
 from posttrain.sandbox import SANDBOX_UIDS, STATUSES, namespaces_available, run_sandboxed
 from posttrain.types import Example
 
@@ -104,13 +104,22 @@ def test_fence_extraction():
     assert time.perf_counter() - start < 1.0
 
 
-def test_bad_tests_are_a_dataset_error_not_a_zero():
-    with pytest.raises(ValueError, match="meta\\['tests'\\]"):
-        score(Example("p", "", meta={}), GOOD)
-    with pytest.raises(ValueError, match="does not compile"):
-        score(Example("p", "", meta={"tests": ["assert ("]}), GOOD)
-    with pytest.raises(TypeError, match="decode the tokens"):
-        score(ADD, b"def add(a, b): return a + b")
+def test_bad_tests_and_non_text_score_zero_with_a_reason_that_says_what_to_fix():
+    # once ValueError / TypeError; the contract now forbids raising, so the reason says it,
+    # and loaders refuse such problems before a run starts (check_example)
+    for meta, said in (({}, "meta['tests'] must be"), ({"tests": []}, "meta['tests'] must be"),
+                       ({"tests": ["assert ("]}, "meta['tests'][0] does not compile"),
+                       ({"tests": ["assert 1", 5]}, "meta['tests'] must be")):
+        for spec in SPECS.values():
+            result = spec(Example("p", "", meta=meta), GOOD)
+            assert (result["reward"], result["details"]["reason"]) == (0.0, "bad_tests"), meta
+            assert said in result["details"]["error"]
+            assert said in spec.check_example(Example("p", "", meta=meta))
+            assert result["details"]["status"] is None  # nothing ran in the sandbox
+    assert SPECS["code/tests-v1"].check_example(ADD) is None
+    result = score(ADD, b"def add(a, b): return a + b")
+    assert (result["reward"], result["details"]["reason"]) == (0.0, "not_text")
+    assert "decode the tokens" in result["details"]["error"]
 
 
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])

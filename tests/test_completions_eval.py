@@ -66,6 +66,20 @@ def test_missing_field_is_reported_with_the_line(tmp_path):
         score_completions_file(path, "final_int/cot-v1")
 
 
+def test_an_int_expected_answer_scores_like_its_string_and_a_hopeless_one_is_refused(tmp_path):
+    as_int = [{**r, "expected_answer": 7} for r in items(3, 2)]
+    result = score_completions_file(write(tmp_path / "int.jsonl", as_int), "final_int/cot-v1")
+    assert result["pass_rate"] == pytest.approx(0.6)
+    assert result["reason_counts"] == {"ok": 3, "wrong_answer": 2}
+    assert result["samples"][0]["details"]["expected"] == "7"
+    hopeless = items(1, 0) + [{**items(1, 0)[0], "id": "seven", "expected_answer": "seven"}]
+    with pytest.raises(ValueError, match=r"h.jsonl: record 'seven': expected_answer 'seven' is not a canonical integer"):
+        score_completions_file(write(tmp_path / "h.jsonl", hopeless), "final_int/cot-v1")
+    with pytest.raises(ValueError, match=r"f.jsonl: record 1: 'expected_answer' must be a str or an int, got float"):
+        score_completions_file(write(tmp_path / "f.jsonl", [{**items(1, 0)[0], "expected_answer": 7.0}]),
+                               "final_int/cot-v1")
+
+
 def test_compare_runs_refuses_other_spec_unless_forced(tmp_path):
     path = write(tmp_path / "a.jsonl", items(30, 30))
     cot = run_eval_file(path, "final_int/cot-v1", str(tmp_path), "cot")["run_dir"]

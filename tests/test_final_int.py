@@ -109,9 +109,33 @@ def test_unknown_spec_version_lists_the_valid_ones():
         get_spec("final_int/strict-v2")
 
 
-def test_a_non_string_completion_is_a_caller_bug():
-    with pytest.raises(TypeError, match="must be a str"):
-        score(E323, [3, 2, 3], "final_int/strict-v1")
+def test_a_non_string_completion_scores_zero_and_says_decode_it():
+    # once a TypeError; the contract now forbids raising, so the caller learns it from the reason
+    result = score(E323, [3, 2, 3], "final_int/strict-v1")
+    assert (result["reward"], result["details"]["reason"]) == (0.0, "not_text")
+    assert "must be a str" in result["details"]["error"] and "decode the tokens" in result["details"]["error"]
+    assert result["details"]["parsed"] is None and result["details"]["format_ok"] is False
+    assert not format_ok([3, 2, 3], "final_int/strict-v1")
+
+
+def test_the_default_spec_is_cot_v1_and_is_recorded():
+    assert score(E323, "17*19=323\nFinal: 323")["details"]["spec_version"] == "final_int/cot-v1"
+    assert score(E323, "17*19=323\nFinal: 323")["reward"] == 1.0  # strict-v1 would give 0 (extra_lines)
+    assert format_ok("17*19=323\nFinal: 1")
+
+
+@pytest.mark.parametrize("expected,refused", [
+    ("323", False), (" -7\n", False), ("0", False), ("0323", True), ("3.5", True), ("ten", True), ("", True),
+    ("+5", True), ("-0", True), ("3 apples", True), ("1,000", True), ("\u0663", True),
+])
+def test_check_example_refuses_expected_answers_no_completion_can_match(expected, refused):
+    for version in SPECS:
+        found = get_spec(version).check_example(Example("Q", expected))
+        if refused:
+            assert f"expected_answer {expected.strip()!r} is not a canonical integer" in found
+            assert "write it like 323 or -7" in found
+        else:
+            assert found is None
 
 
 # --- the deliberately hackable variants -----------------------------------------------

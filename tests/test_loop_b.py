@@ -1,6 +1,8 @@
 """Loop B: best-of-N checked on a case worked by hand, the tie-break, determinism, the
 oracle identity BoN = pass@N, and a non-oracle selector that gets hacked."""
 
+import json
+
 import pytest
 
 from posttrain.verifiers.final_int import get_spec
@@ -95,3 +97,24 @@ def test_run_bon_on_the_shipped_pack(tmp_path, capsys):
     rows = [r for r in (tmp_path.glob("*-bon8/samples.jsonl"))][0].read_text().splitlines()
     assert len(rows) == 50 and '"chosen_id"' in rows[0]
     assert len(load_candidates(pack_path("bon"))[0].candidates) == 8
+
+
+def test_run_bon_with_the_math_verifier_on_int_answers(tmp_path, capsys):
+    pytest.importorskip("math_verify")
+    # p1: c00 wrong, c01 right (0.5 = 1/2); p2: both wrong; int expected answers, as JSON gives them
+    records = [{"id": "p1", "prompt": "Half of 1?", "expected_answer": "\\frac{1}{2}",
+                "candidates": [{"id": "c00", "completion": "\\boxed{2}"}, {"id": "c01", "completion": "Final: 0.5"}]},
+               {"id": "p2", "prompt": "3+4?", "expected_answer": 7,
+                "candidates": [{"id": "c00", "completion": "\\boxed{8}"}, {"id": "c01", "completion": "no idea"}]}]
+    path = tmp_path / "math_bon.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    summary = run_bon(str(path), 2, "math/boxed-or-final-v1", str(tmp_path), "math")
+    assert summary["pass@1_first_sample"] == 0.0
+    assert summary["bon_pass_rate"] == summary["pass@k"][2] == 0.5
+    assert summary["pass@k"][1] == pytest.approx(0.25)  # mean of c/n = (1/2 + 0/2) / 2
+    assert summary["spec_version"] == "math/boxed-or-final-v1"
+    rows = [json.loads(line) for line in next(tmp_path.glob("*-math/samples.jsonl")).read_text().splitlines()]
+    assert [r["chosen_id"] for r in rows] == ["c01", "c00"] and rows[1]["expected_answer"] == "7"
+    with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: .*math/boxed-or-final-v1"):
+        run_bon(str(path), 2, "math/v9", str(tmp_path), "x")
+    capsys.readouterr()

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 pytest.importorskip("math_verify")
 
-from posttrain.verifiers import math_answer
+from posttrain.verifiers import math_worker
 from posttrain.verifiers.math_answer import MAX_ANSWER_CHARS, REASONS, SPECS, MathAnswerSpec, extract_answer, score
 from posttrain.types import Example
 
@@ -118,9 +118,24 @@ def test_megabyte_completion_is_fast():
     assert time.monotonic() - start < 1.0
 
 
-def test_rejects_non_str():
-    with pytest.raises(TypeError, match="decode the tokens"):
-        score(ex("5"), b"\\boxed{5}")
+def test_a_non_str_completion_scores_zero_and_says_decode_it():
+    # once a TypeError; the contract now forbids raising, so the caller learns it from the reason
+    result = score(ex("5"), b"\\boxed{5}")
+    assert (result["reward"], result["details"]["reason"]) == (0.0, "not_text")
+    assert "decode the tokens" in result["details"]["error"]
+    assert result["details"]["worker"] is None  # refused before any math-verify work
+
+
+def test_an_int_expected_answer_scores_as_its_string():
+    assert score({"prompt": "2+2?", "expected_answer": 4}, "\\boxed{4}")["reward"] == 1.0
+    assert score({"prompt": "2+2?", "expected_answer": 4}, "\\boxed{2^2}")["details"]["expected"] == "4"
+    assert score({"prompt": "2+2?", "expected_answer": -4}, "Final: 4")["details"]["reason"] == "wrong_answer"
+
+
+def test_check_example_refuses_only_an_empty_expected_answer():
+    spec = SPECS["math/boxed-or-final-v1"]
+    assert spec.check_example(ex("\\frac{1}{2}")) is None
+    assert "expected_answer is empty" in spec.check_example(ex("  \n"))
 
 
 # Text that reaches math-verify: random answers inside a box or on a Final line.
@@ -173,9 +188,9 @@ def test_works_from_a_non_main_thread():
 
 
 def test_thread_fallback_when_no_worker_can_start(monkeypatch):
-    worker = math_answer._Worker()
+    worker = math_worker._Worker()
     worker.unavailable = "simulated: subprocesses are not allowed here"
-    monkeypatch.setattr(math_answer, "_WORKER", worker)
+    monkeypatch.setattr(math_worker, "_WORKER", worker)
     result = score(ex("\\frac{1}{2}"), "\\boxed{0.5}")
     assert result["details"]["reason"] == "ok" and result["details"]["worker"] == "thread"
 
@@ -183,7 +198,7 @@ def test_thread_fallback_when_no_worker_can_start(monkeypatch):
         time.sleep(1.5)
         return {"status": "ok", "equal": True}
 
-    monkeypatch.setattr(math_answer, "compare", slow_compare)
+    monkeypatch.setattr(math_worker, "compare", slow_compare)
     start = time.monotonic()
     result = MathAnswerSpec(timeout_seconds=0.3)(ex("5"), "\\boxed{5}")
     assert result["details"]["reason"] == "timeout" and time.monotonic() - start < 1.0

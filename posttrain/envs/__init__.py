@@ -1,5 +1,9 @@
 """Environments: a prompt distribution plus a scorer.
 
+    arithmetic   generated sums with a `Final: <int>` answer (no data needed)
+    jsonl        your JSONL file, scored by any registered verifier (final_int by default)
+    math, code   the same with math/boxed-or-final-v1 or code/tests-v1 as the default
+
 Every environment takes its settings as keyword arguments and offers the same methods
 (`sample`, `fixed_set`, `solution`, `score`), so the registry is a plain dict and
 callers never ask which environment they hold.
@@ -11,9 +15,10 @@ import inspect
 from typing import Any
 
 from posttrain.envs.arithmetic import ArithmeticEnv
-from posttrain.envs.jsonl_file import JsonlEnv
+from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 
-ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv}
+# "math" and "code" are "jsonl" with another default verifier; all three need --env.path
+ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv}
 
 
 def make_env(name: str, **kwargs: Any):

@@ -38,8 +38,9 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
+from posttrain.verifiers.contract import as_example
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.files import write_atomic
 from posttrain.types import Example
@@ -315,9 +316,11 @@ def save_examples_jsonl(examples: list[Example], path: str | Path) -> None:
     write_atomic(path, "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records))
 
 
-def load_examples_jsonl(path: str | Path) -> list[Example]:
-    """Read the file `save_examples_jsonl` writes. Blank lines are skipped; anything else
-    that is not a valid example stops loading with the file, line number and problem."""
+def load_examples_jsonl(path: str | Path, check: Callable[[Example], str | None] | None = None) -> list[Example]:
+    """Read the file `save_examples_jsonl` writes (an int `expected_answer` is read as its
+    decimal string). Blank lines are skipped; anything else that is not a valid example,
+    or that `check` (a verifier's `check_example`) says can never be scored, stops loading
+    with the file, line number and problem."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -331,7 +334,11 @@ def load_examples_jsonl(path: str | Path) -> list[Example]:
             record = json.loads(line)
         except json.JSONDecodeError as error:
             raise ValueError(f"{where}: not valid JSON ({error.msg}): {line[:80]!r}") from None
-        examples.append(_example_from_record(record, where))
+        example = _example_from_record(record, where)
+        problem = check(example) if check else None
+        if problem:
+            raise ValueError(f"{where}: {problem}; or remove the line")
+        examples.append(example)
     if not examples:
         raise ValueError(f"{path}: the file holds no examples (it is empty or blank)")
     return examples
@@ -348,19 +355,7 @@ def _example_from_record(record: Any, where: str) -> Example:
     for name in REQUIRED_FIELDS:
         if name not in record:
             raise ValueError(f"{where}: missing required field {name!r}")
-    for name in ("prompt", "expected_answer", "id"):
-        if name in record and not isinstance(record[name], str):
-            value = record[name]
-            raise ValueError(
-                f"{where}: field {name!r} must be a string, got {type(value).__name__} "
-                f"{value!r:.40}; quote it (\"{value}\")"
-            )
-    meta = record.get("meta", {})
-    if not isinstance(meta, dict):
-        raise ValueError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
-    return Example(
-        prompt=record["prompt"],
-        expected_answer=record["expected_answer"],
-        id=record.get("id", ""),
-        meta=meta,
-    )
+    example, problem = as_example(record)  # the verifiers' own reading: what loads, scores
+    if example is None:
+        raise ValueError(f"{where}: {problem}")
+    return example

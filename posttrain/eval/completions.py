@@ -3,11 +3,17 @@
     {"id": "frozen-001", "prompt": "Q: 3+3+0+6+3\\n", "expected_answer": "15",
      "completion": "3+3=6,6+0=6,6+6=12,12+3=15\\nFinal: 15"}
 
-One JSON object per line; `id` is optional (line numbers stand in) and any other fields
-are carried through to samples.jsonl untouched. No model runs here: this is measurement
-only, which is why the report shows more than a mean. Averages hide reward hacking and
-spec bugs, so it also gives the reward distribution, the count of every reason code, and
-the raw strings behind the best and the worst scores.
+One JSON object per line; `id` is optional (line numbers stand in), `expected_answer` may
+be an int, `meta` reaches the verifier (a code problem's tests: `meta.tests`), and any
+other fields are carried through to samples.jsonl untouched. Any registered verifier
+scores them (`--spec_version`, posttrain/verifiers/__init__.py); a record it could never
+score (a final_int expected answer that is not an integer, code without tests) is refused
+before anything is scored.
+
+No model runs here: this is measurement only, which is why the report shows more than a
+mean. Averages hide reward hacking and spec bugs, so it also gives the reward
+distribution, the count of every reason code, and the raw strings behind the best and
+the worst scores.
 
 `compare_runs` answers "did it get better?" for two such runs: only if both were scored
 by the same spec version (a number from another instrument is another metric), and only
@@ -23,10 +29,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.verifiers.final_int import get_spec
 from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
-from posttrain.runs.rundir import RunDir
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
+from posttrain.runs.rundir import RunDir
+from posttrain.verifiers import get_verifier
+from posttrain.verifiers.contract import as_example
 
 REQUIRED_FIELDS = ("prompt", "expected_answer", "completion")
 N_SHOWN = 5  # top-5 / bottom-5: enough to spot a pattern, short enough to actually read
@@ -38,12 +45,14 @@ def read_completions(path: str | Path) -> list[dict[str, Any]]:
     records = read_jsonl_records(path, REQUIRED_FIELDS)
     seen: dict[str, int] = {}
     for line, record in enumerate(records, start=1):
-        for name in REQUIRED_FIELDS:
-            if not isinstance(record[name], str):
-                raise ValueError(
-                    f"{path}: record {line}: field {name!r} must be a string, got "
-                    f"{type(record[name]).__name__} {record[name]!r:.40}"
-                )
+        if not isinstance(record["completion"], str):
+            raise ValueError(
+                f"{path}: record {line}: field 'completion' must be a string, got "
+                f"{type(record['completion']).__name__} {record['completion']!r:.40}"
+            )
+        _, problem = as_example(record)  # prompt, expected_answer, meta as a verifier reads them
+        if problem:
+            raise ValueError(f"{path}: record {line}: {problem}")
         record["id"] = str(record.get("id") or f"line-{line}")
         if record["id"] in seen:
             raise ValueError(
@@ -60,9 +69,9 @@ def short_repr(text: str, limit: int = REPR_CHARS) -> str:
 
 
 def score_records(records: list[dict[str, Any]], spec_version: str) -> dict[str, Any]:
-    """Score every record with one spec and summarise. Returns the summary fields plus
-    `samples` (each record with its reward and details)."""
-    spec = get_spec(spec_version)
+    """Score every record with one registered verifier and summarise. Returns the summary
+    fields plus `samples` (each record with its reward and details)."""
+    spec = get_verifier(spec_version)
     samples = []
     for record in records:
         result = spec(example_of(record), record["completion"])
@@ -115,7 +124,12 @@ def _brief(sample: dict) -> dict:
 def score_completions_file(path: str | Path, spec_version: str) -> dict[str, Any]:
     """Loop A on a completions file (or a shipped pack name, e.g. "frozen")."""
     path = pack_path(path)
-    result = score_records(read_completions(path), spec_version)
+    records, spec = read_completions(path), get_verifier(spec_version)
+    for record in records:  # data no completion could ever pass is a dataset bug: say so now
+        problem = spec.check_example(example_of(record))
+        if problem:
+            raise ValueError(f"{path}: record {record['id']!r}: {problem} (spec {spec_version})")
+    result = score_records(records, spec_version)
     result["path"] = str(path)
     return result
 

@@ -22,9 +22,11 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from posttrain.verifiers.final_int import SPECS, parse_final_line
 from posttrain.files import jsonl_objects
 from posttrain.types import Example
+from posttrain.verifiers import VERIFIERS
+from posttrain.verifiers.contract import as_example
+from posttrain.verifiers.final_int import parse_final_line
 
 # The packs live next to the code, not in the working directory, so an installed package
 # finds them too. pyproject.toml must list them as package data (see the README).
@@ -79,10 +81,13 @@ def load_pack(name: str) -> list[dict[str, Any]]:
 
 
 def example_of(record: dict[str, Any]) -> Example:
-    """The Example a pack record is about (every pack record carries these fields)."""
-    return Example(
-        prompt=record["prompt"], expected_answer=record["expected_answer"], id=record.get("id", "")
-    )
+    """The Example a record is about: its prompt, expected answer (an int is read as its
+    decimal string), id and meta (a code problem's tests live in `meta.tests`), read the
+    way every verifier reads them. A record no verifier could read raises ValueError."""
+    example, problem = as_example(record)
+    if example is None:
+        raise ValueError(f"record {record.get('id', '')!r}: {problem}")
+    return example
 
 
 # ---------------------------------------------------------------------------------------
@@ -111,10 +116,10 @@ KATA_ONLY_SCORERS = {"buggy/first-line-v0": _buggy_first_line}
 
 
 def kata_scorer(spec_version: str):
-    """The scorer a kata case was scored with: a registered spec or the buggy one."""
-    if spec_version in SPECS:
-        return SPECS[spec_version]
+    """The scorer a kata case was scored with: a registered verifier or the buggy one."""
+    if spec_version in VERIFIERS:
+        return VERIFIERS[spec_version]
     if spec_version in KATA_ONLY_SCORERS:
         return KATA_ONLY_SCORERS[spec_version]
-    valid = list(SPECS) + list(KATA_ONLY_SCORERS)
+    valid = list(VERIFIERS) + list(KATA_ONLY_SCORERS)
     raise ValueError(f"unknown spec_version {spec_version!r}; valid: {', '.join(valid)}")

@@ -40,7 +40,7 @@ from posttrain.roles.controller import Controller
 from posttrain.roles.reference import make_reference
 from posttrain.runs.console import console
 from posttrain.seeds import derive_seed
-from posttrain.verifiers.final_int import SPECS
+from posttrain.verifiers import VERIFIERS
 
 
 def is_preference(rl: RLConfig) -> bool:
@@ -97,6 +97,8 @@ def check_model(cfg: TrainConfig) -> None:
 
 def check_env(env) -> None:
     check(env.name in ENVIRONMENTS, "env.name", env.name, f"one of {sorted(ENVIRONMENTS)}")
+    check(not env.spec_version or env.spec_version in VERIFIERS, "env.spec_version", env.spec_version,
+          f"'' (the environment's own verifier) or one of {sorted(VERIFIERS)}")
     make_env(env.name, **env.kwargs())  # a bad setting or an unreadable file fails now, not mid-run
 
 
@@ -153,7 +155,7 @@ def check_train(cfg: TrainConfig) -> None:
 
 
 def check_eval(cfg: EvalConfig) -> None:
-    check(cfg.spec_version in SPECS, "spec_version", cfg.spec_version, f"one of {sorted(SPECS)}")
+    check(cfg.spec_version in VERIFIERS, "spec_version", cfg.spec_version, f"one of {sorted(VERIFIERS)}")
     check_env(cfg.env)
 
 
@@ -161,7 +163,7 @@ def check_bon(cfg: BonConfig) -> None:
     for name in ("spec_version", "select_spec_version"):
         value = getattr(cfg, name)
         if value or name == "spec_version":
-            check(value in SPECS, name, value, f"one of {sorted(SPECS)}")
+            check(value in VERIFIERS, name, value, f"one of {sorted(VERIFIERS)}")
 
 
 def sampling_params(cfg: TrainConfig) -> SamplingParams:

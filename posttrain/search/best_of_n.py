@@ -34,11 +34,11 @@ from typing import Any, Callable, Sequence
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.verifiers.final_int import get_spec
 from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
-from posttrain.runs.rundir import RunDir
 from posttrain.eval.stats import paired_bootstrap_diff, pass_at_k
+from posttrain.runs.rundir import RunDir
 from posttrain.types import Example
+from posttrain.verifiers import get_verifier
 
 ScoreFn = Callable[[Example, str], dict]  # the scorer contract: -> {"reward", "details"}
 
@@ -155,22 +155,27 @@ def print_table(summary: dict[str, Any], console: Console | None = None) -> None
 
 
 def load_candidates(path: str | Path) -> list[PromptCandidates]:
-    """A best-of-N pack: one prompt per line with its `candidates` [{id, completion}, ...]."""
+    """A best-of-N pack: one prompt per line with its `candidates` [{id, completion}, ...]
+    (and, for a code problem, its tests in `meta.tests`)."""
     groups = []
-    for record in read_jsonl_records(path, ("prompt", "expected_answer", "candidates")):
-        candidates = tuple(Candidate(str(c["id"]), c["completion"]) for c in record["candidates"])
-        groups.append(PromptCandidates(example_of(record), candidates))
+    for number, record in enumerate(read_jsonl_records(path, ("prompt", "expected_answer", "candidates")), 1):
+        try:
+            candidates = tuple(Candidate(str(c["id"]), c["completion"]) for c in record["candidates"])
+            groups.append(PromptCandidates(example_of(record), candidates))
+        except (TypeError, KeyError, ValueError) as error:
+            raise ValueError(f"{path}: record {number}: {error}; each record needs a prompt, an expected_answer "
+                             "(str or int) and candidates: [{\"id\": ..., \"completion\": ...}, ...]") from None
     return groups
 
 
 def run_bon(pack_path_or_name: str | Path, n: int, spec_version: str, out_dir: str, name: str,
             select_spec_version: str | None = None) -> dict[str, Any]:
-    """Best-of-n on a pack (a path or "bon"), graded with `spec_version`; selected with
-    `select_spec_version` if given (else the oracle). Prints the table, writes a run
-    directory, returns the summary."""
+    """Best-of-n on a pack (a path or "bon"), graded with `spec_version` (any registered
+    verifier); selected with `select_spec_version` if given (else the oracle). Prints the
+    table, writes a run directory, returns the summary."""
     path = pack_path(pack_path_or_name)
-    grader = get_spec(spec_version)
-    selector = get_spec(select_spec_version) if select_spec_version else grader
+    grader = get_verifier(spec_version)
+    selector = get_verifier(select_spec_version) if select_spec_version else grader
     result = best_of_n(load_candidates(path), selector, n,
                        eval_fn=None if selector is grader else grader)
     summary = {**result["summary"], "spec_version": spec_version,

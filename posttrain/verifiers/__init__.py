@@ -1,6 +1,27 @@
 """Verifiers: `score(example, completion) -> {"reward", "details"}`, one versioned spec each.
 
+    contract.py      the contract they all keep, and the input checks they share
     final_int.py     `Final: <int>` answers, strict and chain-of-thought, and hackable variants
     math_answer.py   `\\boxed{}` or `Final:` answers compared by math-verify, with a hard deadline
+    math_worker.py   the child process that runs math-verify, killed when the deadline passes
     code.py          the example's tests run against the completion's code in the sandbox
+
+Every spec of every module, by name (its `version`, also `details["spec_version"]`):
+
+    VERIFIERS["math/boxed-or-final-v1"](example, completion)
+    get_verifier(name)   the same, with an error listing the valid names
 """
+
+from __future__ import annotations
+
+from posttrain.verifiers import code, final_int, math_answer
+from posttrain.verifiers.contract import Verifier
+
+VERIFIERS: dict[str, Verifier] = {**final_int.SPECS, **math_answer.SPECS, **code.SPECS}
+
+
+def get_verifier(name: str) -> Verifier:
+    """The scorer registered as `name`, e.g. get_verifier("code/tests-v1")."""
+    if name not in VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; valid names: {', '.join(VERIFIERS)}")
+    return VERIFIERS[name]

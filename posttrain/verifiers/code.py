@@ -20,6 +20,9 @@ from typing import Any
 
 from posttrain.sandbox import SandboxResult, run_sandboxed
 from posttrain.types import Example
+from posttrain.verifiers.contract import CONTRACT_REASONS, admit, shown
+
+DEFAULT_SPEC = "code/tests-v1"  # all or nothing: a half-working function is not a solution
 
 # The closed set of reason codes. The reason names the FIRST thing that went wrong, in
 # the order the harness runs: extract code, compile, define, test 1..n, finish.
@@ -36,6 +39,9 @@ REASONS: dict[str, str] = {
     "exited_early": "the process ended before the harness finished (os._exit, a signal, "
     "closed stdout): a finish that carries no nonce earns nothing",
     "sandbox_error": "the sandbox could not start the program (a host problem, not the model)",
+    "bad_tests": "the example's meta['tests'] is missing, not a str or a list of str, or does not "
+    "compile: a dataset bug (details['error'] says which); fix the tests, loaders refuse such problems",
+    **CONTRACT_REASONS,  # bad_example, not_text
 }
 
 _STATUS_REASON = {"timeout": "timeout", "cpu_limit": "timeout", "memory_limit": "memory_limit",
@@ -106,23 +112,22 @@ def _harness(solution, tests, nonce):
 '''
 
 
-def _tests_of(example: Example) -> list[str]:
-    """The example's tests as a list of sources, checked to compile. A bad example is a
-    dataset bug, so it raises here (in the trusted parent) instead of scoring 0."""
-    tests = example.meta.get("tests") if isinstance(example.meta, dict) else None
+def _tests_of(example: Example) -> tuple[list[str], str | None]:
+    """(tests, None): the example's tests as a list of sources, each checked to compile
+    (here, in the trusted parent), or ([], what is wrong with them). Bad tests are a
+    dataset bug: loaders refuse them (`check_example`), and scoring gives "bad_tests"."""
+    tests = example.meta.get("tests")
     if isinstance(tests, str):
         tests = [tests]  # one block of asserts: all or nothing
     if not isinstance(tests, list) or not tests or not all(isinstance(t, str) for t in tests):
-        raise ValueError(
-            f"example {example.id!r}: meta['tests'] must be a str or a non-empty list of "
-            f"str (Python assert statements), got {tests!r:.120}"
-        )
+        return [], (f"meta['tests'] must be a str or a non-empty list of str (Python assert "
+                    f"statements), got {shown(tests, 120)}")  # fmt: skip
     for index, test in enumerate(tests):
         try:
             compile(test, f"test_{index}.py", "exec")
-        except (SyntaxError, ValueError) as error:
-            raise ValueError(f"example {example.id!r}: test {index} does not compile: {error}")
-    return tests
+        except (SyntaxError, ValueError, MemoryError, RecursionError) as error:  # deep nesting too
+            return [], f"meta['tests'][{index}] does not compile: {type(error).__name__}: {error}"[:300]
+    return tests, None
 
 
 class CodeTests:
@@ -135,9 +140,11 @@ class CodeTests:
     assert). A str instead of a list is a single all-or-nothing test. The code runs with
     `python -I -S`: only the standard library is importable.
 
-    Contract (as final_int's): total on any str, explainable (`details["reason"]` in
-    REASONS), deterministic for deterministic code; `wall_seconds` and `cpu_seconds`
-    in details are measurements and vary run to run."""
+    Contract (posttrain/verifiers/contract.py): total (a malformed example, missing or
+    uncompilable tests, a completion that is not a str: reward 0.0 with a reason and
+    `details["error"]`), explainable (`details["reason"]` in REASONS), deterministic for
+    deterministic code; `wall_seconds` and `cpu_seconds` in details are measurements and
+    vary run to run. `format_ok` in details: code was found and it compiled."""
 
     def __init__(self, partial: bool = False, cpu_seconds: int = 2, wall_seconds: float = 5,
                  memory_mb: int = 256, max_output_bytes: int = 64_000):  # fmt: skip
@@ -146,13 +153,13 @@ class CodeTests:
         self.limits = dict(cpu_seconds=cpu_seconds, wall_seconds=wall_seconds,
                            memory_mb=memory_mb, max_output_bytes=max_output_bytes)  # fmt: skip
 
-    def __call__(self, example: Example, completion: str) -> dict[str, Any]:
-        if not isinstance(completion, str):
-            raise TypeError(
-                "completion must be a str (the decoded model output), got "
-                f"{type(completion).__name__} {completion!r:.80}; decode the tokens first"
-            )
-        tests = _tests_of(example)
+    def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
+        example, refused, error = admit(example, completion)
+        if refused:
+            return self._result(refused, [], error, None, None)
+        tests, error = _tests_of(example)
+        if error:
+            return self._result("bad_tests", [], error, None, None)
         code, where = extract_code(completion)
         if code.strip() == "":
             return self._result("no_code", [None] * len(tests), None, where, None)
@@ -177,10 +184,14 @@ class CodeTests:
             reason = _STATUS_REASON.get(run.status, "exited_early")
         return self._result(reason, outcomes, error, where, run)
 
+    def check_example(self, example: Example) -> str | None:
+        """What is wrong with the example's tests, or None when they can run."""
+        return _tests_of(example)[1]
+
     def _result(self, reason, outcomes, error, where, run: SandboxResult | None):
         passed = sum(1 for o in outcomes if o and o.get("outcome") == "pass")
         if self.partial:
-            reward = passed / len(outcomes)
+            reward = passed / len(outcomes) if outcomes else 0.0  # no tests ran: nothing earned
         else:
             reward = 1.0 if reason == "ok" else 0.0
         return {
@@ -188,6 +199,8 @@ class CodeTests:
             "details": {
                 "reason": reason,
                 "spec_version": self.version,
+                # code was found and compiled (the tests judge it): what a format reward pays
+                "format_ok": where is not None and reason not in ("no_code", "syntax_error"),
                 "tests_passed": passed,
                 "tests_total": len(outcomes),
                 "test_outcomes": [o.get("outcome", "?") if o else "not_run" for o in outcomes],
@@ -223,7 +236,7 @@ def _read_reports(stdout: str, nonce: str) -> list[dict]:
 SPECS: dict[str, CodeTests] = {s.version: s for s in (CodeTests(), CodeTests(partial=True))}
 
 
-def score(example: Example, completion: str, spec_version: str = "code/tests-v1") -> dict[str, Any]:
+def score(example: Any, completion: Any, spec_version: str = DEFAULT_SPEC) -> dict[str, Any]:
     """Score one completion under a named spec version ("code/tests-v1" or
     "code/tests-partial-v1")."""
     if spec_version not in SPECS:

@@ -1,18 +1,21 @@
 """The `Final: <int>` answer spec: the scorer every arithmetic-style environment uses.
 
 A scorer is a measuring instrument, so it is versioned. Every spec here has the one
-contract of the whole library:
+contract of the whole library (posttrain/verifiers/contract.py):
 
     score(example, completion) -> {"reward": float, "details": dict}
 
 and promises to be
   - deterministic: the same (example, completion) always gives the same result;
-  - total: any `str` is scored, never raised on (empty, 1 MB, NUL bytes, lone surrogates);
+  - total: any `str` is scored (empty, 1 MB, NUL bytes, lone surrogates), and anything
+    else, or a malformed example, scores 0.0 with reason "not_text" or "bad_example"
+    and `details["error"]` saying what was wrong: never an exception;
   - explainable: `details["reason"]` is one code from `REASONS`, and `details["parsed"]`
     is the integer string the spec compared (None when the format check failed);
   - fast: linear in the length of the completion, no regex that can backtrack badly;
   - a verifier, not a solver: it compares the parsed string with
-    `example.expected_answer` (surrounding whitespace trimmed) and never computes an answer.
+    `example.expected_answer` (surrounding whitespace trimmed; an int is read as its
+    decimal string) and never computes an answer.
 
 Honest specs (use these for training and evaluation):
     final_int/strict-v1   the whole completion is the single line `Final: <int>`
@@ -31,6 +34,9 @@ import re
 from typing import Any
 
 from posttrain.types import Example
+from posttrain.verifiers.contract import CONTRACT_REASONS, admit
+
+DEFAULT_SPEC = "final_int/cot-v1"  # the honest spec that lets a model show its steps
 
 # The closed set of reason codes. Every spec reports exactly one of these.
 REASONS: dict[str, str] = {
@@ -49,6 +55,7 @@ REASONS: dict[str, str] = {
     "negative_zero": "'-0' is not canonical; write '0'",
     "extra_text": "text follows the integer on the Final line (a unit, a period, a word)",
     "no_integer": "(hackable specs) no integer was found anywhere",
+    **CONTRACT_REASONS,  # bad_example, not_text
 }
 
 WHITESPACE = " \t\n\r\f\v"  # ASCII only: a non-breaking space is a character the model chose
@@ -112,7 +119,7 @@ def _count_final_lines(text: str) -> int:
 
 
 def _result(
-    version: str, reason: str, parsed: str | None, expected: str, format_ok: bool
+    version: str, reason: str, parsed: str | None, expected: str | None, format_ok: bool
 ) -> dict[str, Any]:
     return {
         "reward": 1.0 if reason == "ok" else 0.0,
@@ -126,20 +133,11 @@ def _result(
     }
 
 
-def _require_text(completion: Any) -> None:
-    # Any str is a legal model output and gets a score; anything else is a pipeline bug.
-    if not isinstance(completion, str):
-        raise TypeError(
-            "completion must be a str (the decoded model output), got "
-            f"{type(completion).__name__} {completion!r:.80}; decode the tokens first"
-        )
-
-
 class FinalIntSpec:
     """Base class: a spec is a format check that extracts an integer string, followed by
     exact string comparison with the expected answer. Subclasses set `version` and
     implement `extract`; the hackable ones that need the expected answer to decide
-    override `__call__` instead."""
+    override `judge` instead."""
 
     version = ""
 
@@ -147,13 +145,30 @@ class FinalIntSpec:
         """(reason, parsed): reason "ok" means the format held and `parsed` is the integer."""
         raise NotImplementedError
 
-    def format_ok(self, completion: str) -> bool:
-        _require_text(completion)
-        return self.extract(completion)[0] == "ok"
+    def format_ok(self, completion: Any) -> bool:
+        return isinstance(completion, str) and self.extract(completion)[0] == "ok"
 
-    def __call__(self, example: Example, completion: str) -> dict[str, Any]:
-        _require_text(completion)
+    def check_example(self, example: Example) -> str | None:
+        """Refuse an expected answer no completion can match: every spec here pays only a
+        canonical integer ('323', '-7'), so '0323', '3.5' or 'ten' would score 0 forever."""
         expected = _strip(example.expected_answer)
+        reason, _ = parse_final_line(f"{FINAL_PREFIX} {expected}")
+        if reason == "ok":
+            return None
+        return (f"expected_answer {expected!r} is not a canonical integer (ASCII digits, an optional '-', "
+                "no '+', spaces or leading zeros), the only answer a final_int spec can pay: write it like "
+                "323 or -7, or score these problems with another verifier (--env.spec_version)")
+
+    def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
+        example, refused, error = admit(example, completion)
+        if refused:
+            result = _result(self.version, refused, None, None, format_ok=False)
+            result["details"]["error"] = error
+            return result
+        return self.judge(_strip(example.expected_answer), completion)
+
+    def judge(self, expected: str, completion: str) -> dict[str, Any]:
+        """Score a str completion against the (trimmed) expected answer."""
         reason, parsed = self.extract(completion)
         if reason != "ok":
             return _result(self.version, reason, None, expected, format_ok=False)
@@ -233,9 +248,7 @@ class HackableSubstring(FinalIntSpec):
     def extract(self, completion):
         return ("ok" if _strip(completion) else "empty"), None
 
-    def __call__(self, example, completion):
-        _require_text(completion)
-        expected = _strip(example.expected_answer)
+    def judge(self, expected, completion):
         if _strip(completion) == "":
             return _result(self.version, "empty", None, expected, format_ok=False)
         if expected and expected in completion:
@@ -305,9 +318,7 @@ class HackableMultiFinal(FinalIntSpec):
             return "empty", None
         return ("ok" if _count_final_lines(text) else "no_final_line"), None
 
-    def __call__(self, example, completion):
-        _require_text(completion)
-        expected = _strip(example.expected_answer)
+    def judge(self, expected, completion):
         reason, _ = self.extract(completion)
         if reason != "ok":
             return _result(self.version, reason, None, expected, format_ok=False)
@@ -341,13 +352,14 @@ def get_spec(version: str) -> FinalIntSpec:
     return SPECS[version]
 
 
-def score(example: Example, completion: str, spec_version: str) -> dict[str, Any]:
-    """Score one completion under a named spec version. No default on purpose: the version
-    is part of every measurement, so the caller states it."""
+def score(example: Any, completion: Any, spec_version: str = DEFAULT_SPEC) -> dict[str, Any]:
+    """Score one completion under a named spec version; by default the honest cot-v1,
+    which also accepts a one-line answer. The version is part of every measurement, so it
+    is recorded in `details["spec_version"]` whichever one scored."""
     return get_spec(spec_version)(example, completion)
 
 
-def format_ok(completion: str, spec_version: str) -> bool:
+def format_ok(completion: Any, spec_version: str = DEFAULT_SPEC) -> bool:
     """Whether the completion has the spec's FORMAT, whatever the number in it. Reward
     design can then weight format separately from correctness."""
     return get_spec(spec_version).format_ok(completion)
