@@ -11,21 +11,19 @@ checked by `pipelines/build.py::check_config`, the one place that turns a config
 objects.
 
 Values come from three places, later ones winning: the dataclass defaults, a JSON/TOML
-file (`--config`), and command-line flags (`--rl.lr 3e-4`). Nested sections are addressed
-with a dot, exactly as they appear in the resolved `config.json` of a run directory.
+file (`--config`, read by config_file.py), and command-line flags (`--rl.lr 3e-4`, cli/).
+Nested sections are addressed with a dot, exactly as they appear in the resolved
+`config.json` of a run directory.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import socket
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
 
 
 class ConfigError(ValueError):
@@ -55,8 +53,8 @@ class ModelConfig:
     n_head: int = 4  # gpt_mini attention heads: 32-dimensional heads at dim 128
     hidden_dim: int = 352  # gpt_mini SwiGLU width ≈ 8/3·dim (LLaMA's ratio), rounded to a multiple of 32
     max_seq_len: int = 96  # gpt_mini context: prompt (~15 chars) + chain of thought (~40) with room to spare
-    # transformers models: >0 trains rank-r LoRA adapters in the RL and preference stages
-    # (the reference is the policy with its adapters off); 0 trains every weight
+    # transformers models: >0 trains rank-r LoRA adapters in the RL and preference stages,
+    # and the reference is the policy with its adapters off; 0 trains every weight
     lora_r: int = 0
     lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r, the common choice
     system_prompt: str = ""  # instruct models: replaces the chat template's default system turn; "" keeps it
@@ -70,11 +68,17 @@ class ModelConfig:
 
 @dataclass
 class EnvConfig:
-    name: str = "arithmetic"  # the task: "arithmetic" (generated, no data needed) or "jsonl" (your file)
+    # the task: "arithmetic" (generated, no data needed), or your --env.path file scored by
+    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code")
+    name: str = "arithmetic"
     level: int = 3  # arithmetic difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
     cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
-    spec_version: str = ""  # the verifier; "" = the environment's own strict spec (hackable ones for red-teaming)
-    path: str = ""  # the problems file of env "jsonl": one {"prompt", "expected_answer"} object per line
+    # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math and code (a hackable
+    # final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
+    spec_version: str = ""
+    # the problems file of env "jsonl", "math" or "code": one {"prompt", "expected_answer", "meta"}
+    # object per line (meta.solution for SFT, meta.tests for code; posttrain/envs/jsonl_file.py)
+    path: str = ""
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the
@@ -104,8 +108,8 @@ class SamplingParams:
 @dataclass
 class SFTConfig:
     # Few demonstrations on purpose: SFT teaches the format, RL has to earn the accuracy.
-    # Measured at seed 0 (held-out pass@1 after SFT): 120 demos 29%, 150 demos 69%,
-    # 300 demos 92% (little left for RL to show).
+    # Measured at seed 0 (held-out pass@1 after SFT): 120 demos 29%, 150 demos 69%, and 300
+    # demos 92% (little left for RL to show).
     num_examples: int = 150
     steps: int = 600  # 128 epochs of 150 demos: the loss is ~0, what SFT can learn is learnt; 0 skips SFT
     batch_size: int = 32  # demonstrations per step: enough to average out one odd example
@@ -135,12 +139,12 @@ class RewardModelConfig:
     steps: int = 300
     lr: float = 1e-4  # the body starts from the SFT policy, so smaller than from-scratch training's 1e-3
     batch_size: int = 32  # pairs per step
-    # what the scalar head reads (rewards/reward_model.py): "last" real token's hidden state,
-    # "mean" hidden state, or "loglik", the body's own mean token log-likelihood. Measured on
-    # the arithmetic task's 1,694 pairs (283 held out): "last" memorises (300 steps: 0.79
-    # train, 0.59 held out); "mean" 0.62–0.70 held out, also with 4× the pairs; "loglik" 0.77
-    # held out at 300 steps, because the SFT body already finds a wrong step unlikely (its
-    # likelihood ranks 0.79 of the held-out pairs right before any training)
+    # what the scalar head reads (rewards/reward_model.py): "last" real token's hidden
+    # state, "mean" hidden state, or "loglik", the body's own mean token log-likelihood.
+    # Measured on the arithmetic task's 1,694 pairs (283 held out): "last" memorises (300
+    # steps: 0.79 train, 0.59 held out); "mean" 0.62–0.70 held out, also with 4× the pairs;
+    # and "loglik" 0.77 held out at 300 steps, because the SFT body already finds a wrong
+    # step unlikely (its likelihood ranks 0.79 of the held-out pairs right before any training)
     pooling: str = "loglik"
 
     def validate(self, prefix: str = "rl.rm") -> None:
@@ -153,21 +157,30 @@ class RewardModelConfig:
 
 @dataclass
 class RLConfig:
-    algo: str = "grpo"  # an RL algorithm (posttrain/algorithms/) or a preference loss (dpo, ipo, kto, orpo, simpo)
-    algo_params: dict[str, Any] = field(default_factory=dict)  # the algorithm's own hyperparameters, changed from its defaults
+    # an RL algorithm (posttrain/algorithms/) or a preference loss (dpo, ipo, kto, orpo,
+    # simpo); grpo, the critic-free group-baseline algorithm the main job was measured with
+    algo: str = "grpo"
+    # the algorithm's own hyperparameters changed from its defaults ({"kl_coef": 0.04}); on the
+    # command line each is a flag of the algorithm's section (--grpo.kl_coef 0.04); {} = the
+    # algorithm's defaults, each with its reason in posttrain/algorithms/
+    algo_params: dict[str, Any] = field(default_factory=dict)
     steps: int = 200  # optimizer updates; make run's GRPO has levelled off by then
     prompts_per_step: int = 32  # prompts sampled per step (preference losses: pairs per step)
     samples_per_prompt: int = 8  # K: the group size GRPO's baseline averages over
     lr: float = 1e-4  # 3e-4 collapsed the prototype (pass@1 56% -> 6%); see DESIGN.md
     warmup_steps: int = 10  # linear warmup before the cosine decay: Adam's first steps are noisy
+    # the learning rate decays (cosine) to this fraction of rl.lr by the last step; 1 keeps it
+    # constant after warmup. Online DPO wants 1: its last rounds bring the freshest pairs, and
+    # a decayed rate barely learns from them (docs/algorithms/dpo.md)
+    final_lr_fraction: float = 0.1
     weight_decay: float = 0.0  # no decay: it would pull the policy away from the SFT start
     grad_clip: float = 1.0  # global-norm clipping; guards against a rare huge-advantage batch; 0 = off
     epochs: int = 1  # passes over each rollout batch; 1 = purely on-policy
     minibatches: int = 1  # optimizer steps per epoch; 1 = one step on the whole batch
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = all at once
     # dynamic sampling (DAPO): draw fresh prompts up to this many times per step to refill
-    # the groups dropped for having no reward variance; capped, since a policy that solves
-    # (or fails) everything would otherwise loop forever
+    # the groups dropped for having no reward variance; capped, since a policy that solves,
+    # or fails, everything would otherwise loop forever
     max_sampling_rounds: int = 4
     # preference losses train on pairs: a JSONL file, or (when "") pairs built by the
     # verifier from samples of the starting policy: pair_prompts training prompts ×
@@ -178,21 +191,23 @@ class RLConfig:
     # steps gradient steps) in this many rounds, each building fresh pairs from the current
     # policy's samples; 1 = offline, every pair from the starting policy. Short rounds with
     # a batch of pairs each: on arithmetic, 20 rounds of 160 prompts and 5 steps beat
-    # offline by 3.6–5.2 points on three seeds, 4 rounds of 800 and 25 did not
-    # (docs/algorithms/dpo.md)
+    # offline by 3.6–5.2 points on three seeds, 4 rounds of 800 and 25 did not (see
+    # docs/algorithms/dpo.md)
     online_rounds: int = 1
     # iterative DPO's reference (Pang et al. 2024; Xiong et al. 2024): at the start of each
     # online round, π_ref becomes the current policy, so each round is one DPO problem
-    # anchored where that round's pairs were sampled. False keeps the starting policy as
-    # π_ref for every round (the KL logged at evaluation is always to the starting policy)
+    # anchored where that round's pairs were sampled. False keeps the starting policy as the
+    # reference for every round (the KL logged at evaluation is always to the starting policy)
     refresh_reference: bool = False
+    # how the rollout samples the policy's completions (also the generation budget the
+    # length-aware algorithms read as max_len)
     sampling: SamplingParams = field(default_factory=SamplingParams)
     # a learned training reward instead of the verifier's (rm.path), and how `posttrain
     # rlhf` trains one; the verifier's verdict stays in every sample's details as the gold
     # reward, and held-out pass@1 stays the verifier's
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
-    # the training reward (posttrain/rewards/stack.py): "accuracy" is the verifier's 1/0;
-    # "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
+    # the training reward (posttrain/rewards/stack.py): "accuracy" is the verifier's 1/0,
+    # and "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
     # pass@1 is always the verifier's alone, whatever the training reward.
     reward: str = "accuracy"
     length_penalty: float = 0.0  # c of −c·max(0, L − length_free), L in characters; 0 = off
@@ -213,6 +228,8 @@ class RLConfig:
         check(isinstance(self.algo_params, dict), f"{prefix}.algo_params", self.algo_params, "a mapping")
         check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check(0 <= self.final_lr_fraction <= 1, f"{prefix}.final_lr_fraction", self.final_lr_fraction,
+              "a number in [0, 1] (1 = constant after warmup)")
         check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
         check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
         self.sampling.validate(f"{prefix}.sampling")
@@ -230,7 +247,7 @@ TOPOLOGIES = ("auto", "colocated", "sync", "async")
 @dataclass
 class DistConfig:
     """Where the rollout and trainer roles run (posttrain/distributed/). The default is
-    today's single process; `--workers N` moves sampling into N Ray actors, and
+    today's single process; `--workers N` moves sampling into N Ray actors, and the flag
     `--dist.trainer_ranks N` makes the trainer data-parallel over N processes."""
 
     workers: int = 0  # Ray rollout actors holding a policy copy; 0 = sample in this process
@@ -304,14 +321,14 @@ class TrainConfig:
     seed: int = 0  # every random draw of the run derives from it (posttrain/seeds.py)
     out_dir: str = "runs"  # where run directories are created
     init: str = ""  # a checkpoint directory to start from; "" = train from scratch with SFT first
-    model: ModelConfig = field(default_factory=ModelConfig)
-    env: EnvConfig = field(default_factory=EnvConfig)
-    sft: SFTConfig = field(default_factory=SFTConfig)
-    rl: RLConfig = field(default_factory=RLConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)  # the policy: gpt_mini from scratch, or a local pretrained model
+    env: EnvConfig = field(default_factory=EnvConfig)  # the task the policy learns and is scored on
+    sft: SFTConfig = field(default_factory=SFTConfig)  # stage 1: teach the answer format from a few demonstrations
+    rl: RLConfig = field(default_factory=RLConfig)  # stage 2: RL (or a preference loss) from the SFT policy
     heldout_size: int = 500  # held-out problems scored before and after RL: a 95% CI of about ±4 points near 70%
     checkpoint_every: int = 25  # steps between checkpoints (a killed run loses at most this many)
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default (all cores)
-    dist: DistConfig = field(default_factory=DistConfig)
+    dist: DistConfig = field(default_factory=DistConfig)  # where rollout and training run; the default is one process
 
     def validate(self) -> None:
         self.model.validate()
@@ -344,8 +361,10 @@ class EvalConfig:
 
     checkpoint: str = ""  # a checkpoint directory written by `posttrain run/train`
     completions: str = ""  # or: a JSONL of {prompt, expected_answer, completion}, or a pack name ("frozen")
-    spec_version: str = "final_int/cot-v1"  # the verifier for --completions (a checkpoint is scored by env's)
-    env: EnvConfig = field(default_factory=EnvConfig)
+    # the verifier for --completions, any registered one (cot-v1: the default task's); a
+    # checkpoint is scored by its env's verifier instead
+    spec_version: str = "final_int/cot-v1"
+    env: EnvConfig = field(default_factory=EnvConfig)  # a checkpoint's task: set it as the run that trained it did
     split: str = "heldout"  # which split's problems a checkpoint answers: train, dev or heldout
     size: int = 500  # problems: a 95% CI of about ±4 points near 70%
     out_dir: str = "runs"  # where the run directory is created
@@ -368,86 +387,10 @@ class BonConfig:
 
     pack: str = "bon"  # a pack name or a JSONL path (format: posttrain/data/packs/README.md)
     n: int = 8  # candidates considered per prompt (the first n of each prompt's list)
-    spec_version: str = "final_int/cot-v1"  # the verifier that grades
+    spec_version: str = "final_int/cot-v1"  # the verifier that grades, any registered one (cot-v1: the pack's)
     select_spec_version: str = ""  # the verifier that selects; "" = the grader (an oracle upper bound)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "bon"  # the run directory's suffix
 
     def validate(self) -> None:
         check_positive(self, "", "n")
-
-
-# ---------------------------------------------------------------------------------------
-# dataclass <-> dict <-> file
-# ---------------------------------------------------------------------------------------
-
-# Settings that changed name: a config file that still uses the old one gets told the new one.
-RENAMED = {"eval_size": "heldout_size", "rl.eval_size": "rl.dev_size"}
-
-
-def to_dict(config: Any) -> dict[str, Any]:
-    return dataclasses.asdict(config)
-
-
-def from_dict(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    """Build `cls` from a (possibly partial) dict; unknown keys are an error, not ignored."""
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - names)
-    if unknown:
-        renamed = [f"{prefix + k} is now {RENAMED[prefix + k]}" for k in unknown if prefix + k in RENAMED]
-        raise ConfigError(f"unknown setting(s) {[prefix + k for k in unknown]}"
-                          + (f" ({'; '.join(renamed)})" if renamed else "")
-                          + f"; valid ones: {sorted(prefix + n for n in names)}")
-    kwargs = {}
-    for key, value in data.items():
-        hint = hints[key]
-        if dataclasses.is_dataclass(hint):
-            if not isinstance(value, dict):
-                raise ConfigError(f"{prefix}{key} must be a section (a mapping), got {value!r}")
-            kwargs[key] = from_dict(hint, value, f"{prefix}{key}.")
-        else:
-            kwargs[key] = _coerce(value, hint, prefix + key)
-    return cls(**kwargs)
-
-
-def _coerce(value: Any, hint: Any, name: str) -> Any:
-    """Convert a JSON value to the field's type, or say why not."""
-    if hint is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
-            return value.lower() in ("true", "1", "yes")
-        raise ConfigError(f"{name}={value!r} is not allowed: expected true or false")
-    if hint in (int, float):
-        try:
-            number = hint(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name}={value!r} is not allowed: expected {'an integer' if hint is int else 'a number'}") from None
-        if hint is int and isinstance(value, float) and number != value:
-            raise ConfigError(f"{name}={value!r} is not allowed: expected an integer")
-        return number
-    if hint is str:
-        return str(value)
-    if typing.get_origin(hint) is dict:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except json.JSONDecodeError:
-                raise ConfigError(f"{name}={value!r} is not allowed: expected a JSON object, e.g. '{{\"kl_coef\": 0.04}}'") from None
-        if not isinstance(value, dict):
-            raise ConfigError(f"{name}={value!r} is not allowed: expected a mapping")
-        return value
-    return value
-
-
-def load_file(path: str) -> dict[str, Any]:
-    p = Path(path)
-    if not p.is_file():
-        raise ConfigError(f"config file {path!r} does not exist")
-    try:
-        if p.suffix == ".toml":
-            return tomllib.loads(p.read_text())
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"config file {path!r} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {error}") from None

@@ -54,7 +54,7 @@ def test_compare_preference_losses_reports_pairs_and_held_out_preference_accurac
 def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_difference(sft, tmp_path):
     assert main(["compare", "--algos", "dpo", "--online_rounds", "1,3", *TINY_PREF, "--init", sft, "--rl.steps", "3",
                  "--rl.pair_prompts", "48", "--rl.refresh_reference", "true",
-                 "--rl.algo_params", '{"beta": 0.2, "nll_coef": 1.0}', "--out_dir", str(tmp_path)]) == 0
+                 "--dpo.beta", "0.2", "--dpo.nll_coef", "1.0", "--out_dir", str(tmp_path)]) == 0
     (root,) = tmp_path.iterdir()
     rows = json.loads((root / "compare.json").read_text())
     assert [r["algo"] for r in rows] == ["dpo offline", "dpo online ×3"]
@@ -80,7 +80,7 @@ def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_d
     (["--algos", "dpo", "--online_rounds", "1,four"], "round counts"),
     (["--algos", "dpo", "--online_rounds", "0,4"], "positive round counts"),
     (["--algos", "dpo", "--online_rounds", "1,4", "--rl.online_rounds", "4"], "not both"),
-    (["--algos", "dpo,simpo", "--rl.algo_params", '{"nll_coef": 1.0}'], "nll_coef"),
+    (["--algos", "dpo,simpo", "--dpo.nll_coef", "1.0"], "nll_coef"),  # every row gets it: simpo has none
 ])
 def test_compare_refuses_rows_it_cannot_run_before_training_anything(argv, message, tmp_path, capsys):
     assert main(["compare", *argv, "--out_dir", str(tmp_path)]) == 2

@@ -16,7 +16,8 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from posttrain.config import TrainConfig, from_dict  # noqa: E402
+from posttrain.config import TrainConfig  # noqa: E402
+from posttrain.config_file import from_dict
 from posttrain.distributed.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
 from posttrain.runs.rundir import RunDir  # noqa: E402
 from posttrain.pipelines import rl as rl_pipeline  # noqa: E402
@@ -169,17 +170,13 @@ def test_staleness_beyond_the_setting_is_refused():
 
 
 def test_settings_are_checked_and_the_shortcuts_map_to_them():
-    import argparse
     import subprocess
     import sys
 
-    from posttrain.cli import TRAIN_SHORTCUTS
-    from posttrain.cli import add_config_flags, resolve
+    from posttrain.cli import train_config
     from posttrain.config import ConfigError, DistConfig
 
-    parser = argparse.ArgumentParser()
-    add_config_flags(parser, TrainConfig, TRAIN_SHORTCUTS)
-    cfg = resolve(TrainConfig, parser.parse_args(["--workers", "2", "--ray-address", "auto", "--sft.steps", "0"]))
+    cfg = train_config(["--workers", "2", "--dist.ray_address", "auto", "--sft.steps", "0"])
     assert (cfg.dist.workers, cfg.dist.ray_address, cfg.dist.resolved_topology()) == (2, "auto", "sync")
     assert DistConfig().resolved_topology() == "colocated"
     for bad, message in [({"topology": "async"}, "dist.workers=0 is not allowed: expected at least 1"),

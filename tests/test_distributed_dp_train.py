@@ -35,7 +35,7 @@ TINY = [
     # the length penalty makes rewards differ within a group: non-zero advantages, weights that move
     "--rl.length_penalty", "0.01", "--rl.length_free", "5", "--rl.lr", "1e-3", "--rl.warmup_steps", "1",
     # adaptive KL changes the loss's kl_coef every step on rank 0: the followers must use it too
-    "--rl.kl_target", "0.001", "--rl.algo_params", '{"kl_coef": 0.04}',
+    "--rl.kl_target", "0.001", "--grpo.kl_coef", "0.04",
     "--rl.steps", str(STEPS), "--checkpoint_every", "2", "--threads", "1",
 ]
 # Measured on this run (GRPO, 16 rows split 8 + 8, 8 steps): grad_norm (0.4 to 1.1) differs by

@@ -10,6 +10,13 @@ from posttrain.models import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 
 
+@pytest.fixture(autouse=True)
+def fixed_width(monkeypatch):
+    # the parser wraps its messages to the terminal (at most 80 columns): fix it, so that
+    # the needles below do not depend on the window the tests run in
+    monkeypatch.setenv("COLUMNS", "80")
+
+
 def fails_with(capsys, argv, *needles):
     assert main(argv) == 2
     err = capsys.readouterr().err
@@ -29,15 +36,16 @@ def test_unknown_names_list_the_valid_ones(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("flag, value, needles", [
-    ("--rl.lr", "fast", ["rl.lr='fast'", "a number"]),
+    # type errors are the parser's, in its words: the flag, then the value it could not read
+    ("--rl.lr", "fast", ["--rl.lr: could not convert", "to float: 'fast'"]),
     ("--rl.lr", "-1", ["rl.lr=-1.0", "positive"]),
-    ("--rl.samples_per_prompt", "2.5", ["rl.samples_per_prompt='2.5'", "an integer"]),
+    ("--rl.samples_per_prompt", "2.5", ["--rl.samples_per_prompt: invalid", "int()", "'2.5'"]),
     ("--rl.sampling.top_p", "1.5", ["rl.sampling.top_p=1.5", "(0, 1]"]),
-    ("--env.cot", "maybe", ["env.cot='maybe'", "true or false"]),
+    ("--env.cot", "maybe", ["'maybe'", "'--env.cot'", "'true'", "'false'"]),
     ("--env.level", "9", ["level", "9", "[1, 2, 3, 4, 5]"]),
-    ("--rl.algo_params", '{"clip_eps_low": 5}', ["clip_eps_low", "5"]),
-    ("--rl.algo_params", '{"kl_coeff": 0.1}', ["kl_coeff", "kl_coef"]),
-    ("--rl.algo_params", "kl=0.1", ["rl.algo_params", "JSON object"]),
+    ("--grpo.clip_eps_low", "5", ["GRPO.clip_eps_low=5.0", "allowed"]),
+    ("--grpo.kl_coeff", "0.1", ["--grpo.kl_coeff", "Perhaps you meant", "--grpo.kl_coef"]),
+    ("--grpo.kl_coef", "kl=0.1", ["--grpo.kl_coef: could not convert", "'kl=0.1'"]),
     ("--model.n_head", "0", ["model.n_head=0", "positive"]),
     ("--rl.reward", "vibes", ["rl.reward='vibes'", "accuracy", "r1"]),
     ("--rl.kl_target", "0.01", ["rl.kl_target=0.01", "kl_coef"]),  # grpo's default kl_coef is 0
@@ -50,6 +58,9 @@ def test_config_file_errors(capsys, tmp_path):
     bad_key = tmp_path / "bad_key.json"
     bad_key.write_text(json.dumps({"rl": {"learning_rate": 1e-4}}))
     fails_with(capsys, ["train", "--config", str(bad_key)], "rl.learning_rate", "rl.lr")
+    bad_param = tmp_path / "bad_param.json"
+    bad_param.write_text(json.dumps({"rl": {"algo_params": {"kl_coeff": 0.1}}}))
+    fails_with(capsys, ["train", "--config", str(bad_param)], "rl.algo_params", "kl_coeff", "kl_coef=0.0")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     fails_with(capsys, ["train", "--config", str(broken)], "broken.json", "not valid JSON")

@@ -154,7 +154,8 @@ def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft
 
 
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
-    from posttrain.config import ConfigError, TrainConfig, from_dict
+    from posttrain.config import ConfigError, TrainConfig
+    from posttrain.config_file import from_dict
     from posttrain.types import PreferencePair
     from posttrain.data.preference import save_preference_jsonl
 

@@ -80,7 +80,7 @@ class CISPO(Algorithm):
     adv_norm: str = "group"  # GRPO's group-normalised advantage (arXiv:2506.13585, Sec. 3.1)
     adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0
     loss_agg: str = "token-mean"  # the paper's 1 / Σ_i |o_i|: every token of the batch weighs the same
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.0  # the paper adds no entropy bonus
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:

@@ -54,7 +54,7 @@ class GSPO(GRPO):
     name: ClassVar[str] = "gspo"
 
     clip_eps_low: float = 3e-4  # Sec. 5.1: s_i is a geometric mean, so it barely moves from 1
-    clip_eps_high: float = 4e-4  # Sec. 5.1
+    clip_eps_high: float = 4e-4  # Sec. 5.1: slightly wider above 1, like DAPO's clip-higher
     loss_agg: str = "seq-mean-token-mean"  # Eq. 5's 1/G Σ_i: one term per sequence
 
     def __post_init__(self) -> None:

@@ -48,15 +48,15 @@ class ReinforcePP(Algorithm):
 
     name: ClassVar[str] = "reinforce_pp"
 
-    clip_eps_low: float = 0.2  # PPO's ε
-    clip_eps_high: float = 0.2
+    clip_eps_low: float = 0.2  # PPO's ε = 0.2: REINFORCE++ keeps PPO's clipped surrogate (arXiv:2501.03262)
+    clip_eps_high: float = 0.2  # symmetric, as in PPO
     # β: small enough that the KL summed over a response (~48 tokens × KL ~0.1 each gives
     # 0.05 at β = 0.01) stays well below a correct answer's reward of 1.
     kl_coef: float = 0.01
     kl_estimator: str = "k1"  # the paper's log(π_old / π_ref); k2 = ½ (log ratio)² is never negative
     adv_eps: float = 1e-8  # inside the sqrt of the whitening, for an all-equal batch
     loss_agg: str = "token-mean"  # every token carries its own advantage
-    entropy_coef: float = 0.0
+    entropy_coef: float = 0.0  # the paper adds no entropy bonus
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:

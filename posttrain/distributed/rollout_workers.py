@@ -99,7 +99,7 @@ def connect(dist) -> bool:
             ray.init(address=dist.ray_address, log_to_driver=False)
         except ConnectionError as error:
             raise ConfigError(f"dist.ray_address={dist.ray_address!r}: no Ray cluster answered ({error}); start "
-                              "one with `ray start --head`, or leave --ray-address out for a local cluster") from None
+                              "one with `ray start --head`, or leave --dist.ray_address out for a local cluster") from None
     else:
         # every worker asks for one CPU: make sure a small machine can still place them all
         num_cpus = max(dist.num_cpus or os.cpu_count() or 1, dist.workers)

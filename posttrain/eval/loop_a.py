@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.config import EvalConfig, to_dict
+from posttrain.config import EvalConfig, SamplingParams
+from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
-from posttrain.runs.rundir import RunDir
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
-from posttrain.config import SamplingParams
+from posttrain.runs.rundir import RunDir
 
 
 def evaluate_checkpoint(cfg: EvalConfig) -> dict:

@@ -138,7 +138,7 @@ def check_rl(rl: RLConfig) -> None:
         check(not preference, "rl.kl_target", rl.kl_target,
               "0 for a preference loss (its beta already sets how close to the reference it stays)")
         check(algo.kl_coef > 0, "rl.kl_target", rl.kl_target,
-              f"0 unless the algorithm has a KL term: set rl.algo_params {{\"kl_coef\": 0.04}} "
+              f"0 unless the algorithm has a KL term: set --{rl.algo}.kl_coef 0.04 "
               f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
 
 
@@ -202,7 +202,8 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps,
-                           warmup_steps=cfg.rl.warmup_steps, weight_decay=cfg.rl.weight_decay,
+                           warmup_steps=cfg.rl.warmup_steps, final_lr_fraction=cfg.rl.final_lr_fraction,
+                           weight_decay=cfg.rl.weight_decay,
                            grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
     if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt

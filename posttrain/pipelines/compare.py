@@ -22,7 +22,8 @@ import time
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
-from posttrain.config import RLConfig, TrainConfig, to_dict
+from posttrain.config import RLConfig, TrainConfig
+from posttrain.config_file import to_dict
 from posttrain.eval.stats import paired_bootstrap_diff
 from posttrain.pipelines.build import check_config
 from posttrain.pipelines.run import run_pipeline, start_run

@@ -117,8 +117,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
-                      weight_decay=cfg.rl.weight_decay, grad_clip=cfg.rl.grad_clip,
-                      micro_batch_size=cfg.rl.micro_batch_size)
+                      final_lr_fraction=cfg.rl.final_lr_fraction, weight_decay=cfg.rl.weight_decay,
+                      grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size)
 
     def pairs_for_round(r: int) -> tuple[list, dict]:
         """Round r's pairs, from its file when a killed run already built them (the policy

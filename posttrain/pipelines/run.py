@@ -9,7 +9,8 @@ from pathlib import Path
 
 import torch
 
-from posttrain.config import SamplingParams, TrainConfig, to_dict
+from posttrain.config import SamplingParams, TrainConfig
+from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy

@@ -58,6 +58,7 @@ class Trainer:
         lr: float,
         total_steps: int,
         warmup_steps: int = 0,
+        final_lr_fraction: float = 0.1,
         weight_decay: float = 0.0,
         grad_clip: float = 1.0,
         micro_batch_size: int = 0,
@@ -75,7 +76,8 @@ class Trainer:
         # AdamW's betas (0.9, 0.95): the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, warmup_cosine(warmup_steps, total_steps))
+        schedule = warmup_cosine(warmup_steps, total_steps, final_lr_fraction)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
 

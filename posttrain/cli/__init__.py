@@ -1,0 +1,271 @@
+"""`posttrain` command line.
+
+    posttrain run                      the main job: SFT → GRPO → held-out eval (Loop C)
+    posttrain train --algo NAME ...    the same pipeline with any setting changed
+    posttrain train --resume runs/ID   continue a killed run from its last checkpoint
+    posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
+    posttrain compare --algos dpo --online_rounds 1,20
+                                       offline against online DPO on the same budget
+    posttrain rlhf                     SFT → reward model → PPO against it, proxy vs gold reward plotted
+    posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
+    posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
+    posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
+    posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
+    posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
+    posttrain check NN                 test your solution to lesson NN's code exercise (exercises/)
+    posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo, sentiment_steering
+
+Every setting is a flag named after its key in a run's config.json (`--rl.lr 3e-4`,
+`--rl.sampling.top_p 0.9`, `--env.cot false`), with its reason as its help text
+(`posttrain train --help`). An algorithm's own hyperparameters are the flags of its section
+(`--grpo.kl_coef 0.04`, `--dpo.beta 0.2`). `--config FILE` (JSON or TOML, e.g. a run's
+config.json) sets many at once: defaults < --config < flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+from typing import Annotated, Any, Callable
+
+import tyro
+
+from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
+from posttrain.config import BonConfig, ConfigError, EvalConfig, TrainConfig, rlhf_config
+from posttrain.config_file import from_dict
+
+
+def checked(cfg: Any) -> Any:
+    """Values, then the names and files only the library knows; before anything starts."""
+    # imported here for start-up time: pipelines/ loads torch and every role
+    from posttrain.pipelines.build import check_config
+
+    check_config(cfg)
+    return cfg
+
+
+RESUME_HELP = ("RUN_DIR: continue runs/<id> from its last checkpoint with its saved config.json (no other flag; to "
+               "change settings, start a new run with --config runs/<id>/config.json); '' = a new run")
+
+
+def resumed_config(argv: list[str]) -> tuple[TrainConfig, Any] | None:
+    """The saved config and run of `--resume RUN_DIR`, or None without --resume."""
+    run_dir = value_of(argv, "--resume")
+    if run_dir is None:
+        return None
+    given = [flag for flag in flags_given(argv) if flag != "--resume"]
+    if given:
+        raise ConfigError(f"--resume continues a run with its saved config.json; drop {given} "
+                          "(to change settings, start a new run with --config runs/<id>/config.json)")
+    # imported here for start-up time (runs/ loads torch for checkpoints)
+    from posttrain.runs.rundir import RunDir
+
+    run = RunDir.open(run_dir)
+    return checked(from_dict(TrainConfig, run.read_json("config.json"))), run
+
+
+SUMMARIES = {
+    "run": "the main job: SFT → GRPO → held-out eval (Loop C)",
+    "train": "SFT → RL or a preference loss → held-out eval (Loop C), any setting changed",
+    "rlhf": "SFT → reward model from verifier-ranked pairs → PPO against it, with the verifier's gold reward "
+            "logged alongside",
+}
+
+
+def train_config(argv: list[str], command: str = "train") -> TrainConfig:
+    """The checked TrainConfig `posttrain COMMAND ARGV` runs (command: run, train or rlhf;
+    rlhf starts from config.rlhf_config() and refuses a preference loss)."""
+    resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
+    defaults = rlhf_config() if command == "rlhf" else TrainConfig()
+    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume])
+    algo = parsed.cfg.rl.algo
+    if command == "rlhf":
+        # imported here for start-up time: the algorithms import torch
+        from posttrain.algorithms.preference import PREFERENCE_LOSSES
+
+        if algo in PREFERENCE_LOSSES:
+            raise ConfigError(f"rl.algo={algo!r} is not allowed: rlhf trains an RL algorithm against the "
+                              "reward model; for preference losses use `posttrain train --algo dpo`")
+    return checked(parsed.with_algo_params(parsed.cfg, {algo}))
+
+
+def cmd_train(argv: list[str], command: str) -> int:
+    resumed = resumed_config(argv)
+    cfg = resumed[0] if resumed else train_config(argv, command)
+    # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
+    from posttrain.pipelines.run import run_pipeline, start_run
+    from posttrain.runs.console import console
+
+    run = resumed[1] if resumed else start_run(cfg, command)
+    summary = run_pipeline(cfg, run)
+    console.print(f"\n[bold]done[/]: {run.path}/summary.md")
+    console.print((run.path / "summary.md").read_text())
+    return 0 if summary else 1
+
+
+def cmd_compare(argv: list[str]) -> int:
+    if "--resume" in flags_given(argv):
+        raise ConfigError("compare does not resume; rerun it (each algorithm's run directory can be resumed "
+                          "on its own with `posttrain train --resume`)")
+    extra = [("algos", Annotated[str, tyro.conf.arg(metavar="A,B,...", help=(
+                  "the algorithms to compare, comma-separated (grpo,rloo,dr_grpo); each trains from the same SFT "
+                  "checkpoint with the same settings and rl.algo_params, so only the loss differs"))],
+              dataclasses.MISSING),
+             ("online_rounds", Annotated[str, tyro.conf.arg(metavar="N,N,...", help=(
+                  "preference losses only: run each one once per round count on the same budget, e.g. 1,20 for "
+                  "offline against 20 online rounds; '' = one run each, with rl.online_rounds"))], "")]
+    parsed = parse_train(argv, "posttrain compare", "several algorithms from one SFT checkpoint", TrainConfig(), extra,
+                         sections="those of the algorithms in --algos, and every row gets them")
+    # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
+    from posttrain.pipelines.compare import check_algos, compare
+
+    cfg = parsed.cfg
+    algos = [a.strip() for a in parsed.args.algos.split(",") if a.strip()]
+    check_algos(algos)
+    # the shared settings are checked as the first row will run them: its algorithm (so that
+    # rl.algo_params are read as its fields) and, with --online_rounds, the most rounds
+    given = flags_given(parsed.argv)
+    if "--rl.algo" not in given:
+        cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, algo=algos[0]))
+    rounds = None
+    if parsed.args.online_rounds:
+        if "--rl.online_rounds" in given:
+            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.online_rounds, not both")
+        try:
+            rounds = [int(n) for n in parsed.args.online_rounds.split(",")]
+        except ValueError:
+            raise ConfigError(f"--online_rounds {parsed.args.online_rounds!r}: give comma-separated round counts, "
+                              "e.g. 1,20 (1 = offline)") from None
+        if rounds and all(n > 0 for n in rounds):
+            cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, online_rounds=max(rounds)))
+    cfg = checked(parsed.with_algo_params(cfg, {*algos, cfg.rl.algo}))
+    compare(cfg, algos, rounds)
+    return 0
+
+
+def cmd_rlhf(argv: list[str]) -> int:
+    resumed = resumed_config(argv)
+    cfg = resumed[0] if resumed else train_config(argv, "rlhf")
+    # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
+    from posttrain.pipelines.rlhf import run_rlhf
+    from posttrain.pipelines.run import start_run
+    from posttrain.runs.console import console
+
+    run = resumed[1] if resumed else start_run(cfg, "rlhf")
+    summary = run_rlhf(cfg, run)
+    console.print(f"\n[bold]done[/]: {run.path}/summary.md")
+    console.print((run.path / "summary.md").read_text())
+    return 0 if summary else 1
+
+
+def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
+    """An EvalConfig or BonConfig from defaults < --config < flags, checked."""
+    base, _ = from_file(cls, argv)
+    fields = [config_flag(), ("settings", Annotated[cls, tyro.conf.arg(name="")], base)]
+    return checked(parse_flags(argv, prog, description(summary), fields).settings)
+
+
+def cmd_eval(argv: list[str]) -> int:
+    cfg = parse_simple(EvalConfig, argv, "posttrain eval", "Loop A: measure, nothing else")
+    # imported here for start-up time: eval/ loads torch
+    if cfg.completions:
+        from posttrain.eval.completions import run_eval_file
+
+        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name)
+    else:
+        from posttrain.eval.loop_a import evaluate_checkpoint
+
+        evaluate_checkpoint(cfg)
+    return 0
+
+
+def cmd_bon(argv: list[str]) -> int:
+    cfg = parse_simple(BonConfig, argv, "posttrain bon", "Loop B: best-of-N selection")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.best_of_n import run_bon
+
+    run_bon(cfg.pack, cfg.n, cfg.spec_version, cfg.out_dir, cfg.name, cfg.select_spec_version or None)
+    return 0
+
+
+def cmd_diff(argv: list[str]) -> int:
+    # imported here for start-up time: eval/ loads torch
+    from posttrain.eval.completions import compare_runs
+
+    parser = argparse.ArgumentParser(prog="posttrain diff", description="paired comparison of two Loop A runs")
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    parser.add_argument("--force", action="store_true", help="compare even when the spec versions differ")
+    args = parser.parse_args(argv)
+    compare_runs(args.run_a, args.run_b, force=args.force)
+    return 0
+
+
+def cmd_demo(argv: list[str]) -> int:
+    # imported here for start-up time: the demos load torch
+    from posttrain.teach.demos import DEMOS, run_demo
+
+    if not argv or argv[0] in ("-h", "--help"):
+        print(f"usage: posttrain demo NAME [options]; demos: {', '.join(DEMOS)} (NAME --help for options)")
+        return 0
+    return run_demo(argv[0], argv[1:])
+
+
+def cmd_lessons(argv: list[str]) -> int:
+    # imported here for start-up time: `posttrain lessons --list` needs none of the other commands
+    from posttrain.teach.lessons import main as lessons_main
+
+    return lessons_main(argv)
+
+
+def cmd_check(argv: list[str]) -> int:
+    # imported here for start-up time: the checker loads torch
+    from posttrain.teach.check import main as check_main
+
+    return check_main(argv)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "run": lambda argv: cmd_train(argv, "run"),
+    "train": lambda argv: cmd_train(argv, "train"),
+    "compare": cmd_compare,
+    "rlhf": cmd_rlhf,
+    "eval": cmd_eval,
+    "bon": cmd_bon,
+    "diff": cmd_diff,
+    "demo": cmd_demo,
+    "lessons": cmd_lessons,
+    "check": cmd_check,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"posttrain: unknown command {name!r}; valid commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    try:
+        return COMMANDS[name](rest)
+    except SystemExit as stop:  # the parser printed --help (0) or what was wrong with a flag (2)
+        return stop.code if isinstance(stop.code, int) else 2
+    except (ValueError, FileNotFoundError) as error:
+        # errors we raise on purpose carry a message meant for the user; a traceback would
+        # bury it. POSTTRAIN_DEBUG=1 shows the traceback anyway.
+        if os.environ.get("POSTTRAIN_DEBUG"):
+            raise
+        print(f"posttrain {name}: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\nposttrain {name}: interrupted; `posttrain train --resume runs/<id>` continues from the last checkpoint",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

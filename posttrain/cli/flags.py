@@ -1,0 +1,211 @@
+"""Command-line plumbing: config dataclasses -> tyro's parser -> a config.
+
+Every setting is one flag named after its config.json key (`--rl.sampling.top_p 0.9`), with
+its field's comment as help; booleans take a value (`--env.cot false`), as in config.json.
+Each RL algorithm and preference loss has a section of flags built from its own dataclass
+(`--grpo.kl_coef 0.04`); the fields set there become `rl.algo_params`. Values come from the
+command's defaults < a `--config FILE` < flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, Any
+
+import tyro
+
+from posttrain.config import ConfigError, RLConfig, TrainConfig
+from posttrain.config_file import from_dict, load_file
+
+# The short forms users type for the four settings they change most; each is the setting's
+# own word. Every other setting has exactly one flag, its config.json key.
+SHORT_FLAGS = {"--algo": "--rl.algo", "--steps": "--rl.steps", "--model": "--model.name", "--workers": "--dist.workers"}
+
+
+# Flags that were removed: the message says what replaced them (as config.RENAMED does for keys).
+REMOVED_FLAGS = {
+    "--data": "--rl.pairs",
+    "--lora-r": "--model.lora_r",
+    "--ray-address": "--dist.ray_address",
+    "--rl.algo_params": "the chosen algorithm's section, e.g. --grpo.kl_coef 0.04 or --dpo.beta 0.2",
+}
+
+
+# Booleans take a value, `--env.cot false`, spelled as in config.json: one flag per setting
+# (no --env.no_cot twin), so a run's config.json reads back as the flags that made it.
+BOOLEANS = tyro.constructors.ConstructorRegistry()
+
+
+@BOOLEANS.primitive_rule
+def _bool_rule(info: tyro.constructors.PrimitiveTypeInfo) -> tyro.constructors.PrimitiveConstructorSpec | None:
+    if info.type is not bool:
+        return None
+    return tyro.constructors.PrimitiveConstructorSpec(
+        nargs=1, metavar="{true,false}", choices=("true", "false"), instance_from_str=lambda args: args[0] == "true",
+        is_instance=lambda x: isinstance(x, bool), str_from_instance=lambda x: ["true" if x else "false"])
+
+
+def parse_flags(argv: list[str], prog: str, description: str, fields: list[tuple[str, Any, Any]]) -> Any:
+    """Parse `argv` into a dataclass of `fields` (name, type, default instance or
+    dataclasses.MISSING for a required flag). A field typed `Annotated[X,
+    tyro.conf.arg(name="")]` adds X's settings without a prefix (`--rl.lr`, not
+    `--settings.rl.lr`). tyro prints --help or what was wrong and raises SystemExit."""
+    spec = [(name, kind, dataclasses.field() if default is dataclasses.MISSING else
+             dataclasses.field(default_factory=lambda d=default: d)) for name, kind, default in fields]
+    args_type = dataclasses.make_dataclass("Args", spec, kw_only=True)
+    return tyro.cli(args_type, args=argv, prog=prog, description=description, use_underscores=True,
+                    config=(tyro.conf.FlagConversionOff,), registry=BOOLEANS)
+
+
+def flags_given(argv: list[str]) -> list[str]:
+    """The flags in `argv`, in order: `--rl.lr 3e-4` and `--rl.lr=3e-4` both give "--rl.lr",
+    and `--grpo.kl-coef`, which the parser also accepts, gives "--grpo.kl_coef"."""
+    return ["--" + token[2:].split("=")[0].replace("-", "_") for token in argv if token.startswith("--")]
+
+
+def value_of(argv: list[str], flag: str) -> str | None:
+    """The value `argv` gives `flag` (the last one, as a parser would keep), or None."""
+    value = None
+    for i, token in enumerate(argv):
+        if token == flag:
+            if i + 1 == len(argv) or argv[i + 1].startswith("--"):
+                raise ConfigError(f"{flag} needs a value")
+            value = argv[i + 1]
+        elif token.startswith(flag + "="):
+            value = token[len(flag) + 1:]
+    return value
+
+
+def expand_short_flags(argv: list[str]) -> list[str]:
+    """`--algo grpo` -> `--rl.algo grpo`; a removed flag is refused with its replacement."""
+    removed = {"--" + flag[2:].replace("-", "_"): (flag, new) for flag, new in REMOVED_FLAGS.items()}
+    for flag in flags_given(argv):
+        if flag in removed:
+            raise ConfigError("{} was removed; use {}".format(*removed[flag]))
+    out = []
+    for token in argv:
+        flag, eq, value = token.partition("=")
+        out.append(SHORT_FLAGS[flag] + eq + value if flag in SHORT_FLAGS else token)
+    return out
+
+
+def from_file(cls: type, argv: list[str], base: Any = None) -> tuple[Any, dict]:
+    """`base` (default: cls's defaults) with the --config file's values on top, and the file's data."""
+    path = value_of(argv, "--config")
+    data = load_file(path) if path else {}
+    return from_dict(cls, data, base=base), data
+
+
+def config_flag() -> tuple[str, Any, str]:
+    return ("config", Annotated[str, tyro.conf.arg(
+        metavar="FILE", help="a JSON or TOML file of settings, e.g. a run's config.json: its values replace the "
+                             "defaults, and flags replace its values; '' = defaults only")], "")
+
+
+def description(summary: str, sections: str = "") -> str:
+    """The text above the flags: what the command does, where values come from, and (with
+    `sections`, which of them may be set) the short forms and the algorithm sections."""
+    text = f"{summary}. Values: defaults < --config FILE < flags."
+    if sections:
+        text += (" Short forms: " + ", ".join(f"{s} = {f}" for s, f in SHORT_FLAGS.items()) + ". An algorithm's "
+                 f"hyperparameters are the flags of its section below (--grpo.kl_coef 0.04): set {sections}; "
+                 "those changed from the section's defaults become rl.algo_params.")
+    return text
+
+
+# ---------------------------------------------------------------------------------------
+# algorithm sections: --grpo.kl_coef, --dpo.beta, ... -> rl.algo_params
+# ---------------------------------------------------------------------------------------
+
+
+def section_defaults(rl: RLConfig) -> dict[str, Any]:
+    """Every registered RL algorithm's and preference loss's default instance, built as
+    pipelines/build.py builds the one that runs: max_len (Dr.GRPO's divisor, DAPO's L_max)
+    is the generation budget rl.sampling.max_new_tokens, and rl.algo's section starts from
+    rl.algo_params (those of a --config file)."""
+    # imported here for start-up time: the algorithms import torch, which `posttrain --help` does not need
+    from posttrain.algorithms import ALGORITHMS, make_algorithm
+    from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
+
+    defaults = {}
+    try:
+        for name in ALGORITHMS:
+            params = rl.algo_params if name == rl.algo else {}
+            defaults[name] = make_algorithm(name, budget=rl.sampling.max_new_tokens, **params)
+        for name in PREFERENCE_LOSSES:
+            defaults[name] = make_preference_loss(name, **(rl.algo_params if name == rl.algo else {}))
+    except ValueError as error:  # only the --config file's rl.algo_params can be wrong here
+        raise ConfigError(f"rl.algo_params={rl.algo_params!r} of --config is not allowed: {error}") from None
+    return defaults
+
+
+def section_fields(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
+    """One unprefixed field holding a dataclass with a field per algorithm, so that each
+    algorithm's hyperparameters are flags `--<algo>.<field>` with their comments as help."""
+    spec = []
+    for name, algo in defaults.items():
+        doc = (type(algo).__doc__ or "").strip().split("\n")[0]
+        about = f"--algo {name}: {doc} The flags changed from these defaults become rl.algo_params."
+        spec.append((name, Annotated[type(algo), tyro.conf.arg(help=about)],
+                     dataclasses.field(default_factory=lambda a=algo: a)))
+    sections = dataclasses.make_dataclass("Algorithms", spec, kw_only=True)
+    return [("algorithms", Annotated[sections, tyro.conf.arg(name="")], sections())]
+
+
+def section_params(argv: list[str], parsed: Any, defaults: dict[str, Any], chosen: set[str]) -> dict[str, Any]:
+    """The hyperparameters set in the sections of the `chosen` algorithms: each field given
+    as a flag or differing from its section's default. A flag of any other section is refused."""
+    given = {flag[2:].partition(".") for flag in flags_given(argv)}
+    params: dict[str, Any] = {}
+    for name, default in defaults.items():
+        value = getattr(parsed.algorithms, name)
+        changed = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
+                   if getattr(value, f.name) != getattr(default, f.name) or (name, ".", f.name) in given}
+        if not changed:
+            continue
+        flags = [f"--{name}.{field}" for field in changed]
+        if name not in chosen:
+            raise ConfigError(f"{', '.join(flags)}: the {name} section is not allowed here: expected only flags of "
+                              f"{' or '.join(f'--{c}.*' for c in sorted(chosen))} (set --algo {name} to train {name})")
+        for field, v in changed.items():
+            if field in params and params[field] != v:
+                raise ConfigError(f"--{name}.{field}={v!r} is not allowed: another section set {field}="
+                                  f"{params[field]!r}, and every row of compare gets the same rl.algo_params")
+            params[field] = v
+    return params
+
+
+@dataclasses.dataclass
+class ParsedTrain:
+    """What parse_train read, kept until the chosen algorithm is known (compare picks it
+    after parsing) and its section can become rl.algo_params."""
+
+    cfg: TrainConfig  # defaults < --config < flags, rl.algo_params not yet from the sections
+    args: Any  # everything parsed: the settings, the sections, extra fields (compare's --algos)
+    argv: list[str]  # with the short flags expanded
+    defaults: TrainConfig  # the command's defaults: TrainConfig() or rlhf_config()
+    file: dict[str, Any]  # the --config file's data ({} without one)
+    sections: dict[str, Any]  # each algorithm section's default instance
+
+    def with_algo_params(self, cfg: TrainConfig, chosen: set[str]) -> TrainConfig:
+        """cfg with rl.algo_params = the defaults' (while cfg keeps their algorithm) < --config's
+        < the `chosen` sections' flags. The defaults' params belong to their algorithm: rlhf's
+        PPO kl_coef is not another algorithm's."""
+        start = self.cfg.rl.algo_params
+        if "algo_params" not in self.file.get("rl", {}) and cfg.rl.algo != self.defaults.rl.algo:
+            start = {}
+        params = {**start, **section_params(self.argv, self.args, self.sections, chosen)}
+        return dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, algo_params=params))
+
+
+def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
+                extra: list[tuple[str, Any, Any]] = (), sections: str = "only the chosen algorithm's") -> ParsedTrain:
+    """A TrainConfig from `defaults` < --config < flags, with one section of flags per
+    algorithm; `extra` adds command-specific fields (compare's --algos)."""
+    argv = expand_short_flags(argv)
+    base, file = from_file(TrainConfig, argv, base=defaults)
+    algorithms = section_defaults(base.rl)
+    fields = [config_flag(), *extra, ("settings", Annotated[TrainConfig, tyro.conf.arg(name="")], base),
+              *section_fields(algorithms)]
+    args = parse_flags(argv, prog, description(summary, sections), fields)
+    return ParsedTrain(args.settings, args, argv, defaults, file, algorithms)
