@@ -149,3 +149,15 @@ def test_warmup_then_cosine():
     assert [m(s) for s in range(4)] == [0.25, 0.5, 0.75, 1.0]
     assert abs(m(9) - (0.1 + 0.9 * 0.5)) < 1e-9  # halfway through the decay: cos(π/2) = 0
     assert abs(m(14) - 0.1) < 1e-9 and abs(m(100) - 0.1) < 1e-9
+
+
+def test_the_schedule_end_and_beta2_are_settings():
+    """rl.final_lr_fraction ends the cosine decay (1 = constant after warmup) and
+    rl.adam_beta2 is AdamW's second-moment decay; both reach the optimizer."""
+    model, batch = tiny_model(), scored_batch(make_algorithm("grpo"))
+    constant = Trainer(model, lr=1e-3, total_steps=4, warmup_steps=1, final_lr_fraction=1.0, adam_beta2=0.999)
+    lrs = [constant.update(batch, make_algorithm("grpo"))["lr"] for _ in range(4)]
+    assert lrs == pytest.approx([1e-3] * 4)
+    assert constant.optimizer.param_groups[0]["betas"] == (0.9, 0.999)
+    decayed = Trainer(tiny_model(), lr=1e-3, total_steps=4, warmup_steps=1)
+    assert [decayed.update(batch, make_algorithm("grpo"))["lr"] for _ in range(4)][-1] == pytest.approx(1e-4)

@@ -171,6 +171,13 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
     return dataclasses.replace(cfg.rl.sampling, stop_at_newline=cfg.rl.sampling.stop_at_newline or not cfg.env.cot)
 
 
+def trainer_settings(rl: RLConfig) -> dict:
+    """The RL and preference stages' optimisation settings, as Trainer arguments."""
+    return dict(lr=rl.lr, total_steps=rl.steps, warmup_steps=rl.warmup_steps, final_lr_fraction=rl.final_lr_fraction,
+                adam_beta2=rl.adam_beta2, weight_decay=rl.weight_decay, grad_clip=rl.grad_clip,
+                micro_batch_size=rl.micro_batch_size)
+
+
 def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
                  horizon: int | None = None):
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
@@ -201,10 +208,7 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     reference = make_reference(policy, start_weights) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
-    trainer = make_trainer(cfg.dist.trainer_ranks, policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps,
-                           warmup_steps=cfg.rl.warmup_steps, final_lr_fraction=cfg.rl.final_lr_fraction,
-                           weight_decay=cfg.rl.weight_decay,
-                           grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size, critic=critic)
+    trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
     if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
         console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "

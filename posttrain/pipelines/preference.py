@@ -22,7 +22,7 @@ from posttrain.data.preference import (
 )
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model
-from posttrain.pipelines.build import make_reward, sampling_params
+from posttrain.pipelines.build import make_reward, sampling_params, trainer_settings
 from posttrain.pipelines.preference_train import (
     batch_indices,
     cache_reference_logps,
@@ -116,9 +116,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
     reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
-    trainer = Trainer(policy, lr=cfg.rl.lr, total_steps=cfg.rl.steps, warmup_steps=cfg.rl.warmup_steps,
-                      final_lr_fraction=cfg.rl.final_lr_fraction, weight_decay=cfg.rl.weight_decay,
-                      grad_clip=cfg.rl.grad_clip, micro_batch_size=cfg.rl.micro_batch_size)
+    trainer = Trainer(policy, **trainer_settings(cfg.rl))
 
     def pairs_for_round(r: int) -> tuple[list, dict]:
         """Round r's pairs, from its file when a killed run already built them (the policy

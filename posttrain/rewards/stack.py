@@ -1,6 +1,6 @@
 """Reward design: compose a scalar reward from named terms.
 
-A scorer (envs/final_int.py, envs/math_answer.py, ...) answers one question: is this
+A scorer (verifiers/final_int.py, verifiers/math_answer.py, ...) answers one question: is this
 completion right? A reward for RL may want more: pay a little for the format, charge for
 length. `RewardStack` adds weighted terms on top of a scorer's result and logs every term
 separately, so a run can show which term paid:

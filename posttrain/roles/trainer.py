@@ -59,6 +59,7 @@ class Trainer:
         total_steps: int,
         warmup_steps: int = 0,
         final_lr_fraction: float = 0.1,
+        adam_beta2: float = 0.95,
         weight_decay: float = 0.0,
         grad_clip: float = 1.0,
         micro_batch_size: int = 0,
@@ -73,9 +74,9 @@ class Trainer:
                              "A RolloutEngine freezes the model it is given: give it a copy "
                              "(RolloutEngine(copy.deepcopy(policy), ...)) and train the original")
         parameters += list(critic.parameters()) if critic is not None else []
-        # AdamW's betas (0.9, 0.95): the shorter second-moment memory that LLM training
+        # AdamW's β2 0.95 by default: the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
-        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, adam_beta2), weight_decay=weight_decay)
         schedule = warmup_cosine(warmup_steps, total_steps, final_lr_fraction)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.grad_clip = grad_clip
