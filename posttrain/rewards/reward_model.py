@@ -55,6 +55,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from posttrain.models import load_checkpoint_model
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import token_logp
 from posttrain.models.tokenizer import CharTokenizer
@@ -294,7 +295,6 @@ def check_reward_model_dir(directory: str | Path) -> None:
 def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
     """(model in eval mode, the info dict saved with it). The body loads as what it was
     saved from: a GPTMini, or a transformers model (models.load_checkpoint_model)."""
-    from posttrain.models import load_checkpoint_model
 
     check_reward_model_dir(directory)
     directory = Path(directory)

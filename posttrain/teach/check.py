@@ -24,6 +24,13 @@ from typing import Any, Callable
 
 import torch
 
+from posttrain.algorithms import make_algorithm
+from posttrain.algorithms.core import agg_loss, clipped_surrogate, kl_k3, masked_mean, policy_gradient_loss
+from posttrain.algorithms.dapo import overlong_penalty
+from posttrain.algorithms.grpo import group_advantages
+from posttrain.algorithms.rloo import leave_one_out_baseline
+from posttrain.teach.widgets import BUDGET, synthetic_batch
+
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 EXERCISE_FILE = re.compile(r"^(\d\d[a-z]?)_\w+\.py$")
 
@@ -88,69 +95,46 @@ def _group_cases() -> list[tuple[str, tuple]]:
 
 
 def _ref_kl_k3(logp, ref_logp):
-    from posttrain.algorithms.core import kl_k3
-
     return kl_k3(logp, ref_logp)
 
 
 def _ref_advantages(batch):
-    from posttrain.algorithms import make_algorithm
-    from posttrain.teach.widgets import BUDGET
-
     return make_algorithm("dr_grpo", budget=BUDGET).compute_advantages(batch)["advantages"]
 
 
 def _ref_sft_loss(logp, mask):
-    from posttrain.algorithms.core import masked_mean
-
     return -masked_mean(logp, mask)
 
 
 def _ref_masked_mean(x, mask):
-    from posttrain.algorithms.core import masked_mean
-
     return masked_mean(x, mask)
 
 
 def _ref_reinforce_loss(logp, adv, mask):
-    from posttrain.algorithms.core import policy_gradient_loss
-
     return policy_gradient_loss(logp, adv, mask, agg="seq-mean-token-sum")
 
 
 def _ref_clipped(logp, old_logp, adv, mask, eps=0.2):
-    from posttrain.algorithms.core import clipped_surrogate
-
     return clipped_surrogate(logp, old_logp, adv, mask, eps, eps, agg="token-mean")[0]
 
 
 def _ref_group_advantages(rewards, group_ids):
-    from posttrain.algorithms.grpo import group_advantages
-
     return group_advantages(rewards, group_ids, "group", 1e-6)
 
 
 def _ref_loo(rewards, group_ids):
-    from posttrain.algorithms.rloo import leave_one_out_baseline
-
     return leave_one_out_baseline(rewards, group_ids)
 
 
 def _ref_overlong(lengths, max_len, cache_len):
-    from posttrain.algorithms.dapo import overlong_penalty
-
     return overlong_penalty(lengths, max_len, cache_len)
 
 
 def _ref_sum_norm(loss_mat, mask, max_len):
-    from posttrain.algorithms.core import agg_loss
-
     return agg_loss(loss_mat, mask, "seq-mean-token-sum-norm", max_len)
 
 
 def _advantage_cases():
-    from posttrain.teach.widgets import synthetic_batch
-
     return [
         ("two groups of four", (synthetic_batch([[(1, 3), (0, 5), (0, 2), (1, 4)], [(0, 2), (1, 2), (1, 6), (1, 3)]]),)),
         ("a group whose rewards are all equal", (synthetic_batch([[(1, 3), (1, 4)], [(0, 2), (1, 5)]]),)),
