@@ -3,6 +3,10 @@ including adversarial ones (whitespace runs, giant integers, many Final lines).
 
 Target (issue #4): p99 under 50 ms on inputs up to 1 MB.
 
+The code verifier is measured apart, per example: each score is a sandboxed run (issue #17:
+one probe run for the tests the trainer judges, a second only for tests that must run
+whole in the sandbox). No target; ~35 ms per example in namespace mode on 2 busy cores.
+
     python benchmarks/scorer_latency.py
 """
 
@@ -12,8 +16,9 @@ import random
 import statistics
 import time
 
-from posttrain.verifiers.final_int import SPECS, score
 from posttrain.types import Example
+from posttrain.verifiers import code
+from posttrain.verifiers.final_int import SPECS, score
 
 TARGET_P99_MS = 50.0
 
@@ -49,6 +54,29 @@ def main() -> dict:
         verdict = "meets" if p99 < TARGET_P99_MS else "MISSES"
         print(f"{version:36s} p50 {results[version]['p50_ms']:7.2f} ms  p99 {p99:7.2f} ms  "
               f"({verdict} the {TARGET_P99_MS:.0f} ms target)")
+    results.update(code_latency())
+    return results
+
+
+def code_latency(repeats: int = 20) -> dict:
+    """p50 / p90 of code/tests-v1 on a 3-test `add` problem: right, wrong, and with one test
+    the trainer cannot judge (a loop), which costs a second sandbox run."""
+    tests = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0", "assert add(0, 0) == 0"]
+    cases = {"right": (tests, "def add(a, b): return a + b"), "wrong": (tests, "def add(a, b): return a - b"),
+             "one test in the sandbox": (tests[:2] + ["for a in range(3):\n    assert add(a, 0) == a"],
+                                         "def add(a, b): return a + b")}  # fmt: skip
+    results = {}
+    for name, (case_tests, completion) in cases.items():
+        example = Example("Write add(a, b).", "", meta={"tests": case_tests})
+        code.score(example, completion)  # the first run also probes for namespaces
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            code.score(example, completion)
+            times.append((time.perf_counter() - start) * 1000)
+        times.sort()
+        results[f"code/tests-v1 ({name})"] = {"p50_ms": statistics.median(times), "p90_ms": times[int(0.9 * repeats)]}
+        print(f"code/tests-v1, {name:24s} p50 {statistics.median(times):7.2f} ms  p90 {times[int(0.9 * repeats)]:7.2f} ms")
     return results
 
 

@@ -5,25 +5,22 @@
 its default in a comment, and that comment is the field's `--help` text. `validate()`
 checks values (ranges, combinations) and names the field, its value and what is allowed.
 
-This module is data only: it imports nothing else from posttrain. Whether a name exists
-(an algorithm, an environment, a model, a verifier) and whether a file can be read are
-checked by `pipelines/build.py::check_config`, the one place that turns a config into
-objects.
+Data only: it imports nothing else from posttrain. `pipelines/build.py::check_config` runs
+every check before anything starts: types (config_checks.py), `validate()`, then names,
+files and data only the library can judge.
 
-Values come from three places, later ones winning: the dataclass defaults, a JSON/TOML
-file (`--config`, read by config_file.py), and command-line flags (`--rl.lr 3e-4`, cli/).
-Nested sections are addressed with a dot, exactly as they appear in the resolved
-`config.json` of a run directory.
+Values come from the dataclass defaults < a JSON/TOML file (`--config`, config_file.py) <
+command-line flags (`--rl.lr 3e-4`, cli/), addressed with a dot as in a run's config.json.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
 
 
 class ConfigError(ValueError):
@@ -39,7 +36,13 @@ def check(ok: bool, name: str, value: Any, allowed: str) -> None:
 def check_positive(section: Any, prefix: str, *names: str) -> None:
     for name in names:
         value = getattr(section, name)
-        check(isinstance(value, int) and value > 0, f"{prefix}.{name}", value, "a positive integer")
+        check(isinstance(value, int) and value > 0, f"{prefix}.{name}".lstrip("."), value, "a positive integer")
+
+
+def check_non_negative(section: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        value = getattr(section, name)
+        check(value >= 0, f"{prefix}.{name}", value, f"{'an integer' if isinstance(value, int) else 'a number'} >= 0")
 
 
 @dataclass
@@ -61,9 +64,9 @@ class ModelConfig:
 
     def validate(self, prefix: str = "model") -> None:
         check_positive(self, prefix, "dim", "n_layer", "n_head", "hidden_dim", "max_seq_len")
-        for name in ("lora_r", "lora_alpha"):
-            value = getattr(self, name)
-            check(isinstance(value, int) and value >= 0, f"{prefix}.{name}", value, "an integer >= 0")
+        check_non_negative(self, prefix, "lora_r", "lora_alpha")
+        check(self.dim % (2 * self.n_head) == 0, f"{prefix}.n_head", self.n_head, f"a divisor of {prefix}.dim="
+              f"{self.dim} into even heads: a gpt_mini head gets dim / n_head channels, RoPE turns them in pairs")
 
 
 @dataclass
@@ -79,6 +82,9 @@ class EnvConfig:
     # the problems file of env "jsonl", "math" or "code": one {"prompt", "expected_answer", "meta"}
     # object per line (meta.solution for SFT, meta.tests for code; posttrain/envs/jsonl_file.py)
     path: str = ""
+    # env "code" only: where no namespace sandbox exists (not root, most containers) run the tests
+    # in the weak prelude-only one, which can leak files and network; off (posttrain/sandbox.py)
+    allow_weak_sandbox: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the
@@ -121,6 +127,7 @@ class SFTConfig:
         check_positive(self, prefix, "num_examples", "batch_size")
         check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check_non_negative(self, prefix, "warmup_steps", "weight_decay")
 
 
 @dataclass
@@ -227,21 +234,14 @@ class RLConfig:
 
     def validate(self, prefix: str = "rl") -> None:
         check_positive(self, prefix, "prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every",
-                       "dev_size", "max_sampling_rounds", "pair_prompts", "kl_horizon")
-        check(isinstance(self.algo_params, dict), f"{prefix}.algo_params", self.algo_params, "a mapping")
-        check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0")
+                       "dev_size", "max_sampling_rounds", "pair_prompts", "kl_horizon", "online_rounds")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
         check(0 <= self.final_lr_fraction <= 1, f"{prefix}.final_lr_fraction", self.final_lr_fraction,
               "a number in [0, 1] (1 = constant after warmup)")
         check(0 <= self.adam_beta2 < 1, f"{prefix}.adam_beta2", self.adam_beta2, "a number in [0, 1)")
-        check(self.grad_clip >= 0, f"{prefix}.grad_clip", self.grad_clip, "a number >= 0 (0 = off)")
-        check(self.micro_batch_size >= 0, f"{prefix}.micro_batch_size", self.micro_batch_size, "an integer >= 0")
+        check_non_negative(self, prefix, "steps", "grad_clip", "micro_batch_size", "warmup_steps", "weight_decay",
+                           "length_penalty", "length_free", "kl_target")
         self.sampling.validate(f"{prefix}.sampling")
-        check(self.length_penalty >= 0, f"{prefix}.length_penalty", self.length_penalty, "a number >= 0")
-        check(self.length_free >= 0, f"{prefix}.length_free", self.length_free, "an integer >= 0")
-        check(self.kl_target >= 0, f"{prefix}.kl_target", self.kl_target, "a number >= 0 (0 = fixed kl_coef)")
-        check(isinstance(self.online_rounds, int) and self.online_rounds > 0, f"{prefix}.online_rounds",
-              self.online_rounds, "a positive integer (1 = offline)")
         self.rm.validate(f"{prefix}.rm")
 
 
@@ -282,21 +282,18 @@ class DistConfig:
 
     def validate(self, prefix: str = "dist") -> None:
         check(self.topology in TOPOLOGIES, f"{prefix}.topology", self.topology, f"one of {list(TOPOLOGIES)}")
-        check(self.workers >= 0, f"{prefix}.workers", self.workers, "an integer >= 0 (0 = no Ray workers)")
+        check_non_negative(self, prefix, "workers", "rollout_shards", "num_cpus")
         if self.topology in ("sync", "async"):
             check(self.workers > 0, f"{prefix}.workers", self.workers,
                   f"at least 1 with {prefix}.topology={self.topology!r} (try --workers 2)")
         if self.topology == "colocated":
             check(self.workers == 0, f"{prefix}.workers", self.workers,
                   f"0 with {prefix}.topology='colocated' (or choose topology sync or async)")
-        check(self.rollout_shards >= 0, f"{prefix}.rollout_shards", self.rollout_shards,
-              "an integer >= 0 (0 = one per worker)")
         check(self.max_staleness >= 1, f"{prefix}.max_staleness", self.max_staleness,
               "an integer >= 1 (topology sync is the on-policy case)")
         check(self.tis_cap >= 1, f"{prefix}.tis_cap", self.tis_cap, "a number >= 1")
         check(isinstance(self.trainer_ranks, int) and self.trainer_ranks >= 1, f"{prefix}.trainer_ranks",
               self.trainer_ranks, "an integer >= 1 (1 = train in this process; N > 1 starts N-1 more trainer processes)")
-        check(self.num_cpus >= 0, f"{prefix}.num_cpus", self.num_cpus, "an integer >= 0 (0 = all of this machine's)")
         if self.ray_address and self.workers > 0:
             # fail now, not after SFT and Ray's own connection timeout (many minutes)
             check(_listening(self.ray_address), f"{prefix}.ray_address", self.ray_address,
@@ -347,7 +344,10 @@ class TrainConfig:
               f"at most the {rows} rows of a minibatch (rl.prompts_per_step × rl.samples_per_prompt / "
               "rl.minibatches): every rank needs a row")
         check_positive(self, "", "heldout_size", "checkpoint_every")
-        check(self.threads >= 0, "threads", self.threads, "an integer >= 0")
+        # an OS thread each: past a few per core they only contend, and 99999 hit the thread limit: a segfault
+        cores = os.cpu_count() or 1
+        check(0 <= self.threads <= 4 * cores, "threads", self.threads,
+              f"an integer in [0, {4 * cores}] (0 = torch's default; at most 4 per core, and this machine has {cores})")
         if self.init and not Path(self.init).is_dir():
             raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
 

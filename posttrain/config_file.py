@@ -4,12 +4,17 @@
     from_dict(cls, data)       a (partial) dict back into the dataclass: an unknown key is an
                                error that lists the valid ones, a renamed one says its new name
     load_file(path)            a JSON or TOML file as a dict, or an error naming the file
+
+A value must already have its setting's type: `true` is not a number (bool is an int to
+Python, so it would silently be 1), 2.0 is not a count, a number is not text, and a number
+must be finite (JSON's 1e400 overflows to inf, and NaN, Infinity and TOML's inf parse).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import typing
 from pathlib import Path
 from typing import Any
@@ -60,15 +65,20 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
             return value.lower() in ("true", "1", "yes")
         raise ConfigError(f"{name}={value!r} is not allowed: expected true or false")
     if hint in (int, float):
+        expected = "an integer" if hint is int else "a finite number"
+        if isinstance(value, bool) or (hint is int and isinstance(value, float)):
+            raise ConfigError(f"{name}={value!r} is not allowed: expected {expected}")
         try:
-            number = hint(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name}={value!r} is not allowed: expected {'an integer' if hint is int else 'a number'}") from None
-        if hint is int and isinstance(value, float) and number != value:
-            raise ConfigError(f"{name}={value!r} is not allowed: expected an integer")
+            number = hint(value)  # "3" and "1e-4" (text) are read as the numbers they spell
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name}={value!r} is not allowed: expected {expected}") from None
+        if hint is float and not math.isfinite(number):
+            raise ConfigError(f"{name}={value!r} is not allowed: expected {expected} (1e400 overflows to inf)")
         return number
     if hint is str:
-        return str(value)
+        if not isinstance(value, str):
+            raise ConfigError(f"{name}={value!r} is not allowed: expected a string (in quotes)")
+        return value
     if typing.get_origin(hint) is dict:
         if isinstance(value, str):
             try:
@@ -82,12 +92,39 @@ def _coerce(value: Any, hint: Any, name: str) -> Any:
 
 
 def load_file(path: str) -> dict[str, Any]:
+    """The settings of a .toml file, or of any other file read as JSON (a run's config.json);
+    a .yaml/.yml file is refused rather than misread as JSON."""
     p = Path(path)
+    if p.suffix.lower() in (".yaml", ".yml"):
+        raise ConfigError(f"config file {path!r}: YAML is not supported; use JSON or TOML (the same keys, e.g. "
+                          "a run's config.json)")
     if not p.is_file():
         raise ConfigError(f"config file {path!r} does not exist")
+    kind = "TOML" if p.suffix.lower() == ".toml" else "JSON"
     try:
-        if p.suffix == ".toml":
-            return tomllib.loads(p.read_text())
-        return json.loads(p.read_text())
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(f"config file {path!r} is not valid {p.suffix.lstrip('.').upper() or 'JSON'}: {error}") from None
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigError(f"config file {path!r} cannot be read as text: {error}") from None
+    try:
+        data = tomllib.loads(text) if kind == "TOML" else json.loads(text)
+    except (ValueError, RecursionError) as error:  # TOMLDecodeError and JSONDecodeError are ValueErrors
+        raise ConfigError(f"config file {path!r} is not valid {kind}: {error}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path!r} holds {json.dumps(data)[:60]}, not an object of settings: "
+                          'write one such as {"rl": {"lr": 0.0001}}')
+    where = _not_finite(data)
+    if where:
+        raise ConfigError(f"config file {path!r}: {where} is not allowed: expected a finite number (a JSON number "
+                          "beyond ~1.8e308, such as 1e400, overflows to inf)")
+    return data
+
+
+def _not_finite(data: Any, prefix: str = "") -> str:
+    """'key=value' of the first inf or NaN anywhere in `data`, or ''."""
+    for key, value in data.items():
+        if isinstance(value, dict):
+            if found := _not_finite(value, f"{prefix}{key}."):
+                return found
+        elif isinstance(value, float) and not math.isfinite(value):
+            return f"{prefix}{key}={value!r}"
+    return ""

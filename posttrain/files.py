@@ -1,13 +1,64 @@
-"""Files: writing so that a killed process never leaves half of one behind, and reading
-JSONL so that a bad line is reported by file and line number."""
+"""Files: writing so that a killed process never leaves half of one behind, a full disk
+reported by the file it stopped, and reading JSONL so that a bad line is reported by file
+and line number."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
+
+# out of space on the device, or out of the user's quota on it: the same remedy either way
+DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+class DiskFullError(OSError):
+    """A write stopped for lack of space (ENOSPC) or quota (EDQUOT). Still an OSError with
+    the original errno, so code that handles OSError keeps working; `filename` names the
+    file being written and `advice` says what to do (the caller knows whether the work can
+    be resumed)."""
+
+    def __init__(self, code: int, path: str | os.PathLike | None,
+                 advice: str = "free space and run the command again"):
+        super().__init__(code, os.strerror(code), None if path is None else str(path))
+        self.advice = advice
+
+    def __str__(self) -> str:
+        where = f" while writing {self.filename}" if self.filename else ""
+        return f"disk full{where} ({self.strerror}); {self.advice}"
+
+
+def disk_full_errno(error: BaseException | None) -> int | None:
+    """ENOSPC or EDQUOT if `error`, or an error it was raised from or while handling, is a
+    full disk; else None. Some writers hide it: on a full disk torch.save raises
+    RuntimeError("... unexpected pos ...") with the OSError only as its __context__."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno in DISK_FULL:
+            return error.errno
+        error = error.__cause__ or error.__context__
+    return None
+
+
+@contextmanager
+def naming_disk_full(path: str | os.PathLike) -> Iterator[None]:
+    """Re-raise a full disk inside the block as a DiskFullError naming `path`: the OSError
+    from a failed write() or fsync() carries no file name, so without this the user learns
+    that the disk is full but not where."""
+    try:
+        yield
+    except DiskFullError:
+        raise
+    except Exception as error:
+        code = disk_full_errno(error)
+        if code is None:
+            raise
+        raise DiskFullError(code, path) from error
 
 
 def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
@@ -16,19 +67,21 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
     then `os.replace` it into place (atomic on POSIX and Windows). Creates missing parent
     directories."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(raw)
-            f.flush()
-            os.fsync(f.fileno())  # the rename must not reach the disk before the data does
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
+    with naming_disk_full(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # the name `.<name>.<random>.tmp` is what RunDir.resume sweeps up after a kill -9
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(raw)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must not reach the disk before the data does
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+            raise
 
 
 def jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]]]:

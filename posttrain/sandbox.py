@@ -3,47 +3,73 @@ limited process, and say how it ended.
 
     run_sandboxed(source) -> SandboxResult(status, exit_code, stdout, stderr, ...)
 
-What the sandbox does (measured on the 2-core, root, Linux 6.x machine this was built on)
+Two modes; the sandbox never drops from the first to the second on its own
+(measured on the 2-core, root, Linux 6.x machine this was built on)
 
-  When `unshare` and `setpriv` (util-linux) work, i.e. we are root on Linux, the child runs
-  in fresh namespaces ("namespaces" in `SandboxResult.isolation`):
-    - network: a new network namespace holds only a loopback that is down, so every
-      connect() fails with ENETUNREACH, including to services on the host's 127.0.0.1;
+  "namespaces", when `unshare` and `setpriv` (util-linux) work, i.e. we are root on Linux.
+  The child runs in fresh namespaces, built by posttrain/sandbox_child.py:
+    - network: only a loopback that is down: every connect() fails with ENETUNREACH,
+      including to services on the host's 127.0.0.1;
     - processes: a new PID namespace. The code is PID 1 there and sees only its own
       processes; when it exits or is killed, the kernel kills everything it started, even
       children that called setsid() to leave the process group;
     - identity: a fresh unprivileged uid per run (no capabilities, no_new_privs). Files of
-      other users that are not world-readable (/root, other sandboxes) are out of reach,
-      and RLIMIT_NPROC, which the kernel ignores for root, now caps fork bombs;
-    - filesystem: a new mount namespace where the mounts holding world-writable
-      directories (`/` with /tmp, /dev/shm, ...) are read-only and only the run's
-      temporary directory (its cwd, deleted afterwards) is writable;
+      other users that are not world-readable are out of reach, and RLIMIT_NPROC, which
+      the kernel ignores for root, now caps fork bombs;
+    - filesystem: a new root (chroot) holding only /usr, /etc, the lib/bin links, four
+      /dev nodes, its own /proc, and the interpreter's prefix if it lives elsewhere, all
+      read-only. The project checkout, run directories, data files, answer keys, /home,
+      /root, /work, /opt and the host's /tmp are not there to read. Its one writable place
+      is /sandbox (cwd, HOME, TMPDIR; /tmp links to it): a tmpfs of `max_disk_mb`, the
+      disk quota (a write past it fails with ENOSPC), that vanishes with the namespace;
     - environment: a whitelist (PATH, LANG, HOME, TMPDIR); nothing of the parent's.
-  Otherwise ("prelude-only") the child is a plain `python -I -S` in its own session, as
-  the same user, with the same environment whitelist and resource limits.
+  A run of `pass` takes ~33 ms end to end, ~6 ms of it building that filesystem.
+  "prelude-only", anywhere else (a non-root user, most containers): a plain `python -I -S`
+  in its own session, as the same user. It is weak: the Python guards below are all that
+  stands between the code and your files, the trainer's environment, and the network. So
+  `run_sandboxed` refuses it (status "refused", stderr says what is missing and how to get
+  namespaces) unless the caller opts in: `allow_weak_sandbox=True`, or once per process
+  `permit_weak_sandbox()` (what `--env.allow_weak_sandbox true` does).
 
   In both modes the child's first act is to set resource limits on itself (CPU seconds,
   address space, file size, process count) and, with `python_guards=True`, to install a
   Python-level prelude that refuses sockets, fork/exec/subprocess, and writes outside the
   cwd. The parent enforces the wall clock and the output size by SIGKILL of the whole
-  process group. (The limits are set by the child rather than in `preexec_fn` because
-  CPython documents `preexec_fn` as unsafe in a process with threads, and torch starts
-  threads.)
+  process group, and in prelude-only mode the disk quota by watching the work directory.
+  (The limits are set by the child rather than in `preexec_fn` because CPython documents
+  `preexec_fn` as unsafe in a process with threads, and torch starts threads.)
+
+No orphans. The child's command line starts with a lifeline: `setpriv --pdeathsig KILL`
+around `timeout -s KILL <wall + 2 s>` around `setpriv --pdeathsig KILL`. If the trainer
+dies, even by SIGKILL, each link gets SIGKILL when its parent dies; `unshare --kill-child`
+passes it to the namespace's PID 1 (which sets the signal again after its uid switch, since
+the kernel clears it then), and the PID namespace takes the rest. If a link was not yet in
+place, the outer timeout still ends everything 2 s past the wall limit. In namespace mode
+nothing of the run is on the host's disk; in prelude-only mode the work directory carries
+its owner's PID, and the next run in any process removes it once that PID is gone.
+
+The parent is made non-dumpable (prctl PR_SET_DUMPABLE 0) the first time it runs
+untrusted code, so a same-uid child cannot read /proc/<trainer>/environ, /mem or /fd. The
+price, for the rest of that process's life: no core dumps, and no ptrace of the trainer by
+its own user (gdb -p, py-spy dump need root).
 
 What it does not do
   - The prelude is a speed bump, not a security boundary: code can undo it (ctypes, a
-    fresh import of a builtin module, `gc` digging). Without namespaces, a determined
-    program can reach the network, write anywhere the user can, and, as root, fork without
-    limit. Read-only access to world-readable files remains in both modes.
-  - No seccomp filter, no cgroup (memory is capped per process by RLIMIT_AS, so N
-    processes may use N times the limit), no limit on disk space in the temporary
-    directory beyond RLIMIT_FSIZE per file.
+    fresh import of a builtin module, `gc` digging). In prelude-only mode a determined
+    program can reach the network, read and write anywhere the user can, start daemons
+    that outlive the run, and, as root, mount and fork without limit. Non-dumpability
+    does not hide the trainer from a root child (CAP_SYS_PTRACE).
+  - In namespace mode, /usr and /etc stay readable (the interpreter needs them); so does
+    /proc's view of the kernel. No seccomp filter and no cgroup: memory is capped per
+    process by RLIMIT_AS (N processes may use N times the limit), and the tmpfs quota is
+    memory too.
   - A real deployment should run untrusted code in a container or VM sandbox built for
     it: gVisor, Firecracker, nsjail or bubblewrap with seccomp and cgroup limits.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import functools
 import os
@@ -57,6 +83,15 @@ import tempfile
 import threading
 import time
 
+from posttrain.sandbox_child import (
+    PRELUDE,
+    SAFE_PATH,
+    WORK,
+    lifeline,
+    namespace_command,
+    namespace_python,
+)
+
 STATUSES: dict[str, str] = {
     "ok": "the program ran to the end and exited with code 0",
     "error": "the program exited with a nonzero code (an exception, sys.exit(1), ...)",
@@ -64,7 +99,9 @@ STATUSES: dict[str, str] = {
     "cpu_limit": "the program used its CPU seconds (RLIMIT_CPU)",
     "memory_limit": "an allocation failed under the address-space limit (RLIMIT_AS)",
     "output_limit": "stdout or stderr exceeded max_output_bytes; the group was killed",
+    "disk_limit": "prelude-only mode: the work directory outgrew max_disk_mb; the group was killed",
     "killed": "a signal ended the program (SIGSEGV, os.abort(), ...) and no limit explains it",
+    "refused": "no namespaces here and the caller did not allow the weak sandbox: nothing ran",
     "sandbox_error": "the sandbox itself could not start the program (a host problem)",
 }
 
@@ -73,11 +110,23 @@ STATUSES: dict[str, str] = {
 EXIT_MEMORY = 101
 EXIT_CPU = 102
 
-# The child sees only these variables: no tokens, keys or proxies leak from the parent.
-SAFE_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"  # sbin for mount, which the root setup runs
 # No user owns these. A fresh uid per run keeps concurrent runs from signalling each other
 # and gives each its own RLIMIT_NPROC count (a collision, 1 in 10^6, would share it).
 SANDBOX_UIDS = range(1_000_000, 2_000_000)
+# prelude-only work directories are <tmp>/posttrain-sandbox-<owner pid>-<random>
+WORK_PREFIX = "posttrain-sandbox-"
+PR_SET_DUMPABLE = 4  # from <linux/prctl.h>
+
+WEAK_SANDBOX_HELP = (
+    "refusing to run untrusted code in the weak prelude-only sandbox ({problem}): it would run as your "
+    "own user behind a Python guard it can undo, so it could read your files and the "
+    "trainer's environment, write anywhere you can and reach the network. To get namespaces, run as "
+    "root on Linux with util-linux's unshare and setpriv installed (in a VM, or a container started "
+    "with --privileged or --cap-add SYS_ADMIN). To accept the weak sandbox instead: --env.allow_weak_sandbox "
+    "true on the command line, or allow_weak_sandbox=True / posttrain.sandbox.permit_weak_sandbox() in Python"
+)
+
+_weak_permitted = False  # the process-wide opt-in; see permit_weak_sandbox
 
 
 @dataclasses.dataclass
@@ -88,157 +137,61 @@ class SandboxResult:
     stderr: str
     wall_seconds: float
     cpu_seconds: float  # user + system time of the whole process tree
-    isolation: str  # "namespaces" or "prelude-only"
+    isolation: str  # "namespaces", "prelude-only", or "none" when refused
     python_guards: bool
 
 
-# Runs as `python -I -S -c PRELUDE <cpu> <memory_mb> <fsize_mb> <nproc> <guards>
-# <exit_memory> <exit_cpu>` with the program on stdin. It runs before any untrusted byte:
-# limits first, then guards.
-PRELUDE = r"""
-import os, resource, signal, sys
-cpu, memory_mb, fsize_mb, nproc, guards, exit_memory, exit_cpu = map(int, sys.argv[1:8])
-MB = 1024 * 1024
-resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU, then SIGKILL a second later
-resource.setrlimit(resource.RLIMIT_AS, (memory_mb * MB, memory_mb * MB))
-resource.setrlimit(resource.RLIMIT_FSIZE, (fsize_mb * MB, fsize_mb * MB))
-resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
-resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-# A handler, not the default action: as PID 1 of a namespace the default would be ignored.
-signal.signal(signal.SIGXCPU, lambda *_: os._exit(exit_cpu))
-signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError instead
-program = sys.stdin.buffer.read()
-null = os.open(os.devnull, os.O_RDONLY); os.dup2(null, 0); os.close(null)
-ROOT = os.path.realpath(os.getcwd())
-
-def install_guards():
-    import builtins, io, posix, socket, _socket, _posixsubprocess
-
-    def deny(what):
-        def refuse(*args, **kwargs):
-            raise PermissionError(f"{what} is blocked in the posttrain sandbox")
-        return refuse
-
-    socket.socket.__init__ = deny("network")
-    for module in (socket, _socket):
-        module.socket = socket.socket
-        module.socketpair = deny("network")
-    for name in ("fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp",
-                 "execv", "execve", "execl", "execle", "execlp", "execlpe", "execvp",
-                 "execvpe", "spawnv", "spawnve", "spawnvp", "spawnvpe", "spawnl",
-                 "spawnle", "spawnlp", "spawnlpe"):
-        for module in (os, posix):
-            if hasattr(module, name):
-                setattr(module, name, deny("starting processes"))
-    _posixsubprocess.fork_exec = deny("starting processes")
-
-    def inside(path):
-        if isinstance(path, int):
-            return True  # an already-open file descriptor
-        real = os.path.realpath(os.fsdecode(path))
-        return real == os.devnull or os.path.commonpath([real, ROOT]) == ROOT
-
-    def guard(function, *path_args):
-        def guarded(*args, **kwargs):
-            for i in path_args:
-                if len(args) > i and not inside(args[i]):
-                    raise PermissionError(f"writing outside {ROOT} is blocked: {args[i]!r}")
-            return function(*args, **kwargs)
-        return guarded
-
-    real_open = io.open
-    def open_(file, mode="r", *args, **kwargs):
-        if any(c in mode for c in "wax+") and not inside(file):
-            raise PermissionError(f"writing outside {ROOT} is blocked: {file!r}")
-        return real_open(file, mode, *args, **kwargs)
-    builtins.open = io.open = open_
-
-    WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
-    real_os_open = os.open
-    def os_open(path, flags, *args, **kwargs):
-        if flags & WRITE_FLAGS and not inside(path):
-            raise PermissionError(f"writing outside {ROOT} is blocked: {path!r}")
-        return real_os_open(path, flags, *args, **kwargs)
-    os.open = posix.open = os_open
-    for name, path_args in (("mkdir", (0,)), ("rmdir", (0,)), ("remove", (0,)),
-                            ("unlink", (0,)), ("rename", (0, 1)), ("replace", (0, 1)),
-                            ("symlink", (1,)), ("link", (1,)), ("chmod", (0,)),
-                            ("chown", (0,)), ("truncate", (0,)), ("utime", (0,)),
-                            ("mkfifo", (0,)), ("mknod", (0,))):
-        if hasattr(os, name):
-            wrapped = guard(getattr(os, name), *path_args)
-            setattr(os, name, wrapped); setattr(posix, name, wrapped)
-
-if guards:
-    install_guards()
-del install_guards
-try:
-    code = compile(program, "<sandbox>", "exec")
-    del program
-    exec(code, {"__name__": "__main__", "__builtins__": __builtins__})
-except MemoryError:
-    os.write(2, b"\nMemoryError: the sandbox's memory limit was reached\n")
-    os._exit(exit_memory)
-"""
-
-# Runs as root inside the new namespaces, then drops to the sandbox uid. The work
-# directory becomes its own mount, so it stays writable when the mounts that hold
-# world-writable directories become read-only. The mounts are this namespace's copies:
-# the host's stay as they were.
-NAMESPACE_SETUP = r"""
-work=$1; uid=$2; shift 2
-mount --bind "$work" "$work" || exit 125
-for target in / /tmp /var/tmp /run /run/lock /dev/shm /dev/mqueue; do
-    if grep -q "^[^ ]* $target " /proc/self/mounts; then
-        mount -o remount,bind,ro "$target" || exit 125
-    fi
-done
-cd "$work" && exec setpriv --reuid="$uid" --regid="$uid" --clear-groups --no-new-privs -- "$@"
-"""
-
-
-def _world_executable(path: str) -> bool:
-    """True when a user with no privileges can run `path` (every directory on the way must
-    be world-searchable; a pyenv under /root, mode 700, is not)."""
-    path = os.path.realpath(path)
-    parts = [path] + [os.path.dirname(path)]
-    while parts[-1] != "/":
-        parts.append(os.path.dirname(parts[-1]))
-    try:
-        return all(os.stat(p).st_mode & 0o001 for p in parts)
-    except OSError:
-        return False
-
-
-def _namespace_python() -> str | None:
-    """The interpreter the sandbox uid can run: ours if it is world-executable, else the
-    system python3 (a pyenv or conda under /root is not), so versions may differ."""
-    for candidate in (sys.executable, shutil.which("python3", path=SAFE_PATH)):
-        if candidate and _world_executable(candidate):
-            return candidate
+@functools.cache
+def _namespace_problem() -> str | None:
+    """Probe once per process: why the namespace sandbox cannot be built here, or None."""
+    if not sys.platform.startswith("linux"):
+        return f"no namespace sandbox: namespaces are Linux-only; this is {sys.platform}"
+    if os.geteuid() != 0:
+        return f"no namespace sandbox: not root (euid {os.geteuid()}); namespaces and a uid switch need root"
+    for tool in ("unshare", "setpriv"):
+        if not shutil.which(tool, path=SAFE_PATH):
+            return f"no namespace sandbox: {tool} is not installed (util-linux)"
+    if namespace_python() is None:
+        return f"no namespace sandbox: no Python an unprivileged user can run ({sys.executable} is not world-executable)"
+    result = _run("pass", isolation="namespaces", cpu_seconds=2, wall_seconds=10,
+                  memory_mb=256, max_output_bytes=4096, max_file_mb=1, max_disk_mb=1,
+                  max_processes=8, python_guards=False)  # fmt: skip
+    if result.status != "ok":
+        return (f"no namespace sandbox: a trial run failed ({result.status}, exit {result.exit_code}): "
+                f"{result.stderr.strip()[-300:]}")
     return None
 
 
-def _namespace_command(work: str, uid: int) -> list[str]:
-    return [
-        "unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc", "--ipc",
-        "--uts", "--", "/bin/sh", "-c", NAMESPACE_SETUP, "sh", work, str(uid),
-        _namespace_python() or "python3",
-    ]  # fmt: skip
+def namespaces_available() -> bool:
+    """Can we build the namespace sandbox here? (Root on Linux, util-linux's unshare and
+    setpriv, and a Python any user can run; probed once per process.)"""
+    return _namespace_problem() is None
+
+
+def permit_weak_sandbox() -> None:
+    """Allow prelude-only mode for the rest of this process, where namespaces are
+    unavailable. For a user who has read what that mode leaks (the module docstring)."""
+    global _weak_permitted
+    _weak_permitted = True
+
+
+def weak_sandbox_refusal(allow_weak_sandbox: bool | None = None) -> str | None:
+    """The message run_sandboxed would refuse with here, or None when code would run.
+    Environments call it at construction, so a run fails before any work."""
+    if namespaces_available() or (_weak_permitted if allow_weak_sandbox is None else allow_weak_sandbox):
+        return None
+    return WEAK_SANDBOX_HELP.format(problem=_namespace_problem())
 
 
 @functools.cache
-def namespaces_available() -> bool:
-    """Probe once per process: can we build the namespace sandbox here? (Needs root on
-    Linux, util-linux's unshare and setpriv, and a Python any user can run.)"""
-    if os.geteuid() != 0 or not shutil.which("unshare", path=SAFE_PATH):
+def make_parent_undumpable() -> bool:
+    """prctl(PR_SET_DUMPABLE, 0) on this process, once: a same-uid child can no longer read
+    /proc/<our pid>/environ, mem or fd. Costs: no core dumps, no ptrace by our own user.
+    False where there is no prctl (not Linux)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except (OSError, AttributeError):
         return False
-    if not shutil.which("setpriv", path=SAFE_PATH) or _namespace_python() is None:
-        return False
-    result = _run("pass", isolation="namespaces", cpu_seconds=2, wall_seconds=10,
-                  memory_mb=256, max_output_bytes=4096, max_file_mb=1, max_processes=8,
-                  python_guards=False)  # fmt: skip
-    return result.status == "ok"
 
 
 def run_sandboxed(
@@ -249,45 +202,94 @@ def run_sandboxed(
     memory_mb: int = 256,  # address space, not RSS: Python itself maps ~30 MB at start
     max_output_bytes: int = 64_000,  # per stream; enough for tracebacks and test reports
     max_file_mb: int = 16,  # largest file the program may write
+    max_disk_mb: int = 32,  # all its files together; in namespace mode RAM (a tmpfs)
     max_processes: int = 32,  # RLIMIT_NPROC for the run's uid (namespaces mode only)
     python_guards: bool = True,
     isolation: str = "auto",  # "auto" (namespaces when available), "namespaces", "prelude-only"
+    # None: this process's choice (permit_weak_sandbox); False unless someone opted in,
+    # because prelude-only mode leaks (module docstring)
+    allow_weak_sandbox: bool | None = None,
 ) -> SandboxResult:
     """Run Python `source` in a separate, limited process and report how it ended. Never
     raises because of what `source` contains or does; see the module docstring for what is
-    and is not isolated."""
+    and is not isolated. Makes this process non-dumpable first (make_parent_undumpable)."""
     if isolation not in ("auto", "namespaces", "prelude-only"):
         raise ValueError(f"isolation must be auto, namespaces or prelude-only, got {isolation!r}")
+    if isolation == "namespaces" and not namespaces_available():
+        raise RuntimeError(f"isolation='namespaces' was asked for, but {_namespace_problem()}")
     if isolation == "auto":
         isolation = "namespaces" if namespaces_available() else "prelude-only"
-    elif isolation == "namespaces" and not namespaces_available():
-        raise RuntimeError("namespaces are not available here (needs root, unshare, setpriv)")
+    allowed = _weak_permitted if allow_weak_sandbox is None else allow_weak_sandbox
+    if isolation == "prelude-only" and not allowed:
+        problem = _namespace_problem() or "isolation='prelude-only' was asked for"
+        return SandboxResult("refused", None, "", WEAK_SANDBOX_HELP.format(problem=problem), 0.0, 0.0,
+                             "none", python_guards)  # fmt: skip
+    make_parent_undumpable()
     return _run(source, isolation=isolation, cpu_seconds=cpu_seconds,
                 wall_seconds=wall_seconds, memory_mb=memory_mb,
-                max_output_bytes=max_output_bytes, max_file_mb=max_file_mb,
+                max_output_bytes=max_output_bytes, max_file_mb=max_file_mb, max_disk_mb=max_disk_mb,
                 max_processes=max_processes, python_guards=python_guards)  # fmt: skip
 
 
 def _run(source, *, isolation, cpu_seconds, wall_seconds, memory_mb, max_output_bytes,
-         max_file_mb, max_processes, python_guards) -> SandboxResult:  # fmt: skip
-    work = tempfile.mkdtemp(prefix="posttrain-sandbox-")
+         max_file_mb, max_disk_mb, max_processes, python_guards) -> SandboxResult:  # fmt: skip
+    settings = (cpu_seconds, memory_mb, max_file_mb, max_processes, python_guards, EXIT_MEMORY, EXIT_CPU)
+    prelude = ["-I", "-S", "-c", PRELUDE, *(str(int(v)) for v in settings)]
+    # surrogatepass: any str becomes bytes; invalid UTF-8 is then a SyntaxError there
+    program = source.encode("utf-8", "surrogatepass")
+    limits = (wall_seconds, cpu_seconds, max_output_bytes, isolation, python_guards)
+    if isolation == "namespaces":  # its work directory is a tmpfs inside the namespace
+        command = lifeline(wall_seconds) + namespace_command(secrets.choice(SANDBOX_UIDS), max_disk_mb)
+        env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": WORK, "TMPDIR": WORK}
+        return _supervise(command + prelude, "/", env, program, *limits, watch=None)
+    _sweep_stale_work_dirs()
+    work = tempfile.mkdtemp(prefix=f"{WORK_PREFIX}{os.getpid()}-")
     try:
-        settings = (cpu_seconds, memory_mb, max_file_mb, max_processes, python_guards,
-                    EXIT_MEMORY, EXIT_CPU)  # fmt: skip
-        prelude = ["-I", "-S", "-c", PRELUDE, *(str(int(v)) for v in settings)]
-        if isolation == "namespaces":
-            uid = secrets.choice(SANDBOX_UIDS)
-            os.chown(work, uid, uid)
-            command = _namespace_command(work, uid) + prelude
-        else:
-            command = [sys.executable] + prelude
         env = {"PATH": SAFE_PATH, "LANG": "C.UTF-8", "HOME": work, "TMPDIR": work}
-        # surrogatepass: any str becomes bytes; invalid UTF-8 is then a SyntaxError there
-        program = source.encode("utf-8", "surrogatepass")
-        return _supervise(command, work, env, program, wall_seconds, cpu_seconds,
-                          max_output_bytes, isolation, python_guards)  # fmt: skip
+        command = lifeline(wall_seconds) + [sys.executable] + prelude
+        return _supervise(command, work, env, program, *limits, watch=(work, max_disk_mb))
     finally:
         shutil.rmtree(work, ignore_errors=True)  # rmtree never follows the code's symlinks
+
+
+def _sweep_stale_work_dirs() -> None:
+    """Remove prelude-only work directories whose owner process is gone: a trainer killed
+    by SIGKILL cannot remove its own."""
+    root = tempfile.gettempdir()
+    for name in os.listdir(root):
+        owner = name[len(WORK_PREFIX):].partition("-")[0]
+        if name.startswith(WORK_PREFIX) and owner.isdigit() and not _alive(int(owner)):
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True
+
+
+def _disk_bytes(path: str, max_entries: int = 10_000) -> float:
+    """Bytes allocated under `path`; infinity past `max_entries` files, so that counting
+    stays cheap (a program that makes ten thousand files is over any sane quota)."""
+    total, stack, seen = 0, [path], 0
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > max_entries:
+                        return float("inf")
+                    info = entry.stat(follow_symlinks=False)
+                    total += info.st_blocks * 512
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+        except OSError:
+            continue  # removed or made unreadable while we looked
+    return total
 
 
 def _feed(pipe, data: bytes) -> None:
@@ -302,12 +304,12 @@ def _feed(pipe, data: bytes) -> None:
             pass  # close() flushes, which fails the same way
 
 
-def _supervise(command, work, env, program, wall_seconds, cpu_seconds, max_output_bytes,
-               isolation, python_guards) -> SandboxResult:  # fmt: skip
+def _supervise(command, cwd, env, program, wall_seconds, cpu_seconds, max_output_bytes,
+               isolation, python_guards, watch) -> SandboxResult:  # fmt: skip
     start = time.monotonic()
     try:
         proc = subprocess.Popen(
-            command, cwd=work, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            command, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, start_new_session=True,  # its own group, to kill whole
         )  # fmt: skip
     except OSError as error:
@@ -318,15 +320,21 @@ def _supervise(command, work, env, program, wall_seconds, cpu_seconds, max_outpu
 
     stdout, stderr = bytearray(), bytearray()
     out = {proc.stdout.fileno(): stdout, proc.stderr.fileno(): stderr}
-    status = None
+    status, next_disk_check = None, start
     with selectors.DefaultSelector() as selector:
         for fd in out:
             selector.register(fd, selectors.EVENT_READ)
         while selector.get_map() and status is None:
-            remaining = start + wall_seconds - time.monotonic()
+            now = time.monotonic()
+            remaining = start + wall_seconds - now
             if remaining <= 0:
                 status = "timeout"
                 break
+            if watch and now >= next_disk_check:  # 4 looks a second: a 16 MB file takes longer
+                next_disk_check = now + 0.25
+                if _disk_bytes(watch[0]) > watch[1] * 1024 * 1024:
+                    status = "disk_limit"
+                    break
             events = selector.select(min(remaining, 0.1))
             if not events and _has_exited(proc.pid):
                 break  # exited, but something it left behind still holds the pipes
@@ -339,6 +347,12 @@ def _supervise(command, work, env, program, wall_seconds, cpu_seconds, max_outpu
                 buffer += chunk[: max_output_bytes - len(buffer)]
                 if len(buffer) >= max_output_bytes:
                     status = "output_limit"
+    # The pipes can close a moment before the process ends (coreutils' timeout closes its
+    # stdio at exit): let it finish rather than kill it mid-exit and misreport a SIGKILL.
+    while status is None and not _has_exited(proc.pid):
+        if time.monotonic() >= start + wall_seconds:
+            status = "timeout"
+        time.sleep(0.002)
     # Kill the group before reaping: until reaped, its pgid cannot be reused by anyone.
     try:
         os.killpg(proc.pid, signal.SIGKILL)

@@ -8,20 +8,37 @@ kernel-level layer alone; they need the namespace sandbox and skip without it.""
 import os
 import secrets
 import socket
+import tempfile
 import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain.verifiers.code import REASONS, SPECS, CodeTests, extract_code, score
-from posttrain.sandbox import SANDBOX_UIDS, STATUSES, namespaces_available, run_sandboxed
+from posttrain import sandbox
+from posttrain.sandbox import (
+    SANDBOX_UIDS,
+    STATUSES,
+    WORK_PREFIX,
+    namespaces_available,
+    run_sandboxed,
+)
+from posttrain.sandbox_child import WORK
 from posttrain.types import Example
+from posttrain.verifiers.code import REASONS, SPECS, CodeTests, extract_code, score
 
 HAVE_NAMESPACES = namespaces_available()
 needs_namespaces = pytest.mark.skipif(not HAVE_NAMESPACES, reason="needs root + unshare")
 # Both layers where the kernel one exists; the prelude alone otherwise.
 GUARD_MODES = [True, pytest.param(False, marks=needs_namespaces, id="kernel")]
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(autouse=True)
+def weak_sandbox_where_no_other(monkeypatch):
+    """Without namespaces (not root) the tests below exercise the prelude-only mode, as the
+    user who passes --env.allow_weak_sandbox would; the refusal has its own test."""
+    monkeypatch.setattr(sandbox, "_weak_permitted", not HAVE_NAMESPACES)
 
 ADD = Example(
     prompt="Write add(a, b).",
@@ -33,20 +50,34 @@ GOOD = "Here it is:\n```python\ndef add(a, b):\n    return a + b\n```\n"
 
 
 def sandbox_processes(grace: float = 2.0) -> list[int]:
-    """PIDs on the host owned by a sandbox uid, after waiting up to `grace` seconds for
-    them to go (a killed namespace's last zombies take a moment to be reaped)."""
+    """PIDs on the host owned by a sandbox uid and still running, after waiting up to
+    `grace` seconds for them to go (a killed namespace's last processes take a moment)."""
     deadline = time.monotonic() + grace
     while True:
         found = []
-        for entry in os.listdir("/proc"):
+        for entry in filter(str.isdigit, os.listdir("/proc")):
             try:
-                if entry.isdigit() and os.stat(f"/proc/{entry}").st_uid in SANDBOX_UIDS:
+                if os.stat(f"/proc/{entry}").st_uid in SANDBOX_UIDS:
                     found.append(int(entry))
             except FileNotFoundError:
                 pass  # exited while we looked
+        found = sorted(running(set(found)))
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def running(pids: set[int]) -> set[int]:
+    """The processes of `pids` still running (a zombie waiting for a reaper is not)."""
+    alive = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] != "Z":
+                    alive.add(pid)
+        except OSError:
+            pass
+    return alive
 
 
 # ----------------------------------------------------------------------- scorer -------
@@ -147,29 +178,36 @@ def test_total_on_hostile_bytes(completion):
 # ----------------------------------------------------------------------- sandbox ------
 
 
-def test_runs_code_and_deletes_its_temp_dir():
-    result = run_sandboxed("import os\nopen('x.txt', 'w').write('hi')\nprint(os.getcwd())")
+def host_work_dirs() -> set[str]:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith(WORK_PREFIX)}
+
+
+def test_runs_code_and_leaves_no_work_dir_on_the_host():
+    before = host_work_dirs()
+    code = "import os\nopen('x.txt', 'w').write('hi')\nprint(os.getcwd(), os.listdir('.'))"
+    result = run_sandboxed(code)
     assert result.status == "ok" and result.status in STATUSES
-    workdir = result.stdout.strip()
-    assert workdir.startswith("/") and not os.path.exists(workdir)
+    if HAVE_NAMESPACES:  # a tmpfs inside the namespace: nothing on the host at any time
+        assert result.stdout.strip() == f"{WORK} ['x.txt']" and not os.path.exists(WORK)
+    weak = run_sandboxed(code, isolation="prelude-only", allow_weak_sandbox=True)
+    workdir = weak.stdout.split()[0]
+    assert weak.status == "ok" and os.path.basename(workdir).startswith(f"{WORK_PREFIX}{os.getpid()}-")
+    assert not os.path.exists(workdir) and host_work_dirs() - before == set()
 
 
 @pytest.mark.parametrize("guards", GUARD_MODES)
 def test_cannot_write_outside_its_temp_dir(guards):
-    target = f"/tmp/posttrain_escape_{secrets.token_hex(8)}"
-    try:
-        for attack in (
-            f"open({target!r}, 'w').write('pwned')",
-            f"import os\nos.close(os.open({target!r}, os.O_CREAT | os.O_WRONLY))",
-            f"import pathlib\npathlib.Path({target!r}).write_text('pwned')",
-        ):
-            result = run_sandboxed(attack, python_guards=guards)
-            assert result.status == "error", (attack, result)
-            assert not os.path.exists(target)
-            assert ("PermissionError" if guards else "Read-only file system") in result.stderr
-    finally:
-        if os.path.exists(target):
-            os.remove(target)
+    name = f"posttrain_escape_{secrets.token_hex(8)}"
+    for attack in (f"open('/usr/{name}', 'w').write('pwned')",
+                   f"import os\nos.close(os.open('/etc/{name}', os.O_CREAT | os.O_WRONLY))",
+                   f"import pathlib\npathlib.Path('/usr/lib/{name}').write_text('pwned')"):
+        result = run_sandboxed(attack, python_guards=guards)
+        assert result.status == "error", (attack, result)
+        assert ("PermissionError" if guards else "Read-only file system") in result.stderr
+    # the sandbox's /tmp is its own: a file written there never reaches the host's
+    result = run_sandboxed(f"open('/tmp/{name}', 'w').write('x')", python_guards=guards)
+    assert result.status == ("ok" if HAVE_NAMESPACES else "error")  # the prelude's guard stops it
+    assert not os.path.exists(f"/tmp/{name}") and not os.path.exists(f"/usr/{name}")
 
 
 @pytest.mark.parametrize("guards", GUARD_MODES)
@@ -270,9 +308,9 @@ def test_prelude_only_mode_still_blocks_the_easy_attacks(monkeypatch):
         "import os\nos.fork()": "starting processes is blocked",
     }
     for attack, message in checks.items():
-        result = run_sandboxed(attack, isolation="prelude-only")
+        result = run_sandboxed(attack, isolation="prelude-only", allow_weak_sandbox=True)
         assert result.isolation == "prelude-only"
         assert result.status == "error" and message in result.stderr, (attack, result)
     assert not os.path.exists(target)
-    env = run_sandboxed("import os\nprint(dict(os.environ))", isolation="prelude-only")
+    env = run_sandboxed("import os\nprint(dict(os.environ))", isolation="prelude-only", allow_weak_sandbox=True)
     assert "hunter2" not in env.stdout and "LANG" in env.stdout

@@ -96,3 +96,16 @@ def test_resume_refuses_a_non_run_directory_and_extra_flags(capsys, tmp_path):
     fails_with(capsys, ["train", "--resume", str(tmp_path)], "not a run directory")
     (tmp_path / "config.json").write_text("{}")
     fails_with(capsys, ["train", "--resume", str(tmp_path), "--rl.lr", "1e-3"], "--resume", "--rl.lr")
+
+
+def test_where_a_run_goes_is_checked_before_anything_starts(capsys, tmp_path):
+    a_file = tmp_path / "a_file"
+    a_file.write_text("")
+    for command in (["train"], ["bon"], ["compare", "--algos", "grpo"]):
+        fails_with(capsys, [*command, "--out_dir", str(a_file)], f"out_dir='{a_file}' is a file, not a directory")
+    fails_with(capsys, ["train", "--out_dir", str(a_file / "runs")], f"cannot be created: {a_file} is a file")
+    for name in ("../../x", "/abs", "a/b"):
+        fails_with(capsys, ["train", "--name", name, "--out_dir", str(tmp_path / "runs")],
+                   f"name={name!r} is not allowed", "cannot contain '/', '\\' or '..'")
+    fails_with(capsys, ["bon", "--name", "../x", "--out_dir", str(tmp_path / "runs")], "name='../x' is not allowed")
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"]  # no directory made, inside or out

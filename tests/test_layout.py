@@ -22,7 +22,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "posttrain"
 # the curriculum that teaches with both (5), and the command line on top, which dispatches
 # to jobs and lessons alike (6).
 RANKS = {
-    "posttrain": 0, "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.seeds": 0,
+    "posttrain": 0, "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_checks": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.processes": 0, "posttrain.seeds": 0,
     "posttrain.algorithms": 1, "posttrain.models": 1, "posttrain.verifiers": 1, "posttrain.sandbox": 1,
     "posttrain.envs": 2, "posttrain.rewards": 2, "posttrain.roles": 2,
     "posttrain.runs": 3, "posttrain.data": 3, "posttrain.eval": 3, "posttrain.search": 3, "posttrain.distributed": 3,

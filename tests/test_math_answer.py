@@ -1,6 +1,8 @@
-"""math/boxed-or-final-v1: golden equivalences through math-verify, extraction rules,
-the scorer contract (total, explainable), and the time limit (a pathological answer
-ends in "timeout" within its bound, from any thread)."""
+"""math/boxed-or-final-v1 and -v2: golden equivalences through math-verify (under both),
+extraction rules, the scorer contract (total, explainable), the time limit (a pathological
+answer ends in "timeout" within its bound, from any thread), and v2's refusals: each wrong
+answer v1 credits (asserted, so v1 stays as old runs scored it) is refused by v2 with its
+reason, while right answers of every kind still pay."""
 
 import threading
 import time
@@ -12,8 +14,12 @@ from hypothesis import strategies as st
 pytest.importorskip("math_verify")
 
 from posttrain.verifiers import math_worker
-from posttrain.verifiers.math_answer import MAX_ANSWER_CHARS, REASONS, SPECS, MathAnswerSpec, extract_answer, score
+from posttrain.verifiers.math_answer import (DEFAULT_SPEC, MAX_ANSWER_CHARS, REASONS, SPECS, MathAnswerSpec,
+                                             extract_answer, relations, score)
 from posttrain.types import Example
+
+
+V1, V2 = "math/boxed-or-final-v1", "math/boxed-or-final-v2"
 
 
 def ex(expected: str) -> Example:
@@ -45,7 +51,6 @@ EQUIVALENT = [
     ("5", "First \\boxed{4}, no wait: \\boxed{5}"),  # the last box counts
     ("5", "\\boxed{4}\nFinal: 5"),  # the Final line comes later, so it counts
     ("5", "Final: 4\nActually \\boxed {5}"),  # space before the brace
-    ("0.1", "\\boxed{10\\%}"),
 ]
 
 # (expected, completion, reason)
@@ -54,7 +59,7 @@ NOT_EQUIVALENT = [
     ("-3", "\\boxed{3}", "wrong_answer"),
     ("\\pi", "\\boxed{3.14159}", "wrong_answer"),  # fewer digits than its rounding
     ("[0, 1]", "\\boxed{(0,1)}", "wrong_answer"),  # closed vs open interval
-    ("4", "\\boxed{3, 4}", "wrong_answer"),  # a set of guesses is not the answer
+    ("4", "\\boxed{3, 4}", "wrong_answer"),  # a set of guesses is not the answer (v2: set_for_scalar)
     ("5", "\\boxed{5}\nFinal: 4", "wrong_answer"),  # the later answer counts
     ("\\sqrt{2}", "\\boxed{2}", "wrong_answer"),
     ("5", "The answer is 5.", "no_answer"),
@@ -69,19 +74,123 @@ NOT_EQUIVALENT = [
 ]
 
 
+@pytest.mark.parametrize("version", [V1, V2])
 @pytest.mark.parametrize("expected,completion", EQUIVALENT)
-def test_golden_equivalences(expected, completion):
-    result = score(ex(expected), completion)
+def test_golden_equivalences(expected, completion, version):
+    result = score(ex(expected), completion, version)
     assert result["details"]["reason"] == "ok", result
     assert result["reward"] == 1.0
     assert result["details"]["format_ok"] is True
 
 
+@pytest.mark.parametrize("version", [V1, V2])
 @pytest.mark.parametrize("expected,completion,reason", NOT_EQUIVALENT)
-def test_non_equivalences_and_format_failures(expected, completion, reason):
-    result = score(ex(expected), completion)
+def test_non_equivalences_and_format_failures(expected, completion, reason, version):
+    if version == V2 and completion == "\\boxed{3, 4}":
+        reason = "set_for_scalar"  # the same 0.0, now with the reason that says why
+    result = score(ex(expected), completion, version)
     assert result["details"]["reason"] == reason, result
     assert result["reward"] == (1.0 if reason == "ok" else 0.0)
+
+
+# --- v2: what math-verify cannot judge is refused -----------------------------------------
+
+# (expected, answer in a box, v2's reason, the sign it names, v1's reward): the issue's four
+# first, then their neighbours. v1's 1.0s are wrong answers it pays for (or, for '10\\%' as
+# 0.1, a right one v2 gives up so that '4\\%' never pays for 4).
+REFUSED = [
+    ("4", "5 = 4", "relation_not_expected", "=", 1.0),  # math-verify reads the right-hand side
+    ("4", "4\\%", "percent_not_expected", "%", 1.0),  # 0.04, which math-verify also takes for 4
+    ("4", "4 \\approx 5", "relation_unjudged", "\\approx", 1.0),  # it drops what follows the ≈
+    ("4", "\\{4\\}", "set_for_scalar", None, 1.0),  # the module docstring: a set is not 4
+    ("4", "4 = 4", "relation_not_expected", "=", 1.0),  # true, but say the value
+    ("4", "x = 4", "relation_not_expected", "=", 1.0),
+    ("4", "4 \\le 5", "relation_not_expected", "\\le", 0.0),
+    ("4", "5 > 4", "relation_not_expected", ">", 0.0),
+    ("4", "4 \\neq 5", "relation_not_expected", "\\neq", 0.0),
+    ("4", "4 ≈ 5", "relation_unjudged", "≈", 1.0),
+    ("4", "4 \\approx 4.0", "relation_unjudged", "\\approx", 1.0),
+    ("4", "5 \\to 4", "relation_unjudged", "\\to", 1.0),
+    ("4", "5 := 4", "relation_unjudged", ":=", 1.0),
+    ("4", "5 \\Rightarrow 4", "relation_unjudged", "\\Rightarrow", 1.0),
+    ("[0, 1]", "5 \\in [0,1]", "relation_unjudged", "\\in", 0.0),
+    ("x = 4", "x = 5 = 4", "relation_not_expected", "=", 1.0),  # one '=' more than expected
+    ("x = 2", "2 \\approx 5", "relation_unjudged", "\\approx", 1.0),  # whatever is expected
+    ("4", "4%", "percent_not_expected", "%", 1.0),
+    ("4", "4 \\text{ percent}", "percent_not_expected", "percent", 1.0),
+    ("0.04", "4\\%", "percent_not_expected", "%", 1.0),
+    ("0.1", "10\\%", "percent_not_expected", "%", 1.0),  # right, and refused: see above
+    ("4", "4, 4", "set_for_scalar", None, 1.0),  # math-verify: the set {4}
+    ("4", "[4,4]", "set_for_scalar", None, 1.0),
+    ("4", "\\{4\\} \\cup \\{4\\}", "set_for_scalar", None, 1.0),
+    ("4", "(4, 4)", "set_for_scalar", None, 0.0),  # a tuple
+    ("\\{4\\}", "4", "scalar_for_set", None, 1.0),  # and the other way round
+    ("[0, 1]", "1", "scalar_for_set", None, 0.0),
+]
+
+
+@pytest.mark.parametrize("expected,answer,reason,sign,v1_reward", REFUSED)
+def test_v2_refuses_what_math_verify_cannot_judge(expected, answer, reason, sign, v1_reward):
+    result = score(ex(expected), f"so \\boxed{{{answer}}}.", V2)
+    assert (result["reward"], result["details"]["reason"]) == (0.0, reason), result
+    assert result["details"]["refused_symbol"] == sign
+    assert result["details"]["format_ok"] is True and result["details"]["parsed"] == answer
+    # text refusals come before any sympy; kind refusals say what math-verify parsed
+    assert result["details"]["worker"] is (None if sign else "process")
+
+
+@pytest.mark.parametrize("expected,answer,reason,sign,v1_reward", REFUSED)
+def test_v1_is_unchanged_and_credits_what_v2_refuses(expected, answer, reason, sign, v1_reward):
+    result = score(ex(expected), f"so \\boxed{{{answer}}}.", V1)
+    assert result["reward"] == v1_reward, result
+    assert set(result["details"]) == {"reason", "parsed", "expected", "answer_source", "format_ok", "answer_math",
+                                      "expected_math", "worker", "error", "spec_version"}  # v1's details, as before
+
+
+# (expected, answer, expected_kind, answer_kind): right answers v2 still pays, of every kind
+PAID = [
+    ("\\frac{1}{2}", "\\frac12", "scalar", "scalar"),
+    ("\\frac{1}{2}", "0.5", "scalar", "scalar"),
+    ("\\sqrt{8}", "2\\sqrt2", "scalar", "scalar"),
+    ("4", "\\left(4\\right)", "scalar", "scalar"),  # '\\left' is not '\\le'
+    ("4", "4 \\text{ cm}", "scalar", "scalar"),  # units other than %: math-verify's rule
+    ("\\infty", "\\infty", "scalar", "scalar"),  # '\\infty' is not '\\in'
+    ("\\{1, 2\\}", "\\{2, 1\\}", "set", "set"),
+    ("\\{1, 2\\}", "1, 2", "set", "set"),
+    ("\\{4\\}", "\\{4\\}", "set", "set"),
+    ("(0, 1]", "(0,1]", "set", "set"),
+    ("x = 2", "x=2", "relation", "relation"),
+    ("x = 2", "2 = x", "relation", "relation"),
+    ("x = 2", "2", "relation", "scalar"),  # the equation names a value; the value pays
+    ("x < 2", "2 > x", "relation", "relation"),  # one relation, sides swapped
+    ("x < 2", "(-\\infty, 2)", "relation", "set"),
+    ("x \\le 2", "x \\leq 2", "relation", "relation"),
+    ("x=2, y=3", "y=3, x=2", "set", "set"),
+    ("10\\%", "10\\%", "scalar", "scalar"),  # an expected percentage takes math-verify's rule:
+    ("10\\%", "10", "scalar", "scalar"),
+    ("10\\%", "0.1", "scalar", "scalar"),
+]
+
+
+@pytest.mark.parametrize("expected,answer,expected_kind,answer_kind", PAID)
+def test_v2_still_pays_right_answers_of_every_kind(expected, answer, expected_kind, answer_kind):
+    result = score(ex(expected), f"\\boxed{{{answer}}}", V2)
+    assert (result["reward"], result["details"]["reason"]) == (1.0, "ok"), result
+    d = result["details"]
+    assert (d["expected_kind"], d["answer_kind"], d["refused_symbol"]) == (expected_kind, answer_kind, None)
+
+
+def test_v2_still_says_wrong_answer_for_a_wrong_answer_of_the_right_kind():
+    for expected, answer in (("x < 2", "x > 2"), ("x = 2", "x = 3"), ("x = 2", "2 = 3"), ("\\{1, 2\\}", "\\{1, 3\\}"),
+                             ("10\\%", "0.1\\%"), ("4", "5")):
+        assert score(ex(expected), f"\\boxed{{{answer}}}", V2)["details"]["reason"] == "wrong_answer", (expected, answer)
+
+
+def test_relations_are_whole_signs_and_commands():
+    # a command is read whole: '\\left' is not '\\le', '\\infty' and '\\int' are not '\\in'
+    assert relations("\\left( x \\right) \\infty \\int_0^1 \\neq") == ([("\\neq", "≠")], [])
+    assert relations("a := b \\leq c > d \\not= e") == ([("\\leq", "≤"), (">", "<"), ("=", "=")], [":=", "\\not"])
+    assert relations("\\frac{1}{2}") == ([], [])
 
 
 def test_extraction_handles_escaped_and_nested_braces():
@@ -94,7 +203,8 @@ def test_details_explain_the_result():
     d = score(ex("\\frac{1}{2}"), "\\boxed{0.5}")["details"]
     assert d["parsed"] == "0.5" and d["answer_source"] == "boxed"
     assert d["answer_math"] == "1/2" and d["expected_math"] == "1/2"
-    assert d["spec_version"] == "math/boxed-or-final-v1" and d["worker"] == "process"
+    assert d["spec_version"] == V2 and d["worker"] == "process"  # v2 is the default
+    assert (d["expected_kind"], d["answer_kind"], d["refused_symbol"]) == ("scalar", "scalar", None)
     assert set(REASONS) >= {"ok", "wrong_answer", "no_answer", "unparsable", "timeout"}
 
 
@@ -133,13 +243,14 @@ def test_an_int_expected_answer_scores_as_its_string():
 
 
 def test_check_example_refuses_only_an_empty_expected_answer():
-    spec = SPECS["math/boxed-or-final-v1"]
-    assert spec.check_example(ex("\\frac{1}{2}")) is None
-    assert "expected_answer is empty" in spec.check_example(ex("  \n"))
+    for spec in SPECS.values():
+        assert spec.check_example(ex("\\frac{1}{2}")) is None
+        assert "expected_answer is empty" in spec.check_example(ex("  \n"))
 
 
 # Text that reaches math-verify: random answers inside a box or on a Final line.
-pieces = st.sampled_from(list("0123456789+-*/^()[]{}\\,.xπ $ \n\x00\udc80") + ["\\frac", "\\sqrt", "\\pi", "\\{"])
+pieces = st.sampled_from(list("0123456789+-*/^()[]{}\\,.xπ $ \n\x00\udc80=<%≈") + ["\\frac", "\\sqrt", "\\pi", "\\{",
+                                                                                 "\\le", "\\approx", "\\%"])
 answers = st.lists(pieces, max_size=20).map("".join)
 completions = st.one_of(
     st.text(max_size=60),
@@ -149,12 +260,14 @@ completions = st.one_of(
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(completion=completions)
-def test_total_on_any_str(completion):
-    result = score(ex("\\frac{1}{2}"), completion)
-    assert result["reward"] in (0.0, 1.0)
-    assert result["details"]["reason"] in REASONS
-    assert (result["reward"] == 1.0) == (result["details"]["reason"] == "ok")
+@given(completion=completions, expected=st.sampled_from(["\\frac{1}{2}", "x = 2", "\\{1, 2\\}", "10\\%"]))
+def test_total_on_any_str_and_v2_never_pays_what_v1_does_not(completion, expected):
+    results = {version: score(ex(expected), completion, version) for version in (V1, V2)}
+    for result in results.values():
+        assert result["reward"] in (0.0, 1.0)
+        assert result["details"]["reason"] in REASONS
+        assert (result["reward"] == 1.0) == (result["details"]["reason"] == "ok")
+    assert results[V2]["reward"] <= results[V1]["reward"]  # v2 is v1 with refusals, nothing more
 
 
 # --- the time limit ---------------------------------------------------------------------
@@ -204,7 +317,8 @@ def test_thread_fallback_when_no_worker_can_start(monkeypatch):
     assert result["details"]["reason"] == "timeout" and time.monotonic() - start < 1.0
 
 
-def test_only_one_spec_and_unknown_versions_fail_clearly():
-    assert list(SPECS) == ["math/boxed-or-final-v1"]
+def test_both_specs_are_registered_v2_is_the_default_and_unknown_versions_fail_clearly():
+    assert list(SPECS) == [V1, V2] and DEFAULT_SPEC == V2
+    assert score(ex("4"), "\\boxed{5 = 4}")["details"]["spec_version"] == V2
     with pytest.raises(ValueError, match="unknown spec_version"):
         score(ex("1"), "\\boxed{1}", spec_version="math/v0")

@@ -83,11 +83,15 @@ def test_killed_run_resumes_to_identical_metrics(uninterrupted, tmp_path):
     assert proc.returncode == -signal.SIGKILL
     run = only_run_dir(tmp_path)
     assert not (run / "summary.md").exists()
+    # what a kill in the middle of an atomic write leaves (this kill may or may not have): swept on resume
+    (run / ".summary.json.q1w2e3.tmp").write_text("{")
+    (run / "checkpoints" / "rl" / ".step_000099.tmp").mkdir()
 
     resumed = posttrain("train", "--resume", str(run))
     output, _ = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, output
-    assert "resuming rl" in output
+    assert "resuming rl" in output and "unfinished temporary file(s) of a killed write" in output
+    assert not list(run.rglob("*.tmp"))
     assert metrics_without_timings(run) == metrics_without_timings(uninterrupted)
     assert json.loads((run / "summary.json").read_text())["rl"] == json.loads((uninterrupted / "summary.json").read_text())["rl"]
 
@@ -140,3 +144,115 @@ def test_preference_loss_trains_from_a_pairs_file(tmp_path):
     assert {"loss", "accuracy", "margin"} <= set(rows[0]) and "dev_pass@1" in rows[4] and "kl_ref" in rows[5]
     assert len((run / "pairs.jsonl").read_text().splitlines()) == 24
     assert (run / "pref_metrics.png").is_file()
+
+
+def checkpoint_save_fills_the_disk(monkeypatch, at_call: int) -> None:
+    """torch.save of the at_call-th trainer state writes half its bytes, then fails as torch
+    does on a full disk: a RuntimeError raised while handling the OSError (ENOSPC)."""
+    import errno
+    import io
+
+    import torch
+
+    real, calls = torch.save, []
+
+    def save_or_full(obj, f, *args, **kwargs):
+        calls.append(1)
+        if len(calls) != at_call:
+            return real(obj, f, *args, **kwargs)
+        buffer = io.BytesIO()
+        real(obj, buffer)
+        f.write(buffer.getvalue()[: len(buffer.getvalue()) // 2])
+        try:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 169280 vs 169172")
+
+    monkeypatch.setattr(torch, "save", save_or_full)
+
+
+def metrics_append_fills_the_disk(monkeypatch, rl_step: int) -> None:
+    """The append of RL step rl_step's metrics row writes half the line, then ENOSPC."""
+    import errno
+
+    from posttrain.runs import rundir
+
+    class FillingFile:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.f.close()
+
+        def write(self, text):
+            if text.startswith(f'{{"stage": "rl", "step": {rl_step},'):
+                self.f.write(text[: len(text) // 2])
+                self.f.flush()
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return self.f.write(text)
+
+        def flush(self):
+            self.f.flush()
+
+    def fake_open(path, *args, **kwargs):
+        f = open(path, *args, **kwargs)
+        return FillingFile(f) if Path(path).name == "metrics.jsonl" else f
+
+    monkeypatch.setattr(rundir, "open", fake_open, raising=False)  # append_jsonl's open
+
+
+@pytest.mark.parametrize("fill, where", [
+    (lambda mp: checkpoint_save_fills_the_disk(mp, at_call=3 + 5), "checkpoints/rl/.step_000009.tmp"),  # SFT saved 3
+    (lambda mp: metrics_append_fills_the_disk(mp, rl_step=12), "metrics.jsonl"),
+])
+def test_disk_full_is_one_clear_message_and_the_run_resumes_exactly(uninterrupted, tmp_path, monkeypatch, capsys,
+                                                                     fill, where):
+    from posttrain.cli import main
+
+    fill(monkeypatch)
+    assert main(["train", *TINY, "--rl.steps", "30", "--out_dir", str(tmp_path)]) == 2
+    monkeypatch.undo()  # space is back
+    run = only_run_dir(tmp_path)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert f"posttrain train: error: disk full while writing {run / where}" in err
+    assert f"(No space left on device); the run directory is resumable: free space and run `posttrain train " \
+           f"--resume {run}`" in err
+    assert not list(run.rglob("*.tmp"))  # the half-written checkpoint was removed, not left to fill the disk
+
+    assert main(["train", "--resume", str(run)]) == 0
+    assert metrics_without_timings(run) == metrics_without_timings(uninterrupted)
+    assert json.loads((run / "summary.json").read_text())["rl"] == json.loads(
+        (uninterrupted / "summary.json").read_text())["rl"]
+
+
+def test_a_real_full_disk_stops_cleanly_and_resumes_exactly(uninterrupted, tmp_path):
+    """The same on a real 1 MB tmpfs (a whole run needs ~1.8 MB), in a private mount namespace."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if subprocess.run(["unshare", "-m", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                      capture_output=True).returncode:
+        pytest.skip("a tiny tmpfs needs root and mount namespaces (unshare -m)")
+    posttrain = f"{sys.executable} -m posttrain"
+    script = f"""
+        mount -t tmpfs -o size=1m tmpfs {disk}
+        {posttrain} train {' '.join(TINY)} --rl.steps 30 --out_dir {disk} > /dev/null 2> {tmp_path}/err
+        echo $? > {tmp_path}/rc
+        mount -o remount,size=50m {disk}
+        {posttrain} train --resume {disk}/*/ > /dev/null 2>> {tmp_path}/err
+        echo $? >> {tmp_path}/rc
+        mkdir {tmp_path}/copy && cp {disk}/*/metrics.jsonl {disk}/*/summary.json {tmp_path}/copy/
+        find {disk} -name '*.tmp' >> {tmp_path}/err
+    """
+    subprocess.run(["unshare", "-m", "sh", "-c", script], check=True, timeout=600, cwd=Path(__file__).parents[1])
+    assert (tmp_path / "rc").read_text().split() == ["2", "0"]  # stopped, then resumed to the end
+    (message,) = (tmp_path / "err").read_text().splitlines()  # and nothing else on stderr, no temp file left
+    assert message.startswith(f"posttrain train: error: disk full while writing {disk}/")
+    assert "(No space left on device); the run directory is resumable: free space and run `posttrain train " \
+           f"--resume {disk}/" in message
+    assert metrics_without_timings(tmp_path / "copy") == metrics_without_timings(uninterrupted)
+    assert json.loads((tmp_path / "copy" / "summary.json").read_text())["rl"] == json.loads(
+        (uninterrupted / "summary.json").read_text())["rl"]

@@ -38,7 +38,7 @@ def case(name):
 
 def test_the_registry_is_every_spec_of_every_verifier_module():
     assert set(VERIFIERS) == set(final_int.SPECS) | set(math_answer.SPECS) | set(code.SPECS)
-    assert len(VERIFIERS) == len(final_int.SPECS) + len(math_answer.SPECS) + len(code.SPECS) == 9  # no clash
+    assert len(VERIFIERS) == len(final_int.SPECS) + len(math_answer.SPECS) + len(code.SPECS) == 10  # no clash
     assert all(VERIFIERS[name].version == name for name in VERIFIERS)
     assert get_verifier("code/tests-v1") is code.SPECS["code/tests-v1"]
     with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: final_int/strict-v1, .*code/tests-v1"):
@@ -64,7 +64,7 @@ def test_dict_or_example_and_int_or_str_give_the_same_reward(name):
     default = module.score(forms[2], right)
     assert default["reward"] == 1.0
     assert default["details"]["spec_version"] == {final_int: "final_int/cot-v1", math_answer:
-                                                  "math/boxed-or-final-v1", code: "code/tests-v1"}[module]
+                                                  "math/boxed-or-final-v2", code: "code/tests-v1"}[module]
 
 
 def test_an_int_is_read_as_its_decimal_string_and_nothing_else_is_read():
@@ -154,7 +154,7 @@ CODE_ROWS = [{"id": f"c{k}", "prompt": f"f(x)=x+{k}\n", "expected_answer": "",
 def test_named_environments_default_to_their_verifier(tmp_path):
     assert issubclass(ENVIRONMENTS["math"], ENVIRONMENTS["jsonl"]) and issubclass(ENVIRONMENTS["code"], ENVIRONMENTS["jsonl"])
     math_path, code_path = write(tmp_path / "m.jsonl", MATH_ROWS), write(tmp_path / "c.jsonl", CODE_ROWS)
-    cases = [(make_env("math", path=math_path), "math/boxed-or-final-v1"),
+    cases = [(make_env("math", path=math_path), "math/boxed-or-final-v2"),
              (make_env("jsonl", path=math_path, spec_version="math/boxed-or-final-v1"), "math/boxed-or-final-v1"),
              (make_env("code", path=code_path), "code/tests-v1"),
              (make_env("code", path=code_path, spec_version="code/tests-partial-v1"), "code/tests-partial-v1")]
@@ -197,7 +197,7 @@ TINY = ["--sft.steps", "2", "--sft.num_examples", "8", "--sft.batch_size", "4", 
 
 
 @pytest.mark.parametrize("env_flags,rows,version", [
-    (["--env.name", "jsonl", "--env.spec_version", "math/boxed-or-final-v1"], MATH_ROWS, "math/boxed-or-final-v1"),
+    (["--env.name", "jsonl", "--env.spec_version", "math/boxed-or-final-v2"], MATH_ROWS, "math/boxed-or-final-v2"),
     (["--env.name", "code"], CODE_ROWS, "code/tests-v1"),
 ])
 def test_train_then_eval_a_checkpoint_with_the_envs_verifier(tmp_path, env_flags, rows, version):

@@ -72,6 +72,7 @@ class CISPO(Algorithm):
     """GRPO's advantages with CISPO's loss. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "cispo"
+    needs_groups: ClassVar[bool] = True  # GRPO's group-relative advantages
 
     clip_eps_low: float = 1.0  # lower bound 1 − 1 = 0: none, as in the paper (ε_low "large")
     # The paper tunes only ε_high and we found no value stated for it: 0.2 is PPO's ε, and

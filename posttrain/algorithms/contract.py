@@ -50,6 +50,10 @@ class Algorithm:
     """
 
     name: ClassVar[str]  # the registry key, e.g. "grpo"
+    # True when the baseline is the other samples of the same prompt (GRPO and its family,
+    # RLOO; REINFORCE's group_mean, a property there): with one sample per prompt, or K
+    # identical ones, every advantage is 0 and nothing is learnt, so the run is refused
+    needs_groups: ClassVar[bool] = False
     # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
     kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)

@@ -83,6 +83,11 @@ class REINFORCE(Algorithm):
         self._running_mean = 0.0  # algorithm state, not a hyperparameter: see state_dict
         self._num_batches = 0
 
+    @property
+    def needs_groups(self) -> bool:  # type: ignore[override]
+        """Only group_mean's baseline is the prompt's own samples."""
+        return self.baseline == "group_mean"
+
     def state_dict(self) -> dict[str, float]:
         """The running baseline, as plain floats for a checkpoint's JSON or torch.save."""
         return {"running_mean": float(self._running_mean), "num_batches": float(self._num_batches)}

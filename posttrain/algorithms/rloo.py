@@ -53,6 +53,7 @@ class RLOO(REINFORCE):
 
     name: ClassVar[str] = "rloo"
     BASELINES: ClassVar[tuple[str, ...]] = ("leave_one_out",)
+    needs_groups: ClassVar[bool] = True  # the baseline is the other K − 1 samples
 
     baseline: str = "leave_one_out"  # the only choice: REINFORCE offers the others
 

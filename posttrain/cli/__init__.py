@@ -35,14 +35,19 @@ import tyro
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
 from posttrain.config import BonConfig, ConfigError, EvalConfig, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict
+from posttrain.files import DISK_FULL, DiskFullError
 
 
-def checked(cfg: Any) -> Any:
-    """Values, then the names and files only the library knows; before anything starts."""
+def checked(cfg: Any, new_run: bool = True) -> Any:
+    """Values, then the names and files only the library knows, then (for a new run) where
+    its directory goes; before anything starts."""
     # imported here for start-up time: pipelines/ loads torch and every role
     from posttrain.pipelines.build import check_config
+    from posttrain.runs.rundir import check_run_location
 
     check_config(cfg)
+    if new_run:  # a resumed run writes into its own directory, wherever out_dir points now
+        check_run_location(cfg.out_dir, cfg.name)
     return cfg
 
 
@@ -62,8 +67,8 @@ def resumed_config(argv: list[str]) -> tuple[TrainConfig, Any] | None:
     # imported here for start-up time (runs/ loads torch for checkpoints)
     from posttrain.runs.rundir import RunDir
 
-    run = RunDir.open(run_dir)
-    return checked(from_dict(TrainConfig, run.read_json("config.json"))), run
+    run = RunDir.resume(run_dir)  # refused while another process writes it
+    return checked(from_dict(TrainConfig, run.read_json("config.json")), new_run=False), run
 
 
 SUMMARIES = {
@@ -99,7 +104,8 @@ def cmd_train(argv: list[str], command: str) -> int:
     from posttrain.runs.console import console
 
     run = resumed[1] if resumed else start_run(cfg, command)
-    summary = run_pipeline(cfg, run)
+    with run, run.resumable(f"posttrain {command} --resume {run.path}"):  # holds the run's lock to the end
+        summary = run_pipeline(cfg, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
     console.print((run.path / "summary.md").read_text())
     return 0 if summary else 1
@@ -154,7 +160,8 @@ def cmd_rlhf(argv: list[str]) -> int:
     from posttrain.runs.console import console
 
     run = resumed[1] if resumed else start_run(cfg, "rlhf")
-    summary = run_rlhf(cfg, run)
+    with run, run.resumable(f"posttrain rlhf --resume {run.path}"):  # holds the run's lock to the end
+        summary = run_rlhf(cfg, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
     console.print((run.path / "summary.md").read_text())
     return 0 if summary else 1
@@ -260,6 +267,13 @@ def main(argv: list[str] | None = None) -> int:
         if os.environ.get("POSTTRAIN_DEBUG"):
             raise
         print(f"posttrain {name}: error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        if error.errno not in DISK_FULL or os.environ.get("POSTTRAIN_DEBUG"):
+            raise
+        # a DiskFullError names the file and, for a run, how to resume; a bare ENOSPC gets the generic advice
+        full = error if isinstance(error, DiskFullError) else DiskFullError(error.errno, error.filename)
+        print(f"posttrain {name}: error: {full}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"\nposttrain {name}: interrupted; `posttrain train --resume runs/<id>` continues from the last checkpoint",

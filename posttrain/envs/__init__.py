@@ -2,7 +2,7 @@
 
     arithmetic   generated sums with a `Final: <int>` answer (no data needed)
     jsonl        your JSONL file, scored by any registered verifier (final_int by default)
-    math, code   the same with math/boxed-or-final-v1 or code/tests-v1 as the default
+    math, code   the same with math/boxed-or-final-v2 or code/tests-v1 as the default
 
 Every environment takes its settings as keyword arguments and offers the same methods
 (`sample`, `fixed_set`, `solution`, `score`), so the registry is a plain dict and

@@ -4,7 +4,7 @@ by any registered verifier (posttrain/verifiers/__init__.py, `--env.spec_version
     name    default verifier          a line of the file
     jsonl   final_int/cot-v1          {"prompt": "Q: 12*3\\n", "expected_answer": 36,
             (strict-v1 with cot=false) "meta": {"solution": "12*3=36\\nFinal: 36"}}
-    math    math/boxed-or-final-v1    {"prompt": "Half of 1?", "expected_answer": "\\\\frac{1}{2}",
+    math    math/boxed-or-final-v2    {"prompt": "Half of 1?", "expected_answer": "\\\\frac{1}{2}",
                                        "meta": {"solution": "\\\\boxed{0.5}"}}
     code    code/tests-v1             {"prompt": "Write add(a, b).", "expected_answer": "",
                                        "meta": {"tests": ["assert add(2, 3) == 5"],
@@ -15,6 +15,14 @@ and what to fix: a final_int problem whose expected answer is not an integer, a 
 problem with an empty one, a code problem whose `meta.tests` is missing or does not
 compile. (The verifier itself stays total: it would score such a problem 0.0 with a
 reason; refusing it at load keeps a run from training on rewards that can never be 1.)
+Two more mistakes are refused the same way, because neither can ever train:
+- a `meta.solution` that the verifier does not score 1: SFT would teach a wrong answer.
+  Each solution is scored once per process and file (about 20 ms a problem under math's
+  verifier, 40 ms under code's sandbox), so a run's repeated loads pay it once;
+- the same prompt twice with different answers (expected_answer, or meta.tests): one of
+  them is wrong, and no completion can earn the reward of both. Both lines are named.
+Exact repeats (same prompt, same answer) are kept once, with a warning: the split of a
+problem is its prompt's, so a copy would only count twice in every held-out pass@1.
 
 Splits are assigned exactly like the arithmetic task's, from a sha256 of each prompt, so
 the same file always splits the same way and a prompt can never be in two splits (about
@@ -26,12 +34,22 @@ to be non-empty). SFT needs demonstrations: put the reference completion in
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import warnings
+from pathlib import Path
 from typing import Any
 
 from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, load_examples_jsonl, split_of
+from posttrain.sandbox import permit_weak_sandbox, weak_sandbox_refusal
 from posttrain.types import Example
 from posttrain.verifiers import get_verifier
+from posttrain.verifiers.contract import shown
+
+# (file, size, mtime, verifier) whose reference solutions all scored 1 in this process: the
+# CLI's config check and the run itself load the same file, and scoring is the slow part
+_SOLUTIONS_VERIFIED: set[tuple] = set()
 
 
 class JsonlEnv:
@@ -48,8 +66,16 @@ class JsonlEnv:
         self._spec = get_verifier(spec_version)
         self.split_rule = SPLIT_RULE
         self.by_split: dict[str, list[Example]] = {split: [] for split in SPLIT_BUCKETS}
-        for example in load_examples_jsonl(path, check=self._spec.check_example):
-            self.by_split[split_of(example.prompt)].append(example)
+        checks = ProblemChecks(path, self._spec)
+        examples = load_examples_jsonl(path, check=checks)  # a prompt with two answers was refused there
+        kept = {example.prompt: example for example in reversed(examples)}  # so a repeat is exact: keep the first
+        for example in examples:
+            if kept[example.prompt] is example:
+                self.by_split[split_of(example.prompt)].append(example)
+        if len(kept) < len(examples):
+            warnings.warn(f"{path}: {len(examples) - len(kept)} line(s) repeat an earlier problem exactly (same "
+                          "prompt and answer); each problem is kept once", stacklevel=2)
+        _SOLUTIONS_VERIFIED.add(checks.key)
 
     @property
     def spec_version(self) -> str:
@@ -85,23 +111,82 @@ class JsonlEnv:
         return self._spec(example, completion)
 
 
+class ProblemChecks:
+    """`load_examples_jsonl`'s check for a problems file, called once per problem in file
+    order: the verifier can score the problem (`check_example`), its prompt has no other
+    answer earlier in the file, and its reference solution, if any, scores 1. Returns what
+    is wrong, or None."""
+
+    def __init__(self, path: str, spec) -> None:
+        self.path, self.spec = path, spec
+        stat = os.stat(path) if os.path.isfile(path) else None  # an unreadable file: the loader says why
+        self.key = (os.path.realpath(path), stat and stat.st_size, stat and stat.st_mtime_ns, spec.version)
+        self.answers: dict[str, tuple] = {}  # prompt -> the answer of its first line
+
+    def __call__(self, example: Example) -> str | None:
+        problem = self.spec.check_example(example)
+        if problem:
+            return problem
+        answer = (example.expected_answer.strip(), json.dumps(example.meta.get("tests")))
+        first = self.answers.setdefault(example.prompt, answer)
+        if first != answer:
+            what = "expected_answer" if first[0] != answer[0] else "meta.tests"
+            theirs, ours = (first[0], answer[0]) if what == "expected_answer" else (first[1], answer[1])
+            return (f"prompt {shown(example.prompt)} is also on line {self.first_line(example.prompt)} with "
+                    f"{what} {shown(theirs)}, here {shown(ours)}: a prompt has one answer (no completion can be "
+                    "rewarded under two), so one of them is wrong or the same answer written twice: keep one")
+        return self.check_solution(example)
+
+    def check_solution(self, example: Example) -> str | None:
+        solution = example.meta.get("solution")
+        if solution is None or self.key in _SOLUTIONS_VERIFIED:
+            return None
+        if not isinstance(solution, str):
+            return f"meta.solution must be a str (the reference completion SFT trains on), got {shown(solution)}"
+        result = self.spec(example, solution)
+        if result["reward"] == 1.0:
+            return None
+        details = result["details"]
+        why = ", ".join(f"{key} {shown(details[key])}" for key in ("reason", "parsed", "error") if details.get(key))
+        return (f"meta.solution {shown(solution, 80)} scores {result['reward']:g}, not 1, under {self.spec.version} "
+                f"({why}), so SFT would teach a wrong answer: fix the solution or the expected answer")
+
+    def first_line(self, prompt: str) -> int:
+        """The number of the first line holding `prompt` (read again: only an error needs it)."""
+        for number, line in enumerate(Path(self.path).read_text(encoding="utf-8").split("\n"), start=1):
+            try:
+                if line.strip() and json.loads(line).get("prompt") == prompt:
+                    return number
+            except (ValueError, AttributeError):
+                continue
+        return 0
+
+
 # A named environment is the jsonl one with another default verifier: no `cot` setting,
 # because their answers span lines (a boxed derivation, a function) and must not be cut
 # at the first newline.
 
 
 class MathEnv(JsonlEnv):
-    """Math problems from `path`, scored by math/boxed-or-final-v1 (a `\\boxed{}` or
+    """Math problems from `path`, scored by math/boxed-or-final-v2 (a `\\boxed{}` or
     `Final:` answer, compared by math-verify) unless `spec_version` names another."""
 
     def __init__(self, path: str = "", spec_version: str | None = None):
-        self._load("math", path, spec_version or "math/boxed-or-final-v1")
+        self._load("math", path, spec_version or "math/boxed-or-final-v2")
 
 
 class CodeEnv(JsonlEnv):
     """Programming problems from `path`, each with its tests in `meta.tests`, scored by
     code/tests-v1 (every test passes in the sandbox) unless `spec_version` names another
-    (code/tests-partial-v1: the fraction that passes)."""
+    (code/tests-partial-v1: the fraction that passes).
 
-    def __init__(self, path: str = "", spec_version: str | None = None):
+    Where the namespace sandbox cannot be built (posttrain/sandbox.py), construction fails
+    with what is missing, unless `allow_weak_sandbox` accepts the prelude-only sandbox for
+    the rest of the process (every scorer in it, so evaluation agrees with training)."""
+
+    def __init__(self, path: str = "", spec_version: str | None = None, allow_weak_sandbox: bool = False):
+        if allow_weak_sandbox:
+            permit_weak_sandbox()
+        elif refusal := weak_sandbox_refusal():
+            raise ValueError(f"environment 'code': {refusal}")
         self._load("code", path, spec_version or "code/tests-v1")

@@ -1,7 +1,7 @@
 """Loop A — measure: score a checkpoint's held-out completions and save everything.
 
 Nothing is trained or selected here. The environment's own verifier scores (whichever
-is registered: `--env.name math --env.path FILE` is scored by math/boxed-or-final-v1).
+is registered: `--env.name math --env.path FILE` is scored by math/boxed-or-final-v2).
 The run directory records `loop: A`, the spec version that scored it, and every raw
 completion with its score details, so a number can always be traced back to the strings
 that produced it.

@@ -9,14 +9,16 @@ A config's `model.name` is "gpt_mini" (built from scratch), a known pretrained n
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
+from .smollm2 import KNOWN_MODELS
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
            "build_model", "is_pretrained", "load_checkpoint_model", "load_tokenizer", "make_policy",
-           "save_checkpoint_model"]
+           "policy_context", "read_model_dir", "save_checkpoint_model"]
 
 
 def gpt_mini_config(model_cfg, tokenizer: CharTokenizer | None = None) -> GPTMiniConfig:
@@ -92,3 +94,58 @@ def check_checkpoint_shape(directory: Path, model_cfg) -> None:
     if is_pretrained(model_cfg) or _is_transformers_checkpoint(directory):
         return  # a transformers checkpoint carries its own shape
     check_same_config(read_llama_config(Path(directory)), gpt_mini_config(model_cfg), Path(directory))
+
+
+def read_model_dir(directory: str | Path) -> dict:
+    """A local transformers model directory's config.json, read without loading the weights,
+    or ValueError saying what the directory lacks (an empty one, a config, any weights)."""
+    directory = Path(directory)
+    if not any(directory.iterdir()):
+        raise ValueError(f"{directory} is empty: a model directory holds config.json, the weights and the "
+                         "tokenizer, as save_pretrained writes them")
+    config = directory / "config.json"
+    if not config.is_file():
+        raise ValueError(f"{directory} has no config.json, so it is not a transformers model directory (write one "
+                         "with save_pretrained)")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{config} cannot be read as JSON: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{config} holds no JSON object, so it is not a model config")
+    if not any(directory.glob("*.safetensors")) and not any(directory.glob("*.bin")):
+        raise ValueError(f"{directory} has no weights (*.safetensors or *.bin) beside its config.json")
+    return data
+
+
+# The names config.json gives the number of positions: Llama and most since, GPT-2, gpt_mini
+CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len")
+
+
+def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
+    """(positions, tokenizer) of the policy a run builds from model_cfg, or from the
+    checkpoint `init`, read without loading any weights: gpt_mini's max_seq_len, a
+    transformers directory's config.json. None for a known name before its one-time
+    conversion (SmolLM2-135M has 8,192 positions: no generation budget here comes close),
+    or a config.json that names no position count."""
+    directory = Path(init or model_cfg.name)
+    if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
+        return model_cfg.max_seq_len, load_tokenizer(directory)
+    if not init and not is_pretrained(model_cfg):
+        return model_cfg.max_seq_len, CharTokenizer()
+    if not init and model_cfg.name in KNOWN_MODELS:
+        return None
+    positions = [value for key, value in read_model_dir(directory).items() if key in CONTEXT_KEYS]
+    if not positions or not isinstance(positions[0], int):
+        return None
+    # imported here for start-up time, as make_policy does: transformers is slow to import
+    from transformers import AutoTokenizer
+
+    from .hf import HFTokenizer
+
+    try:
+        tokenizer = (load_tokenizer(directory, model_cfg) if init else
+                     HFTokenizer(AutoTokenizer.from_pretrained(directory, local_files_only=True), model_cfg.system_prompt))
+    except (OSError, ValueError, TypeError) as error:  # transformers' words for a missing or broken tokenizer
+        raise ValueError(f"{directory}: cannot load its tokenizer: {str(error).splitlines()[0][:200]}") from None
+    return positions[0], tokenizer

@@ -1,9 +1,11 @@
 """The one adapter from a config to the objects that run: every other module takes objects,
 never a config, so a setting is read in exactly one place.
 
-    check_config(cfg)         cfg.validate() (values), then every check that needs the library:
-                              names that must exist, files that must be readable, parameters
-                              an algorithm must accept; run before anything is started
+    check_config(cfg)         every setting's type (config_checks.py), cfg.validate() (values),
+                              then every check that needs the library: names that must exist,
+                              files that must be readable, parameters an algorithm must accept,
+                              splits big enough, prompts that fit the model, and settings
+                              under which RL cannot learn; run before anything is started
     make_algorithm(rl)        the RL algorithm, its generation budget filled in
     make_reward(rl, score)    the training reward on top of the environment's verifier
     sampling_params(cfg)      the rollout's sampling settings
@@ -23,13 +25,14 @@ from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
 from posttrain.config import BonConfig, ConfigError, EvalConfig, RLConfig, SamplingParams, TrainConfig, check
-from posttrain.data.preference import load_preference_jsonl
+from posttrain.config_checks import check_types
+from posttrain.data.preference import load_preference_jsonl, preference_episodes
 from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.envs import ENVIRONMENTS, make_env
-from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained
+from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained, policy_context, read_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.kl_control import AdaptiveKLController
@@ -38,6 +41,7 @@ from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
 from posttrain.roles.controller import Controller
 from posttrain.roles.reference import make_reference
+from posttrain.roles.rollout import encode_prompt
 from posttrain.runs.console import console
 from posttrain.seeds import derive_seed
 from posttrain.verifiers import VERIFIERS
@@ -75,8 +79,10 @@ def make_reward(rl: RLConfig, score):
 
 
 def check_config(cfg) -> None:
-    """Refuse a config before anything starts: its values (cfg.validate()), then the names,
-    files and parameters only the library can judge. Raises ConfigError naming the setting."""
+    """Refuse a config before anything starts: its types and values (check_types,
+    cfg.validate()), then the names, files, data and parameters only the library can judge.
+    Raises ConfigError naming the setting."""
+    check_types(cfg)
     cfg.validate()
     try:
         {TrainConfig: check_train, EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
@@ -91,15 +97,22 @@ def check_model(cfg: TrainConfig) -> None:
     name = cfg.model.name
     check(name in known or Path(name).is_dir(), "model.name", name,
           f"one of {known} or an existing local transformers directory (nothing is downloaded)")
+    if name not in known:
+        try:
+            read_model_dir(name)  # its config.json, not its weights: a directory of something else fails now
+        except ValueError as error:
+            raise ConfigError(f"model.name={name!r} is not allowed: {error}") from None
     check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
           "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
 
 
-def check_env(env) -> None:
+def check_env(env):
+    """The environment `env` (an EnvConfig) names, built: a bad setting, an unreadable file
+    or data that cannot train (envs/jsonl_file.py) fails now, not mid-run."""
     check(env.name in ENVIRONMENTS, "env.name", env.name, f"one of {sorted(ENVIRONMENTS)}")
     check(not env.spec_version or env.spec_version in VERIFIERS, "env.spec_version", env.spec_version,
           f"'' (the environment's own verifier) or one of {sorted(VERIFIERS)}")
-    make_env(env.name, **env.kwargs())  # a bad setting or an unreadable file fails now, not mid-run
+    return make_env(env.name, **env.kwargs())
 
 
 def check_rl(rl: RLConfig) -> None:
@@ -114,6 +127,7 @@ def check_rl(rl: RLConfig) -> None:
             load_preference_jsonl(rl.pairs)  # an unreadable file fails now, not after SFT
     else:
         algo = make_algorithm(rl)
+    check_can_learn(rl, None if preference else algo)
     check(rl.reward in REWARD_PRESETS, "rl.reward", rl.reward, f"one of {sorted(REWARD_PRESETS)}")
     if rl.online_rounds > 1:
         check(preference and not rl.pairs, "rl.online_rounds", rl.online_rounds,
@@ -142,21 +156,97 @@ def check_rl(rl: RLConfig) -> None:
               f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
 
 
+def check_can_learn(rl: RLConfig, algo) -> None:
+    """Refuse settings under which the RL stage (algo; None for a preference loss) would
+    sample at full cost and learn nothing. Group baselines need K >= 2 samples per prompt:
+    a group of one is its own baseline, so every advantage is exactly 0. Temperature 0 is
+    refused for every algorithm, not warned about: greedy decoding makes a prompt's K
+    samples identical (zero advantage under a group baseline, no pair for a preference
+    loss), and for the rest the policy only ever tries its current best answer, so there
+    is nothing to compare it with, and the score-function gradient assumes samples from π."""
+    if rl.steps == 0 or (algo is None and rl.pairs):
+        return  # nothing is trained, or the pairs come from a file: the policy's samples teach nothing
+    settings = f"rl.algo={rl.algo!r}" + (f" with rl.algo_params={rl.algo_params}" if rl.algo_params else "")
+    if algo is None:
+        check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
+              f"at least 2 with {settings} and no rl.pairs file: a pair is a correct and an incorrect sample of one "
+              "prompt, and one sample makes no pair; use 8 (the default) or pass rl.pairs FILE")
+    elif algo.needs_groups:
+        check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
+              f"at least 2 with {settings}: its baseline is the other samples of the same prompt, so a group of one "
+              "is its own baseline and every advantage is 0 (nothing is learnt, at full cost); use 8 (the "
+              "default), or an algorithm without a group baseline: ppo, reinforce_pp or reinforce")
+    check(rl.sampling.temperature > 0, "rl.sampling.temperature", rl.sampling.temperature,
+          f"a number > 0 with {settings}: at 0 the rollout decodes greedily, so a prompt's samples are identical "
+          "(every group-baseline advantage 0, no preference pair) and the policy never tries anything but its "
+          "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
+
+
 def check_train(cfg: TrainConfig) -> None:
     check_model(cfg)
-    check_env(cfg.env)
     check_rl(cfg.rl)
+    env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
               "data-parallel)")
     if cfg.init:
         check_checkpoint_shape(Path(cfg.init), cfg.model)
+    check_data(cfg, env)
+
+
+def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
+    """env.fixed_set(split, n, seed), as the run will draw it, or ConfigError naming the
+    setting when the split holds fewer than n problems (arithmetic levels 1-2, a small file)."""
+    try:
+        examples = env.fixed_set(split, n, seed=seed)
+    except ValueError as error:
+        raise ConfigError(f"{setting}={n} is not allowed: {error}") from None
+    check(len(examples) == n, setting, n, f"at most {len(examples)}: split {split!r} holds only {len(examples)} "
+          "problems (a file puts about 10% of its problems in each of dev and heldout, 80% in train); ask for "
+          "at most that many, so that the run measures as many as it records")
+    return examples
+
+
+def check_data(cfg: TrainConfig, env) -> None:
+    """Draw now what the run will draw: the held-out and dev sets, SFT's demonstrations
+    (each needs a reference solution), so a split too small fails here; then check that
+    the longest prompt + rl.sampling.max_new_tokens, each demonstration and each pair of
+    an rl.pairs file fit the model's positions (read from its config, no weights)."""
+    heldout = fixed_set(env, "heldout_size", "heldout", cfg.heldout_size, 0)
+    dev = fixed_set(env, "rl.dev_size", "dev", cfg.rl.dev_size, 0)
+    demos = [] if cfg.init else fixed_set(env, "sft.num_examples", "train", cfg.sft.num_examples, cfg.seed)
+    solutions = [env.solution(example) for example in demos]  # a problem without one fails now, not after a run starts
+    context = policy_context(cfg.model, cfg.init)
+    if context is None:
+        return
+    positions, tokenizer = context
+    longer = "raise model.max_seq_len" if not (is_pretrained(cfg.model) or cfg.init) else "use a longer-context model"
+    # a seeded draw of the training split; a rarer longer prompt is still refused by the rollout itself
+    prompts = sorted({e.prompt for e in heldout + dev + env.sample("train", 1024, seed=0)}, key=len)[-16:]
+    longest = max(len(encode_prompt(tokenizer, prompt)) for prompt in prompts)
+    budget = cfg.rl.sampling.max_new_tokens
+    check(longest + budget <= positions, "rl.sampling.max_new_tokens", budget,
+          f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
+          f"model's {positions} positions; lower it, or {longer}")
+    for example, solution in zip(demos, solutions):
+        length = len(encode_prompt(tokenizer, example.prompt)) + len(tokenizer.encode(solution)) + 1  # + EOS
+        if length > positions:
+            raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
+                              f"(prompt, solution, EOS), more than the model's {positions} positions; {longer} or "
+                              "shorten its meta.solution")
+    if is_preference(cfg.rl) and cfg.rl.pairs:
+        try:
+            preference_episodes(load_preference_jsonl(cfg.rl.pairs), tokenizer, positions)
+        except ValueError as error:
+            raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
 
 
 def check_eval(cfg: EvalConfig) -> None:
     check(cfg.spec_version in VERIFIERS, "spec_version", cfg.spec_version, f"one of {sorted(VERIFIERS)}")
-    check_env(cfg.env)
+    env = check_env(cfg.env)
+    if cfg.checkpoint:
+        fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
 
 
 def check_bon(cfg: BonConfig) -> None:

@@ -5,6 +5,7 @@ on a partly finished run directory: finished pieces are skipped, the rest resume
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 
 import torch
@@ -19,7 +20,7 @@ from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.sft import sft_stage
 from posttrain.roles.rollout import RolloutEngine
-from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.report import write_plots, write_summary
 from posttrain.runs.rundir import RunDir, sample_row
@@ -27,18 +28,27 @@ from posttrain.seeds import derive_seed
 
 
 def start_run(cfg: TrainConfig, command: str) -> RunDir:
+    """A new run directory, locked for this process, with its config.json and meta.json."""
     run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
-    run.write_json("config.json", to_dict(cfg))
-    env = make_env(cfg.env.name, **cfg.env.kwargs())
-    run.write_meta({
-        "loop": "C (train)",
-        "entry_point": command,
-        "seed": cfg.seed,
-        "spec_version": env.spec_version,
-        "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
-                    "heldout_size": cfg.heldout_size},
-        "sampling": {"train": dataclasses.asdict(cfg.rl.sampling), "eval": {"temperature": 0.0, "decoding": "greedy"}},
-    })
+    try:
+        run.write_json("config.json", to_dict(cfg))
+        env = make_env(cfg.env.name, **cfg.env.kwargs())
+        run.write_meta({
+            "loop": "C (train)",
+            "entry_point": command,
+            "seed": cfg.seed,
+            "spec_version": env.spec_version,
+            "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
+                        "heldout_size": cfg.heldout_size},
+            "sampling": {"train": dataclasses.asdict(cfg.rl.sampling),
+                         "eval": {"temperature": 0.0, "decoding": "greedy"}},
+        })
+    except BaseException:
+        # nothing has run: a directory without its config and meta (a full disk) could never
+        # be resumed, only mistaken for a run
+        run.close()
+        shutil.rmtree(run.path, ignore_errors=True)
+        raise
     return run
 
 
@@ -60,7 +70,7 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
         sft_stage(cfg, run, env, tokenizer, policy)
         # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
         start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
-        policy.load_state_dict(load_checkpoint_model(start_weights, policy.config).state_dict())
+        policy.load_state_dict(load_checkpoint_weights(start_weights, policy.config).state_dict())
 
     results = run.read_json("summary.json") or {}
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
@@ -73,7 +83,7 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
         preference_stage(cfg, run, env, tokenizer, policy, start_weights)
         trained = latest_checkpoint(run, "pref")  # none with rl.steps = 0: the policy is the start
         if trained is not None:
-            policy.load_state_dict(load_checkpoint_model(trained, policy.config).state_dict())
+            policy.load_state_dict(load_checkpoint_weights(trained, policy.config).state_dict())
     else:
         if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
             policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)

@@ -8,42 +8,111 @@
       summary.md / summary.json
       *.png           plots
       checkpoints/    model weights (+ optimizer state) to resume or evaluate
+      .lock           held by the one process writing the directory; holds its PID
 
 Every whole-file write goes to a temporary file first and is renamed into place, so a
 run killed at any instant leaves either the old file or the new one, never half of one.
 JSONL files are appended line by line and flushed; on resume the lines written after
 the last checkpoint are dropped, so the resumed run's log equals an uninterrupted one.
+
+One writer per directory. Two processes resuming one run would log the same steps twice
+and overwrite each other's checkpoints, so creating or resuming a run takes an exclusive
+`flock` on its `.lock` and holds it for the whole run; a second writer is refused at once.
+The kernel drops the lock when its process dies, however it dies, so `kill -9` never
+leaves a stale lock and resume after it stays exact. Holding the lock is also what makes
+it safe for a resume to delete the temporary files of killed writes: nobody else can be
+in the middle of writing them.
+
+A run file that cannot be read (truncated, corrupt) is reported as a RunDirError naming
+the file, what is wrong and what to do, never as a parser's traceback.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import platform
+import re
+import shutil
 import subprocess
 import sys
 import time
+import weakref
+from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from posttrain.files import write_atomic
+from posttrain.files import DiskFullError, disk_full_errno, naming_disk_full, write_atomic
+from posttrain.runs.console import console
 from posttrain.types import Episode
+
+LOCK_FILE = ".lock"
+
+
+class RunDirError(ValueError):
+    """A run directory, or a file in it, that cannot be used as asked; the message names it
+    and says what to do. A ValueError, so the command line prints it without a traceback."""
+
+
+# What to do about a damaged JSON file of a run, by its name: each is made at a different
+# moment, so each has its own remedy.
+REMEDIES = {
+    "config.json": "it holds the run's settings and is written only when the run starts: restore it from a copy, "
+                   "or start a new run with the flags recorded under \"command\" in meta.json",
+    "summary.json": "delete it and resume: the held-out evaluations it records are recomputed from the checkpoints",
+    "pref_rounds.json": "it records which preference pairs each round trained on, and a resume without it would "
+                        "train on different pairs: restore it from a copy, or start a new run",
+}
 
 
 def write_json(path: Path, data: Any) -> None:
     write_atomic(path, json.dumps(data, indent=2, default=str) + "\n")
 
 
+def read_json(path: Path) -> Any:
+    """The parsed file, or None if there is none; a file that is not JSON raises RunDirError."""
+    if not path.exists():
+        return None
+    raw = path.read_bytes()
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        what = (f"at line {error.lineno} column {error.colno}: {error.msg}" if isinstance(error, json.JSONDecodeError)
+                else "not UTF-8 text")
+        remedy = REMEDIES.get(path.name, "restore it from a copy, or start a new run")
+        raise RunDirError(f"{path} is truncated or corrupt ({len(raw)} bytes, not valid JSON {what}): "
+                           f"{remedy}") from None
+
+
 def read_jsonl(path: Path) -> list[dict]:
-    """Every complete line of a JSONL file; a torn last line (a kill mid-write) is skipped."""
+    """Every line of a JSONL file. A last line without its newline is a write torn by a
+    kill (or a full disk) and is skipped: the resume that follows rewrites the file without
+    it. Any other line that is not a JSON object was damaged after it was written, and
+    dropping it silently would shift every plot and mean built on the file, so it raises
+    RunDirError naming the file and line."""
     if not path.exists():
         return []
+    lines = path.read_bytes().split(b"\n")  # the last element is b"" when the file ends with a newline
     rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
             continue
+        try:
+            row = json.loads(line.decode("utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            if number == len(lines):  # torn: no newline after it
+                continue
+            what = f"column {error.colno}: {error.msg}" if isinstance(error, json.JSONDecodeError) else "not UTF-8"
+            raise RunDirError(f"{path}:{number} is damaged (not valid JSON at {what}): "
+                               f"{line[:60]!r}. A killed write can only tear the last line, so the file was changed "
+                               "after it was written: delete that line (that row is lost) or restore the file, then "
+                               "run again") from None
+        if not isinstance(row, dict):
+            raise RunDirError(f"{path}:{number} is a JSON {type(row).__name__}, not an object: delete that line or "
+                               "restore the file, then run again")
+        rows.append(row)
     return rows
 
 
@@ -70,38 +139,187 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def check_run_location(out_dir: str | os.PathLike, name: str) -> None:
+    """Refuse, before any directory is made, a run name that would put the run somewhere
+    other than directly inside out_dir, and an out_dir that cannot hold run directories."""
+    if re.search(r"[/\\\0]", name) or ".." in name or len(name.encode()) > 200:
+        # the name becomes one path component: '../../x' or '/abs' would place the run elsewhere
+        safe = re.sub(r"[^\w.-]+", "-", name).replace("..", ".").strip("-.")[:100] or "run"
+        raise RunDirError(f"name={name!r} is not allowed: a run name becomes one directory inside out_dir, so it "
+                           "cannot contain '/', '\\' or '..' (nor be an absolute path) and is at most 200 bytes; "
+                           f"use letters, digits, '-', '_' and '.', e.g. name={safe!r}, and choose the parent folder "
+                           "with out_dir")
+    out = Path(out_dir)
+    existing = next(p for p in (out, *out.parents) if p.exists())  # "." at worst
+    if not existing.is_dir():
+        where = "is a file" if existing == out else f"cannot be created: {existing} is a file"
+        raise RunDirError(f"out_dir={str(out_dir)!r} {where}, not a directory: run directories are created inside "
+                           "out_dir; pass a directory (a missing one is created), e.g. out_dir='runs'")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunDirError(f"out_dir={str(out_dir)!r} is not writable ({existing} belongs to someone else or is "
+                           "read-only): pass a directory you can write to")
+
+
+class RunLock:
+    """An exclusive `flock` on <run>/.lock, held while this object lives. The file holds the
+    holder's PID, so a refused writer can say whom it waited for."""
+
+    def __init__(self, run_path: Path):
+        path = run_path / LOCK_FILE
+        try:
+            with naming_disk_full(path):
+                self.file = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644), "r+b", buffering=0)
+        except DiskFullError:
+            raise
+        except OSError as error:
+            raise RunDirError(f"cannot open {path} to take the run's lock ({error.strerror}): only a user who can "
+                              f"write to {run_path} can write the run") from None
+        try:
+            fcntl.flock(self.file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = self.file.read(32).decode(errors="replace").strip() or "unknown: it is just starting"
+            self.file.close()
+            raise RunDirError(
+                f"{run_path} is being written by another posttrain process (PID {holder}, holding {path}); two "
+                f"writers would log the same steps twice and overwrite each other's checkpoints. Wait for it to "
+                f"finish, or stop it (kill {holder if holder.isdigit() else '<PID>'}) and resume then: a killed run "
+                f"resumes exactly from its last checkpoint") from None
+        with naming_disk_full(path):
+            self.file.truncate(0)
+            self.file.write(f"{os.getpid()}\n".encode())
+
+
+# The locks this process holds, by resolved run path. A process is one writer: a second
+# RunDir for a run it already holds shares the lock (a test that resumes in-process, while
+# the killed attempt's objects still await garbage collection, is still one writer).
+_HELD: weakref.WeakValueDictionary[str, RunLock] = weakref.WeakValueDictionary()
+
+
+def hold_lock(run_path: Path) -> RunLock:
+    key = str(run_path.resolve())
+    lock = _HELD.get(key)
+    if lock is None:
+        lock = _HELD[key] = RunLock(run_path)
+    return lock
+
+
+def _forget_locks_in_child() -> None:
+    """A forked child shares its parent's locks (one open file, two descriptors) and would
+    keep them alive if it outlived the parent: close its copies. Closing a copy does not
+    unlock; only the last descriptor does, and the parent still has it."""
+    for lock in list(_HELD.values()):
+        lock.file.close()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_locks_in_child)
+
+
 class RunDir:
+    """A run directory. `RunDir(path)` and `RunDir.open` only read; `create` and `resume`
+    hold the directory's lock until `close()` (or a `with` block's end, or the process's)."""
+
     def __init__(self, path: Path):
         self.path = Path(path)
         self.checkpoints = self.path / "checkpoints"
+        self.lock: RunLock | None = None
 
     @classmethod
     def create(cls, out_dir: str, name: str) -> RunDir:
+        """A new, locked `out_dir/<timestamp>-<name>[-N]/`. `mkdir` either makes a directory
+        or fails, so when runs started in the same second race for one name, each one that
+        loses tries the next suffix: no check-then-create gap in which two can both win."""
+        check_run_location(out_dir, name)
+        out = Path(out_dir)
+        with naming_disk_full(out):
+            out.mkdir(parents=True, exist_ok=True)
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        path = Path(out_dir) / f"{stamp}-{name}"
-        suffix = 1
-        while path.exists():  # two runs started within the same second
-            suffix += 1
-            path = Path(out_dir) / f"{stamp}-{name}-{suffix}"
-        path.mkdir(parents=True)
-        return cls(path)
+        for suffix in range(1, 10_000):
+            path = out / (f"{stamp}-{name}" if suffix == 1 else f"{stamp}-{name}-{suffix}")
+            try:
+                with naming_disk_full(path):
+                    path.mkdir()
+                break
+            except FileExistsError:
+                continue
+        else:
+            raise RunDirError(f"{out}: 10,000 runs named {name!r} started within one second; wait a second")
+        run = cls(path)
+        run.lock = hold_lock(path)  # no other process can resume it yet: it has no config.json
+        return run
 
     @classmethod
     def open(cls, path: str) -> RunDir:
+        """An existing run, to read."""
         run = cls(Path(path))
         if not (run.path / "config.json").is_file():
             raise FileNotFoundError(f"{path!r} is not a run directory (no config.json in it); pass runs/<id> as written by `posttrain run`")
         return run
 
+    @classmethod
+    def resume(cls, path: str) -> RunDir:
+        """An existing run, locked for writing, with the temporary files of killed writes removed."""
+        run = cls.open(path)
+        run.lock = hold_lock(run.path)
+        removed = run.remove_stale_temp_files()
+        if removed:
+            console.print(f"[yellow]removed {len(removed)} unfinished temporary file(s) of a killed write: "
+                          + ", ".join(str(p.relative_to(run.path)) for p in removed))
+        return run
+
+    def close(self) -> None:
+        """Release the lock (when no other RunDir of this process holds it)."""
+        self.lock = None
+
+    def __enter__(self) -> RunDir:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def resumable(self, resume_command: str) -> Iterator[None]:
+        """A full disk inside the block (any write: logs, checkpoints, plots) becomes a
+        DiskFullError that says the run can be resumed and how. It can: every write is
+        atomic or an append that resume truncates, so stopping at the failed write loses
+        only the steps since the last checkpoint, as a kill would."""
+        try:
+            yield
+        except Exception as error:
+            code = disk_full_errno(error)
+            if code is None:
+                raise
+            where = error.filename if isinstance(error, OSError) and error.filename else self.path
+            raise DiskFullError(code, where, f"the run directory is resumable: free space and run "
+                                f"`{resume_command}`") from error
+
+    def remove_stale_temp_files(self) -> list[Path]:
+        """Delete `.*.tmp` files and directories: what write_atomic and save_checkpoint leave
+        when killed before their rename. Only safe under the lock (no live writer is
+        mid-write); a nested run directory (a compare row) has its own lock and is left alone."""
+        removed = []
+        for parent, dirs, files in os.walk(self.path):
+            here = Path(parent)
+            for name in [*dirs, *files]:
+                if not (name.startswith(".") and name.endswith(".tmp")):
+                    continue
+                if name in dirs and not (here / name).is_symlink():
+                    shutil.rmtree(here / name)
+                else:
+                    (here / name).unlink()
+                removed.append(here / name)
+            dirs[:] = [d for d in dirs if not d.endswith(".tmp") and not (here / d / LOCK_FILE).exists()
+                       and not (here / d / "meta.json").exists()]
+        return removed
+
     def write_json(self, name: str, data: Any) -> None:
         write_json(self.path / name, data)
 
     def read_json(self, name: str) -> Any:
-        path = self.path / name
-        return json.loads(path.read_text()) if path.exists() else None
+        return read_json(self.path / name)
 
     def append_jsonl(self, name: str, rows: list[dict]) -> None:
-        with open(self.path / name, "a") as f:
+        with naming_disk_full(self.path / name), open(self.path / name, "a") as f:
             for row in rows:
                 f.write(json.dumps(row, default=str) + "\n")
             f.flush()

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 from typing import Callable
 
-import torch
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from posttrain.models import load_checkpoint_model
-from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, load_trainer_state, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 
@@ -34,8 +32,8 @@ def run_stage(
     start = 0
     checkpoint = latest_checkpoint(run, stage)
     if checkpoint is not None:
-        model.load_state_dict(load_checkpoint_model(checkpoint, model.config).state_dict())
-        state = torch.load(checkpoint / "trainer_state.pt", weights_only=False)
+        state = load_trainer_state(checkpoint)  # first: a damaged file stops the resume before anything changes
+        model.load_state_dict(load_checkpoint_weights(checkpoint, model.config).state_dict())
         trainer.load_state_dict(state["trainer"])
         on_resume(state)
         start = state["step"] + 1

@@ -9,6 +9,10 @@
 Everything runs locally: marimo serves on 127.0.0.1, its update check is switched off, and
 it is never allowed to build a sandbox (which would download packages). The lessons live in
 the repository's lessons/ folder, beside this package, not inside it.
+
+The server dies with this command (posttrain/processes.py): killed with SIGKILL, posttrain
+once left marimo serving on its port (measured: still answering 7 s later, with nothing
+left to stop it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import sys
 import threading
 import webbrowser
 from pathlib import Path
+
+from posttrain.processes import command_dying_with_parent
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 INDEX = "index.py"
@@ -123,7 +129,8 @@ def main(argv: list[str]) -> int:
         threading.Timer(2.0, webbrowser.open, args=(open_url,)).start()
     print(" ".join(cmd), flush=True)
     try:
-        return subprocess.call(cmd, env=env, cwd=LESSONS_DIR.parent)
+        # wrapped: the server gets SIGKILL from the kernel if this process dies first
+        return subprocess.call(command_dying_with_parent(cmd), env=env, cwd=LESSONS_DIR.parent)
     except KeyboardInterrupt:
         return 130
 

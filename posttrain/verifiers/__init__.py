@@ -4,12 +4,19 @@
     final_int.py     `Final: <int>` answers, strict and chain-of-thought, and hackable variants
     math_answer.py   `\\boxed{}` or `Final:` answers compared by math-verify, with a hard deadline
     math_worker.py   the child process that runs math-verify, killed when the deadline passes
-    code.py          the example's tests run against the completion's code in the sandbox
+    code.py          the example's tests run against the completion's code in the sandbox,
+                     the verdict computed by this process, never by the untrusted one
+    code_probes.py   each test split into what only the sandbox can compute and the comparison
+    code_harness.py  the two programs that run inside the sandbox
 
 Every spec of every module, by name (its `version`, also `details["spec_version"]`):
 
-    VERIFIERS["math/boxed-or-final-v1"](example, completion)
+    VERIFIERS["math/boxed-or-final-v2"](example, completion)
     get_verifier(name)   the same, with an error listing the valid names
+
+A spec that changes what pays gets a new version and the old one stays registered, so a
+run scored under it can still be compared: math/boxed-or-final-v1 credits relations and
+percentages it cannot judge ('5 = 4' for 4), v2 (the default) refuses them.
 """
 
 from __future__ import annotations

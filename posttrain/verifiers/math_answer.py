@@ -19,7 +19,8 @@ Spec math/boxed-or-final-v1, in three steps:
      that starts with `Final:`. Surrounding whitespace, `$` signs and one trailing period
      are dropped ('Final: $5$.' reads as '5'). Only the last answer counts, so stating
      several ('\\boxed{3} or maybe \\boxed{4}') cannot launder a guess; one box holding
-     several ('\\boxed{3, 4}') is a set, and a set is not equal to 4.
+     several ('\\boxed{3, 4}') is a set, and a set is not equal to 4 (but math-verify
+     lets a one-element set such as '\\{4\\}' equal 4: v2 refuses that).
   2. Parse both the answer and `example.expected_answer` with math-verify's `parse`
      (LaTeX first, then plain expressions) into sympy objects.
   3. Compare with math-verify's `verify(gold, answer)`: numbers within its rounding
@@ -30,6 +31,36 @@ Spec math/boxed-or-final-v1, in three steps:
 
 What the reward cannot tell apart: '\\pi' versus '3.14159' is wrong (too few digits for
 its 6-place rounding); an answer math-verify reads only as text is compared as text.
+
+Spec math/boxed-or-final-v2 (the default; v1 stays registered, unchanged, so old runs
+compare) is v1 plus refusals where math-verify credits what it cannot judge. With 4
+expected, v1 pays 1.0 for '5 = 4' (math-verify reads a false equation by its right-hand
+side), '4\\%' (it takes 4% for 0.04 and for 4), '4 \\approx 5' (it drops what follows
+the ≈), '5 \\to 4', '5 := 4', 'x = 4', '4 \\text{ percent}', '\\{4\\}' and '4, 4' (a
+one-element set equals its element); and '4' for an expected '\\{4\\}'. v2 refuses, with
+reward 0 and one of these reasons, before comparing:
+
+  relation_unjudged      the answer holds ≈ ∼ ≃ ≅ ≡ ∝ → ⇒ ∈ ⊂ ∣ := \\not (or their LaTeX
+                         commands): math-verify keeps one side and drops the other, so
+                         it cannot judge them, whatever the expected answer is.
+  relation_not_expected  the answer states = < > ≤ ≥ ≠ more often than the expected
+                         answer does (< and > count as one relation with its sides
+                         swapped, ≤ and ≥ too). An expected '4' takes no relation, true
+                         ('4 = 4') or false: say the value. An expected 'x = 2' takes
+                         'x=2', '2 = x' and the bare '2' (the equation names a value and
+                         math-verify compares that value), never 'x = 3 = 2'.
+  percent_not_expected   the answer has %, \\%, 'percent' or 'pct' and the expected
+                         answer has none. '10\\%' for 0.1 is refused too: a right answer
+                         lost so that '4\\%' never pays for 4. An expected '10\\%' takes
+                         math-verify's rule: 10\\%, 10 and 0.1.
+  set_for_scalar         the answer parsed to a set, interval, tuple or matrix and the
+                         expected answer to a single value,
+  scalar_for_set         or the other way round. Two sets meet math-verify's rule ('(1,2)'
+                         read as an interval equals '1,2' read as a set).
+
+The first three read the text (no sympy); the last two what math-verify parsed
+(details["answer_kind"], details["expected_kind"]; details["refused_symbol"] names the
+sign a text refusal found). Units other than % are math-verify's rule, as in v1.
 
 The time limit. sympy can take minutes or hang on small inputs (`\\boxed{9^{9^{9^{9}}}}`
 is a power tower no computer can hold), so:
@@ -48,6 +79,7 @@ input. Timeouts are rare for real answers (the slowest of our golden cases takes
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from posttrain.types import Example
@@ -68,13 +100,19 @@ REASONS: dict[str, str] = {
     "timeout": "parsing or comparing took longer than the deadline; the worker was killed",
     "expected_unparsable": "math-verify could not read the EXPECTED answer: a dataset bug",
     "verifier_error": "the verifier process died or answered garbage (see details['error'])",
+    # v2 only (v1 never refuses these; see the module docstring)
+    "relation_unjudged": "the answer holds ≈, →, ∈, := or another relation math-verify cannot judge",
+    "relation_not_expected": "the answer states =, <, >, ≤, ≥ or ≠ more often than the expected answer",
+    "percent_not_expected": "the answer has a % (or 'percent') and the expected answer has none",
+    "set_for_scalar": "the answer is a set, interval, tuple or matrix; the expected answer one value",
+    "scalar_for_set": "the answer is one value; the expected answer a set, interval, tuple or matrix",
     **CONTRACT_REASONS,  # bad_example, not_text
 }
 
 MAX_ANSWER_CHARS = 1000  # real final answers are short; 800 chars of 'a+a+...' take ~0.6 s
 MAX_NESTING = 8  # ( [ { depth: '\left(\frac{\sqrt{3}}{2}\right)^{2}' is 3; sets 8 deep ~1.3 s
 DEFAULT_TIMEOUT_SECONDS = 3.0  # >10x the slowest honest case, short enough not to stall a step
-DEFAULT_SPEC = "math/boxed-or-final-v1"  # the only math spec so far
+DEFAULT_SPEC = "math/boxed-or-final-v2"  # v1 credits relations and percentages it cannot judge
 
 WHITESPACE = " \t\n\r\f\v"
 BOXED = "\\boxed"
@@ -180,6 +218,42 @@ def extract_answer(completion: str) -> tuple[str, str | None, str | None]:
 
 
 # ---------------------------------------------------------------------------------------
+# v2's text rules: relations and percentages, read before any sympy runs
+# ---------------------------------------------------------------------------------------
+
+# Relations math-verify parses into a sympy relation it can compare, by class: '>' is '<'
+# with its sides swapped, so 'x < 2' and '2 > x' state the same relation.
+JUDGED_RELATIONS = {"=": "=", "<": "<", ">": "<", "≤": "≤", "≥": "≤", "≠": "≠", "\\lt": "<", "\\gt": "<",
+                    "\\le": "≤", "\\leq": "≤", "\\leqslant": "≤", "\\ge": "≤", "\\geq": "≤",
+                    "\\geqslant": "≤", "\\ne": "≠", "\\neq": "≠"}  # fmt: skip
+# Relations it cannot: it keeps one side ('5 \\to 4' reads as 4, '4 \\approx 5' as 4).
+UNJUDGED_RELATIONS = frozenset({
+    "≈", "∼", "≃", "≅", "≡", "∝", "→", "⇒", "⟹", "⇔", "∈", "∉", "⊂", "⊆", "⊃", "⊇", "∣", ":=", "\\approx",
+    "\\sim", "\\simeq", "\\cong", "\\equiv", "\\propto", "\\doteq", "\\not", "\\to", "\\gets", "\\rightarrow",
+    "\\leftarrow", "\\Rightarrow", "\\Leftarrow", "\\longrightarrow", "\\Longrightarrow", "\\implies", "\\iff",
+    "\\Leftrightarrow", "\\leftrightarrow", "\\mapsto", "\\in", "\\notin", "\\ni", "\\subset", "\\subseteq",
+    "\\supset", "\\supseteq", "\\mid", "\\parallel", "\\perp", "\\ll", "\\gg", "\\lesssim", "\\gtrsim",
+    "\\prec", "\\succ",
+})  # fmt: skip
+# A whole command name ('\\leq', never the '\\le' inside '\\left'), ':=' before '=', or one sign.
+_RELATION_TOKEN = re.compile(r"\\[A-Za-z]+|:=|[=<>≤≥≠≈∼≃≅≡∝→⇒⟹⇔∈∉⊂⊆⊃⊇∣]")
+# What math-verify reads as "per cent" (its parser's words), '\\%' included.
+_PERCENT = re.compile(r"%|(?<![A-Za-z])(?:percent(?:age)?|pct)(?![A-Za-z])", re.IGNORECASE)
+
+
+def relations(text: str) -> tuple[list[tuple[str, str]], list[str]]:
+    """([(sign, class)] of the relations math-verify judges, [signs of those it cannot])
+    in `text`, in order. Linear in the text, never calls sympy."""
+    judged, unjudged = [], []
+    for token in _RELATION_TOKEN.findall(text):
+        if token in JUDGED_RELATIONS:
+            judged.append((token, JUDGED_RELATIONS[token]))
+        elif token in UNJUDGED_RELATIONS:
+            unjudged.append(token)
+    return judged, unjudged
+
+
+# ---------------------------------------------------------------------------------------
 # The scorer
 # ---------------------------------------------------------------------------------------
 
@@ -203,12 +277,23 @@ class MathAnswerSpec:
             raise ValueError(f"timeout_seconds must be > 0, got {timeout_seconds!r}")
         self.timeout_seconds = timeout_seconds
 
-    def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
-        details: dict[str, Any] = {
+    def _details(self) -> dict[str, Any]:
+        return {
             "reason": None, "parsed": None, "expected": None, "answer_source": None,
             "format_ok": False, "answer_math": None, "expected_math": None, "worker": None,
             "error": None, "spec_version": self.version,
         }  # fmt: skip
+
+    def refuse_text(self, expected: str, answer: str, details: dict[str, Any]) -> str | None:
+        """A reason to refuse `answer` from its text alone, before math-verify: v1 has none."""
+        return None
+
+    def refuse_kinds(self, reply: dict[str, Any], details: dict[str, Any]) -> str | None:
+        """A reason to refuse what math-verify parsed, before its verdict: v1 has none."""
+        return None
+
+    def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
+        details = self._details()
         example, refused, error = admit(example, completion)
         if refused:
             details["reason"], details["error"] = refused, error
@@ -221,6 +306,10 @@ class MathAnswerSpec:
             return {"reward": 0.0, "details": details}
         details["parsed"] = answer
         details["format_ok"] = True
+        refused = self.refuse_text(expected, answer, details)
+        if refused:
+            details["reason"] = refused
+            return {"reward": 0.0, "details": details}
         reply, details["worker"] = math_worker.ask(expected, answer, self.timeout_seconds)
         if reply is None:
             details["reason"] = "timeout"
@@ -229,7 +318,8 @@ class MathAnswerSpec:
         details["answer_math"] = reply.get("answer_math")
         details["expected_math"] = reply.get("expected_math")
         if status == "ok":
-            details["reason"] = "ok" if reply.get("equal") else "wrong_answer"
+            refused = self.refuse_kinds(reply, details)
+            details["reason"] = refused or ("ok" if reply.get("equal") else "wrong_answer")
         elif status in ("unparsable", "expected_unparsable"):
             details["reason"] = status
         else:
@@ -253,11 +343,52 @@ class MathAnswerSpec:
         return f"<spec {self.version}>"
 
 
-SPECS: dict[str, MathAnswerSpec] = {s.version: s for s in (MathAnswerSpec(),)}
+class MathAnswerSpecV2(MathAnswerSpec):
+    """math/boxed-or-final-v2: v1, refusing an answer whose kind (relation, percentage, set
+    or single value) the expected answer does not share; the module docstring lists the
+    rules. details adds expected_kind and answer_kind ("scalar" | "set" | "relation" |
+    "text" | None, from math-verify's parse) and refused_symbol (the sign a text rule
+    refused, else None)."""
+
+    version = "math/boxed-or-final-v2"
+
+    def _details(self) -> dict[str, Any]:
+        return {**super()._details(), "expected_kind": None, "answer_kind": None, "refused_symbol": None}
+
+    def refuse_text(self, expected: str, answer: str, details: dict[str, Any]) -> str | None:
+        judged, unjudged = relations(answer)
+        if unjudged:
+            details["refused_symbol"] = unjudged[0]
+            return "relation_unjudged"
+        allowed = Counter(cls for _, cls in relations(expected)[0])
+        for sign, cls in judged:  # more of a relation than the expected answer states
+            allowed[cls] -= 1
+            if allowed[cls] < 0:
+                details["refused_symbol"] = sign
+                return "relation_not_expected"
+        percent = _PERCENT.search(answer)
+        if percent and not _PERCENT.search(expected):
+            details["refused_symbol"] = percent.group()
+            return "percent_not_expected"
+        return None
+
+    def refuse_kinds(self, reply: dict[str, Any], details: dict[str, Any]) -> str | None:
+        expected = details["expected_kind"] = reply.get("expected_kind")
+        answer = details["answer_kind"] = reply.get("answer_kind")
+        if expected == "scalar" and answer == "set":
+            return "set_for_scalar"
+        if expected == "set" and answer == "scalar":
+            return "scalar_for_set"
+        if expected == "scalar" and answer == "relation":  # a relation the text rules missed
+            return "relation_not_expected"
+        return None
+
+
+SPECS: dict[str, MathAnswerSpec] = {s.version: s for s in (MathAnswerSpec(), MathAnswerSpecV2())}
 
 
 def score(example: Any, completion: Any, spec_version: str = DEFAULT_SPEC) -> dict[str, Any]:
-    """Score one completion under a named spec version (so far only math/boxed-or-final-v1)."""
+    """Score one completion under a named spec version (math/boxed-or-final-v2 unless told)."""
     if spec_version not in SPECS:
         raise ValueError(f"unknown spec_version {spec_version!r}; valid: {', '.join(SPECS)}")
     return SPECS[spec_version](example, completion)

@@ -1,4 +1,4 @@
-"""Steps 2 and 3 of math/boxed-or-final-v1 (posttrain/verifiers/math_answer.py): parse
+"""Steps 2 and 3 of math/boxed-or-final-v1 and -v2 (posttrain/verifiers/math_answer.py): parse
 the extracted answer and the expected one with math-verify, compare them, and never wait
 longer than the deadline for it.
 
@@ -19,12 +19,20 @@ ourselves:
     sympy computation would keep burning one of our two cores for the rest of the run.
     Reused across calls because starting Python + sympy costs ~1 s and a round trip over
     a pipe costs well under a millisecond.
+  - The child dies with its parent (posttrain/processes.py): its first act asks the kernel
+    for SIGKILL when the parent dies, and a watchdog thread leaves when the request pipe
+    hangs up. Without that, a trainer killed with SIGKILL in the middle of a power tower
+    left the child computing at 100% of a core, reparented to init (measured: still
+    running 28 s later, with nothing to stop it but the memory limit).
   - Fallback: if the child cannot be started (no subprocesses allowed, say), the work
     runs in a daemon thread of this process whose result is abandoned at the deadline.
     The reward is still bounded in time, but a runaway computation keeps its core busy;
     `ask` says which mechanism answered.
 
     ask(expected, answer, timeout) -> (reply or None on timeout, "process" | "thread")
+
+`compare` also says what kind of object each side parsed to (`kind`), so a spec can refuse
+what math-verify would otherwise credit across kinds (math/boxed-or-final-v2 does).
 """
 
 from __future__ import annotations
@@ -41,9 +49,34 @@ import threading
 import time
 from typing import Any
 
+if __name__ != "__main__":  # as the worker script, it loads processes.py by path (at the end)
+    from posttrain import processes
+
 WORKER_STARTUP_SECONDS = 60.0  # importing sympy takes ~1 s idle, much longer on a loaded box
 WORKER_MEMORY_MB = 2048  # RLIMIT_AS of the child: a huge power fails instead of swapping
 SHOWN_CHARS = 200  # how much of a parsed expression a reply keeps
+
+
+def kind(parsed: list) -> str | None:
+    """What math-verify made of a string, by its first reading: "scalar" (a number or an
+    expression), "set" (a set, interval, tuple or matrix: anything holding several values
+    or a range of them), "relation" (=, <, ... and their combinations), "text" (it read no
+    math), or None (it read nothing)."""
+    from sympy import Basic, MatrixBase, Set, Tuple
+    from sympy.core.relational import Relational
+    from sympy.logic.boolalg import BooleanAtom, BooleanFunction
+
+    if not parsed:
+        return None
+    value = parsed[0]
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, (Set, Tuple, MatrixBase, tuple, list)):
+        return "set"
+    # Eq, Lt, And, true; not sympy's Boolean, which a plain Symbol also is ('x' is a scalar)
+    if isinstance(value, (Relational, BooleanFunction, BooleanAtom)):
+        return "relation"
+    return "scalar" if isinstance(value, Basic) else "text"
 
 
 def compare(expected: str, answer: str) -> dict[str, Any]:
@@ -51,7 +84,8 @@ def compare(expected: str, answer: str) -> dict[str, Any]:
     call it through the worker, never directly on model output in the trainer.
 
     Returns {"status": "ok" | "unparsable" | "expected_unparsable", "equal": bool,
-    "expected_math": str | None, "answer_math": str | None}."""
+    "expected_math": str | None, "answer_math": str | None, "expected_kind": kind(...),
+    "answer_kind": kind(...)}."""
     from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 
     # math-verify warns once that its own timeout is off; we bound time ourselves (above)
@@ -68,7 +102,8 @@ def compare(expected: str, answer: str) -> dict[str, Any]:
         return str(parsed[0])[:SHOWN_CHARS] if parsed else None
 
     gold, pred = read(expected), read(answer)
-    result = {"status": "ok", "equal": False, "expected_math": shown(gold), "answer_math": shown(pred)}
+    result = {"status": "ok", "equal": False, "expected_math": shown(gold), "answer_math": shown(pred),
+              "expected_kind": kind(gold), "answer_kind": kind(pred)}
     if not gold:
         result["status"] = "expected_unparsable"
         return result
@@ -128,9 +163,10 @@ class _Worker:
         if self.unavailable is not None:
             raise WorkerUnavailable(self.unavailable)
         try:
-            self.proc = subprocess.Popen(
-                # -I: no PYTHON* variables, no user site, not this folder: posttrain unseen
-                [sys.executable, "-I", os.path.abspath(__file__)],
+            self.proc = processes.spawn(  # from a thread that lives as long as we do
+                # -I: no PYTHON* variables, no user site, not this folder: posttrain unseen;
+                # our pid: the parent the child checks it still has (processes.die_with_parent)
+                [sys.executable, "-I", os.path.abspath(__file__), str(os.getpid())],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                 start_new_session=True,  # Ctrl-C in the terminal reaches the trainer only
             )  # fmt: skip
@@ -241,5 +277,21 @@ def ask(expected: str, answer: str, timeout: float) -> tuple[dict | None, str]:
         return _ask_in_thread(expected, answer, timeout), "thread"
 
 
-if __name__ == "__main__":  # started by _Worker as `python -I math_worker.py`
+def _load_processes() -> Any:
+    """posttrain/processes.py, loaded by its path: under `python -I` the posttrain package
+    may not be importable (a source checkout run with PYTHONPATH), and that module imports
+    nothing from it."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "processes.py")
+    spec = importlib.util.spec_from_file_location("posttrain_processes", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+if __name__ == "__main__":  # started by _Worker as `python -I math_worker.py PARENT_PID`
+    processes = _load_processes()
+    # first act: die with the parent (SIGKILL from the kernel, or our stdin hanging up)
+    processes.die_with_parent(int(sys.argv[1]), pipe_fd=sys.stdin.fileno())
     _serve()
