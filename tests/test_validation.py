@@ -88,9 +88,10 @@ def test_threads_are_bounded_by_the_machine():
     ("settings.yaml", "rl:\n  lr: 0.001\n", ["settings.yaml", "YAML is not supported; use JSON or TOML"]),
     ("settings.yml", "{}", ["settings.yml", "YAML is not supported"]),
     ("broken.toml", "[rl\n", ["broken.toml", "is not valid TOML"]),
-    ("bool.json", '{"rl": {"steps": true}}', ["rl.steps=True is not allowed: expected an integer"]),
-    ("float.json", '{"rl": {"steps": 2.0}}', ["rl.steps=2.0 is not allowed: expected an integer"]),
-    ("null.json", '{"name": null}', ["name=None is not allowed: expected a string"]),
+    ("unknown.json", '{"stepz": 3}', ["unknown.json", "unknown setting(s) ['stepz']"]),
+    ("bool.json", '{"rl": {"steps": true}}', ["bool.json", "rl.steps=True is not allowed: expected an integer"]),
+    ("float.json", '{"rl": {"steps": 2.0}}', ["float.json", "rl.steps=2.0 is not allowed: expected an integer"]),
+    ("null.json", '{"name": null}', ["null.json", "name=None is not allowed: expected a string"]),
 ])
 def test_a_config_file_that_cannot_work_is_refused_naming_it(capsys, tmp_path, name, text, needles):
     (tmp_path / name).write_text(text)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import tyro
 
 from posttrain.config import ConfigError, RLConfig, TrainConfig
+from posttrain.config_checks import check_types
 from posttrain.config_file import from_dict, load_file
 
 # The short forms users type for the four settings they change most; each is the setting's
@@ -92,8 +93,15 @@ def expand_short_flags(argv: list[str]) -> list[str]:
 def from_file(cls: type, argv: list[str], base: Any = None) -> tuple[Any, dict]:
     """`base` (default: cls's defaults) with the --config file's values on top, and the file's data."""
     path = value_of(argv, "--config")
-    data = load_file(path) if path else {}
-    return from_dict(cls, data, base=base), data
+    if not path:
+        return from_dict(cls, {}, base=base), {}
+    data = load_file(path)
+    try:  # the defaults are well typed, so a wrong type here is the file's: name it
+        cfg = from_dict(cls, data, base=base)
+        check_types(cfg)
+    except ConfigError as error:
+        raise ConfigError(f"config file {path!r}: {error}") from None
+    return cfg, data
 
 
 def config_flag() -> tuple[str, Any, str]:
