@@ -188,6 +188,9 @@ class RLConfig:
     epochs: int = 1  # passes over each rollout batch; 1 = purely on-policy
     minibatches: int = 1  # optimizer steps per epoch; 1 = one step on the whole batch
     micro_batch_size: int = 0  # rows per forward/backward (gradient accumulation); 0 = all at once
+    # leave out of the update the rows whose loss has no gradient (advantage 0 and no KL or
+    # entropy term: Algorithm.rows_with_gradient): the same update for less work
+    skip_inert_rows: bool = True
     # dynamic sampling (DAPO): draw fresh prompts up to this many times per step to refill
     # the groups dropped for having no reward variance; capped, since a policy that solves,
     # or fails, everything would otherwise loop forever
@@ -197,12 +200,9 @@ class RLConfig:
     # samples_per_prompt completions, every correct one paired with every incorrect one
     pairs: str = ""
     pair_prompts: int = 256  # training prompts whose samples the verifier turns into pairs (no rl.pairs file)
-    # online (iterative) preference optimisation: the same budget (pair_prompts prompts,
-    # steps gradient steps) in this many rounds, each building fresh pairs from the current
-    # policy's samples; 1 = offline, every pair from the starting policy. Short rounds with
-    # a batch of pairs each, at a constant learning rate: on arithmetic, 20 rounds of 160
-    # prompts and 5 steps beat offline by 3.6–5.2 points on three seeds, 4 rounds of 800 and
-    # 25 steps did not, nor did 20 rounds with the rate decayed (see docs/algorithms/dpo.md)
+    # online (iterative) preference optimisation: the same budget in this many rounds, each
+    # building fresh pairs from the current policy's samples; 1 = offline. On arithmetic, 20
+    # rounds of 5 steps beat offline, 4 rounds of 25 did not (docs/algorithms/dpo.md)
     online_rounds: int = 1
     # iterative DPO's reference (Pang et al. 2024; Xiong et al. 2024): at the start of each
     # online round, π_ref becomes the current policy, so each round is one DPO problem

@@ -97,6 +97,8 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None  # (B, T) float, per-token advantage
     returns: torch.Tensor | None = None  # (B, T) float, value targets (PPO)
     values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
+    # (B,) bool, False on rows the update may leave out (Algorithm.rows_with_gradient); None = train all
+    rows_with_gradient: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
 
     @property
@@ -117,6 +119,17 @@ class RolloutBatch:
             elif f.name == "episodes" and value:
                 picked[f.name] = [value[i] for i in rows.tolist()]
         return replace(self, **picked)
+
+    def without_trailing_padding(self) -> RolloutBatch:
+        """The batch cut after its longest row. Rows are right-padded and attention is causal,
+        so no real token reads a column past its row's end: a sub-batch of short rows (a
+        micro-batch, the rows left after skipping) need not run the longest row's padding."""
+        width = int(self.attention_mask.sum(dim=1).max().item())
+        if width == self.tokens.shape[1]:
+            return self
+        per_token = {f.name: getattr(self, f.name) for f in fields(self)}
+        return replace(self, **{name: value[:, :width] for name, value in per_token.items()
+                                if isinstance(value, torch.Tensor) and value.dim() == 2})
 
     @staticmethod
     def collate(episodes: list[Episode], pad_id: int, temperature: float = 1.0) -> RolloutBatch:

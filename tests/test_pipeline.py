@@ -59,6 +59,10 @@ def test_run_directory_has_everything(uninterrupted):
     rows = metrics_without_timings(run)
     assert [r["step"] for r in rows if r["stage"] == "rl"] == list(range(30))
     assert [r["step"] for r in rows if r["stage"] == "sft"] == list(range(6))
+    # GRPO without a KL term leaves out exactly the rows of groups that all scored alike
+    rl_rows = [r for r in rows if r["stage"] == "rl"]
+    assert all(r["skipped_rows"] == pytest.approx(r["zero_variance_groups"]) for r in rl_rows)
+    assert any(r["skipped_rows"] > 0 for r in rl_rows)
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 30 * 4 * 4  # every sampled completion, raw, with its score details
     assert all("reason" in s["details"] for s in samples)

@@ -72,6 +72,7 @@ class CISPO(Algorithm):
     """GRPO's advantages with CISPO's loss. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "cispo"
+    zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     needs_groups: ClassVar[bool] = True  # GRPO's group-relative advantages
 
     clip_eps_low: float = 1.0  # lower bound 1 − 1 = 0: none, as in the paper (ε_low "large")

@@ -44,6 +44,7 @@ class Algorithm:
 
         batch = algo.filter_batch(batch)          # which groups to train on (DAPO drops flat ones)
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
+        batch.rows_with_gradient = algo.rows_with_gradient(batch)  # rl.skip_inert_rows
         trainer.update(batch, algo)               # algo.compute_loss on each micro-batch
         algo.kl_coef = kl_controller.update(kl)   # only with rl.kl_target: adaptive β
         algo.state_dict() / load_state_dict(...)  # what a checkpoint keeps between steps
@@ -54,6 +55,12 @@ class Algorithm:
     # RLOO; REINFORCE's group_mean, a property there): with one sample per prompt, or K
     # identical ones, every advantage is 0 and nothing is learnt, so the run is refused
     needs_groups: ClassVar[bool] = False
+    # True when the loss is a policy-gradient surrogate with the advantage as a factor of
+    # every term (GRPO's clipped ratio, CISPO's, GSPO's, REINFORCE's −A · log π): a row whose
+    # advantages are all 0 then has a loss of exactly 0 and no gradient, and the trainer
+    # may leave it out (rows_with_gradient). False for anything else, a new algorithm too,
+    # until it says so: leaving out a row that does pull on the weights changes the update.
+    zero_advantage_rows_are_inert: ClassVar[bool] = False
     # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
     kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)
@@ -71,6 +78,17 @@ class Algorithm:
         """True when the algorithm trains a value head (PPO); it then reads `outputs.values`
         and `batch.values` / `batch.returns`."""
         return False
+
+    def rows_with_gradient(self, batch: RolloutBatch) -> torch.Tensor | None:
+        """(B,) bool, False on each row whose loss provably has zero gradient, or None when
+        no row can be left out. Needs the advantages. A row with advantage 0 everywhere (its
+        whole group scored alike, 75-100% of the rows of `make run` late in training) adds
+        nothing to the update unless another term reads it: a KL penalty or an entropy bonus
+        pulls on every row, and a critic learns from every row's return."""
+        if not self.zero_advantage_rows_are_inert or self.kl_coef > 0 or self.entropy_coef > 0 or self.uses_critic:
+            return None
+        require_advantages(batch)
+        return (batch.advantages != 0).any(dim=1)  # NaN != 0: a broken row stays in, and fails loudly
 
     def filter_batch(self, batch: RolloutBatch) -> RolloutBatch:
         """The rows to train on, whole groups only. Keeping fewer makes the controller draw

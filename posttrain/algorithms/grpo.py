@@ -97,6 +97,7 @@ class GRPO(Algorithm):
     """Group Relative Policy Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "grpo"
+    zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     needs_groups: ClassVar[bool] = True  # the baseline is the prompt's group, whatever adv_norm divides by
 
     clip_eps_low: float = 0.2  # PPO's ε = 0.2 (arXiv:1707.06347); DeepSeekMath does not state its ε

@@ -63,6 +63,7 @@ class REINFORCE(Algorithm):
     """
 
     name: ClassVar[str] = "reinforce"
+    zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     BASELINES: ClassVar[tuple[str, ...]] = ("none", "running_mean", "group_mean")
 
     # The classic "reinforcement comparison" baseline: it needs no groups (works with one

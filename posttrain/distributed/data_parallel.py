@@ -51,7 +51,7 @@ import torch
 import torch.distributed as dist
 
 from posttrain.algorithms.contract import Loss
-from posttrain.roles.trainer import Trainer
+from posttrain.roles.trainer import Trainer, metrics_of_trained_rows
 from posttrain.types import RolloutBatch
 
 
@@ -87,7 +87,7 @@ class DataParallelTrainer(Trainer):
         for p, g in zip(parameters, grads):
             p.grad = flat[offset: offset + g.numel()].view_as(p).clone()
             offset += g.numel()
-        out = {k: flat[offset + i].item() for i, k in enumerate(keys)}
+        out = metrics_of_trained_rows({k: flat[offset + i].item() for i, k in enumerate(keys)})
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()
         out["grad_norm"] = norm.item()

@@ -310,4 +310,4 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     return Controller(rollout, make_reward(cfg.rl, env.score), algo, trainer, pad_id=tokenizer.pad_id,
                       prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
                       minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
-                      reference=reference, kl_controller=kl_controller)
+                      reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows)

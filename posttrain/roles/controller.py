@@ -6,7 +6,7 @@ One RL step, in the order a paper's pseudocode gives it (`Controller.step`):
     2. score     the environment's verifier (or a reward built on it) scores each completion
     3. reference the frozen reference scores the same tokens (when the loss or the KL log reads it)
     4. advantage the algorithm turns rewards into per-token advantages
-    5. update    the trainer minimises the algorithm's loss
+    5. update    the trainer minimises the algorithm's loss, leaving out rows with no gradient
     6. sync      the fresh weights reach the rollout role, with a new version number
     7. metrics   what the step did, for the log
 
@@ -48,11 +48,12 @@ class Controller:
 
     def __init__(self, rollout, reward: Scorer, algorithm, trainer, *, pad_id: int, prompts_per_step: int,
                  seed: int, epochs: int = 1, minibatches: int = 1, max_sampling_rounds: int = 1, reference=None,
-                 kl_controller=None):
+                 kl_controller=None, skip_inert_rows: bool = True):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
         self.reference, self.kl_controller = reference, kl_controller
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
+        self.skip_inert_rows = skip_inert_rows  # leave rows with no gradient out of the update
         self.timings: dict[str, float] = defaultdict(float)  # wall time per role, reset every step
 
     @contextmanager
@@ -74,6 +75,8 @@ class Controller:
         with self.timed("train"):
             batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
             batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)  # async: stale episodes, TIS
+            if self.skip_inert_rows:
+                batch.rows_with_gradient = self.algorithm.rows_with_gradient(batch)
             metrics = self.trainer.update(batch, self.algorithm, self.epochs, self.minibatches,  # 5. update
                                           generator_for(self.seed, "rl-minibatch", step))
         with self.timed("sync"):
@@ -149,8 +152,11 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     if batch.ref_logp is not None:
         # KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)
         kl["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
+    # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
+    inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
     return {
         **kl,
+        "skipped_rows": inert,
         "reward_mean": batch.rewards.mean().item(),
         "reward_std": batch.rewards.std().item() if batch.batch_size > 1 else 0.0,
         "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),

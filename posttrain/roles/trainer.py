@@ -51,6 +51,30 @@ class SFTLoss:
 sft_loss = SFTLoss()
 
 
+def rows_to_train(minibatch: RolloutBatch, rows: torch.Tensor) -> torch.Tensor:
+    """`rows` of the minibatch less those it marks as having no gradient, but never none:
+    when every row is inert, the first one still runs. Its gradient is exactly 0, and the
+    optimizer must see that 0 rather than no gradient at all: AdamW skips a parameter whose
+    .grad is None, but moves one whose gradient is 0 (momentum, weight decay), as it would
+    after the full minibatch."""
+    if minibatch.rows_with_gradient is None:
+        return rows
+    kept = rows[minibatch.rows_with_gradient[rows]]
+    return kept if len(kept) else rows[:1]
+
+
+def metrics_of_trained_rows(sums: dict[str, float]) -> dict[str, float]:
+    """Metrics accumulated by Trainer.accumulate, as means over the rows that trained. With
+    rows left out (a "trained_share" below 1), the share-weighted sums miss those rows'
+    weight; dividing by the share makes each metric (entropy, clip fraction) the mean over
+    the rows that trained, and the loss their loss."""
+    sums = dict(sums)
+    share = sums.pop("trained_share", None)
+    if not share:
+        return sums
+    return {key: value / share for key, value in sums.items()}
+
+
 class Trainer:
     def __init__(
         self,
@@ -130,7 +154,7 @@ class Trainer:
     def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
         """One optimizer step on the minibatch's gradient, accumulated over micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = self.accumulate(minibatch, torch.arange(minibatch.batch_size), loss)
+        metrics = metrics_of_trained_rows(self.accumulate(minibatch, torch.arange(minibatch.batch_size), loss))
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()
@@ -143,12 +167,20 @@ class Trainer:
         (core.micro_batch_share: of its tokens for token-mean, of its rows otherwise), so
         the summed gradient is exactly the minibatch's whatever the micro-batch size, and
         whatever slice of the rows this process holds (distributed/data_parallel.py). The
-        metrics are weighted the same way."""
+        metrics are weighted the same way.
+
+        Rows the minibatch marks as having no gradient (`rows_with_gradient`) are left out:
+        their share of the loss is 0 either way, so the gradient is the same, for less work.
+        The sums then carry "trained_share", the share of the minibatch that did train, for
+        `metrics_of_trained_rows`."""
+        rows = rows_to_train(minibatch, rows)
         size = self.micro_batch_size or max(1, len(rows))
         sums: dict[str, float] = defaultdict(float)
         for start in range(0, len(rows), size):
-            micro = minibatch.select(rows[start : start + size])
+            micro = minibatch.select(rows[start : start + size]).without_trailing_padding()
             share = micro_batch_share(loss.loss_agg, micro.response_mask, minibatch.response_mask)
+            if minibatch.rows_with_gradient is not None:
+                sums["trained_share"] += share
             value, metrics = loss.compute_loss(self.forward(micro), micro)
             if not torch.isfinite(value):
                 raise FloatingPointError(
