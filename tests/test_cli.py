@@ -14,7 +14,8 @@ import pytest
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.cli import main, train_config
-from posttrain.config import BonConfig, ConfigError, EvalConfig, TrainConfig
+from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.config import ConfigError, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.pipelines.build import make_algorithm
 

@@ -11,7 +11,8 @@ import torch
 
 from posttrain.algorithms import ALGORITHMS, make_algorithm
 from posttrain.cli import main
-from posttrain.config import ConfigError, EvalConfig, ModelConfig, RLConfig, SFTConfig, TrainConfig
+from posttrain.command_configs import EvalConfig
+from posttrain.config import ConfigError, ModelConfig, RLConfig, SFTConfig, TrainConfig
 from posttrain.config_checks import check_types
 from posttrain.envs import make_env
 from posttrain.pipelines.build import check_config

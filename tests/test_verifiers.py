@@ -11,7 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from posttrain.cli import main as posttrain
-from posttrain.config import BonConfig, ConfigError, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.pipelines.build import check_config
 from posttrain.types import Example

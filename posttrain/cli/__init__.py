@@ -33,7 +33,8 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.config import BonConfig, ConfigError, EvalConfig, TrainConfig, rlhf_config
+from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict
 from posttrain.files import DISK_FULL, DiskFullError
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.config import EvalConfig, SamplingParams
+from posttrain.command_configs import EvalConfig
+from posttrain.config import SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records

@@ -24,7 +24,8 @@ from typing import Callable
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.config import BonConfig, ConfigError, EvalConfig, RLConfig, SamplingParams, TrainConfig, check
+from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.config import ConfigError, RLConfig, SamplingParams, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_jsonl, preference_episodes
 from posttrain.distributed.async_rollout import AsyncRayRollout
