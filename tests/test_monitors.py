@@ -11,6 +11,7 @@ from posttrain.runs.monitors import (
     entropy_collapse,
     kl_explosion,
     length_blowup,
+    no_learning_signal,
     proxy_gold_divergence,
 )
 
@@ -20,7 +21,8 @@ def healthy_run(n=30):
     rows = []
     for step in range(n):
         row = {"step": step, "reward_mean": 0.3 + 0.02 * step, "kl_ref": 0.002 * step,
-               "response_length": 30 + 0.3 * step, "entropy": 0.8 - 0.01 * step}  # fmt: skip
+               "response_length": 30 + 0.3 * step, "entropy": 0.8 - 0.01 * step,
+               "zero_variance_groups": 1.0 if step % 4 == 0 else 0.75, "grad_norm": 0.1}  # fmt: skip
         if step % 5 == 0:
             row["dev_pass@1"] = 0.3 + 0.015 * step
         rows.append(row)
@@ -149,3 +151,31 @@ def test_rows_without_step_use_their_position():
 def test_config_rejects_a_zero_window():
     with pytest.raises(ValueError, match="window"):
         MonitorConfig(window=0)
+
+
+# --- no learning signal ------------------------------------------------------------------------
+
+
+def flat_rows(flags, reward=0.0):
+    """One row per flag: True = every group scored alike."""
+    return [{"step": step, "zero_variance_groups": 1.0 if flat else 0.5, "reward_mean": reward,
+             "grad_norm": 0.0 if flat else 0.3} for step, flat in enumerate(flags)]
+
+
+def test_no_learning_signal_fires_at_the_fifth_flat_step_in_a_row_and_says_what_to_change():
+    alerts = no_learning_signal(flat_rows([True] * 12))
+    assert [a["step"] for a in alerts] == [4]
+    assert "all wrong" in alerts[0]["message"] and "--algo dapo" in alerts[0]["message"]
+    assert "all right" in no_learning_signal(flat_rows([True] * 5, reward=1.0))[0]["message"]
+
+
+def test_no_learning_signal_needs_the_steps_in_a_row():
+    assert no_learning_signal(flat_rows([True, True, True, True, False] * 4)) == []
+    assert [a["step"] for a in no_learning_signal(flat_rows([True] * 5 + [False] + [True] * 5))] == [4, 10]
+
+
+def test_a_zero_gradient_with_varied_rewards_is_named_as_such():
+    rows = [{"step": s, "zero_variance_groups": 0.5, "grad_norm": 0.0} for s in range(6)]
+    (alert,) = no_learning_signal(rows)
+    assert alert["step"] == 4 and "gradient was exactly 0" in alert["message"] and "LoRA" in alert["message"]
+    assert check_all(rows, MonitorConfig(no_signal_steps=None)) == []

@@ -63,6 +63,9 @@ def test_run_directory_has_everything(uninterrupted):
     rl_rows = [r for r in rows if r["stage"] == "rl"]
     assert all(r["skipped_rows"] == pytest.approx(r["zero_variance_groups"]) for r in rl_rows)
     assert any(r["skipped_rows"] > 0 for r in rl_rows)
+    # six SFT steps teach nothing: every sample is wrong, and the run says so by its fifth RL step
+    assert all(r["reward_mean"] == 0 for r in rl_rows[:5])
+    assert any(w.startswith("step 4: 5 steps in a row without a learning signal") for w in summary["warnings"])
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert len(samples) == 30 * 4 * 4  # every sampled completion, raw, with its score details
     assert all("reason" in s["details"] for s in samples)

@@ -26,6 +26,8 @@ The monitors, each the signature of a failure seen in RL post-training:
     length_blowup          responses grew past 2x their starting length (padding,
                            repetition, or a length-correlated reward being farmed)
     entropy_collapse       the policy has become nearly deterministic: exploration stopped
+    no_learning_signal     step after step, every group scored alike or the gradient was 0:
+                           the run spends its compute and learns nothing
 
 They detect; they do not diagnose. Read the samples at the step an alert names.
 """
@@ -180,6 +182,38 @@ def entropy_collapse(
     ]
 
 
+def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert]:
+    """`steps` steps in a row without a learning signal: every group's samples got the same
+    reward (zero_variance_groups = 1, so every group-relative advantage is 0), or the
+    gradient was exactly 0. Fires at the last step of the first such stretch."""
+    flags, quiet = [], 0
+    for index, row in enumerate(rows):
+        flat, grad_norm = row.get("zero_variance_groups"), row.get("grad_norm")
+        if flat is None and grad_norm is None:
+            continue
+        quiet = quiet + 1 if flat == 1.0 or grad_norm == 0.0 else 0
+        flags.append((row.get("step", index), quiet >= steps, row))
+    alerts = []
+    for step, row in _onsets(flags):
+        if row.get("zero_variance_groups") == 1.0:
+            reward = row.get("reward_mean", math.nan)
+            cause = (f"in every group all samples got the same reward (reward mean {reward:.3g}: "
+                     f"{'all wrong' if reward == 0 else 'all right' if reward == 1 else 'alike'}), so every "
+                     "advantage is 0")
+            fix = ("use prompts nearer what the policy can do (easier when it fails all, harder when it solves "
+                   "all), sample more per prompt or at a higher temperature, give partial credit, or let DAPO's "
+                   "dynamic sampling (--algo dapo) redraw prompts until a group disagrees")
+        else:
+            cause, fix = "the gradient was exactly 0", ("check that the loss reaches the trainable weights "
+                                                        "(with LoRA: the adapter's) and that the rewards vary")
+        alerts.append(_alert(
+            "no_learning_signal", step,
+            f"{steps} steps in a row without a learning signal: {cause}. The run is learning nothing; {fix}",
+            1.0, 1.0,
+        ))  # fmt: skip
+    return alerts
+
+
 # ---------------------------------------------------------------------------------------
 # All at once
 # ---------------------------------------------------------------------------------------
@@ -213,6 +247,9 @@ class MonitorConfig:
     length_factor: float | None = 2.0
     # 0.05 nats/token: about 99% of the mass on one token at every position.
     entropy_floor: float | None = 0.05
+    # Five steps: one flat batch happens in a healthy run near its end; five in a row from
+    # the start mean the run cannot learn as set up, and five steps are a small price to learn it.
+    no_signal_steps: int | None = 5
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.baseline_steps < 1:
@@ -231,4 +268,6 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
         alerts += length_blowup(rows, c.length_key, c.baseline_steps, c.length_factor)
     if c.entropy_floor is not None:
         alerts += entropy_collapse(rows, c.entropy_key, c.entropy_floor)
+    if c.no_signal_steps is not None:
+        alerts += no_learning_signal(rows, c.no_signal_steps)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))
