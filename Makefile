@@ -35,6 +35,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	cd benchmarks && ../$(BIN)/python batched_sampling.py
 	cd benchmarks && ../$(BIN)/python train_mfu.py
 	cd benchmarks && ../$(BIN)/python profile_step.py
+	cd benchmarks && ../$(BIN)/python sampling_draw.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
 	$(BIN)/python benchmarks/topology.py
 

@@ -80,6 +80,116 @@ def test_greedy_picks_argmax_and_top_p_truncates():
     assert tokens == {1}
 
 
+def assert_frequencies_match(tokens, probs, n_sigma=5.0):
+    """Each token's empirical frequency within n_sigma binomial standard errors of its
+    probability; a token of probability 0 never drawn."""
+    n = tokens.numel()
+    freq = torch.bincount(tokens, minlength=probs.numel()).double() / n
+    probs = probs.double()
+    tolerance = n_sigma * (probs * (1 - probs) / n).sqrt()
+    assert (freq[probs == 0] == 0).all(), f"drew tokens of probability 0: {freq}"
+    assert ((freq - probs).abs() <= tolerance).all(), f"frequencies {freq} vs probabilities {probs} (±{tolerance})"
+
+
+ROWS = 200_000  # draws of one distribution, in one call: 5σ ≈ 5e-3 for a token of probability 0.35
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_sampled_frequencies_match_the_tempered_probabilities(temperature):
+    probs = torch.tensor([0.02, 0.08, 0.10, 0.20, 0.25, 0.35])
+    logits = probs.log().expand(ROWS, -1)  # (ROWS, 6)
+    token, _ = sample_next_token(logits, SamplingParams(temperature=temperature), torch.Generator().manual_seed(0))
+    tempered = probs ** (1 / temperature) / (probs ** (1 / temperature)).sum()  # softmax(log p / T), by hand
+    assert_frequencies_match(token, tempered)
+
+
+def test_top_p_draws_only_from_the_renormalised_nucleus():
+    # sorted: 0.40 (token 1), 0.30 (3), 0.15 (4) reach 0.85 ≥ top_p = 0.8; 0.10 (0) and 0.05 (2) are cut
+    probs = torch.tensor([0.10, 0.40, 0.05, 0.30, 0.15])
+    logits = probs.log().expand(ROWS, -1)
+    token, logp = sample_next_token(logits, SamplingParams(top_p=0.8), torch.Generator().manual_seed(0))
+    nucleus = torch.tensor([0.0, 0.40, 0.0, 0.30, 0.15]) / 0.85
+    assert_frequencies_match(token, nucleus)
+    # the log-prob is the untruncated one, as the trainer recomputes it
+    torch.testing.assert_close(logp, probs.log()[token])
+
+
+@pytest.mark.parametrize("logits_row", [
+    [0.0] + [-1e4] * 7,  # all mass on index 0 (the others underflow to probability 0)
+    [-1e4] * 7 + [0.0],  # all mass on the last index
+    [float("-inf")] * 3 + [1.5] + [float("-inf")] * 4,  # -inf logits except one
+])
+def test_a_certain_token_is_always_drawn(logits_row):
+    logits = torch.tensor(logits_row).expand(10_000, -1)
+    for top_p in (1.0, 0.5):
+        token, logp = sample_next_token(logits, SamplingParams(top_p=top_p), torch.Generator().manual_seed(0))
+        assert (token == torch.tensor(logits_row).argmax()).all()
+        assert (logp == 0).all()
+
+
+@pytest.mark.parametrize("u", [0.0, 1 - 2**-53, 1.0])
+def test_zero_probability_tokens_are_never_drawn_at_the_ends_of_u(monkeypatch, u):
+    """Feed the draw its extreme uniforms: u = 0, the largest double below 1, and u = 1
+    (what u × total looks like when it rounds up to total). Rows have zero-probability
+    tokens first, last, and between two positive ones, so a search that stops on a
+    plateau of the CDF, runs off its end, or clamps to the last index would draw one."""
+    rows = torch.tensor([
+        [-1e4, -1e4, 0.0, -1e4],  # leading and trailing zeros
+        [0.0, -1e4, -1e4, 0.0],  # a plateau in the middle
+        [0.0, 0.0, -1e4, -1e4],  # zeros at the end
+        [-1e4, -1e4, -1e4, 0.0],  # zeros, then all the mass on the last index
+    ])
+    first_positive, last_positive = torch.tensor([2, 0, 0, 3]), torch.tensor([2, 3, 1, 3])
+    calls = []
+
+    def fixed_uniform(n, **kwargs):
+        calls.append(n)
+        return torch.full((n,), u, dtype=kwargs.get("dtype", torch.float32))
+
+    monkeypatch.setattr(torch, "rand", fixed_uniform)
+    for top_p in (1.0, 0.99):
+        token, _ = sample_next_token(rows, SamplingParams(top_p=top_p), None)
+        probs = torch.softmax(rows, -1)
+        assert (probs.gather(-1, token[:, None]) > 0).all(), f"u={u}, top_p={top_p}: drew {token.tolist()}"
+        if top_p == 1.0:  # in vocabulary order, the ends of u are the first and last possible tokens
+            assert token.tolist() == (first_positive if u == 0 else last_positive).tolist()
+    assert calls == [4, 4]  # one uniform per row, drawn for all rows at once
+
+
+def test_a_token_of_probability_2e_9_owns_its_slice_of_u(monkeypatch):
+    """The draw resolves the tail: in float32 the 1 - 2e-9 of token 0 rounds to 1, the
+    cumulative sum stays flat across token 1, and no float32 u lands in token 1's slice,
+    so a float32 draw never picks it. In float64 it owns the top 2e-9 of u's range."""
+    logits = torch.tensor([[0.0, -20.0]])  # probabilities (1 - 2.06e-9, 2.06e-9)
+    for u, expected in ((1 - 1e-10, 1), (1 - 4e-9, 0)):
+        monkeypatch.setattr(torch, "rand", lambda n, u=u, **kwargs: torch.full((n,), u, dtype=kwargs.get("dtype")))
+        assert sample_next_token(logits, SamplingParams(), None)[0].item() == expected
+
+
+def test_draws_are_reproducible_and_each_row_has_its_own_stream():
+    logits = torch.randn(300, 50, generator=torch.Generator().manual_seed(0)) * 3
+    params = SamplingParams(temperature=0.7, top_p=0.9)
+    a, logp = sample_next_token(logits, params, torch.Generator().manual_seed(1))
+    b, _ = sample_next_token(logits, params, torch.Generator().manual_seed(1))
+    c, _ = sample_next_token(logits, params, torch.Generator().manual_seed(2))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    # the log-prob is log_softmax(logits / T) at the token, before top-p
+    torch.testing.assert_close(logp, torch.log_softmax(logits / 0.7, -1).gather(-1, a[:, None]).squeeze(-1))
+    # a row's token does not depend on the other rows' logits (the sampler feeds finished
+    # rows dummy logits and relies on this)
+    other_rows = logits.clone()
+    other_rows[::2] = torch.randn(150, 50, generator=torch.Generator().manual_seed(3))
+    d, _ = sample_next_token(other_rows, params, torch.Generator().manual_seed(1))
+    assert torch.equal(a[1::2], d[1::2])
+
+
+def test_nan_logits_are_refused():
+    logits = torch.zeros(3, 5)
+    logits[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"logit rows \[1\]"):
+        sample_next_token(logits, SamplingParams(), torch.Generator().manual_seed(0))
+
+
 def test_shared_engine_samples_the_trainers_weights_without_a_copy():
     """Colocated, the engine reads the trainer's own parameters: after an optimizer step
     it samples from the new weights with no copy, and sampling leaves training mode and
