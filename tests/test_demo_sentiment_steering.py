@@ -103,8 +103,10 @@ def test_corpus_is_deterministic_ascii_and_mood_balanced():
 SEED = 2
 # A tiny budget: 200 pretraining steps give fluent text (~90% corpus words, measured), and
 # 12 PPO steps at lr 1e-3 (the demo's default 3e-4 needs ~40) move β = 0 far. Measured
-# with seeds 0-2: β = 0 gains +0.59..+0.62 reward, β = 1 +0.005..+0.16; the KL at β = 0 is
-# 1.4-4.1x that at β = 1 (seed 2: 3.2x).
+# with seeds 0-2 (sampler of 2026-11-25): β = 0 gains +0.40..+0.44 reward, β = 1
+# +0.10..+0.21; the KL at β = 0 is 3.7-8.6x that at β = 1 (seed 2: 4.8x). At this budget
+# the alignment tax (entropy, distinct-2) is not reliable: on seeds 1 and 2 both rose at
+# β = 0 in 12 steps. The slow test below checks it on the demo's own settings.
 ARGS = ["--seed", str(SEED), "--pretrain-steps", "200", "--steps", "12", "--lr", "1e-3", "--eval-samples", "2"]
 
 
@@ -132,11 +134,23 @@ def test_ppo_raises_reward_without_anchor_and_kl_grows_as_beta_shrinks(pretraine
         rows, policy = demo.ppo_run(model, beta, tok, cfg, log=lambda line: None)
         assert len(rows) == cfg.steps and all(r["beta"] == beta for r in rows)
         after[beta] = demo.evaluate(policy, reference, tok, cfg)
-    assert after[0.0]["reward"] > before["reward"] + 0.3  # measured −0.035 -> +0.553
-    assert after[1.0]["reward"] < before["reward"] + 0.2  # the anchor holds (measured +0.087)
-    assert after[0.0]["kl"] > 1.25 * after[1.0]["kl"]  # measured 7.54 vs 2.33 nats (1.25x holds for seeds 0-2)
-    assert after[0.0]["entropy"] < after[1.0]["entropy"] - 0.05  # the alignment tax: 0.43 vs 0.58
-    assert after[0.0]["distinct_2"] < after[1.0]["distinct_2"] - 0.05  # 0.40 vs 0.56
+    assert after[0.0]["reward"] > before["reward"] + 0.3  # measured −0.041 -> +0.361
+    assert after[1.0]["reward"] < before["reward"] + 0.2  # the anchor holds (measured +0.109)
+    assert after[0.0]["kl"] > 2 * after[1.0]["kl"]  # measured 17.2 vs 3.57 nats (3.7x or more on seeds 0-2)
+
+
+@pytest.mark.slow
+def test_the_alignment_tax_on_the_demos_own_settings(tmp_path):
+    """The demo's defaults (β = 1, 0.1, 0): less anchor buys reward with variety. Measured
+    (seed 0): reward +0.08 / +0.47 / +0.63 from +0.03, distinct-2 0.52 / 0.48 / 0.12,
+    token entropy 0.56 / 0.54 / 0.19."""
+    assert demo.main(["--out-dir", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    after = json.loads((run / "summary.json").read_text())["after"]
+    zero, one = after["0"], after["1"]
+    assert zero["reward"] > one["reward"] + 0.3
+    assert zero["distinct_2"] < one["distinct_2"] - 0.2
+    assert zero["entropy"] < one["entropy"] - 0.2
 
 
 def test_ppo_run_is_deterministic_given_the_seed(pretrained):
