@@ -44,7 +44,7 @@ def sft(tmp_path_factory) -> str:
 
 def online(sft: str, out: Path, *extra: str) -> list[str]:
     return ["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "9", "--rl.online_rounds", "3",
-            "--rl.pair_prompts", "48", "--out_dir", str(out), *extra]
+            "--rl.pair_prompts", "96", "--out_dir", str(out), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +57,9 @@ def uninterrupted(sft, tmp_path_factory) -> Path:
 def test_online_rounds_split_the_budget_and_resample_from_the_current_policy(uninterrupted):
     run = uninterrupted
     rounds = json.loads((run / "pref_rounds.json").read_text())
-    # 48 prompts and 9 steps in 3 rounds: 16 prompts and 3 steps each
-    assert [rounds[str(r)]["pair_prompts"] for r in range(3)] == [16, 16, 16]
+    # 96 prompts and 9 steps in 3 rounds: 32 prompts and 3 steps each (counted as distinct
+    # prompts: level 2 has few enough problems that a draw of 32 can repeat one or two)
+    assert all(28 <= rounds[str(r)]["pair_prompts"] <= 32 for r in range(3))
     rows = pref_rows(run)
     assert [r["step"] for r in rows] == list(range(9))
     assert [r["step"] for r in rows if "round" in r] == [0, 3, 6] and [r["round"] for r in rows if "round" in r] == [0, 1, 2]
@@ -215,7 +216,7 @@ def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start
     # so the first step of every round starts at zero implicit reward: loss log 2 exactly ...
     assert [r["loss"] for r in rows if "round" in r] == pytest.approx([math.log(2)] * 3, abs=1e-5)
     # ... where without refresh, round 1 starts from a policy that has already moved from π_ref
-    assert [r["loss"] for r in pref_rows(uninterrupted) if "round" in r][1] != pytest.approx(math.log(2), abs=1e-3)
+    assert [r["loss"] for r in pref_rows(uninterrupted) if "round" in r][1] != pytest.approx(math.log(2), abs=1e-4)
     assert rows[:3] == pref_rows(uninterrupted)[:3]  # round 0 is the same run either way
 
 
@@ -287,8 +288,8 @@ def test_a_preference_run_with_no_steps_evaluates_the_start(sft, tmp_path):
 
 
 def test_a_round_that_trains_many_times_on_few_pairs_warns(sft, tmp_path, capsys):
-    # 4 prompts give a handful of pairs; 40 steps of 4 pairs go over each of them many times
-    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "40", "--rl.pair_prompts", "4",
+    # 8 prompts give a handful of pairs (13); 60 steps of 4 pairs go over each of them many times
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "60", "--rl.pair_prompts", "8",
                  "--out_dir", str(tmp_path)]) == 0
     (row,) = [r for r in pref_rows(only_run(tmp_path)) if "round" in r]
     out = capsys.readouterr().out

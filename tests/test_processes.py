@@ -236,8 +236,14 @@ def test_the_lessons_server_dies_with_posttrain_lessons():
         cli.kill()  # SIGKILL: before the fix marimo went on serving, for good
         cli.wait()
     took = seconds_until_gone(servers, GONE_WITHIN_S)
-    kill_all(servers)
-    assert took is not None and not serving(port), "the marimo server outlived posttrain lessons"
+    # the server's main thread can end (its /proc state "Z") while its other threads still
+    # hold the socket for a moment: the port going quiet is the check that counts
+    deadline = time.monotonic() + GONE_WITHIN_S
+    while serving(port) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    still_serving = serving(port)
+    kill_all(servers)  # clean up whatever is left, after the verdict
+    assert took is not None and not still_serving, "the marimo server outlived posttrain lessons"
 
 
 RAY_DRIVER = """
