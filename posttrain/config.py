@@ -216,10 +216,18 @@ class RLConfig:
     # rlhf` trains one; the verifier's verdict stays in every sample's details as the gold
     # reward, and held-out pass@1 stays the verifier's
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
-    # the training reward (posttrain/rewards/stack.py): "accuracy" is the verifier's 1/0,
-    # and "r1" adds 0.2 × format (DeepSeek-R1-Zero-style accuracy + format reward). Held-out
-    # pass@1 is always the verifier's alone, whatever the training reward.
+    # the training reward, a sum of [WEIGHT*]TERM joined by "+" (posttrain/rewards/): TERM is
+    # "accuracy" (the verifier's 1/0), "r1" (accuracy + 0.2 × format, DeepSeek-R1-Zero-style),
+    # or your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
+    # **columns), verl (data_source, solution_str, ground_truth, extra_info) or posttrain
+    # (example, completion) signature, called once per completion; e.g. "accuracy +
+    # 0.1*my_rewards:brevity". Held-out pass@1 is always the verifier's alone.
     reward: str = "accuracy"
+    # seconds a user's reward function may take on one completion before the run stops with
+    # its name and the sample (a hung function must not hang training); rule-based rewards
+    # take milliseconds. 0 = no limit, called in the training thread (signal-based timeouts
+    # such as math_verify's default work only there)
+    reward_timeout: float = 5.0
     length_penalty: float = 0.0  # c of −c·max(0, L − length_free), L in characters; 0 = off
     length_free: int = 0  # characters a completion may use before the length penalty starts
     # adaptive KL (Ziegler et al. 2019): steer the algorithm's kl_coef so that KL to the
@@ -240,7 +248,7 @@ class RLConfig:
               "a number in [0, 1] (1 = constant after warmup)")
         check(0 <= self.adam_beta2 < 1, f"{prefix}.adam_beta2", self.adam_beta2, "a number in [0, 1)")
         check_non_negative(self, prefix, "steps", "grad_clip", "micro_batch_size", "warmup_steps", "weight_decay",
-                           "length_penalty", "length_free", "kl_target")
+                           "length_penalty", "length_free", "kl_target", "reward_timeout")
         self.sampling.validate(f"{prefix}.sampling")
         self.rm.validate(f"{prefix}.rm")
 
@@ -313,6 +321,9 @@ def _listening(address: str) -> bool:
         return False
 
 
+TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")  # what report_to can name (posttrain/runs/trackers.py)
+
+
 @dataclass
 class TrainConfig:
     """`posttrain run` / `posttrain train`: SFT from scratch, then RL, with held-out
@@ -330,6 +341,16 @@ class TrainConfig:
     checkpoint_every: int = 25  # steps between checkpoints (a killed run loses at most this many)
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default (all cores)
     dist: DistConfig = field(default_factory=DistConfig)  # where rollout and training run; the default is one process
+    # experiment trackers that get a copy of every metrics line, a few samples per RL step and the held-out
+    # results: none, or one or more of tensorboard, trackio, wandb, mlflow, comma-separated; each writes
+    # offline or locally unless its own variables (WANDB_MODE, MLFLOW_TRACKING_URI) say otherwise. "none"
+    # because the run directory is the record and the trackers are optional installs (posttrain[trackers])
+    report_to: str = "none"
+
+    def trackers(self) -> list[str]:
+        """The tracker names report_to lists; [] for "none"."""
+        names = [name.strip() for name in self.report_to.split(",")]
+        return [] if names == ["none"] else names
 
     def validate(self) -> None:
         self.model.validate()
@@ -350,6 +371,9 @@ class TrainConfig:
               f"an integer in [0, {4 * cores}] (0 = torch's default; at most 4 per core, and this machine has {cores})")
         if self.init and not Path(self.init).is_dir():
             raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
+        names = self.trackers()
+        check(all(name in TRACKERS for name in names) and len(set(names)) == len(names), "report_to", self.report_to,
+              f"'none', or one or more of {', '.join(TRACKERS)}, comma-separated, each once (e.g. 'tensorboard,wandb')")
 
 
 def rlhf_config() -> TrainConfig:

@@ -7,7 +7,8 @@ never a config, so a setting is read in exactly one place.
                               splits big enough, prompts that fit the model, and settings
                               under which RL cannot learn; run before anything is started
     make_algorithm(rl)        the RL algorithm, its generation budget filled in
-    make_reward(rl, score)    the training reward on top of the environment's verifier
+    make_reward(rl, score)    the training reward on top of the environment's verifier: presets
+                              and users' functions (rewards/user_function.py), weighted and summed
     sampling_params(cfg)      the rollout's sampling settings
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
@@ -40,10 +41,12 @@ from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
+from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.controller import Controller
 from posttrain.roles.reference import make_reference
 from posttrain.roles.rollout import encode_prompt
 from posttrain.runs.console import console
+from posttrain.runs.trackers import check_trackers
 from posttrain.seeds import derive_seed
 from posttrain.verifiers import VERIFIERS
 
@@ -59,11 +62,19 @@ def make_algorithm(rl: RLConfig):
     return make_registered_algorithm(rl.algo, budget=rl.sampling.max_new_tokens, **rl.algo_params)
 
 
-# The training rewards rl.reward names: weighted terms on top of the verifier's result.
+# The named presets of rl.reward: weighted terms on top of the verifier's result. rl.reward
+# sums them with users' functions (MODULE:FUNCTION, PATH.py:FUNCTION; rewards/user_function.py).
 REWARD_PRESETS = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
     "r1": lambda: list(RewardStack.deepseek_r1().terms),  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
 }
+
+
+def reward_terms(rl: RLConfig) -> list:
+    """The (weight, term) pairs rl.reward names, its functions imported; ValueError naming
+    the term that cannot be used."""
+    return parse_reward(rl.reward, REWARD_PRESETS, timeout=rl.reward_timeout,
+                        rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
 
 
 def make_reward(rl: RLConfig, score):
@@ -71,12 +82,12 @@ def make_reward(rl: RLConfig, score):
     with the scorer kept as the gold), plus the terms rl.reward and rl.length_penalty ask for."""
     if rl.rm.path:  # the reward model scores; the verifier's verdict stays in details
         score = ProxyReward.load(rl.rm.path, score)
-    terms = REWARD_PRESETS[rl.reward]()
+    terms = reward_terms(rl)
     if rl.length_penalty > 0:
         terms.append((1.0, LinearLength(rl.length_free, rl.length_penalty)))
-    if len(terms) == 1 and rl.reward == "accuracy":
+    if len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):
         return score  # the verifier's own 1/0: nothing stacked on it
-    return RewardStack(terms).wrap(score)
+    return stack_scorer(RewardStack(terms), score)
 
 
 def check_config(cfg) -> None:
@@ -129,7 +140,10 @@ def check_rl(rl: RLConfig) -> None:
     else:
         algo = make_algorithm(rl)
     check_can_learn(rl, None if preference else algo)
-    check(rl.reward in REWARD_PRESETS, "rl.reward", rl.reward, f"one of {sorted(REWARD_PRESETS)}")
+    try:  # imports its functions and reads their signatures: a bad term fails before the run exists
+        reward_terms(rl)
+    except ValueError as error:
+        raise ConfigError(f"rl.reward={rl.reward!r} is not allowed: {error}") from None
     if rl.online_rounds > 1:
         check(preference and not rl.pairs, "rl.online_rounds", rl.online_rounds,
               "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.pairs file: "
@@ -184,6 +198,7 @@ def check_can_learn(rl: RLConfig, algo) -> None:
 
 
 def check_train(cfg: TrainConfig) -> None:
+    check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_model(cfg)
     check_rl(cfg.rl)
     env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three

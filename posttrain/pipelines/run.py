@@ -24,11 +24,13 @@ from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weight
 from posttrain.runs.console import console
 from posttrain.runs.report import write_plots, write_summary
 from posttrain.runs.rundir import RunDir, sample_row
+from posttrain.runs.trackers import check_trackers, reporting
 from posttrain.seeds import derive_seed
 
 
 def start_run(cfg: TrainConfig, command: str) -> RunDir:
     """A new run directory, locked for this process, with its config.json and meta.json."""
+    check_trackers(cfg.trackers())  # a missing tracker library stops the run before its directory exists
     run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))
@@ -53,8 +55,22 @@ def start_run(cfg: TrainConfig, command: str) -> RunDir:
 
 
 def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
-    """SFT → held-out eval → RL → held-out eval → summary. Safe to call again on a
-    partly finished run directory: finished pieces are skipped, the rest resumes."""
+    """SFT → held-out eval → RL → held-out eval → summary, with a copy of the metrics in
+    each tracker of --report_to. Safe to call again on a partly finished run directory:
+    finished pieces are skipped, the rest resumes."""
+    with reporting(run.path, cfg.trackers(), to_dict(cfg)) as trackers:  # nothing opens for report_to="none"
+        summary = train_and_evaluate(cfg, run)
+        # the held-out results, at each stage's last step + 1: the number of steps behind them
+        stage_steps = {"sft": 0 if cfg.init else cfg.sft.steps, summary["final_stage"]: cfg.rl.steps}
+        for stage, steps in stage_steps.items():
+            ci = summary[stage]
+            trackers.log_metrics(stage, steps, {"heldout_pass@1": ci["mean"], "heldout_ci_low": ci["ci_low"],
+                                                "heldout_ci_high": ci["ci_high"], "heldout_n": ci["n"]})
+    return summary
+
+
+def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
+    """The pipeline itself; the summary it writes, as a dict."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs())

@@ -1,5 +1,6 @@
 """The shared step loop of every training stage: resume from the last checkpoint, a progress
-bar, one metrics line per step, a checkpoint every few steps."""
+bar, one metrics line per step (copied to the run's experiment trackers), a checkpoint
+every few steps."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, load_trainer_state, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
+from posttrain.runs.trackers import trackers_for
 
 
 def run_stage(
@@ -40,6 +42,9 @@ def run_stage(
         console.print(f"[yellow]resuming {stage} from {checkpoint} (step {start} of {steps})")
     for name in ("metrics.jsonl", "samples.jsonl"):
         run.truncate_jsonl(name, lambda row: row.get("stage") != stage or row.get("step", -1) < start)
+    trackers = trackers_for(run.path)  # --report_to; none by default
+    if trackers:  # first the stage's steps already on disk (a resume), which a tracker may lack
+        trackers.catch_up(stage, run.read_jsonl("metrics.jsonl"), run.read_jsonl("samples.jsonl"))
     if start >= steps:
         return
 
@@ -50,6 +55,7 @@ def run_stage(
         for step in range(start, steps):
             metrics = step_fn(step)
             run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
+            trackers.log_metrics(stage, step, metrics)  # after the record: a tracker is its copy
             if (step + 1) % checkpoint_every == 0 or step == steps - 1 or checkpoint_also(step):
                 save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
             progress.update(task, advance=1, info=show(metrics))
