@@ -12,16 +12,30 @@ import dataclasses
 from posttrain.eval.stats import bootstrap_ci
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.rollout import RolloutEngine
-from posttrain.types import Example
+from posttrain.types import Episode, Example
+
+
+def solved(episode: Episode) -> float:
+    """1.0 when the verifier counts the episode as solved, else 0.0: its own word when it
+    gives one (`details["correct"]`, as partial-credit graders report it), else a full
+    reward of at least 1. Pass@1 is the fraction solved, never the mean reward: under
+    partial credit (code/tests-partial-v1, a grader paying 0.5 for a near miss) the mean
+    would count two half-right answers as one pass."""
+    correct = episode.details.get("correct")
+    if isinstance(correct, bool):
+        return float(correct)
+    return float(episode.reward >= 1.0)
 
 
 def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batch_size: int = 512) -> dict:
-    """{"pass@1": mean, "ci": {"mean", "ci_low", "ci_high", "n"}, "episodes": [...]}"""
+    """{"pass@1": fraction solved, "ci": {"mean", "ci_low", "ci_high", "n", "mean_reward"},
+    "episodes": [...]}: the CI is pass@1's; mean_reward sits beside it, equal to it for a
+    verifier that pays only 0 or 1."""
     greedy = dataclasses.replace(engine.params, temperature=0.0)
     episodes = []
     for start in range(0, len(examples), batch_size):
         episodes += engine.generate(examples[start : start + batch_size], 1, params=greedy)
     score_episodes(env.score, episodes)  # the verifier alone, never a shaped reward
-    correct = [e.reward for e in episodes]
-    ci = bootstrap_ci(correct)
+    ci = bootstrap_ci([solved(e) for e in episodes])
+    ci["mean_reward"] = sum(e.reward for e in episodes) / max(1, len(episodes))
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}

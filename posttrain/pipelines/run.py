@@ -117,6 +117,8 @@ def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, 
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
     ci = result["ci"]
+    # the mean reward only where it says something pass@1 does not: under partial credit
+    beside = f"; mean reward {ci['mean_reward']:.3f}" if ci["mean_reward"] != ci["mean"] else ""
     console.print(f"[bold]held-out pass@1 after {stage}[/]: {ci['mean']:.3f} "
-                  f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']})")
+                  f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']}){beside}")
     return ci
