@@ -20,7 +20,10 @@ class EvalConfig:
     # the verifier for --completions, any registered one (cot-v1: the default task's); a
     # checkpoint is scored by its env's verifier instead
     spec_version: str = "final_int/cot-v1"
-    env: EnvConfig = field(default_factory=EnvConfig)  # a checkpoint's task: set it as the run that trained it did
+    # a checkpoint's task: the one it records (posttrain_task.json, written by every training run),
+    # except the settings given here as flags or in --config, which replace the recorded ones (with
+    # a warning where they differ); a checkpoint that records none is scored on these settings
+    env: EnvConfig = field(default_factory=EnvConfig)
     split: str = "heldout"  # which split's problems a checkpoint answers: train, dev or heldout
     size: int = 500  # problems: a 95% CI of about ±4 points near 70%
     out_dir: str = "runs"  # where the run directory is created

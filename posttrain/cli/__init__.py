@@ -176,7 +176,21 @@ def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
 
 
 def cmd_eval(argv: list[str]) -> int:
-    cfg = parse_simple(EvalConfig, argv, "posttrain eval", "Loop A: measure, nothing else")
+    # parse_simple's steps, with the checkpoint's task chosen between parsing and the checks:
+    # the split size is checked against the task that will be scored
+    base, file = from_file(EvalConfig, argv)
+    fields = [config_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
+    cfg = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields).settings
+    source, note = "flags", ""
+    if cfg.checkpoint and os.path.isdir(cfg.checkpoint):  # not a directory: checked() says so
+        # imported here for start-up time: eval/ loads torch
+        from posttrain.eval.loop_a import choose_task
+
+        given = {flag.removeprefix("--env.") for flag in flags_given(argv) if flag.startswith("--env.")}
+        cfg, source, note = choose_task(cfg, given | set(file.get("env", {})))
+    cfg = checked(cfg)
+    if note:
+        print(note)
     # imported here for start-up time: eval/ loads torch
     if cfg.completions:
         from posttrain.eval.completions import run_eval_file
@@ -185,7 +199,7 @@ def cmd_eval(argv: list[str]) -> int:
     else:
         from posttrain.eval.loop_a import evaluate_checkpoint
 
-        evaluate_checkpoint(cfg)
+        evaluate_checkpoint(cfg, source)
     return 0
 
 

@@ -5,30 +5,105 @@ is registered: `--env.name math --env.path FILE` is scored by math/boxed-or-fina
 The run directory records `loop: A`, the spec version that scored it, and every raw
 completion with its score details, so a number can always be traced back to the strings
 that produced it.
+
+Which task: a checkpoint written by a training run records the one it was trained on
+(`posttrain_task.json`, runs/checkpoints.py) and is scored on it, with its run's generation
+budget, so that the same problems get the pass@1 its run reported. `--env.*` flags (or a
+--config file's env section) that ask for another task win, with a warning naming both. A
+checkpoint without the file (older, or any transformers model) is scored on the flags' task,
+the defaults without flags, and the eval says so: a score on the wrong task looks like any
+other (a level-2 model scored on level 3 reads 0.000, as if it had learnt nothing).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from posttrain.command_configs import EvalConfig
-from posttrain.config import SamplingParams
+from posttrain.config import ConfigError, EnvConfig, SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.rundir import RunDir
 
+# The generation budget of a checkpoint that does not record its run's: above the longest
+# level-3 chain of thought (~40 characters) with room to spare
+DEFAULT_MAX_NEW_TOKENS = 64
 
-def evaluate_checkpoint(cfg: EvalConfig) -> dict:
+# env.allow_weak_sandbox is a permission of this machine, not part of the task: a checkpoint
+# from elsewhere must not switch the namespace sandbox off, so it always comes from the flags
+NOT_THE_TASK = frozenset({"allow_weak_sandbox"})
+
+
+def settings(env: EnvConfig, names) -> str:
+    """'env.level=2, env.cot=false': the settings `names` of `env`, spelled as flags."""
+
+    def text(value):
+        return ("true" if value else "false") if isinstance(value, bool) else (value if value != "" else "''")
+    return ", ".join(f"env.{name}={text(getattr(env, name))}" for name in names)
+
+
+def describe(env: EnvConfig) -> str:
+    """The task in one phrase: its name, level and cot for arithmetic, and every setting changed."""
+    shown = {"name", *env.kwargs()} | ({"level", "cot"} if env.name == "arithmetic" else set())
+    return settings(env, [f.name for f in dataclasses.fields(env) if f.name in shown - NOT_THE_TASK])
+
+
+def choose_task(cfg: EvalConfig, given: set[str]) -> tuple[EvalConfig, str, str]:
+    """The task to score `cfg.checkpoint` on: (cfg with that env, where it came from,
+    "checkpoint" or "flags", and the line to print). `given` names the env settings the user
+    set, by flag or --config file (`--env.level 3` gives "level")."""
+    trained = read_task(Path(cfg.checkpoint))
+    given = set(given) - NOT_THE_TASK
+    if trained is None:
+        origin = "the --env.* settings given" if given else "the defaults"
+        return cfg, "flags", (f"{cfg.checkpoint} does not record the task it was trained on (no {TASK_FILE}: "
+                              f"written by an older posttrain, or not by posttrain); scoring on {origin}: "
+                              f"{describe(cfg.env)}; if it was trained on another task, give its --env.* flags")
+    own = dataclasses.replace(trained.env, allow_weak_sandbox=cfg.env.allow_weak_sandbox)
+    if not given:
+        if own.path and not Path(own.path).is_file():
+            raise ConfigError(f"{cfg.checkpoint} was trained on env.path={own.path}, which does not exist here: "
+                              f"give --env.path FILE, the same problems, to score it on its own task")
+        return (dataclasses.replace(cfg, env=own), "checkpoint",
+                f"scoring on the task the checkpoint was trained on ({TASK_FILE}): {describe(own)}")
+    # the flags change the checkpoint's task setting by setting; another env is the flags' alone,
+    # since the checkpoint's other settings (a level, a path) belong to its own env
+    if cfg.env.name == own.name:
+        asked = dataclasses.replace(own, **{name: getattr(cfg.env, name) for name in given})
+    else:
+        asked = cfg.env
+    differ = [f.name for f in dataclasses.fields(EnvConfig)
+              if f.name not in NOT_THE_TASK and getattr(asked, f.name) != getattr(own, f.name)]
+    if not differ:
+        return dataclasses.replace(cfg, env=asked), "flags", f"scoring on {describe(asked)}, as asked and as trained"
+    if "name" in differ:  # a different env: each side in full
+        was, now = describe(own), describe(asked)
+    else:
+        was, now = settings(own, differ), settings(asked, differ)
+    return (dataclasses.replace(cfg, env=asked), "flags",
+            f"warning: the checkpoint was trained on {was}; scoring on {now} as asked")
+
+
+def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
+    """Score cfg.checkpoint on cfg.env's problems; `task_source` (choose_task's) is recorded."""
     env = make_env(cfg.env.name, **cfg.env.kwargs())
+    trained = read_task(Path(cfg.checkpoint))
+    if task_source == "checkpoint" and trained is not None and trained.spec_version not in ("", env.spec_version):
+        print(f"warning: the checkpoint was scored by {trained.spec_version} in training; this posttrain's "
+              f"{cfg.env.name} env scores by {env.spec_version} (set --env.spec_version to score as it was)")
     model = load_checkpoint_model(Path(cfg.checkpoint), None)
-    tokenizer = load_tokenizer(Path(cfg.checkpoint))
+    tokenizer = load_tokenizer(Path(cfg.checkpoint))  # with the system prompt the checkpoint was trained with
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     max_new = model.config.max_seq_len - max(len(encode_prompt(tokenizer, e.prompt)) for e in examples)
+    # its run's budget: the problems of its run's held-out eval get the same completions, so the same pass@1
+    budget = trained.max_new_tokens if trained else DEFAULT_MAX_NEW_TOKENS
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed
-    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(64, max_new),
+    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(budget, max_new),
                                                             stop_at_newline=not cfg.env.cot))
     episodes = engine.generate(examples, 1)
     # meta travels with the record: a code problem's tests are in it
@@ -36,14 +111,17 @@ def evaluate_checkpoint(cfg: EvalConfig) -> dict:
                 "meta": e.example.meta, "completion": e.completion} for e in episodes]
     result = score_records(records, env.spec_version)  # the same report as for a completions file
 
+    # which task, and why: the flags', or the one the checkpoint records (also in config.json's env)
+    task = {"source": task_source, "env": to_dict(cfg.env), "trained_on": to_dict(trained.env) if trained else None}
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "A (eval)", "spec_version": env.spec_version, "checkpoint": str(cfg.checkpoint),
-                    "dataset": {"env": cfg.env.name, "level": cfg.env.level, "path": cfg.env.path,
+                    "dataset": {"env": cfg.env.name, "level": cfg.env.level, "cot": cfg.env.cot, "path": cfg.env.path,
                                 "split": cfg.split, "size": cfg.size},
-                    "sampling": {"temperature": 0.0, "decoding": "greedy"}})
+                    "task": task,
+                    "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)}})
     run.write_jsonl("samples.jsonl", result.pop("samples"))
-    run.write_json("summary.json", {**result, "eval": result["ci"]})
+    run.write_json("summary.json", {**result, "eval": result["ci"], "task": task})
     print_report(result)
     print(f"run directory: {run.path}")
     return result["ci"]

@@ -1,6 +1,9 @@
 """Checkpoints: `checkpoints/<stage>/step_<N>/` holds the model (a transformers-loadable
 directory) and `trainer_state.pt`; `checkpoints/<stage>/latest` names the newest complete one.
 
+Each checkpoint also holds `posttrain_task.json` (TASK_FILE): the task it was trained on,
+so that `posttrain eval --checkpoint DIR` scores it on that task, wherever DIR is copied.
+
 A checkpoint is written to a temporary directory and renamed into place only when
 complete, and `latest` is replaced atomically, so `kill -9` at any moment leaves the
 previous checkpoint intact, and every `step_<N>` directory is a complete checkpoint.
@@ -13,18 +16,77 @@ Falling back silently would redo steps, and a damaged file is worth a look.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from posttrain import __version__
+from posttrain.config import EnvConfig, TrainConfig
+from posttrain.config_file import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
-from posttrain.runs.rundir import RunDir, RunDirError
+from posttrain.runs.rundir import RunDir, RunDirError, write_json
 
 STEP_DIR = re.compile(r"step_(\d+)")
+
+# In every checkpoint: what `posttrain eval` needs to score it as its run did. Inside the
+# checkpoint, not only in the run's config.json, so that a copied checkpoint keeps it.
+TASK_FILE = "posttrain_task.json"
+TASK_FORMAT = 1  # raised when a key changes meaning, so an old reader can refuse a new file
+
+
+@dataclass
+class CheckpointTask:
+    """A checkpoint's TASK_FILE, read."""
+
+    env: EnvConfig  # the run's env section: the task it trained and was scored on
+    spec_version: str  # the verifier that scored it in training (the env's own when env.spec_version is "")
+    max_new_tokens: int  # the generation budget of the run's own held-out evals (rl.sampling.max_new_tokens)
+    system_prompt: str  # transformers policies: the system turn its prompts had ("" = the template's default)
+    posttrain_version: str  # the version that wrote the file
+
+
+def task_record(run: RunDir, tokenizer) -> dict | None:
+    """What TASK_FILE holds for a checkpoint of `run`; None without the run's config.json
+    (no run starts without one: recording the defaults instead would be a wrong record)."""
+    # Read from the run's config.json and meta.json, not passed in: every caller already hands
+    # save_checkpoint its run (runs/stage.py for sft, rl and pref; the init and pref_reference
+    # checkpoints), and these files are the run's one record of its settings, so no caller
+    # needs a new argument that could disagree with them.
+    config = run.read_json("config.json")
+    if config is None:
+        return None
+    cfg = from_dict(TrainConfig, config)  # as a resume reads it
+    env = to_dict(cfg.env)
+    if env["path"]:  # relative to where the run started; the eval may run from anywhere
+        env["path"] = os.path.abspath(env["path"])
+    meta = run.read_json("meta.json") or {}
+    return {"format": TASK_FORMAT, "env": env, "spec_version": meta.get("spec_version", ""),
+            "max_new_tokens": cfg.rl.sampling.max_new_tokens,
+            "system_prompt": getattr(tokenizer, "system_prompt", ""),  # the one saved with the tokenizer
+            "posttrain_version": __version__}
+
+
+def read_task(checkpoint: Path) -> CheckpointTask | None:
+    """The task a checkpoint records, or None for one without TASK_FILE (written before it
+    existed, or any transformers model); a file that cannot be read raises RunDirError."""
+    path = Path(checkpoint) / TASK_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != TASK_FORMAT:
+            raise ValueError(f"format {data.get('format')!r}, this posttrain reads format {TASK_FORMAT}")
+        return CheckpointTask(from_dict(EnvConfig, data["env"], "env."), str(data["spec_version"]),
+                              int(data["max_new_tokens"]), str(data["system_prompt"]), str(data["posttrain_version"]))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:  # AttributeError: not an object
+        raise RunDirError(f"{path} cannot be read ({type(error).__name__}: {error}): copy it again from the run's "
+                          "checkpoint, or delete it and give the task as --env.* flags") from None
 
 
 def complete_checkpoints(stage_dir: Path) -> list[Path]:
@@ -42,6 +104,9 @@ def save_checkpoint(run: RunDir, stage: str, step: int, model, tokenizer, traine
     try:
         with naming_disk_full(tmp):
             save_checkpoint_model(model, tokenizer, tmp)
+            task = task_record(run, tokenizer)
+            if task is not None:
+                write_json(tmp / TASK_FILE, task)
             if trainer is not None:
                 with open(tmp / "trainer_state.pt", "wb") as f:
                     torch.save({"trainer": trainer.state_dict(), "step": step, **(extra or {})}, f)
