@@ -36,6 +36,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	cd benchmarks && ../$(BIN)/python train_mfu.py
 	cd benchmarks && ../$(BIN)/python profile_step.py
 	cd benchmarks && ../$(BIN)/python sampling_draw.py
+	cd benchmarks && ../$(BIN)/python skip_inert_rows.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
 	$(BIN)/python benchmarks/topology.py
 
