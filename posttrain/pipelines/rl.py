@@ -13,7 +13,6 @@ from posttrain.runs.monitors import check_all
 from posttrain.runs.report import RUN_MONITORS
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
-from posttrain.runs.trackers import trackers_for
 
 
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path) -> None:
@@ -24,7 +23,6 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
     engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
     history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]  # for the live monitors
-    trackers = trackers_for(run.path)  # --report_to: a few of each step's samples as a table
 
     def rl_step(step: int) -> dict[str, float]:
         step_start = time.perf_counter()
@@ -33,7 +31,7 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
         samples = [sample_row("rl", step, e) for e in episodes]
         run.append_jsonl("samples.jsonl", samples)
-        trackers.log_samples("rl", step, samples)
+        run.trackers.log_samples("rl", step, samples)  # --report_to: a few of them as a table
         metrics["time/step"] = time.perf_counter() - step_start  # wall time; roles can overlap (async)
         warn_as_it_happens(history, {"step": step, **metrics})
         return metrics

@@ -58,7 +58,7 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
     """SFT → held-out eval → RL → held-out eval → summary, with a copy of the metrics in
     each tracker of --report_to. Safe to call again on a partly finished run directory:
     finished pieces are skipped, the rest resumes."""
-    with reporting(run.path, cfg.trackers(), to_dict(cfg)) as trackers:  # nothing opens for report_to="none"
+    with reporting(run, cfg.trackers(), to_dict(cfg)) as trackers:  # nothing opens for report_to="none"
         summary = train_and_evaluate(cfg, run)
         # the held-out results, at each stage's last step + 1: the number of steps behind them
         stage_steps = {"sft": 0 if cfg.init else cfg.sft.steps, summary["final_stage"]: cfg.rl.steps}

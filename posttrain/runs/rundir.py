@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterator
 
 from posttrain.files import DiskFullError, disk_full_errno, naming_disk_full, write_atomic
 from posttrain.runs.console import console
+from posttrain.runs.trackers import NO_TRACKERS, Trackers
 from posttrain.types import Episode
 
 LOCK_FILE = ".lock"
@@ -221,6 +222,9 @@ class RunDir:
 
     def __init__(self, path: Path):
         self.path = Path(path)
+        # --report_to's trackers while run_pipeline reports (runs/trackers.py::reporting): each
+        # metrics line the step loop writes, and each RL step's samples, are copied to them
+        self.trackers: Trackers = NO_TRACKERS
         self.checkpoints = self.path / "checkpoints"
         self.lock: RunLock | None = None
 

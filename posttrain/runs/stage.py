@@ -11,7 +11,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, load_trainer_state, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
-from posttrain.runs.trackers import trackers_for
 
 
 def run_stage(
@@ -42,7 +41,7 @@ def run_stage(
         console.print(f"[yellow]resuming {stage} from {checkpoint} (step {start} of {steps})")
     for name in ("metrics.jsonl", "samples.jsonl"):
         run.truncate_jsonl(name, lambda row: row.get("stage") != stage or row.get("step", -1) < start)
-    trackers = trackers_for(run.path)  # --report_to; none by default
+    trackers = run.trackers  # --report_to's; none by default
     if trackers:  # first the stage's steps already on disk (a resume), which a tracker may lack
         trackers.catch_up(stage, run.read_jsonl("metrics.jsonl"), run.read_jsonl("samples.jsonl"))
     if start >= steps:

@@ -340,21 +340,11 @@ class Trackers:
 
 NO_TRACKERS = Trackers({})
 
-# The trackers open for each run directory this process writes, by resolved path: the step
-# loop (runs/stage.py) and the RL stage find them from the run without an extra argument
-# through every stage function.
-_OPEN: dict[str, Trackers] = {}
-
-
-def trackers_for(run_path: Path) -> Trackers:
-    """The trackers open for the run at run_path; NO_TRACKERS when there are none."""
-    return _OPEN.get(str(Path(run_path).resolve()), NO_TRACKERS)
-
-
 @contextmanager
-def reporting(run_path: Path, names: list[str], config: dict) -> Iterator[Trackers]:
-    """The trackers `names` open on the run at run_path for the block, closed at its end.
-    With no names nothing is imported and the block gets NO_TRACKERS."""
+def reporting(run: Any, names: list[str], config: dict) -> Iterator[Trackers]:
+    """The trackers `names` open on `run` (a RunDir) for the block, as `run.trackers`, where
+    the step loop (runs/stage.py) and the RL stage find them; closed at the block's end. With
+    no names nothing is imported and run.trackers stays NO_TRACKERS."""
     if not names:
         yield NO_TRACKERS
         return
@@ -362,13 +352,12 @@ def reporting(run_path: Path, names: list[str], config: dict) -> Iterator[Tracke
     trackers = Trackers({})
     for name in names:
         try:
-            trackers.live[name] = TRACKER_CLASSES[name](Path(run_path), config)
+            trackers.live[name] = TRACKER_CLASSES[name](Path(run.path), config)
         except Exception as error:  # as for a failure mid-run: the run goes on without it
             trackers.drop(name, "start", error)
-    key = str(Path(run_path).resolve())
-    _OPEN[key] = trackers
+    run.trackers = trackers
     try:
         yield trackers
     finally:
-        del _OPEN[key]
+        run.trackers = NO_TRACKERS
         trackers.close()
