@@ -176,3 +176,25 @@ def test_start_up_needs_no_torch():
             "    assert main(['--help']) == 0 and main(['lessons', '--list']) == 0\n"
             "assert 'torch' not in sys.modules, 'torch imported'\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- --dry_run: every check, the resolved config, and nothing else ------------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "run", "rlhf"])
+def test_a_dry_run_prints_the_resolved_config_and_creates_nothing(capsys, tmp_path, command):
+    out_dir = tmp_path / "runs"
+    assert main([command, "--dry_run", "true", "--rl.steps", "3", "--seed", "7", "--out_dir", str(out_dir)]) == 0
+    printed = capsys.readouterr().out
+    resolved = json.loads(printed[: printed.rindex("}") + 1])
+    assert resolved["rl"]["steps"] == 3 and resolved["seed"] == 7
+    assert resolved["rl"]["algo"] == ("ppo" if command == "rlhf" else "grpo")
+    assert "every check passed" in printed and not out_dir.exists()
+
+
+def test_a_dry_run_still_refuses_what_a_run_would(capsys, tmp_path):
+    # the context check a run makes before SFT: the prompt plus the budget must fit the model
+    assert main(["train", "--dry_run", "true", "--rl.sampling.max_new_tokens", "5000",
+                 "--out_dir", str(tmp_path / "runs")]) == 2
+    assert "rl.sampling.max_new_tokens=5000 is not allowed" in capsys.readouterr().err
+    assert not (tmp_path / "runs").exists()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import os
 import sys
 from typing import Annotated, Any, Callable
@@ -35,7 +36,7 @@ import tyro
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
 from posttrain.command_configs import BonConfig, EvalConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
-from posttrain.config_file import from_dict
+from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
 
 
@@ -84,8 +85,9 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
     """The checked TrainConfig `posttrain COMMAND ARGV` runs (command: run, train or rlhf;
     rlhf starts from config.rlhf_config() and refuses a preference loss)."""
     resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
+    dry_run = ("dry_run", Annotated[bool, tyro.conf.arg(help=DRY_RUN_HELP)], False)
     defaults = rlhf_config() if command == "rlhf" else TrainConfig()
-    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume])
+    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume, dry_run])
     algo = parsed.cfg.rl.algo
     if command == "rlhf":
         # imported here for start-up time: the algorithms import torch
@@ -97,9 +99,28 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
     return checked(parsed.with_algo_params(parsed.cfg, {algo}))
 
 
+DRY_RUN_HELP = ("true: check every setting, the data, the model and its context length as a run would, print the "
+                "resolved config.json, and stop: no run directory, no work")
+
+
+def is_dry_run(argv: list[str]) -> bool:
+    """--dry_run true (or --dry-run true), once the parser has accepted its value."""
+    return "true" in (value_of(argv, "--dry_run"), value_of(argv, "--dry-run"))
+
+
+def dry_run_report(cfg: TrainConfig, command: str) -> int:
+    """What --dry_run prints: the config the run would save, every check already passed."""
+    print(json.dumps(to_dict(cfg), indent=2))
+    print(f"posttrain {command}: every check passed; a run would start from the settings above "
+          f"in {cfg.out_dir}/ (nothing was created: --dry_run)")
+    return 0
+
+
 def cmd_train(argv: list[str], command: str) -> int:
     resumed = resumed_config(argv)
     cfg = resumed[0] if resumed else train_config(argv, command)
+    if not resumed and is_dry_run(argv):
+        return dry_run_report(cfg, command)
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.pipelines.run import run_pipeline, start_run
     from posttrain.runs.console import console
@@ -155,6 +176,8 @@ def cmd_compare(argv: list[str]) -> int:
 def cmd_rlhf(argv: list[str]) -> int:
     resumed = resumed_config(argv)
     cfg = resumed[0] if resumed else train_config(argv, "rlhf")
+    if not resumed and is_dry_run(argv):
+        return dry_run_report(cfg, "rlhf")
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.pipelines.rlhf import run_rlhf
     from posttrain.pipelines.run import start_run
