@@ -329,15 +329,16 @@ class UserFunction:
 
 def stack_scorer(stack: RewardStack, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
     """stack.wrap(scorer), with each user function's None and extra details recorded."""
+    wrapped = stack.wrap(scorer)
     functions = [term for _, term in stack.terms if isinstance(term, UserFunction)]
     if not functions:
-        return stack.wrap(scorer)
+        return wrapped
 
     def score(example: Example, completion: str) -> Scored:
-        result = stack(example, completion, scorer(example, completion))
+        result = wrapped(example, completion)
         for function in functions:
             function.record(result["details"])
         return result
 
-    score.version = stack.version  # type: ignore[attr-defined]
+    score.version = wrapped.version  # type: ignore[attr-defined]
     return score
