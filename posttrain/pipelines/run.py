@@ -24,13 +24,12 @@ from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weight
 from posttrain.runs.console import console
 from posttrain.runs.report import write_plots, write_summary
 from posttrain.runs.rundir import RunDir, sample_row
-from posttrain.runs.trackers import check_trackers, reporting
+from posttrain.runs.trackers import reporting
 from posttrain.seeds import derive_seed
 
 
 def start_run(cfg: TrainConfig, command: str) -> RunDir:
     """A new run directory, locked for this process, with its config.json and meta.json."""
-    check_trackers(cfg.trackers())  # a missing tracker library stops the run before its directory exists
     run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))

@@ -348,7 +348,7 @@ def reporting(run: Any, names: list[str], config: dict) -> Iterator[Trackers]:
     if not names:
         yield NO_TRACKERS
         return
-    check_trackers(names)  # a resumed run checks here; a new one checked before its directory existed
+    check_trackers(names)  # the CLI checked before the run began (check_train); a caller of run_pipeline may not have
     trackers = Trackers({})
     for name in names:
         try:
