@@ -287,12 +287,14 @@ def pairs_from_verifier(
             best = max(candidates, key=lambda e: e.reward)  # max / min keep the first of equals
             worst = min(candidates, key=lambda e: e.reward)
             candidates = [best, worst]
+        turns = group[0].example.meta.get(PROMPT_MESSAGES)  # a conversation keeps its chat template in training
         group_pairs = [
             PreferencePair(
                 prompt,
                 better.completion,
                 worse.completion,
-                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id},
+                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id,
+                 **({PROMPT_MESSAGES: turns} if turns else {})},
             )
             for better in candidates
             for worse in candidates

@@ -48,11 +48,12 @@ def example_from_row(row: Row) -> tuple[Example, str | None]:
             raise ValueError(f"{where}: both 'messages' (ending with an assistant turn) and 'completion' give the "
                              "completion; keep one")
         solution = assistant_text(record.pop("completion"), where, "completion")
-    answer_column = answer_column_of(record, where)
+    answer_column = answer_column_of(record, where, row.record)
     answer = record.pop(answer_column)
     split = row.split
     if "split" in record:
-        split = split_of_name(str(record.pop("split")), where)
+        value = record.pop("split")
+        split = split if value is None else split_of_name(str(value), where)  # None: a Parquet row left blank
     example_id = record.pop("id", None)
     meta = record.pop("meta", None) or {}
     if not isinstance(meta, dict):
@@ -99,8 +100,9 @@ def prompt_of(record: dict[str, Any], where: str) -> tuple[str | list[dict[str, 
                          "--env.columns 'prompt=COLUMN'")
 
 
-def answer_column_of(record: dict[str, Any], where: str) -> str:
-    """The column holding the expected answer, by the rule in the module docstring."""
+def answer_column_of(record: dict[str, Any], where: str, row: dict[str, Any]) -> str:
+    """The column of `record` (`row` less the columns read so far) holding the expected
+    answer, by the rule in the module docstring."""
     if "expected_answer" in record:
         return "expected_answer"
     found = [column for column in ANSWER_COLUMNS if column in record]
@@ -108,7 +110,7 @@ def answer_column_of(record: dict[str, Any], where: str) -> str:
         raise ValueError(f"{where}: columns {found} could each be the expected answer; say which with --env.columns "
                          f"'expected_answer={found[0]}' (the others stay columns for reward functions)")
     if not found:
-        raise missing_column(where, "expected_answer", record, "give the answer the verifier checks as "
+        raise missing_column(where, "expected_answer", row, "give the answer the verifier checks as "
                              "'expected_answer' (or 'answer', 'ground_truth', 'solution'), or map a column with "
                              "--env.columns 'expected_answer=COLUMN' ('' for code problems, whose tests are "
                              "in meta.tests)")
