@@ -17,6 +17,7 @@ from posttrain.data.preference import load_preference_data, pairs_from_verifier,
 from posttrain.envs import make_env
 from posttrain.envs.arithmetic import split_of
 from posttrain.envs.dataset_files import parse_columns, read_rows
+from posttrain.models import CharTokenizer
 from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, UnpairedExample
 
 datasets = pytest.importorskip("datasets")
@@ -204,6 +205,12 @@ def test_preference_rows_in_trl_conventions(tmp_path):
                 {"prompt": [turn("user", "Review:")], "completion": [turn("assistant", "Awful.")], "label": False}]
     assert load_preference_data(write_jsonl(tmp_path / "kto.jsonl", unpaired)) == [
         UnpairedExample("Review:\n", "Lovely.", True), UnpairedExample("Review:", "Awful.", False, messages)]
+    # KTO's rows from Parquet: one trainable row each, rewarded by its label, after <bos> + the plain prompt
+    conversational = [{**unpaired[1], "label": True, "completion": [turn("assistant", "Lovely.")]}, unpaired[1]]
+    datasets.Dataset.from_list(conversational).to_parquet(str(tmp_path / "kto.parquet"))  # a column has one type
+    rows = preference_episodes(load_preference_data(tmp_path / "kto.parquet"), CharTokenizer())
+    assert [(len(group), group[0].reward) for group in rows] == [(1, 1.0), (1, 0.0)]
+    assert rows[1][0].prompt_ids == [CharTokenizer().bos_id] + CharTokenizer().encode("Review:")
     # pairs the verifier builds from a conversation's samples keep its turns (and so its chat template)
     sampled = [Episode(Example("Review:", "", meta=messages), 0, [], [], [], completion=text, reward=reward)
                for text, reward in (("Good.", 1.0), ("Bad.", 0.0))]

@@ -25,6 +25,7 @@ Conversations are TRL's conversational format: a list of {"role", "content"} tur
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -155,7 +156,7 @@ def _read_saved(path: Path) -> list[Row]:
 
 def _optional(module: str, path: Path):
     try:
-        return __import__(module, fromlist=["_"])
+        return importlib.import_module(module)
     except ImportError:
         raise ValueError(f"{path}: reading it needs the optional package {module.split('.')[0]!r}: "
                          f"{INSTALL_DATA}; JSON and JSONL files need nothing") from None
@@ -217,10 +218,6 @@ def missing_column(where: str, wanted: str, record: dict[str, Any], hint: str) -
 
 
 # --- conversations (TRL's conversational format) ------------------------------------------
-
-
-def is_conversation(value: Any) -> bool:
-    return isinstance(value, list)
 
 
 def conversation(value: Any, where: str, column: str) -> list[dict[str, str]]:

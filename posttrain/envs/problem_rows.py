@@ -74,8 +74,8 @@ def example_from_row(row: Row) -> tuple[Example, str | None]:
         prompt = plain_prompt(turns)
     example, problem = as_example({"prompt": prompt, "expected_answer": answer, "id": example_id, "meta": meta})
     if example is None:
-        raise ValueError(f"{where}: {problem.replace('expected_answer', f'the answer ({answer_column})')}"
-                         if answer_column != "expected_answer" else f"{where}: {problem}")
+        read_from = f" (the expected answer is column {answer_column!r})" if answer_column != "expected_answer" else ""
+        raise ValueError(f"{where}: {problem}{read_from}")
     return example, split
 
 
