@@ -284,3 +284,30 @@ def test_train_end_to_end_on_parquet_conversations_with_a_heldout_file(tmp_path,
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     losses = [m["loss"] for m in metrics if m.get("stage") == "sft"]
     assert len(losses) == 3 and losses[0] > losses[1] > losses[2], losses
+
+
+def test_the_sampler_starts_a_conversation_from_its_chat_template(tmp_path):
+    """A tiny transformers model whose tokenizer has a chat template: the rollout samples
+    a conversational problem from the template of its turns, not from its plain text."""
+    import torch
+
+    from posttrain.config import SamplingParams
+    from posttrain.models import GPTMini, GPTMiniConfig
+    from posttrain.models.hf import HFPolicy
+    from posttrain.roles.rollout import RolloutEngine
+
+    torch.manual_seed(0)
+    GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=96)).save_pretrained(
+        tmp_path / "tiny", CharTokenizer())
+    policy, tokenizer = HFPolicy.load(tmp_path / "tiny")
+    tokenizer.hf.chat_template = ("{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}"
+                                  "{% if add_generation_prompt %}[assistant] {% endif %}")
+    tokenizer.chat = True
+    turns = [{"role": "system", "content": "Add."}, {"role": "user", "content": "Q: 3+3"}]
+    env = make_env("jsonl", path=str(write_jsonl(tmp_path / "chat.jsonl", [{"prompt": turns, "answer": 6}])))
+    plain = "system: Add.\nuser: Q: 3+3\nassistant: "  # what gpt_mini would read
+    (example,) = env.by_split[split_of(plain)]
+    assert example.prompt == plain
+    engine = RolloutEngine(policy, tokenizer, SamplingParams(max_new_tokens=4))
+    (episode,) = engine.generate([example], 1, torch.Generator().manual_seed(0))
+    assert tokenizer.decode(episode.prompt_ids) == "[system] Add.\n[user] Q: 3+3\n[assistant] "
