@@ -56,7 +56,7 @@ def test_every_format_loads_to_identical_problems_with_extra_columns_kept(tmp_pa
     assert {split: len(rows) for split, rows in first.items()} == {"train": 45, "dev": 9, "heldout": 6}
     assert all(other == first for other in loaded.values()), {k: len(v["train"]) for k, v in loaded.items()}
     q = next(e for e in first["train"] if e.prompt == "Q: 7+5\n")
-    assert q == Example("Q: 7+5\n", "12", "", {"difficulty": 1})  # `difficulty` survives for reward functions
+    assert q == Example("Q: 7+5\n", "12", "", {"answer": 12, "difficulty": 1})  # columns survive for reward functions
 
 
 def test_trl_prompt_completion_and_messages_rows_map_onto_examples(tmp_path):
@@ -69,15 +69,30 @@ def test_trl_prompt_completion_and_messages_rows_map_onto_examples(tmp_path):
     ]
     env = make_env("jsonl", path=str(write_jsonl(tmp_path / "trl.jsonl", rows)), cot=False)
     by_prompt = {e.prompt: e for split in env.by_split.values() for e in split}
-    assert by_prompt["Q: 1+2\n"] == Example("Q: 1+2\n", "3", "", {"source": "a", "solution": "Final: 3"})
+    assert by_prompt["Q: 1+2\n"] == Example("Q: 1+2\n", "3", "", {"answer": 3, "source": "a", "solution": "Final: 3"})
     assert by_prompt["Q: 2+2\n"] == Example("Q: 2+2\n", "4", "", {
-        "solution": "Final: 4", PROMPT_MESSAGES: [{"role": "user", "content": "Q: 2+2\n"}]})
+        "ground_truth": "4", "solution": "Final: 4", PROMPT_MESSAGES: [{"role": "user", "content": "Q: 2+2\n"}]})
     # a system turn makes the plain text a transcript; the last assistant turn is the demonstration
     transcript = "system: Add.\nuser: Q: 3+3\n\nassistant: "
     assert by_prompt[transcript] == Example(transcript, "6", "7", {
         "solution": "Final: 6", PROMPT_MESSAGES: [{"role": "system", "content": "Add."},
                                                  {"role": "user", "content": "Q: 3+3\n"}]})
     assert env.solution(by_prompt["Q: 2+2\n"]) == "Final: 4"
+
+
+def test_a_parquet_rows_columns_reach_a_trl_reward_function(tmp_path):
+    from posttrain.rewards.user_function import UserFunction
+
+    def close_enough(prompts, completions, ground_truth, difficulty, **columns):
+        return [float(completions[0].endswith(ground_truth[0])) + difficulty[0] / 10]
+
+    rows = [{"prompt": "Q: 7+5\n", "ground_truth": "12", "difficulty": 3}]
+    datasets.Dataset.from_list(rows).to_parquet(str(tmp_path / "p.parquet"))
+    env = make_env("jsonl", path=str(tmp_path / "p.parquet"), cot=False)
+    (example,) = [e for split in env.by_split.values() for e in split]
+    reward = UserFunction("close_enough", close_enough, "trl", timeout=0)
+    assert reward(example, "Final: 12", env.score(example, "Final: 12")) == pytest.approx(1.3)
+    assert reward(example, "Final: 13", env.score(example, "Final: 13")) == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize("row, said", [

@@ -14,6 +14,7 @@
     meta              merged into Example.meta (our JSONL format)
     split             the row's split (train, validation/dev, test/heldout)
     anything else     kept in Example.meta, so reward functions get it as a keyword argument
+                      (so is an `answer` or `ground_truth` answer column, under its name)
 
 The answer rule, in order: a column `expected_answer` is the answer (any `answer`,
 `ground_truth` or `solution` beside it is an ordinary column, and a `solution` is then
@@ -49,7 +50,9 @@ def example_from_row(row: Row) -> tuple[Example, str | None]:
                              "completion; keep one")
         solution = assistant_text(record.pop("completion"), where, "completion")
     answer_column = answer_column_of(record, where, row.record)
-    answer = record.pop(answer_column)
+    # the answer stays a column under its own name for reward functions (TRL's read `answer` or
+    # `ground_truth`), except `solution`, which in meta is the demonstration
+    answer = record.pop(answer_column) if answer_column in ("expected_answer", "solution") else record[answer_column]
     split = row.split
     if "split" in record:
         value = record.pop("split")
