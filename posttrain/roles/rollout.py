@@ -90,6 +90,7 @@ def encode_prompt(tokenizer, prompt: str, messages: list[dict[str, str]] | None 
     renders `messages`, the prompt's turns when it is a conversation (types.PROMPT_MESSAGES)."""
     prompt_ids = getattr(tokenizer, "prompt_ids", None)
     if prompt_ids is not None:
+        # a tokenizer whose prompt_ids reads text only (no chat) still serves every text prompt
         return prompt_ids(prompt, messages) if messages else prompt_ids(prompt)
     return [tokenizer.bos_id] + tokenizer.encode(prompt)
 
