@@ -56,9 +56,18 @@ def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
 
 
 def _is_transformers_checkpoint(directory: Path) -> bool:
+    """True for any transformers model directory: one posttrain saved from a transformers
+    policy (it has POLICY_RECORD) or one posttrain never wrote (a save_pretrained, a hub
+    snapshot). False for a gpt_mini checkpoint, whose character tokenizer marks it."""
     from .hf import POLICY_RECORD
 
-    return (Path(directory) / POLICY_RECORD).exists()
+    if (Path(directory) / POLICY_RECORD).exists():
+        return True
+    try:
+        tokenizer_config = json.loads((Path(directory) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # no readable CharTokenizer record: not a gpt_mini checkpoint
+    return not (isinstance(tokenizer_config, dict) and tokenizer_config.get("posttrain_tokenizer") == "char")
 
 
 def load_checkpoint_model(directory: Path, expected=None):
@@ -128,13 +137,15 @@ def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
     transformers directory's config.json. None for a known name before its one-time
     conversion (SmolLM2-135M has 8,192 positions: no generation budget here comes close),
     or a config.json that names no position count."""
-    directory = Path(init or model_cfg.name)
-    if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
-        return model_cfg.max_seq_len, load_tokenizer(directory)
     if not init and not is_pretrained(model_cfg):
         return model_cfg.max_seq_len, CharTokenizer()
     if not init and model_cfg.name in KNOWN_MODELS:
         return None
+    from .hf import resolve_model_dir
+
+    directory = resolve_model_dir(init or model_cfg.name)  # a name in the local hub cache: its snapshot
+    if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
+        return model_cfg.max_seq_len, load_tokenizer(directory)
     positions = [value for key, value in read_model_dir(directory).items() if key in CONTEXT_KEYS]
     if not positions or not isinstance(positions[0], int):
         return None

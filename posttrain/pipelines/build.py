@@ -35,6 +35,7 @@ from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained, policy_context, read_model_dir
+from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.kl_control import AdaptiveKLController
@@ -90,14 +91,18 @@ def make_reward(rl: RLConfig, score):
     return stack_scorer(RewardStack(terms), score)
 
 
-def check_config(cfg) -> None:
+def check_config(cfg, env=None) -> None:
     """Refuse a config before anything starts: its types and values (check_types,
     cfg.validate()), then the names, files, data and parameters only the library can judge.
+    `env`: a TrainConfig's environment object, given instead of cfg.env (api.train).
     Raises ConfigError naming the setting."""
     check_types(cfg)
     cfg.validate()
     try:
-        {TrainConfig: check_train, EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        if isinstance(cfg, TrainConfig):
+            check_train(cfg, env)
+        else:
+            {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError) as error:  # a registry or a loader said why
@@ -107,11 +112,14 @@ def check_config(cfg) -> None:
 def check_model(cfg: TrainConfig) -> None:
     known = sorted(MODELS) + sorted(KNOWN_MODELS)
     name = cfg.model.name
-    check(name in known or Path(name).is_dir(), "model.name", name,
-          f"one of {known} or an existing local transformers directory (nothing is downloaded)")
     if name not in known:
+        try:  # a directory, or a hub name in the local Hugging Face cache; never a download
+            directory = resolve_model_dir(name)
+        except ValueError as error:
+            raise ConfigError(f"model.name={name!r} is not allowed: expected one of {known}, a local transformers "
+                              f"directory or a name in the local Hugging Face cache; {error}") from None
         try:
-            read_model_dir(name)  # its config.json, not its weights: a directory of something else fails now
+            read_model_dir(directory)  # its config.json, not its weights: a directory of something else fails now
         except ValueError as error:
             raise ConfigError(f"model.name={name!r} is not allowed: {error}") from None
     check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
@@ -197,17 +205,22 @@ def check_can_learn(rl: RLConfig, algo) -> None:
           "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
 
 
-def check_train(cfg: TrainConfig) -> None:
+def check_train(cfg: TrainConfig, env=None) -> None:
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_model(cfg)
     check_rl(cfg.rl)
-    env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
+    if env is None:
+        env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
               "data-parallel)")
     if cfg.init:
-        check_checkpoint_shape(Path(cfg.init), cfg.model)
+        try:  # a run's checkpoint, any transformers model directory, or a model name (as model.name takes)
+            init = resolve_model_dir(cfg.init)
+        except ValueError as error:
+            raise ConfigError(f"init={cfg.init!r}: no such checkpoint directory ({error})") from None
+        check_checkpoint_shape(init, cfg.model)
     check_data(cfg, env)
 
 
@@ -231,7 +244,9 @@ def check_data(cfg: TrainConfig, env) -> None:
     an rl.pairs file fit the model's positions (read from its config, no weights)."""
     heldout = fixed_set(env, "heldout_size", "heldout", cfg.heldout_size, 0)
     dev = fixed_set(env, "rl.dev_size", "dev", cfg.rl.dev_size, 0)
-    demos = [] if cfg.init else fixed_set(env, "sft.num_examples", "train", cfg.sft.num_examples, cfg.seed)
+    # no SFT stage (a start checkpoint, or sft.steps 0): no demonstrations needed
+    demos = [] if cfg.init or cfg.sft.steps == 0 else fixed_set(env, "sft.num_examples", "train",
+                                                                 cfg.sft.num_examples, cfg.seed)
     solutions = [env.solution(example) for example in demos]  # a problem without one fails now, not after a run starts
     context = policy_context(cfg.model, cfg.init)
     if context is None:
