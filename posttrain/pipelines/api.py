@@ -41,7 +41,7 @@ class TrainResult:
     """What posttrain.train leaves: where, and the held-out pass@1 before and after RL, each
     {"mean", "ci_low", "ci_high", "n", "mean_reward"} (mean = the fraction solved)."""
 
-    run_dir: Path  # config.json, metrics.jsonl, samples.jsonl, summary.md, plots, checkpoints/
+    run_dir: Path  # absolute: config.json, metrics.jsonl, samples.jsonl, summary.md, plots, checkpoints/
     before: dict  # held-out pass@1 of the policy RL starts from (after SFT, if SFT ran)
     after: dict  # held-out pass@1 after RL (or the preference stage)
     summary: dict  # the whole summary.json: both of the above, the gain, step count, warnings
@@ -84,7 +84,8 @@ def train(config: TrainConfig | None = None, env=None) -> TrainResult:
     # the newest weights: the trained stage's, else the start (SFT, gpt_mini's init, or the model itself)
     checkpoint = next((c for stage in (final, "sft", "init") if (c := latest_checkpoint(run, stage))), None)
     start = cfg.init or cfg.model.name
-    return TrainResult(run.path, summary["sft"], summary[final], summary, checkpoint or resolve_model_dir(start))
+    return TrainResult(run.path.resolve(), summary["sft"], summary[final], summary,
+                       (checkpoint or resolve_model_dir(start)).resolve())
 
 
 def evaluate(model, env=None, split: str = "heldout", size: int = 500, seed: int = 0,
