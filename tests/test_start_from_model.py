@@ -190,3 +190,18 @@ def test_a_run_that_fails_after_real_work_keeps_it(tmp_path, monkeypatch):
     [run] = run_dirs(out)
     assert [json.loads(line)["step"] for line in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1]
     assert (run / "checkpoints" / "sft" / "step_000001").is_dir()  # resumable from here
+
+
+def test_a_dry_run_shows_what_its_checks_found(tiny_llama, tmp_path, monkeypatch, no_network, capsys):
+    snapshot = fake_hub_cache(tmp_path / "hub", "tiny-org/tiny-llama", tiny_llama)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["train", "--model.name", "tiny-org/tiny-llama", "--sft.steps", "0", "--dry_run", "true",
+                 "--rl.sampling.max_new_tokens", "20", "--heldout_size", "7", "--rl.dev_size", "5",
+                 "--out_dir", str(tmp_path / "runs")]) == 0
+    printed = capsys.readouterr().out
+    assert f"checked model: model.name='tiny-org/tiny-llama' is {snapshot}" in printed
+    assert "checked data: 7 held-out and 5 dev problems; no SFT (sft.steps 0)" in printed
+    # one token a character: the longest level-3 prompt of the arithmetic task, and the budget asked for
+    [line] = [line for line in printed.splitlines() if line.startswith("checked sequence length")]
+    longest = int(line.split("longest prompt (")[1].split(" tokens")[0])
+    assert longest > 10 and f"+ rl.sampling.max_new_tokens (20) = {longest + 20} of the model's 128 positions" in line

@@ -91,18 +91,19 @@ def make_reward(rl: RLConfig, score):
     return stack_scorer(RewardStack(terms), score)
 
 
-def check_config(cfg, env=None) -> None:
+def check_config(cfg, env=None) -> list[str]:
     """Refuse a config before anything starts: its types and values (check_types,
     cfg.validate()), then the names, files, data and parameters only the library can judge.
     `env`: a TrainConfig's environment object, given instead of cfg.env (api.train).
-    Raises ConfigError naming the setting."""
+    Raises ConfigError naming the setting; returns what a training run's checks found
+    (the model a name resolved to, data sizes, sequence lengths), for --dry_run."""
     check_types(cfg)
     cfg.validate()
     try:
         if isinstance(cfg, TrainConfig):
-            check_train(cfg, env)
-        else:
-            {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+            return check_train(cfg, env)
+        {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        return []
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError) as error:  # a registry or a loader said why
@@ -205,7 +206,9 @@ def check_can_learn(rl: RLConfig, algo) -> None:
           "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
 
 
-def check_train(cfg: TrainConfig, env=None) -> None:
+def check_train(cfg: TrainConfig, env=None) -> list[str]:
+    """The checks of a training run; what they found, one line each (check_data's, and the
+    model directory a name resolved to), for --dry_run to show."""
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_model(cfg)
     check_rl(cfg.rl)
@@ -221,7 +224,10 @@ def check_train(cfg: TrainConfig, env=None) -> None:
         except ValueError as error:
             raise ConfigError(f"init={cfg.init!r}: no such checkpoint directory ({error})") from None
         check_checkpoint_shape(init, cfg.model)
-    check_data(cfg, env)
+    start = [f"start: init={cfg.init!r} is {init}"] if cfg.init else []
+    if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
+        start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
+    return start + check_data(cfg, env)
 
 
 def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
@@ -237,20 +243,25 @@ def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
     return examples
 
 
-def check_data(cfg: TrainConfig, env) -> None:
+def check_data(cfg: TrainConfig, env) -> list[str]:
     """Draw now what the run will draw: the held-out and dev sets, SFT's demonstrations
     (each needs a reference solution), so a split too small fails here; then check that
     the longest prompt + rl.sampling.max_new_tokens, each demonstration and each pair of
-    an rl.pairs file fit the model's positions (read from its config, no weights)."""
+    an rl.pairs file fit the model's positions (read from its config, no weights).
+    Returns what was found, one line a check, for --dry_run to show."""
     heldout = fixed_set(env, "heldout_size", "heldout", cfg.heldout_size, 0)
     dev = fixed_set(env, "rl.dev_size", "dev", cfg.rl.dev_size, 0)
     # no SFT stage (a start checkpoint, or sft.steps 0): no demonstrations needed
     demos = [] if cfg.init or cfg.sft.steps == 0 else fixed_set(env, "sft.num_examples", "train",
                                                                  cfg.sft.num_examples, cfg.seed)
     solutions = [env.solution(example) for example in demos]  # a problem without one fails now, not after a run starts
+    found = [f"data: {len(heldout)} held-out and {len(dev)} dev problems; " + (
+        f"{len(demos)} SFT demonstrations, each with a solution" if demos else
+        f"no SFT ({'init' if cfg.init else 'sft.steps 0'}), so no demonstrations are needed")]
     context = policy_context(cfg.model, cfg.init)
     if context is None:
-        return
+        return found + [f"sequence length: not checked for {cfg.model.name} (read only after its one-time conversion; "
+                        "SmolLM2-135M has 8,192 positions)"]
     positions, tokenizer = context
     longer = "raise model.max_seq_len" if not (is_pretrained(cfg.model) or cfg.init) else "use a longer-context model"
     # a seeded draw of the training split; a rarer longer prompt is still refused by the rollout itself
@@ -260,8 +271,10 @@ def check_data(cfg: TrainConfig, env) -> None:
     check(longest + budget <= positions, "rl.sampling.max_new_tokens", budget,
           f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
           f"model's {positions} positions; lower it, or {longer}")
+    demo_lengths = []
     for example, solution in zip(demos, solutions):
         length = len(encode_prompt(tokenizer, example.prompt)) + len(tokenizer.encode(solution)) + 1  # + EOS
+        demo_lengths.append(length)
         if length > positions:
             raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
                               f"(prompt, solution, EOS), more than the model's {positions} positions; {longer} or "
@@ -271,6 +284,9 @@ def check_data(cfg: TrainConfig, env) -> None:
             preference_episodes(load_preference_jsonl(cfg.rl.pairs), tokenizer, positions)
         except ValueError as error:
             raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
+    return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
+                    f"= {longest + budget} of the model's {positions} positions"
+                    + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")]
 
 
 def check_eval(cfg: EvalConfig) -> None:
