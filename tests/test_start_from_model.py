@@ -107,6 +107,7 @@ def test_rl_from_a_plain_transformers_model_needs_no_demonstrations(tiny_llama, 
     assert all(m["grad_norm"] > 0 and 0 < m["reward_mean"] < 1 for m in metrics)
     summary = json.loads((run / "summary.json").read_text())
     assert summary["sft"]["n"] == summary["rl"]["n"] == 3
+    assert json.loads((run / "meta.json").read_text())["model_dir"] == str(tiny_llama)
     # RL started from the model's own directory: no copy of it in the run
     assert not (run / "checkpoints" / "init").exists()
     assert changed_tensors(tiny_llama, run / "checkpoints" / "rl" / "step_000001") > 0

@@ -38,6 +38,9 @@ def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
             "loop": "C (train)",
             "entry_point": command,
             "seed": cfg.seed,
+            # the directory a model name stood for today (a hub cache snapshot names its commit)
+            "model_dir": str(resolve_model_dir(cfg.init or cfg.model.name)) if cfg.init or is_pretrained(cfg.model)
+                         else "",
             "spec_version": env.spec_version,
             "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
                         "heldout_size": cfg.heldout_size},
