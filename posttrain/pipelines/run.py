@@ -98,7 +98,9 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     results = run.read_json("summary.json") or {}
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
     if "sft" not in results:
-        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params)
+        # kept under "sft" in summary.json either way: the policy RL starts from
+        start = "after sft" if cfg.sft.steps and not cfg.init else "of the starting model (no SFT)"
+        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params, start)
         run.write_json("summary.json", results)
 
     stage = "pref" if is_preference(cfg.rl) else "rl"
@@ -119,13 +121,14 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return run.read_json("summary.json")
 
 
-def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams) -> dict:
+def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams,
+                     label: str = "") -> dict:
     engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
     ci = result["ci"]
     # the mean reward only where it says something pass@1 does not: under partial credit
     beside = f"; mean reward {ci['mean_reward']:.3f}" if ci["mean_reward"] != ci["mean"] else ""
-    console.print(f"[bold]held-out pass@1 after {stage}[/]: {ci['mean']:.3f} "
+    console.print(f"[bold]held-out pass@1 {label or f'after {stage}'}[/]: {ci['mean']:.3f} "
                   f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']}){beside}")
     return ci
