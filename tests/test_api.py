@@ -108,6 +108,8 @@ def test_train_on_a_custom_environment_and_evaluate_its_checkpoint(tmp_path):
     again = posttrain.evaluate(result, env=Countdown, size=6)
     assert again["ci"]["n"] == 6 and again["pass@1"] == result.after["mean"]
     assert [e.example.prompt for e in again["episodes"]] == [e.prompt for e in Countdown().fixed_set("heldout", 6)]
+    from_run_dir = posttrain.evaluate(result.run_dir, env=Countdown(), size=6)  # its newest weights: the same
+    assert [e.completion for e in from_run_dir["episodes"]] == [e.completion for e in again["episodes"]]
     # a checkpoint of a Python environment cannot rebuild its task alone: evaluate says what to pass
     with pytest.raises(ConfigError, match="pass env="):
         posttrain.evaluate(result.checkpoint)

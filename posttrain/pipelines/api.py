@@ -31,6 +31,7 @@ from posttrain.pipelines.build import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
+from posttrain.runs.rundir import RunDir, read_json
 
 # What the pipeline calls on an environment; `solution` only when SFT runs
 ENV_METHODS = ("sample", "fixed_set", "score")
@@ -81,21 +82,27 @@ def train(config: TrainConfig | None = None, env=None) -> TrainResult:
     with run:  # holds the run's lock; a failure before the first step leaves no directory
         summary = run_pipeline(cfg, run, env)
     final = summary["final_stage"]
-    # the newest weights: the trained stage's, else the start (SFT, gpt_mini's init, or the model itself)
-    checkpoint = next((c for stage in (final, "sft", "init") if (c := latest_checkpoint(run, stage))), None)
-    start = cfg.init or cfg.model.name
-    return TrainResult(run.path.resolve(), summary["sft"], summary[final], summary,
-                       (checkpoint or resolve_model_dir(start)).resolve())
+    checkpoint = final_weights(run, final) or resolve_model_dir(cfg.init or cfg.model.name)
+    return TrainResult(run.path.resolve(), summary["sft"], summary[final], summary, checkpoint.resolve())
+
+
+def final_weights(run: RunDir, final_stage: str) -> Path | None:
+    """A run's newest weights: its last stage's checkpoint, else where that stage started (SFT's,
+    gpt_mini's saved init); None when the run trained nothing and started from a model."""
+    return next((c for stage in (final_stage, "sft", "init") if (c := latest_checkpoint(run, stage))), None)
 
 
 def evaluate(model, env=None, split: str = "heldout", size: int = 500, seed: int = 0,
              max_new_tokens: int = 0) -> dict:
-    """Greedy pass@1 of `model` (a checkpoint directory, a TrainResult, or a model name or
-    directory) on `size` problems of `split`: {"pass@1", "ci", "episodes"}. The task is `env`
-    (a name, a class or an object), else the one the checkpoint records; the generation budget
-    is max_new_tokens, else the checkpoint's run's, else 64. With the defaults, a
-    TrainResult's checkpoint scores what the run reported as `after`."""
+    """Greedy pass@1 of `model` (a checkpoint directory, a run directory (its newest weights),
+    a TrainResult, or a model name or directory) on `size` problems of `split`: {"pass@1", "ci",
+    "episodes"}. The task is `env` (a name, a class or an object), else the one the checkpoint
+    records; the generation budget is max_new_tokens, else the checkpoint's run's, else 64.
+    With the defaults, a TrainResult's checkpoint scores what the run reported as `after`."""
     directory = model.checkpoint if isinstance(model, TrainResult) else resolve_model_dir(model)
+    summary = read_json(directory / "summary.json")
+    if isinstance(summary, dict) and summary.get("final_stage"):  # a training run's directory
+        directory = final_weights(RunDir(directory), summary["final_stage"]) or directory
     task = read_task(directory)
     if env is None:
         if task is None or task.env.name.startswith("python:"):
