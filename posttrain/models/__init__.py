@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
-from .smollm2 import KNOWN_MODELS
+from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
@@ -134,13 +134,14 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len")
 def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
     """(positions, tokenizer) of the policy a run builds from model_cfg, or from the
     checkpoint `init`, read without loading any weights: gpt_mini's max_seq_len, a
-    transformers directory's config.json. None for a known name before its one-time
-    conversion (SmolLM2-135M has 8,192 positions: no generation budget here comes close),
+    transformers directory's config.json (a known name's once converted). None for a known
+    name before its one-time conversion (SmolLM2-135M has 8,192 positions: no generation
+    budget here comes close),
     or a config.json that names no position count."""
     if not init and not is_pretrained(model_cfg):
         return model_cfg.max_seq_len, CharTokenizer()
-    if not init and model_cfg.name in KNOWN_MODELS:
-        return None
+    if not init and model_cfg.name in KNOWN_MODELS and not (default_cache_dir() / SOURCE_FILE).is_file():
+        return None  # not converted yet (its record is written last): the check would cost the conversion
     from .hf import resolve_model_dir
 
     directory = resolve_model_dir(init or model_cfg.name)  # a name in the local hub cache: its snapshot
