@@ -117,6 +117,9 @@ def evaluate(model, env=None, split: str = "heldout", size: int = 500, seed: int
     tokenizer = load_tokenizer(directory)  # with the system prompt it was trained with
     examples = env.fixed_set(split, size, seed=seed)
     room = policy.config.max_seq_len - max(len(encode_prompt(tokenizer, e.prompt)) for e in examples)
+    if room < 1:
+        raise ConfigError(f"{directory}: the longest {split} prompt leaves none of the model's "
+                          f"{policy.config.max_seq_len} positions for an answer; evaluate on shorter prompts")
     budget = max_new_tokens or (task.max_new_tokens if task else 64)
     params = SamplingParams(temperature=0.0, max_new_tokens=min(budget, room), stop_at_newline=not cot)
     return evaluate_pass_at_1(RolloutEngine(policy, tokenizer, params), env, examples)
