@@ -206,3 +206,16 @@ def test_a_dry_run_shows_what_its_checks_found(tiny_llama, tmp_path, monkeypatch
     [line] = [line for line in printed.splitlines() if line.startswith("checked sequence length")]
     longest = int(line.split("longest prompt (")[1].split(" tokens")[0])
     assert longest > 10 and f"+ rl.sampling.max_new_tokens (20) = {longest + 20} of the model's 128 positions" in line
+
+
+def test_lora_follows_the_model_init_loads(tiny_llama, tmp_path, capsys):
+    # a transformers model from --init takes LoRA although model.name is gpt_mini's default
+    assert main(["train", "--init", str(tiny_llama), "--model.lora_r", "4", "--dry_run", "true", *SMALL]) == 0
+    from posttrain.config import ModelConfig
+    from posttrain.models import CharTokenizer, GPTMini, gpt_mini_config
+
+    checkpoint = tmp_path / "gpt_mini"
+    GPTMini(gpt_mini_config(ModelConfig())).save_pretrained(checkpoint, CharTokenizer())
+    capsys.readouterr()
+    assert main(["train", "--init", str(checkpoint), "--model.lora_r", "4", "--dry_run", "true", *SMALL]) == 2
+    assert "model.lora_r=4 is not allowed: expected 0 with init=" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
-           "build_model", "is_pretrained", "load_checkpoint_model", "load_tokenizer", "make_policy",
+           "build_model", "is_pretrained", "is_transformers_policy", "load_checkpoint_model", "load_tokenizer", "make_policy",
            "policy_context", "read_model_dir", "save_checkpoint_model"]
 
 
@@ -38,6 +38,16 @@ def build_model(model_cfg, tokenizer) -> GPTMini:
 def is_pretrained(model_cfg) -> bool:
     """True for a transformers model (a known name or a directory), False for gpt_mini."""
     return model_cfg.name not in MODELS
+
+
+def is_transformers_policy(model_cfg, init: str = "") -> bool:
+    """Whether a run's policy is a transformers model: the one `init` loads (any model but a
+    gpt_mini checkpoint), else model_cfg's."""
+    if not init:
+        return is_pretrained(model_cfg)
+    from .hf import resolve_model_dir
+
+    return _is_transformers_checkpoint(resolve_model_dir(init))
 
 
 def make_policy(model_cfg):

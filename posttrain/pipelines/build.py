@@ -34,7 +34,14 @@ from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.envs import ENVIRONMENTS, make_env
-from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained, policy_context, read_model_dir
+from posttrain.models import (
+    MODELS,
+    check_checkpoint_shape,
+    is_pretrained,
+    is_transformers_policy,
+    policy_context,
+    read_model_dir,
+)
 from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.value_head import ValueHead
@@ -123,8 +130,9 @@ def check_model(cfg: TrainConfig) -> None:
             read_model_dir(directory)  # its config.json, not its weights: a directory of something else fails now
         except ValueError as error:
             raise ConfigError(f"model.name={name!r} is not allowed: {error}") from None
-    check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
-          "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
+    if not cfg.init:  # with init, the model it loads decides (check_train)
+        check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
+              "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
 
 
 def check_env(env):
@@ -224,6 +232,9 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
         except ValueError as error:
             raise ConfigError(f"init={cfg.init!r}: no such checkpoint directory ({error})") from None
         check_checkpoint_shape(init, cfg.model)
+        check(not cfg.model.lora_r or is_transformers_policy(cfg.model, cfg.init), "model.lora_r", cfg.model.lora_r,
+              f"0 with init={cfg.init!r}, a gpt_mini checkpoint (LoRA is for transformers models; gpt_mini trains "
+              "every weight)")
     start = [f"start: init={cfg.init!r} is {init}"] if cfg.init else []
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
@@ -346,7 +357,7 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
-    if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
+    if cfg.rl.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
         console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
                       "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
