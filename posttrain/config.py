@@ -19,7 +19,6 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -343,7 +342,9 @@ class TrainConfig:
     name: str = ""  # the run directory's suffix; "" = "<env>-<algo>"
     seed: int = 0  # every random draw of the run derives from it (posttrain/seeds.py)
     out_dir: str = "runs"  # where run directories are created
-    init: str = ""  # a checkpoint directory to start from; "" = train from scratch with SFT first
+    # where the policy starts: a run's checkpoint, any transformers model directory or a model name as
+    # model.name takes; SFT is skipped. "" = model.name (gpt_mini from scratch) with SFT first
+    init: str = ""
     model: ModelConfig = field(default_factory=ModelConfig)  # the policy: gpt_mini from scratch, or a local pretrained model
     env: EnvConfig = field(default_factory=EnvConfig)  # the task the policy learns and is scored on
     sft: SFTConfig = field(default_factory=SFTConfig)  # stage 1: teach the answer format from a few demonstrations
@@ -380,8 +381,6 @@ class TrainConfig:
         cores = os.cpu_count() or 1
         check(0 <= self.threads <= 4 * cores, "threads", self.threads,
               f"an integer in [0, {4 * cores}] (0 = torch's default; at most 4 per core, and this machine has {cores})")
-        if self.init and not Path(self.init).is_dir():
-            raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
         names = self.trackers()
         check(all(name in TRACKERS for name in names) and len(set(names)) == len(names), "report_to", self.report_to,
               f"'none', or one or more of {', '.join(TRACKERS)}, comma-separated, each once (e.g. 'tensorboard,wandb')")

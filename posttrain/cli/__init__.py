@@ -109,8 +109,13 @@ def is_dry_run(argv: list[str]) -> bool:
 
 
 def dry_run_report(cfg: TrainConfig, command: str) -> int:
-    """What --dry_run prints: the config the run would save, every check already passed."""
+    """What --dry_run prints: the config the run would save, then what the checks (already
+    passed) found: the model a name resolved to, data sizes, sequence lengths."""
+    from posttrain.pipelines.build import check_config  # imported here for start-up time, as in checked()
+
     print(json.dumps(to_dict(cfg), indent=2))
+    for found in check_config(cfg):  # passed once already; run again for its findings, as cheap as that was
+        print(f"checked {found}")
     print(f"posttrain {command}: every check passed; a run would start from the settings above "
           f"in {cfg.out_dir}/ (nothing was created: --dry_run)")
     return 0

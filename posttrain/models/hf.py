@@ -41,25 +41,57 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
+def hub_cache_dir() -> Path:
+    """The local Hugging Face hub cache, as huggingface_hub finds it ($HF_HUB_CACHE, else
+    $HF_HOME/hub, else ~/.cache/huggingface/hub), read at each call: huggingface_hub reads
+    its variables once, at import, and a test or notebook may point them elsewhere later."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path(constants.HF_HUB_CACHE)
+
+
+def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
+    """The local directory a model name stands for: a known short name (KNOWN_MODELS,
+    converted once), an existing directory, or a hub name such as
+    "HuggingFaceTB/SmolLM2-135M-Instruct" already in the local Hugging Face cache (the
+    snapshot its `main` ref points at). Looks only at the disk, never at the network; a
+    name found nowhere is a ValueError that says how to get it there."""
+    name = str(name_or_path)
+    if name in KNOWN_MODELS:
+        return convert_smollm2()
+    if Path(name).is_dir():
+        return Path(name)
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hub_cache_dir()
+    try:  # reads refs/ and snapshots/ of the cache folder; it has no network code path
+        config = try_to_load_from_cache(name, "config.json", cache_dir=cache)
+    except ValueError:  # not a valid hub name ("a/b/c", "../x"): a mistyped path
+        config = None
+    if isinstance(config, str):
+        return Path(config).parent
+    known = "\n".join(f"  {k}: {v}" for k, v in KNOWN_MODELS.items())
+    raise ValueError(
+        f"unknown model {name!r}: it is neither a known name nor an existing local directory, and it is not "
+        f"in the local Hugging Face cache ({cache}; set HF_HUB_CACHE or HF_HOME to look elsewhere). Nothing is "
+        f"downloaded at run time: on a machine with network run `hf download {name}` (it fills that cache), "
+        f"or pass a directory written by save_pretrained. Known names:\n{known}"
+    )
+
+
 def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) for a known short name (see KNOWN_MODELS) or a local directory
-    holding a transformers causal LM and its tokenizer. Never touches the network."""
+    """(model, tokenizer) for a known short name (see KNOWN_MODELS), a local directory
+    holding a transformers causal LM and its tokenizer, or a hub name in the local Hugging
+    Face cache (resolve_model_dir). Never touches the network."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers()
 
-    name = str(name_or_path)
-    if name in KNOWN_MODELS:
-        directory = convert_smollm2()
-    elif Path(name).is_dir():
-        directory = Path(name)
-    else:
-        known = "\n".join(f"  {k}: {v}" for k, v in KNOWN_MODELS.items())
-        raise ValueError(
-            f"unknown model {name!r}: it is neither a known name nor an existing local "
-            f"directory. Known names:\n{known}\nAny other model must be a local directory "
-            "written by save_pretrained; nothing is downloaded from a model hub."
-        )
+    directory = resolve_model_dir(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     return model.eval(), tokenizer

@@ -25,12 +25,12 @@ from pathlib import Path
 
 import torch
 
-from posttrain import __version__
 from posttrain.config import EnvConfig, TrainConfig
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
 from posttrain.runs.rundir import RunDir, RunDirError, write_json
+from posttrain.version import __version__
 
 STEP_DIR = re.compile(r"step_(\d+)")
 
