@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
+from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
 from .smollm2 import KNOWN_MODELS
 from .tokenizer import CharTokenizer
 
@@ -135,7 +136,12 @@ def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
         return model_cfg.max_seq_len, CharTokenizer()
     if not init and model_cfg.name in KNOWN_MODELS:
         return None
-    positions = [value for key, value in read_model_dir(directory).items() if key in CONTEXT_KEYS]
+    weights = directory
+    if init and is_adapter_checkpoint(directory):  # LoRA adapters alone: the positions are their base's
+        from .hf import read_policy_record
+
+        weights = Path(base_directory(find_base(directory, read_policy_record(directory))))
+    positions = [value for key, value in read_model_dir(weights).items() if key in CONTEXT_KEYS]
     if not positions or not isinstance(positions[0], int):
         return None
     # imported here for start-up time, as make_policy does: transformers is slow to import
