@@ -147,6 +147,22 @@ def test_peft_and_plain_transformers_load_the_trained_policy(lora_checkpoint, ti
     assert (ours - unchanged).abs().max() > 0.1  # the adapters matter: loading the base alone would be wrong
 
 
+def test_a_checkpoint_of_the_earlier_layout_still_loads(lora_checkpoint, tmp_path):
+    """Before adapter-only checkpoints: the whole base in the checkpoint, the adapters in lora/."""
+    from posttrain.models.lora_checkpoint import plain_base_state
+
+    policy = HFPolicy.from_pretrained(lora_checkpoint)
+    old = tmp_path / "old"
+    policy.hf.get_base_model().save_pretrained(old, state_dict=plain_base_state(policy.hf))
+    policy.hf.save_pretrained(old / "lora")
+    (old / "posttrain_policy.json").write_text(json.dumps({"kind": "transformers", "lora_r": 4, "system_prompt": ""}))
+    loaded = HFPolicy.from_pretrained(old)
+    ids = torch.tensor([[1, 20, 30, 40, 50, 60]])
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(ids), policy(ids), atol=1e-6, rtol=0)
+    assert loaded.config.lora_r == 4 and loaded.config.lora_base == str(old)
+
+
 def test_lora_export_merges_and_generates_posttrain_s_greedy_text(lora_checkpoint, tiny_chat_model, tmp_path):
     record = export_checkpoint(lora_checkpoint, tmp_path / "out")
     assert record["lora_merged"] == 4 and record["system_prompt"] == SYSTEM
