@@ -26,7 +26,9 @@ from posttrain.config import SamplingParams
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig, load_checkpoint_model, load_tokenizer
 from posttrain.models.export import export_checkpoint, with_system_prompt
 from posttrain.models.hf import HFPolicy
+from posttrain.models.lora_checkpoint import LoraBaseError
 from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.checkpoints import load_checkpoint_weights
 from posttrain.types import Example
 
 PROMPTS = ["3+4+5=", "Q: 12*7\n"]
@@ -212,14 +214,16 @@ def test_a_missing_or_changed_base_is_named(lora_checkpoint, tiny_chat_model, tm
     record = json.loads((copy / "posttrain_policy.json").read_text())
     assert (copy / record.pop("base_relative")).resolve() == tiny_chat_model.resolve()  # seen from the checkpoint
     (copy / "posttrain_policy.json").write_text(json.dumps({**record, "base": str(tmp_path / "gone")}))
-    with pytest.raises(FileNotFoundError, match=f"neither {tmp_path / 'gone'} exists"):
+    with pytest.raises(LoraBaseError, match=f"neither {tmp_path / 'gone'} exists"):
         HFPolicy.from_pretrained(copy)
+    with pytest.raises(LoraBaseError, match="Put the base back"):  # a resume says so too, not "delete the checkpoint"
+        load_checkpoint_weights(copy)
     changed = tmp_path / "changed"
     torch.manual_seed(5)
     GPTMini(GPTMiniConfig(vocab_size=100, dim=64, n_layer=2, n_head=4, hidden_dim=128, max_seq_len=256)
             ).save_pretrained(changed, CharTokenizer())
     (copy / "posttrain_policy.json").write_text(json.dumps({**record, "base": str(changed)}))
-    with pytest.raises(ValueError, match="weights differ from the model now at"):
+    with pytest.raises(LoraBaseError, match="weights differ from the model now at"):
         HFPolicy.from_pretrained(copy)
 
 

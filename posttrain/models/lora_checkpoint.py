@@ -36,6 +36,11 @@ ADAPTER_CONFIG = "adapter_config.json"  # peft's names
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 
+class LoraBaseError(ValueError):
+    """An adapter checkpoint's base is missing or is no longer the model it was trained on:
+    the checkpoint itself is fine, so the fix is to restore the base, not to delete it."""
+
+
 def is_adapter_checkpoint(directory: str | os.PathLike) -> bool:
     return (Path(directory) / ADAPTER_CONFIG).is_file()
 
@@ -97,7 +102,7 @@ def find_base(directory: Path, record: dict) -> str:
         if candidate.is_dir():
             return str(candidate.resolve())
     where = " nor ".join(str(p) for p in tried) or "(no base recorded)"
-    raise FileNotFoundError(
+    raise LoraBaseError(
         f"{directory} holds LoRA adapters alone, and the base model they were trained on is missing: "
         f"neither {where} exists. Put the base back at {base or 'its place'} (for a run, the checkpoint named "
         f"there is the run's SFT or init checkpoint), or edit \"base\" in {directory}/posttrain_policy.json to "
@@ -116,7 +121,7 @@ def load_adapters(directory: Path, record: dict, load_base: Callable[[str], nn.M
     model = load_base(base)
     want = record.get("base_fingerprint")
     if want and weights_fingerprint(model.state_dict()) != want:
-        raise ValueError(
+        raise LoraBaseError(
             f"{directory} holds LoRA adapters trained on a base whose weights differ from the model now at {base} "
             f"(fingerprint {weights_fingerprint(model.state_dict())}, recorded {want}): the directory was "
             "overwritten or retrained since. Restore that base, or retrain the adapters on this one.")

@@ -30,6 +30,7 @@ from posttrain.config import EnvConfig, TrainConfig
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
+from posttrain.models.lora_checkpoint import LoraBaseError
 from posttrain.runs.rundir import RunDir, RunDirError, write_json
 
 STEP_DIR = re.compile(r"step_(\d+)")
@@ -184,7 +185,7 @@ def load_checkpoint_weights(checkpoint: Path, expected=None):
     saying what to delete. A shape mismatch is not damage and keeps its own message."""
     try:
         return load_checkpoint_model(checkpoint, expected)
-    except CheckpointMismatchError:
+    except (CheckpointMismatchError, LoraBaseError):  # not damage: their messages say what to do
         raise
     except (OSError, ValueError) as error:  # the loaders name the file: "cannot read .../model.safetensors (...)"
         raise RunDirError(f"checkpoint {checkpoint} cannot be loaded ({error}); "
