@@ -13,6 +13,7 @@ import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
+from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
@@ -152,12 +153,15 @@ def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
         return model_cfg.max_seq_len, CharTokenizer()
     if not init and model_cfg.name in KNOWN_MODELS and not (default_cache_dir() / SOURCE_FILE).is_file():
         return None  # not converted yet (its record is written last): the check would cost the conversion
-    from .hf import resolve_model_dir
+    from .hf import read_policy_record, resolve_model_dir
 
     directory = resolve_model_dir(init or model_cfg.name)  # a name in the local hub cache: its snapshot
     if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
         return model_cfg.max_seq_len, load_tokenizer(directory)
-    positions = [value for key, value in read_model_dir(directory).items() if key in CONTEXT_KEYS]
+    weights = directory
+    if init and is_adapter_checkpoint(directory):  # LoRA adapters alone: the positions are their base's
+        weights = Path(base_directory(find_base(directory, read_policy_record(directory))))
+    positions = [value for key, value in read_model_dir(weights).items() if key in CONTEXT_KEYS]
     if not positions or not isinstance(positions[0], int):
         return None
     # imported here for start-up time, as make_policy does: transformers is slow to import

@@ -111,7 +111,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
             policy.load_state_dict(load_checkpoint_weights(trained, policy.config).state_dict())
     else:
         if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
-            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)
+            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=start_weights)
         rl_stage(cfg, run, env, tokenizer, policy, start_weights)
     if stage not in results:
         results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)
