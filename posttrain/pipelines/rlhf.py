@@ -41,6 +41,7 @@ from posttrain.config_file import to_dict
 from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import place, resolve_device
 from posttrain.pipelines.preference import verifier_pairs
 from posttrain.pipelines.run import run_pipeline
 from posttrain.pipelines.sft import sft_stage
@@ -125,9 +126,11 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
             if cfg.init:
                 policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init),
                                                                                                    cfg.model)
+                place(policy, resolve_device(cfg.device), cfg.dtype)
             else:  # the same SFT run_pipeline does; it finds the checkpoint and skips SFT
                 torch.manual_seed(derive_seed(cfg.seed, "init"))
                 policy, tokenizer = make_policy(cfg.model)
+                place(policy, resolve_device(cfg.device), cfg.dtype)
                 sft_stage(cfg, run, env, tokenizer, policy)
                 start = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
                 policy.load_state_dict(load_checkpoint_model(start, policy.config).state_dict())

@@ -15,6 +15,7 @@ from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import device_record, place, resolve_device
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
@@ -43,6 +44,8 @@ def start_run(cfg: TrainConfig, command: str) -> RunDir:
                         "heldout_size": cfg.heldout_size},
             "sampling": {"train": dataclasses.asdict(cfg.rl.sampling),
                          "eval": {"temperature": 0.0, "decoding": "greedy"}},
+            # what --device auto chose, and the GPU's name: the same config gives different timings there
+            "device": device_record(cfg.device, cfg.dtype),
         })
     except BaseException:
         # nothing has run: a directory without its config and meta (a full disk) could never
@@ -76,12 +79,16 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
 
+    device = resolve_device(cfg.device)
     if cfg.init:
         policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
+        place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here
         start_weights = Path(cfg.init)
     else:
         torch.manual_seed(derive_seed(cfg.seed, "init"))
         policy, tokenizer = make_policy(cfg.model)  # gpt_mini from scratch, or a pretrained model
+        # initialised on the CPU (the same seed gives the same weights on every device), then moved
+        place(policy, device, cfg.dtype)
         sft_stage(cfg, run, env, tokenizer, policy)
         # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
         start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)

@@ -56,6 +56,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posttrain.models import load_checkpoint_model
+from posttrain.models.device import autocast, model_device
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import token_logp
 from posttrain.models.tokenizer import CharTokenizer
@@ -91,6 +92,10 @@ class RewardModel(nn.Module):
     def config(self):  # the body's: GPTMiniConfig or HFPolicyConfig
         return self.body.config
 
+    @property
+    def compute_dtype(self) -> torch.dtype:  # the body's forward passes set the precision
+        return self.body.compute_dtype
+
     @classmethod
     def from_policy(cls, policy: nn.Module, pooling: str = "last") -> RewardModel:
         """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
@@ -99,18 +104,24 @@ class RewardModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) right padded, lengths (B,) real tokens per row -> rewards (B,)."""
+        device = model_device(self)  # its body's: a reward model started from the policy lives where it does
+        tokens, lengths = tokens.to(device), lengths.to(device)
+        positions = torch.arange(tokens.shape[1], device=device)  # (T,)
         if self.pooling == "loglik":
-            logp = token_logp(self.body(tokens), tokens)  # (B, T), t = log π(tok_t | tok_<t); t = 0 is 0
-            scored = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(logp.dtype)  # (B, T) the real tokens
+            with autocast(self.body):  # the body's precision; token_logp reads the logits in float32
+                logits = self.body(tokens).float()  # (B, T, V)
+            logp = token_logp(logits, tokens)  # (B, T), t = log π(tok_t | tok_<t); t = 0 is 0
+            scored = (positions < lengths[:, None]).to(logp.dtype)  # (B, T) the real tokens
             scored[:, 0] = 0.0  # but not <bos>: it is given, not predicted
             loglik = (logp * scored).sum(1) / scored.sum(1).clamp(min=1)  # (B,) mean over real tokens
             return self.head(loglik[:, None]).squeeze(-1)  # (B,) a · loglik + b
-        h = self.body.hidden_states(tokens)  # (B, T, D); right padding needs no mask
+        with autocast(self.body):
+            h = self.body.hidden_states(tokens).float()  # (B, T, D); right padding needs no mask
         if self.pooling == "mean":
-            real = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(h.dtype)  # (B, T) 1 on real tokens
+            real = (positions < lengths[:, None]).to(h.dtype)  # (B, T) 1 on real tokens
             pooled = (h * real[..., None]).sum(1) / lengths[:, None].to(h.dtype)  # (B, D) padding never counts
         else:
-            pooled = h[torch.arange(tokens.shape[0]), lengths - 1]  # (B, D) the last real token
+            pooled = h[torch.arange(tokens.shape[0], device=device), lengths - 1]  # (B, D) the last real token
         return self.head(pooled).squeeze(-1)  # (B,)
 
 
@@ -234,7 +245,7 @@ def train_reward_model(
         tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
         r = model(tokens, lengths)  # (2B,)
         r_c, r_r = r[: len(idx)], r[len(idx) :]  # (B,), (B,)
-        loss = bt_loss(r_c, r_r, margins[idx] if margins is not None else None)
+        loss = bt_loss(r_c, r_r, margins[idx].to(r.device) if margins is not None else None)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -298,7 +309,7 @@ def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
 
     check_reward_model_dir(directory)
     directory = Path(directory)
-    head = torch.load(directory / HEAD_FILE, weights_only=True)
+    head = torch.load(directory / HEAD_FILE, weights_only=True, map_location="cpu")  # a GPU-trained head too
     model = RewardModel(load_checkpoint_model(directory), head.get("pooling", "last"))  # older files: last
     with torch.no_grad():
         model.head.weight.copy_(head["weight"])
