@@ -133,6 +133,24 @@ def test_a_whole_rl_step_creates_no_tensor_on_the_default_device(tmp_path, algo)
     assert all(p.device.type == "cpu" for p in policy.parameters())
 
 
+def test_a_transformers_lora_step_creates_no_tensor_on_the_default_device(tmp_path):
+    """The same for a transformers model with LoRA adapters (reference = adapters off)."""
+    from posttrain.models.hf import HFPolicy
+
+    gpt, tokenizer = tiny_policy()
+    gpt.save_pretrained(tmp_path / "tiny", tokenizer)
+    policy, hf_tokenizer = HFPolicy.load(tmp_path / "tiny")
+    policy.add_lora(4)
+    cfg = tiny_config()
+    cfg.model = dataclasses.replace(cfg.model, name=str(tmp_path / "tiny"), lora_r=4)
+    cfg.rl = dataclasses.replace(cfg.rl, micro_batch_size=4)
+    controller = build_controller(cfg, make_env("arithmetic"), hf_tokenizer, policy, tmp_path / "tiny")
+    controller.reward = lambda example, completion: {"reward": float(len(completion) % 2), "details": {}}
+    with default_device("meta"):
+        metrics, _ = controller.step(0)
+    assert 0 < metrics["reward_mean"] < 1 and metrics["grad_norm"] > 0 and math.isfinite(metrics["kl_ref"])
+
+
 def test_meta_catches_a_tensor_on_the_default_device(tmp_path, monkeypatch):
     """The check above can fail: a rollout that places its inputs on torch's default device
     instead of the policy's (the CUDA bug) breaks the step."""
