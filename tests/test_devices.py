@@ -84,6 +84,16 @@ def test_an_absent_cuda_device_says_so_and_what_to_pass():
     assert "device='cuda'" in message and "no CUDA device is visible" in message and "--device cpu" in message
 
 
+@pytest.mark.skipif(CUDA, reason="this machine has a CUDA device")
+def test_eval_refuses_an_absent_device_too(tmp_path):
+    from posttrain.command_configs import EvalConfig
+
+    with pytest.raises(ConfigError, match="no CUDA device is visible.*--device cpu"):
+        check_config(EvalConfig(checkpoint=str(tmp_path), device="cuda"))
+    with pytest.raises(ConfigError, match="dtype='half' is not allowed"):
+        check_config(EvalConfig(checkpoint=str(tmp_path), dtype="half"))
+
+
 def test_an_absent_mps_device_and_unknown_names_are_refused(monkeypatch):
     monkeypatch.setattr(devices, "mps_available", lambda: False)
     with pytest.raises(ConfigError, match="no Apple MPS device.*--device cpu"):
@@ -149,6 +159,21 @@ def test_a_transformers_lora_step_creates_no_tensor_on_the_default_device(tmp_pa
     with default_device("meta"):
         metrics, _ = controller.step(0)
     assert 0 < metrics["reward_mean"] < 1 and metrics["grad_norm"] > 0 and math.isfinite(metrics["kl_ref"])
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "loglik"])
+def test_a_reward_model_trains_and_scores_on_its_own_device(pooling):
+    from posttrain.rewards.reward_model import RewardModel, reward_of, train_reward_model
+    from posttrain.types import PreferencePair
+
+    body, tokenizer = tiny_policy()
+    model = RewardModel(body, pooling)
+    pairs = [PreferencePair(prompt=f"{i}+1=", chosen=f"{i + 1}", rejected=f"{i + 2}", meta={"gap": 1.0})
+             for i in range(4)]
+    with default_device("meta"):
+        model, history = train_reward_model(pairs, model, tokenizer, steps=2, batch_size=4, margin_key="gap")
+        rewards = reward_of(model, tokenizer, ["1+1="], ["2"])
+    assert math.isfinite(history[-1]["loss"]) and rewards.shape == (1,) and math.isfinite(rewards.item())
 
 
 def test_meta_catches_a_tensor_on_the_default_device(tmp_path, monkeypatch):

@@ -27,8 +27,9 @@ import contextlib
 
 import torch
 
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+from posttrain.config import DEVICES, DTYPES
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # DTYPES' torch names
 
 
 def mps_available() -> bool:
@@ -70,7 +71,7 @@ def place(model: torch.nn.Module, device: torch.device | str, dtype: str | torch
     """`model` moved to `device`, its forward passes to run in `dtype` (see `autocast`).
     The parameters themselves stay float32: see the module docstring."""
     model.to(device)
-    model.compute_dtype = DTYPES[dtype] if isinstance(dtype, str) else dtype
+    model.compute_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
     return model
 
 

@@ -150,10 +150,12 @@ def encode_for_reward(tokenizer, prompt: str, completion: str, max_len: int) -> 
 def collate_texts(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists into tokens (B, T) and lengths (B,)."""
     T = max(len(s) for s in sequences)
-    tokens = torch.full((len(sequences), T), pad_id, dtype=torch.long)
+    # on the CPU, from the lists: RewardModel.forward moves them to the model's device once
+    cpu = torch.device("cpu")
+    tokens = torch.full((len(sequences), T), pad_id, dtype=torch.long, device=cpu)
     for b, s in enumerate(sequences):
-        tokens[b, : len(s)] = torch.tensor(s)
-    return tokens, torch.tensor([len(s) for s in sequences])
+        tokens[b, : len(s)] = torch.tensor(s, device=cpu)
+    return tokens, torch.tensor([len(s) for s in sequences], device=cpu)
 
 
 @torch.no_grad()
@@ -166,7 +168,7 @@ def reward_of(model: RewardModel, tokenizer, prompts: Sequence[str], completions
         seqs = [encode_for_reward(tokenizer, p, c, model.config.max_seq_len)[0]
                 for p, c in zip(prompts[start : start + batch_size], completions[start : start + batch_size])]
         out.append(model(*collate_texts(seqs, tokenizer.pad_id)))
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out) if out else torch.zeros(0, device=model_device(model))
 
 
 def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], tokenizer=None) -> float:
@@ -227,7 +229,8 @@ def train_reward_model(
     max_len = model.config.max_seq_len
     chosen = [encode_for_reward(tokenizer, p.prompt, p.chosen, max_len)[0] for p in pairs]
     rejected = [encode_for_reward(tokenizer, p.prompt, p.rejected, max_len)[0] for p in pairs]
-    margins = torch.tensor([float(p.meta[margin_key]) for p in pairs]) if margin_key else None
+    margins = (torch.tensor([float(p.meta[margin_key]) for p in pairs], device=model_device(model))
+               if margin_key else None)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
@@ -245,7 +248,7 @@ def train_reward_model(
         tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
         r = model(tokens, lengths)  # (2B,)
         r_c, r_r = r[: len(idx)], r[len(idx) :]  # (B,), (B,)
-        loss = bt_loss(r_c, r_r, margins[idx].to(r.device) if margins is not None else None)
+        loss = bt_loss(r_c, r_r, margins[idx] if margins is not None else None)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -282,7 +285,7 @@ def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None,
     tmp = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.body.save_pretrained(tmp, tokenizer)
-    torch.save({"weight": model.head.weight.detach().clone(), "bias": model.head.bias.detach().clone(),
+    torch.save({"weight": model.head.weight.detach().cpu().clone(), "bias": model.head.bias.detach().cpu().clone(),
                 "pooling": model.pooling}, tmp / HEAD_FILE)
     (tmp / INFO_FILE).write_text(json.dumps(info or {}, indent=2) + "\n")
     shutil.rmtree(directory, ignore_errors=True)
