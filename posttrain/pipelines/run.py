@@ -80,6 +80,10 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
 
     device = resolve_device(cfg.device)
+    if device.type == "cpu" and cfg.dtype != "float32":
+        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
+                      "without native bf16 (this repository's 2-core Xeon) that is slower than float32, not faster "
+                      "(README, \"GPUs and dtypes\"); it is meant for GPUs")
     if cfg.init:
         policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
         place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here

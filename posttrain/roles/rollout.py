@@ -38,6 +38,8 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
     per row, so a row's token depends only on the generator's state and its own logits:
     the caller relies on this to keep a row's draws independent of when the others stop.
     """
+    # .float(): under --dtype bfloat16 the logits arrive in bf16 (3 significant digits); the
+    # log-softmax, old_logp and the CDF below are computed from their float32 upcast
     if params.temperature == 0:
         logp = F.log_softmax(logits.float(), dim=-1)  # (N, V)
         token = logp.argmax(dim=-1)  # (N,)
