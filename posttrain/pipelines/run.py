@@ -82,8 +82,8 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
     device = resolve_device(cfg.device)
     if device.type == "cpu" and cfg.dtype != "float32":
         console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
-                      "without native bf16 (this repository's 2-core Xeon) that is slower than float32, not faster "
-                      "(README, \"GPUs and dtypes\"); it is meant for GPUs")
+                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
+                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
     if cfg.init:
         policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
         place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here
