@@ -263,3 +263,13 @@ def test_bf16_on_the_cpu_end_to_end(tmp_path):
     assert json.loads((run.path / "config.json").read_text())["dtype"] == "bfloat16"
     meta = json.loads((run.path / "meta.json").read_text())
     assert meta["device"] == {"requested": "cpu", "resolved": "cpu", "name": "", "dtype": "bfloat16"}
+
+    from posttrain.command_configs import EvalConfig
+    from posttrain.eval.loop_a import evaluate_checkpoint
+
+    checkpoint = sorted((run.path / "checkpoints" / "rl").glob("step_*"))[-1]
+    eval_cfg = EvalConfig(checkpoint=str(checkpoint), size=8, out_dir=str(tmp_path / "eval"), dtype="bfloat16")
+    check_config(eval_cfg)
+    assert evaluate_checkpoint(eval_cfg)["n"] == 8
+    eval_meta = json.loads(next((tmp_path / "eval").glob("*/meta.json")).read_text())
+    assert eval_meta["device"]["dtype"] == "bfloat16" and eval_meta["device"]["resolved"] == "cpu"
