@@ -331,6 +331,17 @@ def _listening(address: str) -> bool:
         return False
 
 
+DEVICES = ("auto", "cpu", "cuda", "mps")  # posttrain/models/device.py resolves them
+DTYPES = ("float32", "bfloat16")
+
+
+def check_device(section: Any) -> None:
+    """The names of section.device and section.dtype; whether that device exists here is
+    pipelines/build.py's check (it needs torch)."""
+    check(section.device in DEVICES, "device", section.device, f"one of {list(DEVICES)} (auto = cuda, mps, then cpu)")
+    check(section.dtype in DTYPES, "dtype", section.dtype, f"one of {list(DTYPES)}")
+
+
 TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")  # what report_to can name (posttrain/runs/trackers.py)
 
 
@@ -358,6 +369,12 @@ class TrainConfig:
     # offline or locally unless its own variables (WANDB_MODE, MLFLOW_TRACKING_URI) say otherwise. "none"
     # because the run directory is the record and the trackers are optional installs (posttrain[trackers])
     report_to: str = "none"
+    # where the policy and every tensor it reads live: auto = cuda if visible, else mps, else cpu.
+    # cpu by default: the tests' device, and the one every number in this repository was measured on
+    device: str = "cpu"
+    # bfloat16: float32 weights and optimizer state, forward passes autocast to bf16 (log-probs and
+    # losses stay float32); for GPUs. float32 by default: a CPU without native bf16 runs it slower
+    dtype: str = "float32"
 
     def trackers(self) -> list[str]:
         """The tracker names report_to lists; [] for "none"."""
@@ -365,6 +382,7 @@ class TrainConfig:
         return [] if names == ["none"] else names
 
     def validate(self) -> None:
+        check_device(self)
         self.model.validate()
         self.sft.validate()
         self.rl.validate()

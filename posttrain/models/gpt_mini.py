@@ -238,15 +238,16 @@ def default_position_ids(attention_mask: torch.Tensor, T_past: int) -> torch.Ten
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, T_past:]  # (B, T)
 
 
-def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int) -> torch.Tensor:
+def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
     """Which keys each query may attend to: bool (B or 1, 1, T, S), True = attend.
     Query t sits at index T_past + t of the key sequence; it sees earlier keys that are
     real tokens, and always itself, so a padding query never has an empty row (softmax
     over nothing is 0/0 = NaN in a plain softmax). A real query already sees itself, so
     this changes no real row."""
     S = T_past + T
-    q_idx = torch.arange(T_past, S).unsqueeze(1)  # (T, 1)
-    k_idx = torch.arange(S).unsqueeze(0)  # (1, S)
+    q_idx = torch.arange(T_past, S, device=device).unsqueeze(1)  # (T, 1)
+    k_idx = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
     allowed = (k_idx <= q_idx)[None, None]  # (1, 1, T, S), causal
     if attention_mask is not None:
         is_real = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
@@ -255,6 +256,9 @@ def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int) 
 
 
 class GPTMini(nn.Module):
+    # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
+    compute_dtype: torch.dtype = torch.float32
+
     def __init__(self, config: GPTMiniConfig) -> None:
         super().__init__()
         self.config = config
@@ -279,7 +283,9 @@ class GPTMini(nn.Module):
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         """An empty KV cache for sampling; HFPolicy.new_cache has the same signature, so the
         rollout role never names a cache class."""
-        return KVCache.empty(self.config, batch_size, max_len, dtype=self.lm_head.weight.dtype)
+        # on the model's device, in the dtype its forward passes write (bf16 under autocast: half the memory)
+        return KVCache.empty(self.config, batch_size, max_len, dtype=self.compute_dtype,
+                             device=self.lm_head.weight.device)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # a tied matrix is counted once
@@ -324,7 +330,7 @@ class GPTMini(nn.Module):
         sin = self.rope_sin[position_ids].unsqueeze(1).to(x.dtype)  # (B, 1, T, hd)
         allowed = None
         if attention_mask is not None or kv_cache is not None:
-            allowed = attention_allowed(attention_mask, T, T_past).to(x.device)
+            allowed = attention_allowed(attention_mask, T, T_past, device=x.device)
         for i, block in enumerate(self.model.layers):
             x = block(x, cos, sin, allowed, i, kv_cache)  # (B, T, D)
         if kv_cache is not None:

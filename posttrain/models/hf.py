@@ -240,6 +240,9 @@ class HFPolicy(nn.Module):
     with a cache stays the way, whatever engine runs it.
     """
 
+    # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
+    compute_dtype: torch.dtype = torch.float32
+
     def __init__(self, hf_model: nn.Module, source: str = "") -> None:
         super().__init__()
         self.hf = hf_model

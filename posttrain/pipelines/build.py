@@ -42,6 +42,7 @@ from posttrain.models import (
     policy_context,
     read_model_dir,
 )
+from posttrain.models.device import check_precision, resolve_device
 from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.value_head import ValueHead
@@ -214,10 +215,29 @@ def check_can_learn(rl: RLConfig, algo) -> None:
           "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
 
 
+def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
+    """The device exists on this machine and the dtype can run there (models/device.py says
+    what to pass instead). `dist`'s Ray workers and data-parallel ranks build their own CPU,
+    float32 copies of the policy, so they refuse any other placement rather than sample or
+    train in a precision the rest of the run does not use."""
+    check_precision(device_name, dtype_name)  # ValueError: check_config turns it into a ConfigError
+    device = resolve_device(device_name)
+    if dist is None or (device.type == "cpu" and dtype_name == "float32"):
+        return
+    placement = f"device={device_name!r} (resolved to {device.type}) and dtype={dtype_name!r}"
+    check(dist.workers == 0, "dist.workers", dist.workers,
+          f"0 with {placement}: the Ray rollout workers hold CPU float32 copies of the policy and cannot follow it; "
+          "sample in this process (--workers 0), or pass --device cpu --dtype float32")
+    check(dist.trainer_ranks == 1, "dist.trainer_ranks", dist.trainer_ranks,
+          f"1 with {placement}: the data-parallel ranks are CPU float32 processes joined by gloo; train in one "
+          "process, or pass --device cpu --dtype float32")
+
+
 def check_train(cfg: TrainConfig, env=None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
+    check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_model(cfg)
     check_rl(cfg.rl)
     if env is None:
@@ -302,6 +322,7 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
 
 def check_eval(cfg: EvalConfig) -> None:
     check(cfg.spec_version in VERIFIERS, "spec_version", cfg.spec_version, f"one of {sorted(VERIFIERS)}")
+    check_placement(cfg.device, cfg.dtype)
     env = check_env(cfg.env)
     if cfg.checkpoint:
         fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
@@ -354,7 +375,7 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = make_reference(policy, start_weights) if use_reference else None
-    critic = ValueHead(policy.config.dim) if algo.uses_critic else None
+    critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
     if cfg.rl.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):

@@ -23,6 +23,7 @@ from posttrain.data.preference import (
 )
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model
+from posttrain.models.device import model_device, place
 from posttrain.pipelines.build import make_reward, sampling_params, trainer_settings
 from posttrain.pipelines.preference_train import (
     batch_indices,
@@ -153,7 +154,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         saved = latest_checkpoint(run, "pref_reference")
         if saved is None or saved.name != f"step_{round_start[r]:06d}":
             saved = save_checkpoint(run, "pref_reference", round_start[r], policy, tokenizer, keep_last=1)
-        return load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
+        reference_now = place(load_checkpoint_model(saved, policy.config), model_device(policy), policy.compute_dtype)
+        return reference_now.eval().requires_grad_(False)
 
     current: dict = {}  # the round being trained: its number, rows (with π_ref's log-probs) and stats
 

@@ -41,6 +41,7 @@ from posttrain.config_file import to_dict
 from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import place, resolve_device
 from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.preference import verifier_pairs
 from posttrain.pipelines.run import run_pipeline
@@ -126,9 +127,11 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
             if cfg.init:  # a checkpoint or any transformers model, as run_pipeline reads it
                 start = resolve_model_dir(cfg.init)
                 policy, tokenizer = load_checkpoint_model(start, cfg.model), load_tokenizer(start, cfg.model)
+                place(policy, resolve_device(cfg.device), cfg.dtype)
             else:  # the same SFT run_pipeline does; it finds the checkpoint and skips SFT
                 torch.manual_seed(derive_seed(cfg.seed, "init"))
                 policy, tokenizer = make_policy(cfg.model)
+                place(policy, resolve_device(cfg.device), cfg.dtype)
                 if cfg.sft.steps:  # without SFT the reward model reads the model as built
                     sft_stage(cfg, run, env, tokenizer, policy)
                     policy.load_state_dict(load_checkpoint_model(latest_checkpoint(run, "sft"),

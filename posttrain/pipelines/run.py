@@ -13,6 +13,7 @@ from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import device_record, place, resolve_device
 from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
@@ -46,6 +47,8 @@ def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
                         "heldout_size": cfg.heldout_size},
             "sampling": {"train": dataclasses.asdict(cfg.rl.sampling),
                          "eval": {"temperature": 0.0, "decoding": "greedy"}},
+            # what --device auto chose, and the GPU's name: the same config gives different timings there
+            "device": device_record(cfg.device, cfg.dtype),
         })
     except BaseException:
         # nothing has run: a directory without its config and meta (a full disk) could never
@@ -78,12 +81,20 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
 
+    device = resolve_device(cfg.device)
+    if device.type == "cpu" and cfg.dtype != "float32":
+        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
+                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
+                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
     if cfg.init:  # a run's checkpoint or any transformers model (a directory, or a name in the local cache)
         start_weights = resolve_model_dir(cfg.init)
         policy, tokenizer = load_checkpoint_model(start_weights, cfg.model), load_tokenizer(start_weights, cfg.model)
+        place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here
     else:
         torch.manual_seed(derive_seed(cfg.seed, "init"))
         policy, tokenizer = make_policy(cfg.model)  # gpt_mini from scratch, or a pretrained model
+        # initialised on the CPU (the same seed gives the same weights on every device), then moved
+        place(policy, device, cfg.dtype)
         # RL starts from (and the reference is) the SFT result; with sft.steps=0 the model as
         # built: a pretrained one from its own directory, gpt_mini's random init from a copy
         if cfg.sft.steps:  # without SFT no demonstrations are drawn: a task needs no solutions

@@ -18,6 +18,7 @@ import torch
 
 from posttrain.algorithms.contract import Loss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
+from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -90,14 +91,15 @@ class Trainer:
         critic: torch.nn.Module | None = None,
     ):
         self.model = model
-        self.critic = critic  # a value head on the policy's hidden states, for algorithms that use one
+        # a value head on the policy's hidden states, for algorithms that use one; on the policy's device
+        self.critic = critic.to(model_device(model)) if critic is not None else None
         # only what trains: with LoRA the frozen base weights get no optimizer state at all
         parameters = [p for p in model.parameters() if p.requires_grad]
         if not parameters:
             raise ValueError("the model has no trainable parameters (requires_grad is False everywhere). "
                              "A RolloutEngine freezes the model it is given: give it a copy "
                              "(RolloutEngine(copy.deepcopy(policy), ...)) and train the original")
-        parameters += list(critic.parameters()) if critic is not None else []
+        parameters += list(self.critic.parameters()) if critic is not None else []
         # AdamW's β2 0.95 by default: the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, adam_beta2), weight_decay=weight_decay)
@@ -106,23 +108,29 @@ class Trainer:
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
 
+    @property
+    def device(self) -> torch.device:
+        """The policy's device: batches are moved here before a forward pass (models/device.py)."""
+        return model_device(self.model)
+
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
-        # right padding: a real token only attends to real tokens, so no attention mask
-        hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
-        # logits only at the response positions, chunked: see core.response_logp_and_entropy
-        logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
-                                                  batch.response_mask, batch.temperature)  # (B, T) each
-        return PolicyOutputs(
-            logp=logp,
-            entropy=entropy,
-            values=self.critic(hidden) * batch.response_mask if self.critic is not None else None,  # (B, T)
-        )
+        with autocast(self.model):  # the policy's precision (models/device.py): bf16 matmuls when asked
+            # right padding: a real token only attends to real tokens, so no attention mask
+            hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
+            # logits only at the response positions, chunked: see core.response_logp_and_entropy;
+            # logp and entropy come back float32 whatever the precision
+            logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
+                                                      batch.response_mask, batch.temperature)  # (B, T) each
+            # the critic's values in float32 too: the value loss squares their differences from the returns
+            values = self.critic(hidden).float() * batch.response_mask if self.critic is not None else None  # (B, T)
+        return PolicyOutputs(logp=logp, entropy=entropy, values=values)
 
     @torch.no_grad()
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """V of every response position under the current weights, (B, T): PPO's
         `batch.values`, taken right after sampling and before any update."""
-        return self.critic(self.model.hidden_states(batch.tokens)) * batch.response_mask
+        with autocast(self.model):
+            return self.critic(self.model.hidden_states(batch.tokens)).float() * batch.response_mask
 
     def update(
         self,
@@ -136,11 +144,15 @@ class Trainer:
         One epoch, one minibatch (the default) is the purely on-policy update. The
         learning-rate schedule advances once per call: one call = one controller step."""
         self.model.train()
+        batch = batch.to(self.device)  # a no-op for the controller's batches, already there
         sums: dict[str, float] = defaultdict(float)
         count = 0
         B = batch.batch_size
         for _ in range(epochs):
-            order = torch.randperm(B, generator=generator) if minibatches > 1 else torch.arange(B)
+            # drawn on the CPU, where the seeded generators live (seeds.py): the same seed gives the
+            # same minibatches on every device; select() moves the indices to the batch's device
+            order = (torch.randperm(B, generator=generator, device="cpu") if minibatches > 1
+                     else torch.arange(B, device="cpu"))
             for rows in order.chunk(minibatches):
                 metrics = self._step(batch.select(rows), loss)
                 for key, value in metrics.items():
@@ -154,7 +166,8 @@ class Trainer:
     def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
         """One optimizer step on the minibatch's gradient, accumulated over micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = metrics_of_trained_rows(self.accumulate(minibatch, torch.arange(minibatch.batch_size), loss))
+        rows = torch.arange(minibatch.batch_size, device=minibatch.tokens.device)
+        metrics = metrics_of_trained_rows(self.accumulate(minibatch, rows, loss))
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()

@@ -197,7 +197,9 @@ def load_trainer_state(checkpoint: Path) -> dict:
     """trainer_state.pt of a checkpoint: optimizer, scheduler and step, to resume exactly."""
     path = checkpoint / "trainer_state.pt"
     try:
-        state = torch.load(path, weights_only=False)
+        # map_location cpu: a GPU run's optimizer state loads on any machine; load_state_dict
+        # then moves each tensor to its parameter's device
+        state = torch.load(path, weights_only=False, map_location="cpu")
     except FileNotFoundError:
         raise RunDirError(f"{path} is missing: checkpoint {checkpoint} holds weights but not the optimizer state "
                           f"needed to resume; {delete_and_resume(checkpoint)}") from None
