@@ -29,6 +29,9 @@ class EvalConfig:
     out_dir: str = "runs"  # where the run directory is created
     name: str = "eval"  # the run directory's suffix
     seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
+    # a checkpoint's generation budget; 0 = its run's (posttrain_task.json), else 64, enough for the
+    # arithmetic task; a whole function (humaneval) needs ~400
+    max_new_tokens: int = 0
 
     def validate(self) -> None:
         if bool(self.checkpoint) == bool(self.completions):
@@ -38,6 +41,8 @@ class EvalConfig:
             raise ConfigError(f"checkpoint={self.checkpoint!r}: no such directory")
         check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
         check_positive(self, "", "size")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens,
+              "an integer >= 0 (0 = the checkpoint's run's budget)")
 
 
 @dataclass

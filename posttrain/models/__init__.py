@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
-from .smollm2 import KNOWN_MODELS
+from .smollm2 import KNOWN_MODELS, SOURCE_FILE
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
@@ -56,9 +56,11 @@ def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
 
 
 def _is_transformers_checkpoint(directory: Path) -> bool:
+    """Written from a transformers policy (POLICY_RECORD), or SmolLM2's own conversion
+    (SOURCE_FILE), so `posttrain eval --checkpoint` can measure the untrained base model."""
     from .hf import POLICY_RECORD
 
-    return (Path(directory) / POLICY_RECORD).exists()
+    return (Path(directory) / POLICY_RECORD).exists() or (Path(directory) / SOURCE_FILE).exists()
 
 
 def load_checkpoint_model(directory: Path, expected=None):
