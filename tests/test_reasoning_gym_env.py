@@ -87,6 +87,21 @@ def test_partial_credit_is_the_reward_but_never_a_pass(env):
     assert pass_at_1 == 0.25 and mean_reward > 0.25 + 0.1  # the two numbers differ, as they should
 
 
+def test_the_exact_spec_pays_only_full_credit(env):
+    """chain_sum's grader pays a share to any reply that contains the answer: GRPO farmed it
+    with "-111111..." (README). The exact spec keeps the grader's number in details only."""
+    exact = make_env("reasoning_gym:chain_sum", task_config=SMALL, spec_version="reasoning_gym/answer-tag-exact-v1")
+    example = next(e for e in env.fixed_set("heldout", 100) if e.expected_answer == "1")
+    farmed = "<answer>111</answer>"
+    assert env.score(example, farmed)["reward"] == pytest.approx(1 / 3)  # partial credit for a wrong answer
+    scored = exact.score(example, farmed)
+    assert scored["reward"] == 0.0 and scored["details"]["reason"] == "partial"
+    assert scored["details"]["grader_reward"] == pytest.approx(1 / 3) and scored["details"]["correct"] is False
+    assert exact.score(example, exact.solution(example))["reward"] == 1.0
+    with pytest.raises(ValueError, match="cannot grade reasoning-gym items"):
+        make_env("reasoning_gym:chain_sum", spec_version="final_int/cot-v1")
+
+
 def test_a_grader_that_raises_or_misbehaves_scores_0_with_the_reason(env, monkeypatch):
     example = env.fixed_set("heldout", 1)[0]
     spec = get_verifier("reasoning_gym/answer-tag-v1")

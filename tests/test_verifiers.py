@@ -16,8 +16,15 @@ from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.pipelines.build import check_config
 from posttrain.types import Example
-from posttrain.verifiers import (VERIFIERS, code, final_int, get_verifier, humaneval_program, math_answer,
-                                 reasoning_gym_answer)
+from posttrain.verifiers import (
+    VERIFIERS,
+    code,
+    final_int,
+    get_verifier,
+    humaneval_program,
+    math_answer,
+    reasoning_gym_answer,
+)
 from posttrain.verifiers.contract import CONTRACT_REASONS, as_example
 
 pytest.importorskip("math_verify")
@@ -45,7 +52,7 @@ def case(name):
 
 def test_the_registry_is_every_spec_of_every_verifier_module():
     assert set(VERIFIERS) == set().union(*(module.SPECS for module in MODULES))
-    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 12  # no clash
+    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 13  # no clash
     assert all(VERIFIERS[name].version == name for name in VERIFIERS)
     assert get_verifier("code/tests-v1") is code.SPECS["code/tests-v1"]
     with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: final_int/strict-v1, .*code/tests-v1"):

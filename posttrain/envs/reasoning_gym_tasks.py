@@ -4,7 +4,9 @@ an environment: `--env.name reasoning_gym:chain_sum`.
     prompt:      "State the final answer to the following arithmetic problem: 4 - 1 - 7 =\\n"
                  "Put the answer in <answer></answer>.\\n"
     completion:  "<answer>-4</answer>"       (the SFT demonstration: the item's own answer)
-    scored by:   reasoning_gym/answer-tag-v1, the task's score_answer (verifiers/reasoning_gym_answer.py)
+    scored by:   reasoning_gym/answer-tag-v1, the task's score_answer (verifiers/reasoning_gym_answer.py),
+                 or its exact variant (--env.spec_version reasoning_gym/answer-tag-exact-v1): see there
+                 why partial credit can be a reward hack
 
 The problems. reasoning-gym builds item i of a dataset from its seed and i, so a pool of
 `pool_size` items with a fixed `seed` is the same on every machine and every run. Items
@@ -55,9 +57,12 @@ class ReasoningGymEnv:
     pool_size     items generated, indices 0..pool_size-1; the splits divide their distinct questions
     task_config   the task's own settings: a JSON object (or a dict) of its config fields
     seed          reasoning-gym's dataset seed: which pool of items; also the stream of `sample`
+    spec_version  reasoning_gym/answer-tag-v1 (the grader's number, partial credit included; the
+                  default) or reasoning_gym/answer-tag-exact-v1 (1.0 only for full credit)
     """
 
-    def __init__(self, task: str = "", pool_size: int = 10_000, task_config: str | dict = "", seed: int = 0):
+    def __init__(self, task: str = "", pool_size: int = 10_000, task_config: str | dict = "", seed: int = 0,
+                 spec_version: str | None = None):
         reasoning_gym = load_reasoning_gym()
         known = list_tasks()
         if task not in known:
@@ -85,7 +90,10 @@ class ReasoningGymEnv:
         except Exception as error:  # the task's own validation (AssertionError, ValueError, ...)
             raise ValueError(f"reasoning-gym refused task_config {self.task_config} for {task}: "
                              f"{type(error).__name__}: {error}") from None
-        self._spec = SPECS["reasoning_gym/answer-tag-v1"]
+        spec_version = spec_version or "reasoning_gym/answer-tag-v1"
+        if spec_version not in SPECS:
+            raise ValueError(f"spec_version {spec_version!r} cannot grade reasoning-gym items; use one of {list(SPECS)}")
+        self._spec = SPECS[spec_version]
         self._items: dict[int, Example] = {}
         self._rng = random.Random(seed)
 
@@ -171,7 +179,7 @@ class ReasoningGymEnv:
 
     def __repr__(self) -> str:
         return (f"ReasoningGymEnv(task={self.task!r}, pool_size={self.pool_size}, "
-                f"task_config={self.task_config}, seed={self.seed})")
+                f"task_config={self.task_config}, seed={self.seed}, spec_version={self.spec_version!r})")
 
 
 def _parse_config(task_config: str | dict) -> dict:

@@ -12,9 +12,15 @@ grades it. Which task is named by the entry itself (`metadata.source_dataset`), 
 serves all of them, and a completions file saved from a run can be scored again later.
 
 Many graders give partial credit (a number close to the answer, the right letters in the
-wrong order). The reward is the grader's number; `details["correct"]` is True only for
-its full 1.0, and held-out pass@1 counts that (posttrain/eval/evaluate.py::solved), with
-the mean reward beside it.
+wrong order). Under reasoning_gym/answer-tag-v1 the reward is the grader's number;
+`details["correct"]` is True only for its full 1.0, and held-out pass@1 counts that
+(posttrain/eval/evaluate.py::solved), with the mean reward beside it. Partial credit can
+be farmed: reasoning-gym's default grader pays len(answer)/len(reply) when the reply merely
+contains the answer, so "111" earns 1/3 for any answer that is 1 or 11, and a GRPO run on
+chain_sum learnt to answer "-111111..." (README, "External tasks"). The second spec,
+reasoning_gym/answer-tag-exact-v1, pays 1.0 for full credit and 0.0 otherwise, keeping the
+grader's number in `details["grader_reward"]`: train on it when the partial credit is not
+a step toward the answer.
 
 The grader is someone else's code: anything it does wrong is caught here. It raising, or
 returning something that is not a number in [0, 1], scores 0.0 with reason
@@ -65,11 +71,15 @@ def answer_tag(answer: str) -> str:
 
 class ReasoningGymAnswer:
     """reasoning_gym/answer-tag-v1: the last <answer>...</answer> of the completion, graded
-    by the task's own `score_answer`; reward = its number, correct = full credit."""
+    by the task's own `score_answer`; reward = its number, correct = full credit.
+    reasoning_gym/answer-tag-exact-v1 (`exact=True`): reward = 1.0 for full credit, else 0.0."""
 
     version = "reasoning_gym/answer-tag-v1"
 
-    def __init__(self) -> None:
+    def __init__(self, exact: bool = False) -> None:
+        self.exact = exact  # pay only full credit: a partial reward becomes 0.0 (reason "partial" stays)
+        if exact:
+            self.version = "reasoning_gym/answer-tag-exact-v1"
         self._graders: dict[str, Any] = {}  # task name -> its score_answer: building one can be slow
 
     def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
@@ -94,9 +104,10 @@ class ReasoningGymAnswer:
                 or not math.isfinite(grader_reward) or not 0.0 <= grader_reward <= 1.0:
             return self._result("grader_error", task=task, parsed=parsed,
                                 error=f"{task}'s score_answer returned {shown(grader_reward)}, not a number in [0, 1]")
-        reward = float(grader_reward)
-        reason = "ok" if reward == 1.0 else ("partial" if reward > 0 else "wrong_answer")
-        return self._result(reason, reward=reward, task=task, parsed=parsed, grader_reward=reward)
+        grader_reward = float(grader_reward)
+        reason = "ok" if grader_reward == 1.0 else ("partial" if grader_reward > 0 else "wrong_answer")
+        reward = float(reason == "ok") if self.exact else grader_reward
+        return self._result(reason, reward=reward, task=task, parsed=parsed, grader_reward=grader_reward)
 
     def _grader(self, task: str):
         if task not in self._graders:
@@ -129,7 +140,8 @@ class ReasoningGymAnswer:
         return f"<spec {self.version}>"
 
 
-SPECS: dict[str, ReasoningGymAnswer] = {ReasoningGymAnswer.version: ReasoningGymAnswer()}
+SPECS: dict[str, ReasoningGymAnswer] = {spec.version: spec for spec in (ReasoningGymAnswer(),
+                                                                       ReasoningGymAnswer(exact=True))}
 
 
 def score(example: Any, completion: Any) -> dict[str, Any]:
