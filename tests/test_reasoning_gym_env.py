@@ -14,6 +14,7 @@ import pytest
 from posttrain.config import ConfigError, EnvConfig
 from posttrain.envs import make_env
 from posttrain.envs.arithmetic import split_of
+from posttrain.eval.completions import score_records
 from posttrain.eval.evaluate import solved
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import check_vocabulary
@@ -85,6 +86,12 @@ def test_partial_credit_is_the_reward_but_never_a_pass(env):
     pass_at_1 = sum(solved(e) for e in episodes) / len(episodes)
     mean_reward = sum(rewards) / len(rewards)
     assert pass_at_1 == 0.25 and mean_reward > 0.25 + 0.1  # the two numbers differ, as they should
+    # `posttrain eval`'s report (a checkpoint's or a completions file's): its CI is the pass rate's
+    records = [{"id": str(i), "prompt": e.prompt, "expected_answer": e.expected_answer, "meta": e.meta,
+                "completion": c} for i, (e, c) in enumerate(zip(examples, completions))]
+    report = score_records(records, "reasoning_gym/answer-tag-v1")
+    assert report["pass_rate"] == report["ci"]["mean"] == 0.25
+    assert report["mean_reward"] == pytest.approx(mean_reward)
 
 
 def test_the_exact_spec_pays_only_full_credit(env):

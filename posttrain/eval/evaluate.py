@@ -13,6 +13,7 @@ from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.types import Episode, Example
+from posttrain.verifiers.contract import is_solved
 
 
 def solved(episode: Episode) -> float:
@@ -21,10 +22,7 @@ def solved(episode: Episode) -> float:
     reward of at least 1. Pass@1 is the fraction solved, never the mean reward: under
     partial credit (code/tests-partial-v1, a grader paying 0.5 for a near miss) the mean
     would count two half-right answers as one pass."""
-    correct = episode.details.get("correct")
-    if isinstance(correct, bool):
-        return float(correct)
-    return float(episode.reward >= 1.0)
+    return float(is_solved(episode.reward, episode.details))
 
 
 def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batch_size: int = 512) -> dict:
