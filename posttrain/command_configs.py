@@ -31,6 +31,9 @@ class EvalConfig:
     seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
     device: str = "cpu"  # where the checkpoint's model runs: auto = cuda, mps, then cpu; cpu as in training's default
     dtype: str = "float32"  # bfloat16 = forward passes in bf16 (for GPUs; slower on a CPU without native bf16)
+    # a checkpoint's generation budget; 0 = its run's (posttrain_task.json), else 64, enough for the
+    # arithmetic task; a whole function (humaneval) needs ~400
+    max_new_tokens: int = 0
 
     def validate(self) -> None:
         check_device(self)
@@ -41,6 +44,8 @@ class EvalConfig:
             raise ConfigError(f"checkpoint={self.checkpoint!r}: no such directory")
         check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
         check_positive(self, "", "size")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens,
+              "an integer >= 0 (0 = the checkpoint's run's budget)")
 
 
 @dataclass

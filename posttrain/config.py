@@ -71,7 +71,9 @@ class ModelConfig:
 @dataclass
 class EnvConfig:
     # the task: "arithmetic" (generated, no data needed), or your --env.path file scored by
-    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code")
+    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code"), or an external
+    # one (pip install 'posttrain[tasks]'): "reasoning_gym:NAME" (any reasoning-gym task, its own
+    # grader) or "humaneval" (164 problems, all held out); posttrain/envs/__init__.py
     name: str = "arithmetic"
     level: int = 3  # arithmetic difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
     cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
@@ -88,9 +90,15 @@ class EnvConfig:
     # a held-out set of your own (same formats): every row of it is held out, env.path's rows train
     # (and give dev); "" splits env.path itself by a hash of each prompt, or by its own test split
     heldout_path: str = ""
-    # env "code" only: where no namespace sandbox exists (not root, most containers) run the tests
+    # env "code" and "humaneval" only: where no namespace sandbox exists (not root, most containers) run the tests
     # in the weak prelude-only one, which can leak files and network; off (posttrain/sandbox.py)
     allow_weak_sandbox: bool = False
+    # reasoning_gym:NAME only: items generated (indices 0..pool_size-1, seed 0), split ~80/10/10 by a
+    # hash of each question; 10,000 leaves ~1,000 held out for a task with that many distinct questions
+    pool_size: int = 10_000
+    # reasoning_gym:NAME only: the task's own settings as a JSON object, e.g. '{"max_terms": 3}';
+    # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
+    task_config: str = ""
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

@@ -16,12 +16,21 @@ from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.pipelines.build import check_config
 from posttrain.types import Example
-from posttrain.verifiers import VERIFIERS, code, final_int, get_verifier, math_answer
+from posttrain.verifiers import (
+    VERIFIERS,
+    code,
+    final_int,
+    get_verifier,
+    humaneval_program,
+    math_answer,
+    reasoning_gym_answer,
+)
 from posttrain.verifiers.contract import CONTRACT_REASONS, as_example
 
 pytest.importorskip("math_verify")
 
-REASONS_OF = {name: module.REASONS for module in (final_int, math_answer, code) for name in module.SPECS}
+MODULES = (final_int, math_answer, code, reasoning_gym_answer, humaneval_program)
+REASONS_OF = {name: module.REASONS for module in MODULES for name in module.SPECS}
 TESTS = {"tests": ["assert f(2) == 4", "assert f(-3) == -6"]}
 # Per family: (expected answer as an int, a right completion, a wrong one, meta).
 # The wrong code fails both tests, so the partial-credit spec gives it 0.0 as well.
@@ -30,6 +39,10 @@ CASES = {
     "hackable": (-6, "Final: -6", "Final: 6", {}),
     "math": (-6, "so \\boxed{-\\frac{12}{2}}", "\\boxed{6}", {}),
     "code": (0, "```python\ndef f(x):\n    return 2 * x\n```", "def f(x): return x + 1", TESTS),
+    "reasoning_gym": (-6, "<answer>-6</answer>", "<answer>5</answer>",
+                      {"entry": {"question": "Q", "answer": "-6", "metadata": {"source_dataset": "chain_sum"}}}),
+    "humaneval": (0, "```python\ndef f(x):\n    return 2 * x\n```", "def f(x): return x + 1",
+                  {**TESTS, "header": 'def f(x):\n    """Twice x."""\n', "entry_point": "f"}),
 }
 
 
@@ -38,8 +51,8 @@ def case(name):
 
 
 def test_the_registry_is_every_spec_of_every_verifier_module():
-    assert set(VERIFIERS) == set(final_int.SPECS) | set(math_answer.SPECS) | set(code.SPECS)
-    assert len(VERIFIERS) == len(final_int.SPECS) + len(math_answer.SPECS) + len(code.SPECS) == 10  # no clash
+    assert set(VERIFIERS) == set().union(*(module.SPECS for module in MODULES))
+    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 13  # no clash
     assert all(VERIFIERS[name].version == name for name in VERIFIERS)
     assert get_verifier("code/tests-v1") is code.SPECS["code/tests-v1"]
     with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: final_int/strict-v1, .*code/tests-v1"):
@@ -61,11 +74,13 @@ def test_dict_or_example_and_int_or_str_give_the_same_reward(name):
         assert {r["details"]["reason"] for r in results} == {"ok" if reward else "wrong_answer"}
         assert {r["details"]["spec_version"] for r in results} == {name}
     # the module-level score() takes the same two arguments and picks a default spec
-    module = {"math": math_answer, "code": code}.get(name.split("/")[0], final_int)
+    module = {"math": math_answer, "code": code, "reasoning_gym": reasoning_gym_answer,
+              "humaneval": humaneval_program}.get(name.split("/")[0], final_int)
     default = module.score(forms[2], right)
     assert default["reward"] == 1.0
-    assert default["details"]["spec_version"] == {final_int: "final_int/cot-v1", math_answer:
-                                                  "math/boxed-or-final-v2", code: "code/tests-v1"}[module]
+    assert default["details"]["spec_version"] == {
+        final_int: "final_int/cot-v1", math_answer: "math/boxed-or-final-v2", code: "code/tests-v1",
+        reasoning_gym_answer: "reasoning_gym/answer-tag-v1", humaneval_program: "humaneval/tests-v1"}[module]
 
 
 def test_an_int_is_read_as_its_decimal_string_and_nothing_else_is_read():

@@ -4,6 +4,8 @@
     jsonl        your file (JSONL, JSON, Parquet, a saved dataset), scored by any registered
                  verifier (final_int by default)
     math, code   the same with math/boxed-or-final-v2 or code/tests-v1 as the default
+    reasoning_gym:NAME   any reasoning-gym task, graded by its own score_answer (pip install 'posttrain[tasks]')
+    humaneval    the 164 HumanEval problems, all held out, their tests run in our sandbox (same extra)
 
 Every environment takes its settings as keyword arguments and offers the same methods
 (`sample`, `fixed_set`, `solution`, `score`), so the registry is a plain dict and
@@ -16,21 +18,39 @@ import inspect
 from typing import Any
 
 from posttrain.envs.arithmetic import ArithmeticEnv
+from posttrain.envs.humaneval import HumanEvalEnv
 from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
+from posttrain.envs.reasoning_gym_tasks import ReasoningGymEnv
 
 # "math" and "code" are "jsonl" with another default verifier; all three need --env.path
-ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv}
+ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv,
+                                 "reasoning_gym": ReasoningGymEnv, "humaneval": HumanEvalEnv}
+
+
+def env_family(name: str) -> str:
+    """The registry key of an environment name: "reasoning_gym:chain_sum" -> "reasoning_gym"."""
+    return name.partition(":")[0]
 
 
 def make_env(name: str | type, **kwargs: Any):
     """Build the environment registered as `name`, e.g. make_env("arithmetic", level=2), or
-    one of your own class (any class with the same methods), e.g. make_env(MyTask, level=2)."""
+    one of your own class (any class with the same methods), e.g. make_env(MyTask, level=2).
+    A name "family:task" passes the task as the `task` argument of a family that takes
+    one: make_env("reasoning_gym:chain_sum") is make_env("reasoning_gym", task="chain_sum")."""
     if isinstance(name, type):
         env_class, name = name, name.__name__
-    elif name not in ENVIRONMENTS:
-        raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(ENVIRONMENTS)}")
     else:
-        env_class = ENVIRONMENTS[name]
+        family, colon, task = name.partition(":")
+        if family not in ENVIRONMENTS:
+            raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(ENVIRONMENTS)} "
+                             "(reasoning_gym as reasoning_gym:TASK)")
+        env_class = ENVIRONMENTS[family]
+        if colon:
+            if "task" not in inspect.signature(env_class).parameters:
+                raise ValueError(f"environment {family!r} takes no task: write --env.name {family}, without ':{task}'")
+            if "task" in kwargs:
+                raise ValueError(f"environment {name!r} names its task twice ({task!r} and task={kwargs['task']!r})")
+            kwargs = {"task": task, **kwargs}
     signature = inspect.signature(env_class)
     parameters = [p for p in signature.parameters if p != "self"]
     # a class declared with **kwargs takes any setting: it says itself which it refuses

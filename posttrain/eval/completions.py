@@ -33,7 +33,7 @@ from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 from posttrain.runs.rundir import RunDir
 from posttrain.verifiers import get_verifier
-from posttrain.verifiers.contract import as_example
+from posttrain.verifiers.contract import as_example, is_solved
 
 REQUIRED_FIELDS = ("prompt", "expected_answer", "completion")
 N_SHOWN = 5  # top-5 / bottom-5: enough to spot a pattern, short enough to actually read
@@ -78,14 +78,16 @@ def score_records(records: list[dict[str, Any]], spec_version: str) -> dict[str,
         samples.append({**record, "reward": result["reward"], "details": result["details"]})
 
     rewards = [s["reward"] for s in samples]
-    ci = bootstrap_ci(rewards)
+    # the CI is the pass rate's: under partial credit (reasoning-gym) the mean reward differs
+    solved = [float(is_solved(s["reward"], s["details"])) for s in samples]
+    ci = bootstrap_ci(solved)
     # Highest rewards first / lowest first; file order breaks ties, so the lists are stable.
     order = sorted(range(len(samples)), key=lambda i: (-rewards[i], i))
     top = [samples[i] for i in order[:N_SHOWN]]
     return {
         "spec_version": spec_version,
         "n": len(samples),
-        "pass_rate": sum(r == 1.0 for r in rewards) / len(rewards),
+        "pass_rate": sum(solved) / len(solved),
         "mean_reward": sum(rewards) / len(rewards),
         "ci": ci,
         "reward_distribution": {f"{r:g}": c for r, c in sorted(Counter(rewards).items())},

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from posttrain.eval.stats import bootstrap_ci
+from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.types import Episode, Example
+from posttrain.verifiers.contract import is_solved
 
 
 def solved(episode: Episode) -> float:
@@ -21,10 +22,7 @@ def solved(episode: Episode) -> float:
     reward of at least 1. Pass@1 is the fraction solved, never the mean reward: under
     partial credit (code/tests-partial-v1, a grader paying 0.5 for a near miss) the mean
     would count two half-right answers as one pass."""
-    correct = episode.details.get("correct")
-    if isinstance(correct, bool):
-        return float(correct)
-    return float(episode.reward >= 1.0)
+    return float(is_solved(episode.reward, episode.details))
 
 
 def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batch_size: int = 512) -> dict:
@@ -39,3 +37,22 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     ci = bootstrap_ci([solved(e) for e in episodes])
     ci["mean_reward"] = sum(e.reward for e in episodes) / max(1, len(episodes))
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}
+
+
+def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: int, ks: list[int]) -> dict:
+    """{"pass@k": {k: unbiased estimate}, "ci": {k: bootstrap CI over problems}, "n_correct": [...],
+    "episodes": [...]}: n samples per problem at the engine's own temperature (greedy would
+    make them identical), each solved or not (`solved`), then Chen et al.'s estimator per
+    problem (stats.pass_at_k), averaged. Needs n >= max(ks); n well above k lowers its variance."""
+    if not ks or any(not 1 <= k <= n for k in ks):
+        raise ValueError(f"every k must be between 1 and n={n} (samples per problem), got ks={ks}")
+    if engine.params.temperature <= 0:
+        raise ValueError("pass@k needs sampling (temperature > 0): greedy decoding gives n identical samples")
+    episodes = []
+    for example in examples:  # one problem at a time: its n samples are one group
+        episodes += engine.generate([example], n)
+    score_episodes(env.score, episodes)
+    n_correct = [int(sum(solved(e) for e in episodes[i * n : (i + 1) * n])) for i in range(len(examples))]
+    cis = {k: bootstrap_ci([pass_at_k(n, c, k) for c in n_correct]) for k in ks}
+    return {"pass@k": {k: ci["mean"] for k, ci in cis.items()}, "ci": cis, "n_correct": n_correct,
+            "episodes": episodes}

@@ -102,7 +102,7 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     max_new = model.config.max_seq_len - max(len(example_prompt_ids(tokenizer, e)) for e in examples)
     # its run's budget: the problems of its run's held-out eval get the same completions, so the same pass@1
-    budget = trained.max_new_tokens if trained else DEFAULT_MAX_NEW_TOKENS
+    budget = cfg.max_new_tokens or (trained.max_new_tokens if trained else DEFAULT_MAX_NEW_TOKENS)
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed
     engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(budget, max_new),
                                                             stop_at_newline=not cfg.env.cot))

@@ -69,7 +69,8 @@ def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
 def _is_transformers_checkpoint(directory: Path) -> bool:
     """True for any transformers model directory: one posttrain saved from a transformers
     policy (it has POLICY_RECORD) or one posttrain never wrote (a save_pretrained, a hub
-    snapshot). False for a gpt_mini checkpoint, whose character tokenizer marks it."""
+    snapshot, SmolLM2's own conversion, so `posttrain eval --checkpoint` can measure the
+    untrained base model). False for a gpt_mini checkpoint, whose character tokenizer marks it."""
     from .hf import POLICY_RECORD
 
     if (Path(directory) / POLICY_RECORD).exists():

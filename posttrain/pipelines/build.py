@@ -33,7 +33,7 @@ from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
-from posttrain.envs import ENVIRONMENTS, make_env
+from posttrain.envs import ENVIRONMENTS, env_family, make_env
 from posttrain.models import (
     MODELS,
     check_checkpoint_shape,
@@ -45,6 +45,7 @@ from posttrain.models import (
 from posttrain.models.device import check_precision, resolve_device
 from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
+from posttrain.models.tokenizer import CharTokenizer
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.proxy import ProxyReward
@@ -139,7 +140,8 @@ def check_model(cfg: TrainConfig) -> None:
 def check_env(env):
     """The environment `env` (an EnvConfig) names, built: a bad setting, an unreadable file
     or data that cannot train (envs/jsonl_file.py) fails now, not mid-run."""
-    check(env.name in ENVIRONMENTS, "env.name", env.name, f"one of {sorted(ENVIRONMENTS)}")
+    check(env_family(env.name) in ENVIRONMENTS, "env.name", env.name,
+          f"one of {sorted(ENVIRONMENTS)} (reasoning_gym as reasoning_gym:TASK, e.g. reasoning_gym:chain_sum)")
     check(not env.spec_version or env.spec_version in VERIFIERS, "env.spec_version", env.spec_version,
           f"'' (the environment's own verifier) or one of {sorted(VERIFIERS)}")
     return make_env(env.name, **env.kwargs())
@@ -294,6 +296,7 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
         return found + [f"sequence length: not checked for {cfg.model.name} (read only after its one-time conversion; "
                         "SmolLM2-135M has 8,192 positions)"]
     positions, tokenizer = context
+    check_vocabulary(tokenizer, heldout + dev + env.sample("train", 1024, seed=0), solutions)
     longer = "raise model.max_seq_len" if not (is_pretrained(cfg.model) or cfg.init) else "use a longer-context model"
     # a seeded draw of the training split; a rarer longer prompt is still refused by the rollout itself
     examples = {e.prompt: e for e in heldout + dev + env.sample("train", 1024, seed=0)}
@@ -318,6 +321,22 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
     return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
                     f"= {longest + budget} of the model's {positions} positions"
                     + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")]
+
+
+def check_vocabulary(tokenizer, examples: list, solutions: list[str]) -> None:
+    """A character-level tokenizer (gpt_mini's: printable ASCII and newline) turns any other
+    character into <unk>, so the model would read a prompt it cannot tell apart from others
+    and could never write such an answer: refuse the task, naming the characters."""
+    if not isinstance(tokenizer, CharTokenizer):
+        return  # subword tokenizers fall back to bytes: every character survives
+    texts = [("prompt", e.prompt) for e in examples] + [("demonstration", text) for text in solutions]
+    for what, text in texts:
+        unknown = sorted(set(text) - set(tokenizer.stoi))
+        if unknown:
+            raise ConfigError(f"env.name: a {what} holds characters gpt_mini's character tokenizer cannot encode "
+                              f"({', '.join(map(repr, unknown[:8]))}) in {text[:80]!r}: a character-level model "
+                              "reads printable ASCII and newlines only; choose another task, or a pretrained model "
+                              "(--model.name smollm2-135m)")
 
 
 def check_eval(cfg: EvalConfig) -> None:

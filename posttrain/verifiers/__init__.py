@@ -8,6 +8,8 @@
                      the verdict computed by this process, never by the untrusted one
     code_probes.py   each test split into what only the sandbox can compute and the comparison
     code_harness.py  the two programs that run inside the sandbox
+    reasoning_gym_answer.py   a reasoning-gym task's own grader behind the contract, made total
+    humaneval_program.py      a HumanEval problem's header + the completion, judged by code/tests-v1
 
 Every spec of every module, by name (its `version`, also `details["spec_version"]`):
 
@@ -21,10 +23,11 @@ percentages it cannot judge ('5 = 4' for 4), v2 (the default) refuses them.
 
 from __future__ import annotations
 
-from posttrain.verifiers import code, final_int, math_answer
+from posttrain.verifiers import code, final_int, humaneval_program, math_answer, reasoning_gym_answer
 from posttrain.verifiers.contract import Verifier
 
-VERIFIERS: dict[str, Verifier] = {**final_int.SPECS, **math_answer.SPECS, **code.SPECS}
+VERIFIERS: dict[str, Verifier] = {**final_int.SPECS, **math_answer.SPECS, **code.SPECS,
+                                  **reasoning_gym_answer.SPECS, **humaneval_program.SPECS}
 
 
 def get_verifier(name: str) -> Verifier:

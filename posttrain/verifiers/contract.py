@@ -52,6 +52,16 @@ class Verifier(Protocol):
         ...
 
 
+def is_solved(reward: float, details: Mapping) -> bool:
+    """Whether a scored completion counts as solved: the verifier's own word when it gives
+    one (`details["correct"]`, as partial-credit graders report it), else a full reward of
+    at least 1. Pass@1 is the fraction solved, never the mean reward."""
+    correct = details.get("correct")
+    if isinstance(correct, bool):
+        return correct
+    return reward >= 1.0
+
+
 def canonical_answer(value: Any) -> str | None:
     """The expected answer as the str a verifier compares with: a str as it is, an int as
     its decimal string (4 -> "4", -7 -> "-7"); None for any other type."""

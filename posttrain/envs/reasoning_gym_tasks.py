@@ -1,0 +1,199 @@
+"""Any reasoning-gym task (about 100 procedural generators, each with its own grader) as
+an environment: `--env.name reasoning_gym:chain_sum`.
+
+    prompt:      "State the final answer to the following arithmetic problem: 4 - 1 - 7 =\\n"
+                 "Put the answer in <answer></answer>.\\n"
+    completion:  "<answer>-4</answer>"       (the SFT demonstration: the item's own answer)
+    scored by:   reasoning_gym/answer-tag-v1, the task's score_answer (verifiers/reasoning_gym_answer.py),
+                 or its exact variant (--env.spec_version reasoning_gym/answer-tag-exact-v1): see there
+                 why partial credit can be a reward hack
+
+The problems. reasoning-gym builds item i of a dataset from its seed and i, so a pool of
+`pool_size` items with a fixed `seed` is the same on every machine and every run. Items
+are generated on first use and kept, so a run pays only for the ones it touches.
+
+The splits. An item's split is a pure function of its prompt, through sha256 into 100
+buckets (the arithmetic task's rule, envs/arithmetic.py): about 80% train, 10% dev, 10%
+held-out, and a question that the generator repeats at two indices lands in one split
+only. So a held-out problem is never a training problem, whatever the pool size or seed.
+Small tasks (chain_sum with two one-digit terms has about 200 distinct questions) repeat a
+lot: `fixed_set` lists distinct problems and says how many a split holds when asked for more.
+
+The task's settings are reasoning-gym's own config fields, given as a JSON object
+(`--env.task_config '{"min_terms": 2, "max_terms": 3}'`); an unknown field is refused with
+the task's list. The answer line is reasoning-gym's `<answer>` convention, not `Final:`,
+because many of its answers are not integers and some span lines (a grid, a list).
+
+Character-level models (gpt_mini) need prompts inside their vocabulary: printable ASCII
+and newlines. Several tasks (emoji_mystery, figlet_font, ...) are not; the training
+command's checks refuse those prompts naming the characters (pipelines/build.py).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import random
+from typing import Any
+
+from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
+from posttrain.types import Example
+from posttrain.verifiers.reasoning_gym_answer import SPECS, answer_tag, load_reasoning_gym
+
+# One line after every question: reasoning-gym questions do not all say how to answer,
+# and the grader reads only what is inside the tags.
+ANSWER_FORMAT = "Put the answer in <answer></answer>.\n"
+
+
+def list_tasks() -> list[str]:
+    """Every reasoning-gym task name, sorted (ImportError naming the extra without it)."""
+    return sorted(load_reasoning_gym().factory.DATASETS)
+
+
+class ReasoningGymEnv:
+    """Problems of one reasoning-gym task, graded by its own score_answer.
+
+    task          the task's name in reasoning-gym (from `--env.name reasoning_gym:NAME`)
+    pool_size     items generated, indices 0..pool_size-1; the splits divide their distinct questions
+    task_config   the task's own settings: a JSON object (or a dict) of its config fields
+    seed          reasoning-gym's dataset seed: which pool of items; also the stream of `sample`
+    spec_version  reasoning_gym/answer-tag-v1 (the grader's number, partial credit included; the
+                  default) or reasoning_gym/answer-tag-exact-v1 (1.0 only for full credit)
+    """
+
+    def __init__(self, task: str = "", pool_size: int = 10_000, task_config: str | dict = "", seed: int = 0,
+                 spec_version: str | None = None):
+        reasoning_gym = load_reasoning_gym()
+        known = list_tasks()
+        if task not in known:
+            close = difflib.get_close_matches(task, known, n=3) if task else []
+            hint = f"did you mean {', '.join(close)}? " if close else ""
+            raise ValueError(
+                f"reasoning-gym has no task {task!r}; {hint}give it as --env.name reasoning_gym:NAME, e.g. "
+                f"{', '.join(n for n in ('chain_sum', 'basic_arithmetic', 'countdown', 'gsm_symbolic') if n in known)}"
+                f" ({len(known)} in all: python -c \"import reasoning_gym; print(sorted(reasoning_gym.factory"
+                f".DATASETS))\")")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or pool_size < 1:
+            raise ValueError(f"pool_size must be a positive int (items generated), got {pool_size!r}")
+        if isinstance(seed, bool) or not isinstance(seed, int):
+            raise ValueError(f"seed must be an int, got {seed!r}")
+        self.task, self.pool_size, self.seed = task, pool_size, seed
+        self.task_config = _parse_config(task_config)
+        config_class = reasoning_gym.factory.DATASETS[task][1]
+        fields = [f for f in config_class.__dataclass_fields__ if f not in ("seed", "size")]
+        unknown = sorted(set(self.task_config) - set(fields))
+        if unknown:
+            raise ValueError(f"task_config: reasoning-gym's {task} has no setting(s) {unknown}; its settings: "
+                             f"{', '.join(fields)}")
+        try:
+            self._dataset = reasoning_gym.create_dataset(task, seed=seed, size=pool_size, **self.task_config)
+        except Exception as error:  # the task's own validation (AssertionError, ValueError, ...)
+            raise ValueError(f"reasoning-gym refused task_config {self.task_config} for {task}: "
+                             f"{type(error).__name__}: {error}") from None
+        spec_version = spec_version or "reasoning_gym/answer-tag-v1"
+        if spec_version not in SPECS:
+            raise ValueError(f"spec_version {spec_version!r} cannot grade reasoning-gym items; use one of {list(SPECS)}")
+        self._spec = SPECS[spec_version]
+        self._items: dict[int, Example] = {}
+        self._rng = random.Random(seed)
+
+    @property
+    def spec_version(self) -> str:
+        return self._spec.version
+
+    @property
+    def name(self) -> str:
+        return f"reasoning_gym:{self.task}"
+
+    @property
+    def split_rule(self) -> str:
+        return SPLIT_RULE + " (of the prompt)"
+
+    def _item(self, index: int) -> Example:
+        if index not in self._items:
+            entry = self._dataset[index]
+            prompt = f"{entry['question'].strip()}\n{ANSWER_FORMAT}"
+            # JSON's view of the item (tuples become lists): what a saved sample holds, so a
+            # score from a completions file equals the one given in the run
+            entry = json.loads(json.dumps(entry, default=str))
+            self._items[index] = Example(prompt=prompt, expected_answer=str(entry["answer"]),
+                                         id=f"{self.task}-{self.seed}-{index}",
+                                         meta={"entry": entry, "split": split_of(prompt)})
+        return self._items[index]
+
+    def _check_split(self, split: str, n: Any) -> None:
+        if split not in SPLIT_BUCKETS:
+            raise ValueError(f"split must be one of {list(SPLIT_BUCKETS)}, got {split!r}")
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ValueError(f"n must be a non-negative int, got {n!r}")
+
+    def sample(self, split: str, n: int, seed: int | None = None) -> list[Example]:
+        """n items of `split` drawn i.i.d. from the pool (repeats possible). An int `seed`
+        makes the draw reproducible on its own; None continues the environment's stream."""
+        self._check_split(split, n)
+        rng = self._rng if seed is None else random.Random(seed)
+        examples, draws = [], 0
+        while len(examples) < n:
+            draws += 1
+            if draws > 200 * n + 10_000:  # ~10 draws per dev/held-out hit: only an empty split gets here
+                raise ValueError(f"{self.name}: no items of split {split!r} in {draws - 1} draws from a pool of "
+                                 f"{self.pool_size}; raise pool_size or widen task_config")
+            example = self._item(rng.randrange(self.pool_size))
+            if example.meta["split"] == split:
+                examples.append(example)
+        return examples
+
+    def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
+        """n DISTINCT problems of `split`, the same every call: items visited in an order
+        fixed by `seed`, so a smaller set is a prefix of a larger one."""
+        self._check_split(split, n)
+        order = list(range(self.pool_size))
+        random.Random(seed).shuffle(order)
+        chosen: dict[str, Example] = {}
+        for index in order:
+            if len(chosen) == n:
+                break
+            example = self._item(index)
+            if example.meta["split"] == split:
+                chosen.setdefault(example.prompt, example)
+        if len(chosen) < n:
+            raise ValueError(f"{self.name}: split {split!r} holds only {len(chosen)} distinct problems in a pool of "
+                             f"{self.pool_size} items, fewer than n={n}; ask for fewer, raise pool_size, or widen "
+                             "task_config (a small task repeats its questions)")
+        return list(chosen.values())
+
+    def solution(self, example: Example) -> str:
+        """The item's own answer in tags: the SFT demonstration. It must earn full credit
+        from the task's grader, or SFT would teach what RL is then paid to unlearn."""
+        completion = answer_tag(example.expected_answer)
+        result = self.score(example, completion)
+        if not result["details"]["correct"]:
+            raise ValueError(f"{self.name}: the item's own answer {example.expected_answer!r} scores "
+                             f"{result['reward']:g} under its grader ({result['details']['reason']}: "
+                             f"{result['details']['error']}), so it cannot be an SFT demonstration; skip SFT "
+                             "with --init CHECKPOINT or --sft.steps 0")
+        return completion
+
+    def score(self, example: Example, completion: str) -> dict[str, Any]:
+        return self._spec(example, completion)
+
+    def __repr__(self) -> str:
+        return (f"ReasoningGymEnv(task={self.task!r}, pool_size={self.pool_size}, "
+                f"task_config={self.task_config}, seed={self.seed}, spec_version={self.spec_version!r})")
+
+
+def _parse_config(task_config: str | dict) -> dict:
+    if isinstance(task_config, dict):
+        return dict(task_config)
+    if not isinstance(task_config, str):
+        raise ValueError(f"task_config must be a JSON object as a str, or a dict, got {task_config!r}")
+    if not task_config.strip():
+        return {}
+    try:
+        parsed = json.loads(task_config)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"task_config is not valid JSON ({error.msg}): {task_config!r}; write e.g. "
+                         "'{\"min_terms\": 2, \"max_terms\": 3}'") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"task_config must be a JSON object of the task's settings, got {task_config!r}")
+    return parsed
