@@ -19,6 +19,7 @@ import torch
 from posttrain.algorithms.contract import Loss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.logprobs import response_logp_and_entropy
+from posttrain.models.shared_prefix import batch_hidden_states
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -88,6 +89,7 @@ class Trainer:
         grad_clip: float = 1.0,
         micro_batch_size: int = 0,
         critic: torch.nn.Module | None = None,
+        share_prompt: bool = True,
     ):
         self.model = model
         self.critic = critic  # a value head on the policy's hidden states, for algorithms that use one
@@ -105,10 +107,10 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
+        self.share_prompt = share_prompt  # each group's prompt computed once (models/shared_prefix.py)
 
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
-        # right padding: a real token only attends to real tokens, so no attention mask
-        hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
+        hidden = batch_hidden_states(self.model, batch, self.share_prompt)  # (B, T, D)
         # logits only at the response positions, chunked: see core.response_logp_and_entropy
         logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
                                                   batch.response_mask, batch.temperature)  # (B, T) each
@@ -122,7 +124,7 @@ class Trainer:
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """V of every response position under the current weights, (B, T): PPO's
         `batch.values`, taken right after sampling and before any update."""
-        return self.critic(self.model.hidden_states(batch.tokens)) * batch.response_mask
+        return self.critic(batch_hidden_states(self.model, batch, self.share_prompt)) * batch.response_mask
 
     def update(
         self,
