@@ -79,9 +79,16 @@ class EnvConfig:
     # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math and code (a hackable
     # final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
     spec_version: str = ""
-    # the problems file of env "jsonl", "math" or "code": one {"prompt", "expected_answer", "meta"}
-    # object per line (meta.solution for SFT, meta.tests for code; posttrain/envs/jsonl_file.py)
+    # the problems of env "jsonl", "math" or "code": a .jsonl, .json or .parquet file, or a directory
+    # (save_to_disk's, or of data files), rows {"prompt", "expected_answer"} or TRL's prompt/completion
+    # and messages; other columns go to reward functions (posttrain/envs/problem_rows.py)
     path: str = ""
+    # your column names for ours, when they differ: "prompt=question,expected_answer=answer" (ours
+    # = yours); "" reads the names as they are (posttrain/envs/dataset_files.py)
+    columns: str = ""
+    # a held-out set of your own (same formats): every row of it is held out, env.path's rows train
+    # (and give dev); "" splits env.path itself by a hash of each prompt, or by its own test split
+    heldout_path: str = ""
     # env "code" only: where no namespace sandbox exists (not root, most containers) run the tests
     # in the weak prelude-only one, which can leak files and network; off (posttrain/sandbox.py)
     allow_weak_sandbox: bool = False
@@ -199,10 +206,14 @@ class RLConfig:
     # the groups dropped for having no reward variance; capped, since a policy that solves,
     # or fails, everything would otherwise loop forever
     max_sampling_rounds: int = 4
-    # preference losses train on pairs: a JSONL file, or (when "") pairs built by the
+    # preference losses train on pairs: a file (JSONL, JSON, Parquet, a saved dataset; chosen/rejected
+    # or KTO's completion/label, posttrain/data/preference.py), or (when "") pairs built by the
     # verifier from samples of the starting policy: pair_prompts training prompts ×
     # samples_per_prompt completions, every correct one paired with every incorrect one
     pairs: str = ""
+    # your column names for the pairs' (chosen, rejected, prompt, completion, label), when they
+    # differ: "chosen=good,rejected=bad" (ours = yours; posttrain/envs/dataset_files.py)
+    pairs_columns: str = ""
     pair_prompts: int = 256  # training prompts whose samples the verifier turns into pairs (no rl.pairs file)
     # online (iterative) preference optimisation: the same budget in this many rounds, each
     # building fresh pairs from the current policy's samples; 1 = offline. On arithmetic, 20

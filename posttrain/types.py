@@ -29,6 +29,11 @@ from typing import Any
 
 import torch
 
+# meta key of an Example whose prompt is a conversation (a list of {"role", "content"} turns):
+# an instruct model's chat template renders the turns, and Example.prompt holds their plain
+# text (envs/problem_rows.py)
+PROMPT_MESSAGES = "prompt_messages"
+
 
 @dataclass(frozen=True)
 class Example:

@@ -27,8 +27,8 @@ from tests.test_pipeline import TINY, only_run_dir
 LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_examples", "600", "--sft.steps", "300",
           "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
-LEVEL2_ENV = {"name": "arithmetic", "level": 2, "cot": False, "spec_version": "", "path": "",
-              "allow_weak_sandbox": False}
+LEVEL2_ENV = {"name": "arithmetic", "level": 2, "cot": False, "spec_version": "", "path": "", "columns": "",
+              "heldout_path": "", "allow_weak_sandbox": False}
 
 
 def posttrain_cli(*args: str, cwd: Path | None = None) -> str:

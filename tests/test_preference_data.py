@@ -48,10 +48,10 @@ GOOD = json.dumps({"prompt": "p", "chosen": "a", "rejected": "b"})
     [
         ('{"prompt": "p", "chosen": "a"', "not valid JSON"),
         ('["p", "a", "b"]', "expected a JSON object, got list"),
-        ('{"prompt": "p", "chosen": "a"}', "missing key 'rejected'"),
-        ('{"prompt": "p", "chosen": "a", "rejected": 3}', "'rejected' must be a JSON string, got int"),
+        ('{"prompt": "p", "chosen": "a"}', r"no column 'rejected'; the row has columns \['chosen', 'prompt'\]"),
+        ('{"prompt": "p", "chosen": "a", "rejected": 3}', "'rejected' must be a str or a conversation"),
         ('{"prompt": "p", "chosen": "a", "rejected": "a"}', "same text"),
-        ('{"prompt": "p", "completion": "a", "desirable": true}', "unknown key"),
+        ('{"prompt": "p", "completion": "a", "desirable": true}', "this row is an unpaired example, the first row a pair"),
         ('{"prompt": "p", "chosen": "a", "rejected": "b", "meta": [1]}', "'meta' must be a JSON object"),
     ],
 )
@@ -59,21 +59,21 @@ def test_jsonl_errors_name_file_and_line(tmp_path, bad_line, message):
     path = write_lines(tmp_path / "pairs.jsonl", GOOD, "", bad_line)  # the bad record is on line 3
     with pytest.raises(ValueError, match=message) as err:
         load_preference_jsonl(path)
-    assert f"{path}:3:" in str(err.value)
+    assert f"{path}, line 3:" in str(err.value)
 
 
 def test_unpaired_label_must_be_a_boolean(tmp_path):
     path = write_lines(tmp_path / "u.jsonl", '{"prompt": "p", "completion": "c", "desirable": 1}')
-    with pytest.raises(ValueError, match=r"u.jsonl:1: 'desirable' must be a JSON boolean, got int"):
+    with pytest.raises(ValueError, match=r"u.jsonl, line 1: 'desirable' must be a boolean \(true: desirable\), got int"):
         load_preference_jsonl(path)
 
 
 def test_unreadable_or_empty_or_unknown_files(tmp_path):
-    with pytest.raises(ValueError, match="cannot read"):
+    with pytest.raises(ValueError, match="no such file"):
         load_preference_jsonl(tmp_path / "missing.jsonl")
-    with pytest.raises(ValueError, match="no records"):
+    with pytest.raises(ValueError, match="holds no rows"):
         load_preference_jsonl(write_lines(tmp_path / "empty.jsonl", "", "  "))
-    with pytest.raises(ValueError, match=r"kind.jsonl:1: cannot tell the record kind.*got keys \['answer', 'q'\]"):
+    with pytest.raises(ValueError, match=r"kind.jsonl, line 1: cannot tell the record kind.*got columns \['answer', 'q'\]"):
         load_preference_jsonl(write_lines(tmp_path / "kind.jsonl", '{"q": 1, "answer": 2}'))
 
 

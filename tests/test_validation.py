@@ -255,7 +255,7 @@ def test_one_prompt_with_two_answers_is_refused_naming_both_lines(tmp_path):
 
 def test_an_exact_repeat_is_kept_once_with_a_warning(tmp_path):
     rows = [problem(a) for a in range(40)] + [problem(3), {**problem(5), "expected_answer": "10"}]
-    with pytest.warns(UserWarning, match=r"2 line\(s\) repeat an earlier problem exactly"):
+    with pytest.warns(UserWarning, match=r"2 row\(s\) repeat an earlier problem exactly"):
         env = make_env("jsonl", path=write(tmp_path / "p.jsonl", rows))
     assert {split: len(rows) for split, rows in env.by_split.items()} == {"train": 29, "dev": 6, "heldout": 5}
 

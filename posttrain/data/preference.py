@@ -13,20 +13,26 @@ Where pairs come from, in this module:
   - `sentiment_pairs`: a small bundled set with no verifier, the kind of preference a rule
     cannot check exactly: short review sentences ranked by a lexicon sentiment score
     (`lexicon_sentiment`), standing in for human raters.
-  - your own JSONL file, in the format below.
+  - your own file (`load_preference_data`): JSONL, JSON, Parquet or a saved `datasets`
+    directory (posttrain/envs/dataset_files.py), in our format or TRL's.
 
-JSONL format (UTF-8, one JSON object per line, blank lines ignored):
+A row (our JSONL format, one JSON object per line, blank lines ignored):
 
     pairs      {"prompt": "Review the hotel:\\n", "chosen": "The hotel was lovely.",
                 "rejected": "The hotel was awful.", "meta": {"source": "raters"}}
     unpaired   {"prompt": "Review the hotel:\\n", "completion": "The hotel was awful.",
                 "desirable": false}
 
-`prompt`, `chosen`, `rejected`, `completion` are strings, `desirable` a JSON boolean,
-`meta` an optional object kept as is. The prompt is fed to the model exactly as written
-(after a <bos> token) and the response follows it directly, so put any separator (a
-newline, "Answer: ") at the end of the prompt. A file holds one kind only; reading stops at
-the first bad line with the file, line number and what is wrong.
+TRL's conventions are read too: `label` for `desirable` (KTO's unpaired format); a prompt,
+chosen, rejected or completion given as a conversation ({"role", "content"} turns; a
+response is one assistant turn); and pairs with no `prompt` column, whose prompt is what
+chosen and rejected share (the turns before their last, or for text the shared start, cut
+at a word boundary). Other columns are kept in meta. `desirable`/`label` is a boolean,
+`meta` an optional object. A text prompt is fed to the model exactly as written (after a
+<bos> token, or as the user turn of an instruct model's chat template) and the response
+follows it directly, so put any separator (a newline, "Answer: ") at the end of the prompt.
+A source holds one kind only; reading stops at the first bad row with the file, line or row
+and what is wrong.
 """
 
 from __future__ import annotations
@@ -38,9 +44,17 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
-from posttrain.files import jsonl_objects, write_atomic
+from posttrain.envs.dataset_files import (
+    assistant_text,
+    conversation,
+    missing_column,
+    parse_columns,
+    plain_prompt,
+    read_rows,
+)
+from posttrain.files import write_atomic
 from posttrain.roles.rollout import encode_prompt
-from posttrain.types import Episode, Example, PreferencePair, UnpairedExample
+from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, UnpairedExample
 
 
 def unpaired_from_pairs(pairs: Iterable[PreferencePair]) -> list[UnpairedExample]:
@@ -78,51 +92,97 @@ def save_preference_jsonl(records: Iterable[PreferencePair | UnpairedExample], p
     write_atomic(path, "".join(lines))
 
 
-def load_preference_jsonl(path: str | Path) -> list[PreferencePair] | list[UnpairedExample]:
-    """Read a file in the module's JSONL format; the first record decides whether it is a
-    pairs file (has "chosen") or an unpaired one (has "completion"). Raises ValueError
-    naming the file and line of the first problem."""
+def load_preference_data(path: str | Path, columns: str = "") -> list[PreferencePair] | list[UnpairedExample]:
+    """Read preference data from any source envs/dataset_files.py reads (JSONL, JSON,
+    Parquet, a saved dataset), columns renamed by `columns` ("chosen=good,rejected=bad").
+    The first row decides whether it is a pairs source (has "chosen") or an unpaired one
+    (has "completion"). Raises ValueError naming the file and line or row of the first
+    problem."""
     records: list = []
     kind = None
-    for where, obj in jsonl_objects(path):
-        if kind is None:
-            kind = "pairs" if "chosen" in obj else "unpaired" if "completion" in obj else None
-            if kind is None:
-                raise ValueError(
-                    f"{where}: cannot tell the record kind: a pair needs keys {list(PAIR_FIELDS)}, an "
-                    f"unpaired example {list(UNPAIRED_FIELDS)}; got keys {sorted(obj)}"
-                )
-        records.append(_parse_record(obj, kind, where))
-    if not records:
-        raise ValueError(f"{path}: no records (the file is empty or only blank lines)")
+    for row in read_rows(path, parse_columns(columns, "rl.pairs_columns")):
+        obj = row.record
+        row_kind = "pairs" if "chosen" in obj else "unpaired" if "completion" in obj else None
+        if row_kind is None:
+            raise ValueError(
+                f"{row.where}: cannot tell the record kind: a pair needs columns 'chosen' and 'rejected' ('prompt' "
+                "optional), an unpaired example 'prompt', 'completion' and 'label' (or 'desirable'); got columns "
+                f"{sorted(obj)}; map yours with --rl.pairs_columns 'chosen=COLUMN,...'"
+            )
+        kind = kind or row_kind
+        if row_kind != kind:
+            what = {"pairs": "a pair", "unpaired": "an unpaired example"}
+            raise ValueError(f"{row.where}: this row is {what[row_kind]}, the first row {what[kind]}; one source "
+                             "holds one kind of record (pairs: chosen/rejected; unpaired: completion/label)")
+        records.append(_parse_record(obj, kind, row.where))
     return records
 
 
+load_preference_jsonl = load_preference_data  # the name it had when it read JSONL only
+
+
 def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | UnpairedExample:
-    fields_ = PAIR_FIELDS if kind == "pairs" else UNPAIRED_FIELDS
-    allowed = set(fields_) | {"meta"}
-    unknown = sorted(set(obj) - allowed)
-    if unknown:
-        raise ValueError(
-            f"{where}: unknown key(s) {unknown} in a {kind} file (allowed: {sorted(allowed)}); "
-            "one file holds one kind of record"
-        )
-    for name, typ in fields_.items():
-        if name not in obj:
-            raise ValueError(f"{where}: missing key {name!r} (a {kind} record needs {list(fields_)})")
-        if type(obj[name]) is not typ:  # `type is`, so that 1 is not accepted as a bool
-            raise ValueError(
-                f"{where}: {name!r} must be a JSON {'boolean' if typ is bool else 'string'}, "
-                f"got {type(obj[name]).__name__} {obj[name]!r:.60}"
-            )
-    meta = obj.get("meta", {})
+    record = dict(obj)
+    if kind == "pairs":
+        for name in ("chosen", "rejected"):
+            if name not in record:
+                raise missing_column(where, name, obj, "a pair needs 'chosen' and 'rejected' (and usually 'prompt')")
+        prompt, chosen, rejected = _pair_texts(record.pop("prompt", None), record.pop("chosen"),
+                                               record.pop("rejected"), where)
+    else:
+        if "prompt" not in record:
+            raise missing_column(where, "prompt", obj, "an unpaired example needs 'prompt', 'completion', 'label'")
+        prompt, completion = record.pop("prompt"), assistant_text(record.pop("completion"), where, "completion")
+        if "label" in record and "desirable" in record:
+            raise ValueError(f"{where}: both 'label' and 'desirable' are columns; they mean the same: keep one")
+        name = "label" if "label" in record else "desirable"
+        if name not in record:
+            raise missing_column(where, "label", obj, "an unpaired example needs a boolean 'label' (TRL's KTO name; "
+                                 "ours is 'desirable'): true for a desirable completion")
+        desirable = record.pop(name)
+        if type(desirable) is not bool:  # `type is`, so that 1 is not accepted as a bool
+            raise ValueError(f"{where}: {name!r} must be a boolean (true: desirable), got "
+                             f"{type(desirable).__name__} {desirable!r:.60}")
+        if not isinstance(prompt, str):
+            prompt = conversation(prompt, where, "prompt")
+    meta = record.pop("meta", None) or {}
     if not isinstance(meta, dict):
         raise ValueError(f"{where}: 'meta' must be a JSON object, got {type(meta).__name__}")
+    meta = {**meta, **record}  # other columns kept, as problems keep theirs
+    if isinstance(prompt, list):
+        meta[PROMPT_MESSAGES] = prompt
+        prompt = plain_prompt(prompt)
     if kind == "unpaired":
-        return UnpairedExample(obj["prompt"], obj["completion"], obj["desirable"], meta)
-    if obj["chosen"] == obj["rejected"]:
+        return UnpairedExample(prompt, completion, desirable, meta)
+    if chosen == rejected:
         raise ValueError(f"{where}: 'chosen' and 'rejected' are the same text, which carries no preference")
-    return PreferencePair(obj["prompt"], obj["chosen"], obj["rejected"], meta)
+    return PreferencePair(prompt, chosen, rejected, meta)
+
+
+def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, str]:
+    """(prompt: a str or turns, chosen text, rejected text). Without a prompt column the
+    prompt is implicit, as in TRL: the turns (or text) chosen and rejected share before
+    their last assistant turn (or before they differ, cut at a word boundary)."""
+    if prompt is not None:
+        if not isinstance(prompt, str):
+            prompt = conversation(prompt, where, "prompt")
+        return prompt, assistant_text(chosen, where, "chosen"), assistant_text(rejected, where, "rejected")
+    if isinstance(chosen, str) and isinstance(rejected, str):
+        shared = 0
+        while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
+            shared += 1
+        while shared and not chosen[shared - 1].isspace():
+            shared -= 1  # never split a word between the prompt and the responses
+        if not shared:
+            raise ValueError(f"{where}: no 'prompt' column, and 'chosen' and 'rejected' share no leading text to "
+                             "be the prompt; add a 'prompt' column (or map one with --rl.pairs_columns)")
+        return chosen[:shared], chosen[shared:], rejected[shared:]
+    turns = {name: conversation(value, where, name) for name, value in (("chosen", chosen), ("rejected", rejected))}
+    if turns["chosen"][:-1] != turns["rejected"][:-1] or len(turns["chosen"]) < 2 or any(
+            t[-1]["role"] != "assistant" for t in turns.values()):
+        raise ValueError(f"{where}: no 'prompt' column, so 'chosen' and 'rejected' must be whole conversations that "
+                         "share every turn but their last, an assistant turn; add a 'prompt' column otherwise")
+    return turns["chosen"][:-1], turns["chosen"][-1]["content"], turns["rejected"][-1]["content"]
 
 
 # --------------------------------------------------------------------------------------
@@ -131,19 +191,21 @@ def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | Unpaired
 
 
 def response_episode(tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
-                     max_len: int | None, where: str) -> Episode:
+                     max_len: int | None, where: str, messages: list[dict[str, str]] | None = None) -> Episode:
     """One response as a trainable row: `[bos] prompt` (or the chat template), then the
     response + [eos], the layout the rollout engine samples, so the EOS is an action the
     policy is trained to take (or not) like any other token. reward 1 marks the chosen /
-    desirable side (algorithms/preference/core.py)."""
-    prompt_ids = encode_prompt(tokenizer, prompt)
+    desirable side (algorithms/preference/core.py). `messages`: the prompt's turns when it
+    is a conversation, for an instruct model's chat template."""
+    prompt_ids = encode_prompt(tokenizer, prompt, messages)
     response_ids = tokenizer.encode(response) + [tokenizer.eos_id]
     if max_len is not None and len(prompt_ids) + len(response_ids) > max_len:
         raise ValueError(
             f"{where}: prompt + response is {len(prompt_ids) + len(response_ids)} tokens, more than the model's "
             f"max_seq_len={max_len}; shorten or drop this record, or use a model with a larger max_seq_len"
         )
-    return Episode(example=Example(prompt, ""), group_id=group_id, prompt_ids=prompt_ids, response_ids=response_ids,
+    example = Example(prompt, "", meta={PROMPT_MESSAGES: messages} if messages else {})
+    return Episode(example=example, group_id=group_id, prompt_ids=prompt_ids, response_ids=response_ids,
                    response_logp=[0.0] * len(response_ids), completion=response, reward=float(preferred))
 
 
@@ -154,12 +216,12 @@ def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tok
     one row. Raises ValueError naming the record when one does not fit the model."""
     out = []
     for i, r in enumerate(records):
-        where = f"record {i}"
+        where, turns = f"record {i}", r.meta.get(PROMPT_MESSAGES)
         if isinstance(r, PreferencePair):
-            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where),
-                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where)])
+            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where, turns),
+                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where, turns)])
         elif isinstance(r, UnpairedExample):
-            out.append([response_episode(tokenizer, r.prompt, r.completion, r.desirable, i, max_len, where)])
+            out.append([response_episode(tokenizer, r.prompt, r.completion, r.desirable, i, max_len, where, turns)])
         else:
             raise TypeError(f"{where}: expected PreferencePair or UnpairedExample, got {type(r).__name__}")
     return out
@@ -225,12 +287,14 @@ def pairs_from_verifier(
             best = max(candidates, key=lambda e: e.reward)  # max / min keep the first of equals
             worst = min(candidates, key=lambda e: e.reward)
             candidates = [best, worst]
+        turns = group[0].example.meta.get(PROMPT_MESSAGES)  # a conversation keeps its chat template in training
         group_pairs = [
             PreferencePair(
                 prompt,
                 better.completion,
                 worse.completion,
-                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id},
+                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id,
+                 **({PROMPT_MESSAGES: turns} if turns else {})},
             )
             for better in candidates
             for worse in candidates

@@ -1,7 +1,8 @@
 """Environments: a prompt distribution plus a scorer.
 
     arithmetic   generated sums with a `Final: <int>` answer (no data needed)
-    jsonl        your JSONL file, scored by any registered verifier (final_int by default)
+    jsonl        your file (JSONL, JSON, Parquet, a saved dataset), scored by any registered
+                 verifier (final_int by default)
     math, code   the same with math/boxed-or-final-v2 or code/tests-v1 as the default
 
 Every environment takes its settings as keyword arguments and offers the same methods

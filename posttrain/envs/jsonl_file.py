@@ -1,11 +1,13 @@
-"""Your own problems: a JSONL file of {prompt, expected_answer, id?, meta?} lines, scored
-by any registered verifier (posttrain/verifiers/__init__.py, `--env.spec_version`).
+"""Your own problems: a file or directory of rows {prompt, expected_answer, id?, meta?}, or
+TRL's conventions (prompt/completion, messages; envs/problem_rows.py), in any format
+envs/dataset_files.py reads (JSONL, JSON, Parquet, a saved `datasets` directory), scored by
+any registered verifier (posttrain/verifiers/__init__.py, `--env.spec_version`).
 
-    name    default verifier          a line of the file
+    name    default verifier          a row of the file
     jsonl   final_int/cot-v1          {"prompt": "Q: 12*3\\n", "expected_answer": 36,
             (strict-v1 with cot=false) "meta": {"solution": "12*3=36\\nFinal: 36"}}
-    math    math/boxed-or-final-v2    {"prompt": "Half of 1?", "expected_answer": "\\\\frac{1}{2}",
-                                       "meta": {"solution": "\\\\boxed{0.5}"}}
+    math    math/boxed-or-final-v2    {"prompt": "Half of 1?", "answer": "\\\\frac{1}{2}",
+                                       "completion": "\\\\boxed{0.5}"}
     code    code/tests-v1             {"prompt": "Write add(a, b).", "expected_answer": "",
                                        "meta": {"tests": ["assert add(2, 3) == 5"],
                                                 "solution": "def add(a, b):\\n    return a + b"}}
@@ -25,11 +27,15 @@ Exact repeats (same prompt, same answer) are kept once, with a warning: the spli
 problem is its prompt's, so a copy would only count twice in every held-out pass@1.
 
 Splits are assigned exactly like the arithmetic task's, from a sha256 of each prompt, so
-the same file always splits the same way and a prompt can never be in two splits (about
-10% of the problems land in each of dev and heldout, so a file needs a few dozen for both
-to be non-empty). SFT needs demonstrations: put the reference completion in
-`meta.solution`, or skip SFT by starting from a checkpoint that already follows the format
-(`--init`).
+the same file always splits the same way, with no seed to set, and a prompt can never be in
+two splits (about 10% of the problems land in each of dev and heldout, so a file needs a few
+dozen for both to be non-empty). A held-out set of your own replaces the hashed one: a
+`heldout_path` file, a source's own "test" split (a DatasetDict, a JSON object of lists, a
+test* file in a directory) or a `split` column; its rows are held out, and the training rows
+the hash would have held out train instead (likewise a "validation" split for dev). A prompt
+in both is kept in the held-out split only. SFT needs demonstrations: put the reference
+completion in `completion` (or `meta.solution`), or skip SFT by starting from a checkpoint
+that already follows the format (`--init`).
 """
 
 from __future__ import annotations
@@ -41,7 +47,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, load_examples_jsonl, split_of
+from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
+from posttrain.envs.dataset_files import Row, parse_columns, read_rows
+from posttrain.envs.problem_rows import assign_split, example_from_row
 from posttrain.sandbox import permit_weak_sandbox, weak_sandbox_refusal
 from posttrain.types import Example
 from posttrain.verifiers import get_verifier
@@ -50,31 +58,54 @@ from posttrain.verifiers.contract import shown
 # (file, size, mtime, verifier) whose reference solutions all scored 1 in this process: the
 # CLI's config check and the run itself load the same file, and scoring is the slow part
 _SOLUTIONS_VERIFIED: set[tuple] = set()
+SPLIT_ORDER = ("heldout", "dev", "train")  # a problem in two splits stays in the first of these
 
 
 class JsonlEnv:
-    """Problems from `path`, scored by `spec_version` (any registered verifier); by
-    default final_int's cot-v1, or strict-v1 when `cot` is false."""
+    """Problems from `path` (any format of envs/dataset_files.py), scored by `spec_version`
+    (any registered verifier); by default final_int's cot-v1, or strict-v1 when `cot` is
+    false. `columns` maps the source's column names to ours ("prompt=question,...");
+    `heldout_path` is a held-out set of the user's own (every row of it held out)."""
 
-    def __init__(self, path: str = "", cot: bool = True, spec_version: str | None = None):
-        self._load("jsonl", path, spec_version or ("final_int/cot-v1" if cot else "final_int/strict-v1"))
+    def __init__(self, path: str = "", cot: bool = True, spec_version: str | None = None, columns: str = "",
+                 heldout_path: str = ""):
+        self._load("jsonl", path, spec_version or ("final_int/cot-v1" if cot else "final_int/strict-v1"), columns,
+                   heldout_path)
 
-    def _load(self, env_name: str, path: str, spec_version: str) -> None:
+    def _load(self, env_name: str, path: str, spec_version: str, columns: str, heldout_path: str) -> None:
         if not path:
             raise ValueError(f"environment {env_name!r} needs a file: pass --env.path problems.jsonl")
         self.path = path
         self._spec = get_verifier(spec_version)
-        self.split_rule = SPLIT_RULE
         self.by_split: dict[str, list[Example]] = {split: [] for split in SPLIT_BUCKETS}
-        checks = ProblemChecks(path, self._spec)
-        examples = load_examples_jsonl(path, check=checks)  # a prompt with two answers was refused there
-        kept = {example.prompt: example for example in reversed(examples)}  # so a repeat is exact: keep the first
-        for example in examples:
-            if kept[example.prompt] is example:
-                self.by_split[split_of(example.prompt)].append(example)
-        if len(kept) < len(examples):
-            warnings.warn(f"{path}: {len(examples) - len(kept)} line(s) repeat an earlier problem exactly (same "
-                          "prompt and answer); each problem is kept once", stacklevel=2)
+        mapping = parse_columns(columns, "env.columns")
+        rows = read_rows(path, mapping)
+        if heldout_path:
+            rows += [Row(row.where, row.record, "heldout") for row in read_rows(heldout_path, mapping)]
+        checks = ProblemChecks([path, heldout_path], columns, self._spec)
+        loaded = []
+        for row in rows:
+            example, declared = example_from_row(row)
+            problem = checks(example, row.where)  # a prompt with two answers is refused there
+            if problem:
+                raise ValueError(f"{row.where}: {problem}; or remove the row")
+            loaded.append((example, declared))
+        declared_splits = {declared for _, declared in loaded if declared in ("dev", "heldout")}
+        self.split_rule = SPLIT_RULE if not declared_splits else (
+            f"{SPLIT_RULE}; except that the source's own {sorted(declared_splits)} rows are that split, and the "
+            "rows the hash would put there train")
+        placed: dict[str, tuple[Example, str]] = {}  # prompt -> (its first example, its split)
+        for example, declared in loaded:
+            split = assign_split(split_of(example.prompt), declared, declared_splits)
+            first = placed.setdefault(example.prompt, (example, split))
+            if SPLIT_ORDER.index(split) < SPLIT_ORDER.index(first[1]):
+                placed[example.prompt] = (first[0], split)  # held out somewhere: never trained on
+        for example, split in placed.values():
+            self.by_split[split].append(example)
+        if len(placed) < len(loaded):
+            warnings.warn(f"{path}: {len(loaded) - len(placed)} row(s) repeat an earlier problem exactly (same "
+                          "prompt and answer); each problem is kept once, in the most held-out split it is in",
+                          stacklevel=2)
         _SOLUTIONS_VERIFIED.add(checks.key)
 
     @property
@@ -112,27 +143,27 @@ class JsonlEnv:
 
 
 class ProblemChecks:
-    """`load_examples_jsonl`'s check for a problems file, called once per problem in file
-    order: the verifier can score the problem (`check_example`), its prompt has no other
-    answer earlier in the file, and its reference solution, if any, scores 1. Returns what
-    is wrong, or None."""
+    """The check of each problem of a source, in order: the verifier can score it
+    (`check_example`), its prompt has no other answer earlier in the source, and its
+    reference solution, if any, scores 1. Returns what is wrong, or None."""
 
-    def __init__(self, path: str, spec) -> None:
-        self.path, self.spec = path, spec
-        stat = os.stat(path) if os.path.isfile(path) else None  # an unreadable file: the loader says why
-        self.key = (os.path.realpath(path), stat and stat.st_size, stat and stat.st_mtime_ns, spec.version)
-        self.answers: dict[str, tuple] = {}  # prompt -> the answer of its first line
+    def __init__(self, paths: list[str], columns: str, spec) -> None:
+        self.spec = spec
+        self.key = (tuple(source_stamp(path) for path in paths if path), columns, spec.version)
+        self.answers: dict[str, tuple] = {}  # prompt -> (the answer of its first row, that row)
 
-    def __call__(self, example: Example) -> str | None:
+    def __call__(self, example: Example, where: str) -> str | None:
         problem = self.spec.check_example(example)
         if problem:
             return problem
         answer = (example.expected_answer.strip(), json.dumps(example.meta.get("tests")))
-        first = self.answers.setdefault(example.prompt, answer)
+        first, first_where = self.answers.setdefault(example.prompt, (answer, where))
         if first != answer:
             what = "expected_answer" if first[0] != answer[0] else "meta.tests"
             theirs, ours = (first[0], answer[0]) if what == "expected_answer" else (first[1], answer[1])
-            return (f"prompt {shown(example.prompt)} is also on line {self.first_line(example.prompt)} with "
+            source, _, place = first_where.rpartition(", ")
+            same_source = where.startswith(source + ", ")
+            return (f"prompt {shown(example.prompt)} is also on {place if same_source else first_where} with "
                     f"{what} {shown(theirs)}, here {shown(ours)}: a prompt has one answer (no completion can be "
                     "rewarded under two), so one of them is wrong or the same answer written twice: keep one")
         return self.check_solution(example)
@@ -151,15 +182,14 @@ class ProblemChecks:
         return (f"meta.solution {shown(solution, 80)} scores {result['reward']:g}, not 1, under {self.spec.version} "
                 f"({why}), so SFT would teach a wrong answer: fix the solution or the expected answer")
 
-    def first_line(self, prompt: str) -> int:
-        """The number of the first line holding `prompt` (read again: only an error needs it)."""
-        for number, line in enumerate(Path(self.path).read_text(encoding="utf-8").split("\n"), start=1):
-            try:
-                if line.strip() and json.loads(line).get("prompt") == prompt:
-                    return number
-            except (ValueError, AttributeError):
-                continue
-        return 0
+
+def source_stamp(path: str) -> tuple:
+    """(real path, total size, newest mtime) of a file, or of the files in a directory: a
+    source whose solutions were verified is not verified again until one of them changes."""
+    root = Path(path)
+    files = [p for p in root.rglob("*") if p.is_file()] if root.is_dir() else [root] if root.is_file() else []
+    stats = [p.stat() for p in files]
+    return (os.path.realpath(path), sum(s.st_size for s in stats), max((s.st_mtime_ns for s in stats), default=0))
 
 
 # A named environment is the jsonl one with another default verifier: no `cot` setting,
@@ -171,8 +201,8 @@ class MathEnv(JsonlEnv):
     """Math problems from `path`, scored by math/boxed-or-final-v2 (a `\\boxed{}` or
     `Final:` answer, compared by math-verify) unless `spec_version` names another."""
 
-    def __init__(self, path: str = "", spec_version: str | None = None):
-        self._load("math", path, spec_version or "math/boxed-or-final-v2")
+    def __init__(self, path: str = "", spec_version: str | None = None, columns: str = "", heldout_path: str = ""):
+        self._load("math", path, spec_version or "math/boxed-or-final-v2", columns, heldout_path)
 
 
 class CodeEnv(JsonlEnv):
@@ -184,9 +214,10 @@ class CodeEnv(JsonlEnv):
     with what is missing, unless `allow_weak_sandbox` accepts the prelude-only sandbox for
     the rest of the process (every scorer in it, so evaluation agrees with training)."""
 
-    def __init__(self, path: str = "", spec_version: str | None = None, allow_weak_sandbox: bool = False):
+    def __init__(self, path: str = "", spec_version: str | None = None, allow_weak_sandbox: bool = False,
+                 columns: str = "", heldout_path: str = ""):
         if allow_weak_sandbox:
             permit_weak_sandbox()
         elif refusal := weak_sandbox_refusal():
             raise ValueError(f"environment 'code': {refusal}")
-        self._load("code", path, spec_version or "code/tests-v1")
+        self._load("code", path, spec_version or "code/tests-v1", columns, heldout_path)

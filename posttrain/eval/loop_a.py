@@ -26,7 +26,7 @@ from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.rundir import RunDir
 
@@ -99,7 +99,7 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
     model = load_checkpoint_model(Path(cfg.checkpoint), None)
     tokenizer = load_tokenizer(Path(cfg.checkpoint))  # with the system prompt the checkpoint was trained with
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
-    max_new = model.config.max_seq_len - max(len(encode_prompt(tokenizer, e.prompt)) for e in examples)
+    max_new = model.config.max_seq_len - max(len(example_prompt_ids(tokenizer, e)) for e in examples)
     # its run's budget: the problems of its run's held-out eval get the same completions, so the same pass@1
     budget = trained.max_new_tokens if trained else DEFAULT_MAX_NEW_TOKENS
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed

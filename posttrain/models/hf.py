@@ -65,17 +65,19 @@ def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.fl
     return model.eval(), tokenizer
 
 
-def apply_chat_template(tokenizer, prompt: str, system_prompt: str = "") -> str:
-    """One user turn in the instruct model's own chat format, ending where the assistant's
-    answer begins (add_generation_prompt), so sampling continues as the assistant.
-    `system_prompt` replaces the template's default system turn ("" keeps the default)."""
+def apply_chat_template(tokenizer, prompt: str | list[dict[str, str]], system_prompt: str = "") -> str:
+    """One user turn (a str prompt), or a conversation (a list of {"role", "content"} turns),
+    in the instruct model's own chat format, ending where the assistant's answer begins
+    (add_generation_prompt), so sampling continues as the assistant. `system_prompt`
+    replaces the template's default system turn ("" keeps the default); a conversation's
+    own system turn wins over it (it is the data's, per example)."""
     if getattr(tokenizer, "chat_template", None) is None:
         raise ValueError(
             f"{type(tokenizer).__name__} has no chat_template: this is not an instruct "
             "model's tokenizer; feed the raw prompt instead"
         )
-    messages = [{"role": "user", "content": prompt}]
-    if system_prompt:
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if system_prompt and messages[0]["role"] != "system":
         messages.insert(0, {"role": "system", "content": system_prompt})
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
@@ -116,9 +118,12 @@ class HFTokenizer:
             ids = ids.tolist()
         return self.hf.decode(ids, skip_special_tokens=skip_special_tokens)
 
-    def prompt_ids(self, prompt: str) -> list[int]:
+    def prompt_ids(self, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
+        """The prompt's tokens: the chat template of `messages` when the prompt is a
+        conversation (else of `prompt` as one user turn); without a chat template, the
+        plain text `prompt` after <bos>."""
         if self.chat:  # the template writes its own start-of-turn tokens
-            return self.encode(apply_chat_template(self.hf, prompt, self.system_prompt))
+            return self.encode(apply_chat_template(self.hf, messages or prompt, self.system_prompt))
         return ([self.bos_id] if self.bos_id is not None else []) + self.encode(prompt)
 
     def save(self, directory: str | os.PathLike) -> None:

@@ -28,7 +28,7 @@ from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_l
 from posttrain.command_configs import BonConfig, EvalConfig
 from posttrain.config import ConfigError, RLConfig, SamplingParams, TrainConfig, check
 from posttrain.config_checks import check_types
-from posttrain.data.preference import load_preference_jsonl, preference_episodes
+from posttrain.data.preference import load_preference_data, preference_episodes
 from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.distributed.data_parallel import make_trainer
@@ -44,7 +44,7 @@ from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.controller import Controller
 from posttrain.roles.reference import make_reference
-from posttrain.roles.rollout import encode_prompt
+from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.console import console
 from posttrain.runs.trackers import check_trackers
 from posttrain.seeds import derive_seed
@@ -136,7 +136,7 @@ def check_rl(rl: RLConfig) -> None:
         check(not loss.paired or rl.micro_batch_size % 2 == 0, "rl.micro_batch_size", rl.micro_batch_size,
               f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
         if rl.pairs:
-            load_preference_jsonl(rl.pairs)  # an unreadable file fails now, not after SFT
+            load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
     else:
         algo = make_algorithm(rl)
     check_can_learn(rl, None if preference else algo)
@@ -239,21 +239,21 @@ def check_data(cfg: TrainConfig, env) -> None:
     positions, tokenizer = context
     longer = "raise model.max_seq_len" if not (is_pretrained(cfg.model) or cfg.init) else "use a longer-context model"
     # a seeded draw of the training split; a rarer longer prompt is still refused by the rollout itself
-    prompts = sorted({e.prompt for e in heldout + dev + env.sample("train", 1024, seed=0)}, key=len)[-16:]
-    longest = max(len(encode_prompt(tokenizer, prompt)) for prompt in prompts)
+    examples = {e.prompt: e for e in heldout + dev + env.sample("train", 1024, seed=0)}
+    longest = max(len(example_prompt_ids(tokenizer, examples[prompt])) for prompt in sorted(examples, key=len)[-16:])
     budget = cfg.rl.sampling.max_new_tokens
     check(longest + budget <= positions, "rl.sampling.max_new_tokens", budget,
           f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
           f"model's {positions} positions; lower it, or {longer}")
     for example, solution in zip(demos, solutions):
-        length = len(encode_prompt(tokenizer, example.prompt)) + len(tokenizer.encode(solution)) + 1  # + EOS
+        length = len(example_prompt_ids(tokenizer, example)) + len(tokenizer.encode(solution)) + 1  # + EOS
         if length > positions:
             raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
                               f"(prompt, solution, EOS), more than the model's {positions} positions; {longer} or "
                               "shorten its meta.solution")
     if is_preference(cfg.rl) and cfg.rl.pairs:
         try:
-            preference_episodes(load_preference_jsonl(cfg.rl.pairs), tokenizer, positions)
+            preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)
         except ValueError as error:
             raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
 

@@ -15,6 +15,7 @@ from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
 from posttrain.data.preference import (
     group_by_prompt,
+    load_preference_data,
     load_preference_jsonl,
     pairs_from_verifier,
     preference_episodes,
@@ -126,7 +127,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if (run.path / name).exists() and stats is not None:
             return load_preference_jsonl(run.path / name), stats
         if cfg.rl.pairs:
-            pairs = load_preference_jsonl(cfg.rl.pairs)
+            pairs = load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns)
             stats = {"pairs": len(pairs)}
         else:
             pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r], score=rank_by)

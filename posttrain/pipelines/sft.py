@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.roles.rollout import encode_prompt
+from posttrain.roles.rollout import example_prompt_ids
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
@@ -19,7 +19,7 @@ def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
     episodes = []
     for i, example in enumerate(examples):
         response = tokenizer.encode(env.solution(example)) + [tokenizer.eos_id]
-        episodes.append(Episode(example=example, group_id=i, prompt_ids=encode_prompt(tokenizer, example.prompt),
+        episodes.append(Episode(example=example, group_id=i, prompt_ids=example_prompt_ids(tokenizer, example),
                                 response_ids=response, response_logp=[0.0] * len(response)))
     return episodes
 

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.config import SamplingParams
-from posttrain.types import Episode, Example
+from posttrain.types import PROMPT_MESSAGES, Episode, Example
 
 
 def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -84,14 +84,21 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
     return token, logp.gather(-1, token[:, None]).squeeze(-1)
 
 
-def encode_prompt(tokenizer, prompt: str) -> list[int]:
+def encode_prompt(tokenizer, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
     """The token layout every prompt is sampled from, and so the one SFT demonstrations and
     preference pairs must be trained on too: `[bos] + prompt`, or the tokenizer's own
-    `prompt_ids` (an instruct model's chat template, models/hf.py::HFTokenizer)."""
+    `prompt_ids` (an instruct model's chat template, models/hf.py::HFTokenizer), which
+    renders `messages`, the prompt's turns when it is a conversation (types.PROMPT_MESSAGES)."""
     prompt_ids = getattr(tokenizer, "prompt_ids", None)
     if prompt_ids is not None:
-        return prompt_ids(prompt)
+        # a tokenizer whose prompt_ids reads text only (no chat) still serves every text prompt
+        return prompt_ids(prompt, messages) if messages else prompt_ids(prompt)
     return [tokenizer.bos_id] + tokenizer.encode(prompt)
+
+
+def example_prompt_ids(tokenizer, example: Example) -> list[int]:
+    """`encode_prompt` of an Example: its conversation when it has one, else its text."""
+    return encode_prompt(tokenizer, example.prompt, example.meta.get(PROMPT_MESSAGES))
 
 
 class RolloutEngine:
@@ -154,7 +161,7 @@ class RolloutEngine:
                   params: SamplingParams, first_group: int = 0) -> list[Episode]:
         tok = self.tokenizer
         K = samples_per_prompt
-        distinct_prompts = [encode_prompt(tok, ex.prompt) for ex in examples]
+        distinct_prompts = [example_prompt_ids(tok, ex) for ex in examples]
         prompts = [p for p in distinct_prompts for _ in range(K)]  # row i answers example i // K
         N, P = len(prompts), max(len(p) for p in prompts)
         max_len = P + params.max_new_tokens

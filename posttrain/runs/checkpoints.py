@@ -63,8 +63,9 @@ def task_record(run: RunDir, tokenizer) -> dict | None:
         return None
     cfg = from_dict(TrainConfig, config)  # as a resume reads it
     env = to_dict(cfg.env)
-    if env["path"]:  # relative to where the run started; the eval may run from anywhere
-        env["path"] = os.path.abspath(env["path"])
+    for key in ("path", "heldout_path"):  # relative to where the run started; the eval may run from anywhere
+        if env.get(key):
+            env[key] = os.path.abspath(env[key])
     meta = run.read_json("meta.json") or {}
     return {"format": TASK_FORMAT, "env": env, "spec_version": meta.get("spec_version", ""),
             "max_new_tokens": cfg.rl.sampling.max_new_tokens,
