@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config import ConfigError, EnvConfig, check, check_positive
+from posttrain.config import ConfigError, EnvConfig, check, check_device, check_positive
 
 
 @dataclass
@@ -29,8 +29,11 @@ class EvalConfig:
     out_dir: str = "runs"  # where the run directory is created
     name: str = "eval"  # the run directory's suffix
     seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
+    device: str = "cpu"  # where the checkpoint's model runs: auto = cuda, mps, then cpu; cpu as in training's default
+    dtype: str = "float32"  # bfloat16 = forward passes in bf16 (for GPUs; slower on a CPU without native bf16)
 
     def validate(self) -> None:
+        check_device(self)
         if bool(self.checkpoint) == bool(self.completions):
             raise ConfigError("give exactly one of --checkpoint DIR (evaluate a model) or --completions FILE "
                               "(score existing completions)")

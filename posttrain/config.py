@@ -19,7 +19,6 @@ import dataclasses
 import os
 import socket
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 
@@ -336,6 +335,17 @@ def _listening(address: str) -> bool:
         return False
 
 
+DEVICES = ("auto", "cpu", "cuda", "mps")  # posttrain/models/device.py resolves them
+DTYPES = ("float32", "bfloat16")
+
+
+def check_device(section: Any) -> None:
+    """The names of section.device and section.dtype; whether that device exists here is
+    pipelines/build.py's check (it needs torch)."""
+    check(section.device in DEVICES, "device", section.device, f"one of {list(DEVICES)} (auto = cuda, mps, then cpu)")
+    check(section.dtype in DTYPES, "dtype", section.dtype, f"one of {list(DTYPES)}")
+
+
 TRACKERS = ("tensorboard", "trackio", "wandb", "mlflow")  # what report_to can name (posttrain/runs/trackers.py)
 
 
@@ -347,7 +357,9 @@ class TrainConfig:
     name: str = ""  # the run directory's suffix; "" = "<env>-<algo>"
     seed: int = 0  # every random draw of the run derives from it (posttrain/seeds.py)
     out_dir: str = "runs"  # where run directories are created
-    init: str = ""  # a checkpoint directory to start from; "" = train from scratch with SFT first
+    # where the policy starts: a run's checkpoint, any transformers model directory or a model name as
+    # model.name takes; SFT is skipped. "" = model.name (gpt_mini from scratch) with SFT first
+    init: str = ""
     model: ModelConfig = field(default_factory=ModelConfig)  # the policy: gpt_mini from scratch, or a local pretrained model
     env: EnvConfig = field(default_factory=EnvConfig)  # the task the policy learns and is scored on
     sft: SFTConfig = field(default_factory=SFTConfig)  # stage 1: teach the answer format from a few demonstrations
@@ -361,6 +373,12 @@ class TrainConfig:
     # offline or locally unless its own variables (WANDB_MODE, MLFLOW_TRACKING_URI) say otherwise. "none"
     # because the run directory is the record and the trackers are optional installs (posttrain[trackers])
     report_to: str = "none"
+    # where the policy and every tensor it reads live: auto = cuda if visible, else mps, else cpu.
+    # cpu by default: the tests' device, and the one every number in this repository was measured on
+    device: str = "cpu"
+    # bfloat16: float32 weights and optimizer state, forward passes autocast to bf16 (log-probs and
+    # losses stay float32); for GPUs. float32 by default: a CPU without native bf16 runs it slower
+    dtype: str = "float32"
 
     def trackers(self) -> list[str]:
         """The tracker names report_to lists; [] for "none"."""
@@ -368,6 +386,7 @@ class TrainConfig:
         return [] if names == ["none"] else names
 
     def validate(self) -> None:
+        check_device(self)
         self.model.validate()
         self.sft.validate()
         self.rl.validate()
@@ -384,8 +403,6 @@ class TrainConfig:
         cores = os.cpu_count() or 1
         check(0 <= self.threads <= 4 * cores, "threads", self.threads,
               f"an integer in [0, {4 * cores}] (0 = torch's default; at most 4 per core, and this machine has {cores})")
-        if self.init and not Path(self.init).is_dir():
-            raise ConfigError(f"init={self.init!r}: no such checkpoint directory")
         names = self.trackers()
         check(all(name in TRACKERS for name in names) and len(set(names)) == len(names), "report_to", self.report_to,
               f"'none', or one or more of {', '.join(TRACKERS)}, comma-separated, each once (e.g. 'tensorboard,wandb')")

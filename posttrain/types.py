@@ -115,7 +115,7 @@ class RolloutBatch:
 
     def select(self, rows: torch.Tensor | list[int]) -> RolloutBatch:
         """The sub-batch of the given rows (for minibatches and dynamic sampling)."""
-        rows = torch.as_tensor(rows, dtype=torch.long)
+        rows = torch.as_tensor(rows, dtype=torch.long, device=self.tokens.device)
         picked = {}
         for f in fields(self):
             value = getattr(self, f.name)
@@ -136,6 +136,13 @@ class RolloutBatch:
         return replace(self, **{name: value[:, :width] for name, value in per_token.items()
                                 if isinstance(value, torch.Tensor) and value.dim() == 2})
 
+    def to(self, device: torch.device | str) -> RolloutBatch:
+        """The batch with every tensor on `device` (the policy's: models/device.py)."""
+        if self.tokens.device == torch.device(device):
+            return self
+        return replace(self, **{f.name: getattr(self, f.name).to(device) for f in fields(self)
+                                if isinstance(getattr(self, f.name), torch.Tensor)})
+
     @staticmethod
     def collate(episodes: list[Episode], pad_id: int, temperature: float = 1.0) -> RolloutBatch:
         """Right-pad `prompt + response` of each episode into one (B, T) batch; `ref_logp`
@@ -144,27 +151,30 @@ class RolloutBatch:
             raise ValueError("cannot collate an empty list of episodes")
         B = len(episodes)
         T = max(len(e.prompt_ids) + len(e.response_ids) for e in episodes)
-        tokens = torch.full((B, T), pad_id, dtype=torch.long)
-        attention_mask = torch.zeros(B, T)
-        response_mask = torch.zeros(B, T)
-        old_logp = torch.zeros(B, T)
+        # assembled on the CPU from Python lists, whatever the policy's device: a row-by-row write
+        # into a GPU tensor would be one host-to-device copy per row; `.to(device)` moves it once
+        cpu = torch.device("cpu")
+        tokens = torch.full((B, T), pad_id, dtype=torch.long, device=cpu)
+        attention_mask = torch.zeros(B, T, device=cpu)
+        response_mask = torch.zeros(B, T, device=cpu)
+        old_logp = torch.zeros(B, T, device=cpu)
         cached_ref = all(e.ref_logp is not None for e in episodes)
-        ref_logp = torch.zeros(B, T) if cached_ref else None
+        ref_logp = torch.zeros(B, T, device=cpu) if cached_ref else None
         for b, e in enumerate(episodes):
             P, R = len(e.prompt_ids), len(e.response_ids)
-            tokens[b, : P + R] = torch.tensor(e.prompt_ids + e.response_ids, dtype=torch.long)
+            tokens[b, : P + R] = torch.tensor(e.prompt_ids + e.response_ids, dtype=torch.long, device=cpu)
             attention_mask[b, : P + R] = 1.0
             response_mask[b, P : P + R] = 1.0
-            old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32)
+            old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32, device=cpu)
             if cached_ref:
-                ref_logp[b, P : P + R] = torch.tensor(e.ref_logp, dtype=torch.float32)
+                ref_logp[b, P : P + R] = torch.tensor(e.ref_logp, dtype=torch.float32, device=cpu)
         return RolloutBatch(
             tokens=tokens,
             attention_mask=attention_mask,
             response_mask=response_mask,
             old_logp=old_logp,
-            rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float32),
-            group_ids=torch.tensor([e.group_id for e in episodes], dtype=torch.long),
+            rewards=torch.tensor([e.reward for e in episodes], dtype=torch.float32, device=cpu),
+            group_ids=torch.tensor([e.group_id for e in episodes], dtype=torch.long, device=cpu),
             temperature=temperature,
             ref_logp=ref_logp,
             episodes=list(episodes),

@@ -19,10 +19,14 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[1] / "posttrain"
 
 # Lower rank = closer to the ground. The library (0-2), the jobs that put it to work (3-4),
-# the curriculum that teaches with both (5), and the command line on top, which dispatches
-# to jobs and lessons alike (6).
+# the curriculum that teaches with both (5), the command line, which dispatches to jobs and
+# lessons alike (6), and the package face `posttrain/__init__.py` on top (7): it offers jobs
+# and library to Python users, so nothing inside may import it. "posttrain" is also the
+# fallback room of a top-level module not listed here, which then cannot be imported by
+# anything below: list a new one at its rank.
 RANKS = {
-    "posttrain": 0, "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_checks": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.processes": 0, "posttrain.seeds": 0,
+    "posttrain": 7, "posttrain.version": 0, "posttrain.command_configs": 0, "posttrain.sandbox_child": 1,
+    "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_checks": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.processes": 0, "posttrain.seeds": 0,
     "posttrain.algorithms": 1, "posttrain.models": 1, "posttrain.verifiers": 1, "posttrain.sandbox": 1,
     "posttrain.envs": 2, "posttrain.rewards": 2, "posttrain.roles": 2,
     "posttrain.runs": 3, "posttrain.data": 3, "posttrain.eval": 3, "posttrain.search": 3, "posttrain.distributed": 3,

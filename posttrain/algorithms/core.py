@@ -274,10 +274,10 @@ def group_mean_std(
     """
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,) ids relabelled 0..G-1
     G = int(idx.max()) + 1
-    count = torch.zeros(G, dtype=values.dtype).index_add_(0, idx, torch.ones_like(values))  # (G,)
-    mean = torch.zeros(G, dtype=values.dtype).index_add_(0, idx, values) / count  # (G,)
+    count = values.new_zeros(G).index_add_(0, idx, torch.ones_like(values))  # (G,)
+    mean = values.new_zeros(G).index_add_(0, idx, values) / count  # (G,)
     sq_dev = (values - mean[idx]) ** 2  # (B,) two-pass variance: stable when values are large
-    ss = torch.zeros(G, dtype=values.dtype).index_add_(0, idx, sq_dev)  # (G,)
+    ss = values.new_zeros(G).index_add_(0, idx, sq_dev)  # (G,)
     var = torch.where(count > 1, ss / (count - 1).clamp(min=1), torch.zeros_like(ss))  # (G,)
     return mean[idx], var.sqrt()[idx], count[idx]
 
@@ -289,8 +289,8 @@ def zero_variance_group_fraction(rewards: torch.Tensor, group_ids: torch.Tensor)
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,)
     G = int(idx.max()) + 1
     # all equal <=> max == min within the group
-    gmax = torch.full((G,), -torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amax")
-    gmin = torch.full((G,), torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amin")
+    gmax = rewards.new_full((G,), -torch.inf).scatter_reduce(0, idx, rewards, "amax")
+    gmin = rewards.new_full((G,), torch.inf).scatter_reduce(0, idx, rewards, "amin")
     return (gmax == gmin).float().mean().item()
 
 

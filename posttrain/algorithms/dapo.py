@@ -61,8 +61,8 @@ def informative_groups(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.
     such groups carry a group-relative learning signal (arXiv:2503.14476, Sec. 3.2)."""
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,) ids relabelled 0..G-1
     G = int(idx.max()) + 1 if idx.numel() else 0
-    gmax = torch.full((G,), -torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amax")  # (G,)
-    gmin = torch.full((G,), torch.inf, dtype=rewards.dtype).scatter_reduce(0, idx, rewards, "amin")  # (G,)
+    gmax = rewards.new_full((G,), -torch.inf).scatter_reduce(0, idx, rewards, "amax")  # (G,)
+    gmin = rewards.new_full((G,), torch.inf).scatter_reduce(0, idx, rewards, "amin")  # (G,)
     return (gmax > gmin)[idx]  # (B,)
 
 

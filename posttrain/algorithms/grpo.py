@@ -89,7 +89,7 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, 
 
 def _batch_std(x: torch.Tensor) -> torch.Tensor:
     """Unbiased std of a (B,) tensor; 0 for a single element (torch.std would give NaN)."""
-    return x.std() if x.numel() > 1 else torch.zeros((), dtype=x.dtype)
+    return x.std() if x.numel() > 1 else x.new_zeros(())
 
 
 @dataclass

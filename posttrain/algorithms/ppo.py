@@ -94,9 +94,9 @@ def gae(
     """
     B, T = token_rewards.shape
     on = response_mask != 0
-    advantages = torch.zeros(B, T, dtype=token_rewards.dtype)
-    next_value = torch.zeros(B, dtype=token_rewards.dtype)  # V after the last response token: terminal, 0
-    next_adv = torch.zeros(B, dtype=token_rewards.dtype)  # A after it: 0
+    advantages = token_rewards.new_zeros(B, T)
+    next_value = token_rewards.new_zeros(B)  # V after the last response token: terminal, 0
+    next_adv = token_rewards.new_zeros(B)  # A after it: 0
     for t in reversed(range(T)):  # a loop over T, vectorised over B
         delta = token_rewards[:, t] + gamma * next_value - values[:, t]  # (B,) TD error δ_t
         adv_t = delta + gamma * lam * next_adv  # (B,)

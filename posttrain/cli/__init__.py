@@ -11,6 +11,7 @@
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
+    posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
     posttrain check NN                 test your solution to lesson NN's code exercise (exercises/)
     posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo, sentiment_steering
@@ -109,8 +110,13 @@ def is_dry_run(argv: list[str]) -> bool:
 
 
 def dry_run_report(cfg: TrainConfig, command: str) -> int:
-    """What --dry_run prints: the config the run would save, every check already passed."""
+    """What --dry_run prints: the config the run would save, then what the checks (already
+    passed) found: the model a name resolved to, data sizes, sequence lengths."""
+    from posttrain.pipelines.build import check_config  # imported here for start-up time, as in checked()
+
     print(json.dumps(to_dict(cfg), indent=2))
+    for found in check_config(cfg):  # passed once already; run again for its findings, as cheap as that was
+        print(f"checked {found}")
     print(f"posttrain {command}: every check passed; a run would start from the settings above "
           f"in {cfg.out_dir}/ (nothing was created: --dry_run)")
     return 0
@@ -248,6 +254,36 @@ def cmd_diff(argv: list[str]) -> int:
     return 0
 
 
+def cmd_export(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="posttrain export",
+        description="Write a checkpoint as a plain transformers model directory that AutoModelForCausalLM and "
+                    "AutoTokenizer load with no posttrain and no peft: LoRA adapters merged into the weights, the "
+                    "trained system prompt as the chat template's default system turn, gpt_mini as a Llama with "
+                    "its character tokenizer.")
+    parser.add_argument("source", metavar="RUN_OR_CHECKPOINT",
+                        help="a run directory (its last trained stage's latest checkpoint is exported) or a "
+                             "checkpoint directory (runs/<id>/checkpoints/<stage>/step_N)")
+    parser.add_argument("out", metavar="OUT", help="the directory to write; it must not exist or be empty")
+    parser.add_argument("--overwrite", action="store_true", help="replace OUT even if it holds files")
+    args = parser.parse_args(argv)
+    # imported here for start-up time: models/ loads torch and transformers
+    from posttrain.models.export import export_checkpoint, exported_size
+    from posttrain.runs.checkpoints import final_checkpoint
+
+    checkpoint, chosen = final_checkpoint(args.source)
+    print(f"exporting {checkpoint} ({chosen})")
+    record = export_checkpoint(checkpoint, args.out, overwrite=args.overwrite)
+    notes = [f"{record['parameters']:,} parameters", f"{exported_size(args.out) / 1e6:.1f} MB"]
+    if record["lora_merged"]:
+        notes.append(f"LoRA r={record['lora_merged']} merged into its base {record['lora_base']}")
+    if record["system_prompt"]:
+        notes.append(f"system prompt {record['system_prompt']!r} as the chat template's default")
+    print(f"wrote {args.out} ({record['kind']}; {'; '.join(notes)})\n"
+          f"load it with AutoModelForCausalLM.from_pretrained({str(args.out)!r}) and AutoTokenizer.from_pretrained")
+    return 0
+
+
 def cmd_demo(argv: list[str]) -> int:
     # imported here for start-up time: the demos load torch
     from posttrain.teach.demos import DEMOS, run_demo
@@ -280,6 +316,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "eval": cmd_eval,
     "bon": cmd_bon,
     "diff": cmd_diff,
+    "export": cmd_export,
     "demo": cmd_demo,
     "lessons": cmd_lessons,
     "check": cmd_check,

@@ -22,13 +22,20 @@ from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv}
 
 
-def make_env(name: str, **kwargs: Any):
-    """Build the environment registered as `name`, e.g. make_env("arithmetic", level=2)."""
-    if name not in ENVIRONMENTS:
+def make_env(name: str | type, **kwargs: Any):
+    """Build the environment registered as `name`, e.g. make_env("arithmetic", level=2), or
+    one of your own class (any class with the same methods), e.g. make_env(MyTask, level=2)."""
+    if isinstance(name, type):
+        env_class, name = name, name.__name__
+    elif name not in ENVIRONMENTS:
         raise ValueError(f"unknown environment {name!r}; valid names: {', '.join(ENVIRONMENTS)}")
-    env_class = ENVIRONMENTS[name]
-    parameters = [p for p in inspect.signature(env_class).parameters if p != "self"]
-    unknown = sorted(set(kwargs) - set(parameters))
+    else:
+        env_class = ENVIRONMENTS[name]
+    signature = inspect.signature(env_class)
+    parameters = [p for p in signature.parameters if p != "self"]
+    # a class declared with **kwargs takes any setting: it says itself which it refuses
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in signature.parameters.values())
+    unknown = [] if takes_any else sorted(set(kwargs) - set(parameters))
     if unknown:
         raise ValueError(
             f"environment {name!r} has no parameter(s) {unknown}; "

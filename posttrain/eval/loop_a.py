@@ -26,6 +26,7 @@ from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
 from posttrain.models import load_checkpoint_model, load_tokenizer
+from posttrain.models.device import device_record, place, resolve_device
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.rundir import RunDir
@@ -96,7 +97,7 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
     if task_source == "checkpoint" and trained is not None and trained.spec_version not in ("", env.spec_version):
         print(f"warning: the checkpoint was scored by {trained.spec_version} in training; this posttrain's "
               f"{cfg.env.name} env scores by {env.spec_version} (set --env.spec_version to score as it was)")
-    model = load_checkpoint_model(Path(cfg.checkpoint), None)
+    model = place(load_checkpoint_model(Path(cfg.checkpoint), None), resolve_device(cfg.device), cfg.dtype)
     tokenizer = load_tokenizer(Path(cfg.checkpoint))  # with the system prompt the checkpoint was trained with
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     max_new = model.config.max_seq_len - max(len(example_prompt_ids(tokenizer, e)) for e in examples)
@@ -119,7 +120,8 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
                     "dataset": {"env": cfg.env.name, "level": cfg.env.level, "cot": cfg.env.cot, "path": cfg.env.path,
                                 "split": cfg.split, "size": cfg.size},
                     "task": task,
-                    "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)}})
+                    "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)},
+                    "device": device_record(cfg.device, cfg.dtype)})
     run.write_jsonl("samples.jsonl", result.pop("samples"))
     run.write_json("summary.json", {**result, "eval": result["ci"], "task": task})
     print_report(result)

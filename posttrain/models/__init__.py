@@ -13,11 +13,12 @@ import json
 from pathlib import Path
 
 from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
-from .smollm2 import KNOWN_MODELS
+from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
+from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
-           "build_model", "is_pretrained", "load_checkpoint_model", "load_tokenizer", "make_policy",
+           "build_model", "is_pretrained", "is_transformers_policy", "load_checkpoint_model", "load_tokenizer", "make_policy",
            "policy_context", "read_model_dir", "save_checkpoint_model"]
 
 
@@ -40,6 +41,16 @@ def is_pretrained(model_cfg) -> bool:
     return model_cfg.name not in MODELS
 
 
+def is_transformers_policy(model_cfg, init: str = "") -> bool:
+    """Whether a run's policy is a transformers model: the one `init` loads (any model but a
+    gpt_mini checkpoint), else model_cfg's."""
+    if not init:
+        return is_pretrained(model_cfg)
+    from .hf import resolve_model_dir
+
+    return _is_transformers_checkpoint(resolve_model_dir(init))
+
+
 def make_policy(model_cfg):
     """(policy, tokenizer): a freshly initialised gpt_mini (seed torch first), or a
     pretrained transformers model loaded offline."""
@@ -56,9 +67,18 @@ def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
 
 
 def _is_transformers_checkpoint(directory: Path) -> bool:
+    """True for any transformers model directory: one posttrain saved from a transformers
+    policy (it has POLICY_RECORD) or one posttrain never wrote (a save_pretrained, a hub
+    snapshot). False for a gpt_mini checkpoint, whose character tokenizer marks it."""
     from .hf import POLICY_RECORD
 
-    return (Path(directory) / POLICY_RECORD).exists()
+    if (Path(directory) / POLICY_RECORD).exists():
+        return True
+    try:
+        tokenizer_config = json.loads((Path(directory) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True  # no readable CharTokenizer record: not a gpt_mini checkpoint
+    return not (isinstance(tokenizer_config, dict) and tokenizer_config.get("posttrain_tokenizer") == "char")
 
 
 def load_checkpoint_model(directory: Path, expected=None):
@@ -125,17 +145,23 @@ CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len")
 def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
     """(positions, tokenizer) of the policy a run builds from model_cfg, or from the
     checkpoint `init`, read without loading any weights: gpt_mini's max_seq_len, a
-    transformers directory's config.json. None for a known name before its one-time
-    conversion (SmolLM2-135M has 8,192 positions: no generation budget here comes close),
+    transformers directory's config.json (a known name's once converted). None for a known
+    name before its one-time conversion (SmolLM2-135M has 8,192 positions: no generation
+    budget here comes close),
     or a config.json that names no position count."""
-    directory = Path(init or model_cfg.name)
-    if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
-        return model_cfg.max_seq_len, load_tokenizer(directory)
     if not init and not is_pretrained(model_cfg):
         return model_cfg.max_seq_len, CharTokenizer()
-    if not init and model_cfg.name in KNOWN_MODELS:
-        return None
-    positions = [value for key, value in read_model_dir(directory).items() if key in CONTEXT_KEYS]
+    if not init and model_cfg.name in KNOWN_MODELS and not (default_cache_dir() / SOURCE_FILE).is_file():
+        return None  # not converted yet (its record is written last): the check would cost the conversion
+    from .hf import read_policy_record, resolve_model_dir
+
+    directory = resolve_model_dir(init or model_cfg.name)  # a name in the local hub cache: its snapshot
+    if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape
+        return model_cfg.max_seq_len, load_tokenizer(directory)
+    weights = directory
+    if init and is_adapter_checkpoint(directory):  # LoRA adapters alone: the positions are their base's
+        weights = Path(base_directory(find_base(directory, read_policy_record(directory))))
+    positions = [value for key, value in read_model_dir(weights).items() if key in CONTEXT_KEYS]
     if not positions or not isinstance(positions[0], int):
         return None
     # imported here for start-up time, as make_policy does: transformers is slow to import

@@ -25,6 +25,8 @@ import torch.nn.functional as F
 
 from posttrain.files import write_atomic
 
+from .llama_format import gpt_mini_fields, llama_config
+
 
 @dataclass
 class GPTMiniConfig:
@@ -236,15 +238,16 @@ def default_position_ids(attention_mask: torch.Tensor, T_past: int) -> torch.Ten
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)[:, T_past:]  # (B, T)
 
 
-def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int) -> torch.Tensor:
+def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int,
+                      device: torch.device | str = "cpu") -> torch.Tensor:
     """Which keys each query may attend to: bool (B or 1, 1, T, S), True = attend.
     Query t sits at index T_past + t of the key sequence; it sees earlier keys that are
     real tokens, and always itself, so a padding query never has an empty row (softmax
     over nothing is 0/0 = NaN in a plain softmax). A real query already sees itself, so
     this changes no real row."""
     S = T_past + T
-    q_idx = torch.arange(T_past, S).unsqueeze(1)  # (T, 1)
-    k_idx = torch.arange(S).unsqueeze(0)  # (1, S)
+    q_idx = torch.arange(T_past, S, device=device).unsqueeze(1)  # (T, 1)
+    k_idx = torch.arange(S, device=device).unsqueeze(0)  # (1, S)
     allowed = (k_idx <= q_idx)[None, None]  # (1, 1, T, S), causal
     if attention_mask is not None:
         is_real = attention_mask.bool()[:, None, None, :]  # (B, 1, 1, S)
@@ -253,6 +256,9 @@ def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int) 
 
 
 class GPTMini(nn.Module):
+    # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
+    compute_dtype: torch.dtype = torch.float32
+
     def __init__(self, config: GPTMiniConfig) -> None:
         super().__init__()
         self.config = config
@@ -277,7 +283,9 @@ class GPTMini(nn.Module):
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         """An empty KV cache for sampling; HFPolicy.new_cache has the same signature, so the
         rollout role never names a cache class."""
-        return KVCache.empty(self.config, batch_size, max_len, dtype=self.lm_head.weight.dtype)
+        # on the model's device, in the dtype its forward passes write (bf16 under autocast: half the memory)
+        return KVCache.empty(self.config, batch_size, max_len, dtype=self.compute_dtype,
+                             device=self.lm_head.weight.device)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())  # a tied matrix is counted once
@@ -322,7 +330,7 @@ class GPTMini(nn.Module):
         sin = self.rope_sin[position_ids].unsqueeze(1).to(x.dtype)  # (B, 1, T, hd)
         allowed = None
         if attention_mask is not None or kv_cache is not None:
-            allowed = attention_allowed(attention_mask, T, T_past).to(x.device)
+            allowed = attention_allowed(attention_mask, T, T_past, device=x.device)
         for i, block in enumerate(self.model.layers):
             x = block(x, cos, sin, allowed, i, kv_cache)  # (B, T, D)
         if kv_cache is not None:
@@ -403,67 +411,10 @@ def mismatch_lines(diffs: dict[str, tuple]) -> str:
     return "\n".join(f"  {k}: checkpoint={a}, expected={b}" for k, (a, b) in diffs.items())
 
 
-def llama_config(c: GPTMiniConfig, tokenizer=None) -> dict:
-    """GPTMiniConfig -> the config.json of transformers' LlamaConfig."""
-    return {
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama",
-        "vocab_size": c.vocab_size, "hidden_size": c.dim, "intermediate_size": c.hidden_dim,
-        "num_hidden_layers": c.n_layer, "num_attention_heads": c.n_head,
-        "num_key_value_heads": c.n_head,  # plain multi-head attention, no grouped KV heads
-        "head_dim": c.head_dim, "max_position_embeddings": c.max_seq_len,
-        "rms_norm_eps": c.norm_eps, "tie_word_embeddings": c.tie_embeddings,
-        # transformers 5.x reads `rope_parameters`; 4.x reads the top-level `rope_theta`.
-        "rope_parameters": {"rope_type": "default", "rope_theta": c.rope_theta},
-        "rope_theta": c.rope_theta,
-        "hidden_act": "silu", "attention_bias": False, "mlp_bias": False,
-        "attention_dropout": 0.0,
-        "dtype": "float32", "torch_dtype": "float32",  # the 5.x name, the 4.x name
-        "bos_token_id": getattr(tokenizer, "bos_id", None),
-        "eos_token_id": getattr(tokenizer, "eos_id", None),
-        "pad_token_id": getattr(tokenizer, "pad_id", None),
-    }
-
-
 def read_llama_config(directory: Path) -> GPTMiniConfig:
     """directory/config.json (LlamaConfig fields) -> GPTMiniConfig, refusing what GPTMini
-    cannot represent instead of loading it wrong."""
-    path = directory / "config.json"
-    if not path.is_file():
-        why = "the directory does not exist" if not directory.exists() else "it has no config.json"
-        raise FileNotFoundError(
-            f"no checkpoint at {directory}: {why}. "
-            "Expected a directory written by GPTMini.save_pretrained."
-        )
-    try:
-        hf = json.loads(path.read_text(encoding="utf-8"))
-        rope = hf.get("rope_parameters") or {"rope_theta": hf.get("rope_theta", 10000.0)}
-        n_head = hf["num_attention_heads"]
-        needs = {  # field: (value in the file, the only value GPTMini implements)
-            "model_type": (hf.get("model_type"), "llama"),
-            "num_key_value_heads": (hf.get("num_key_value_heads", n_head), n_head),
-            "head_dim": (hf.get("head_dim") or hf["hidden_size"] // n_head,
-                         hf["hidden_size"] // n_head),
-            "hidden_act": (hf.get("hidden_act", "silu"), "silu"),
-            "attention_bias": (hf.get("attention_bias", False), False),
-            "mlp_bias": (hf.get("mlp_bias", False), False),
-            "rope_parameters.rope_type": (rope.get("rope_type", "default"), "default"),
-        }
-        config = GPTMiniConfig(
-            vocab_size=hf["vocab_size"], dim=hf["hidden_size"], n_layer=hf["num_hidden_layers"],
-            n_head=n_head, hidden_dim=hf["intermediate_size"],
-            max_seq_len=hf["max_position_embeddings"], rope_theta=float(rope["rope_theta"]),
-            norm_eps=float(hf["rms_norm_eps"]),
-            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-        )
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
-        raise ValueError(f"{path} is not a readable Llama config ({e!r}); re-save it") from e
-    bad = [f"{k}={got!r} (GPTMini needs {want!r})" for k, (got, want) in needs.items() if got != want]
-    if bad:
-        raise ValueError(
-            f"{path} describes a model GPTMini cannot represent: {', '.join(bad)}. "
-            "Load it with transformers.AutoModelForCausalLM instead."
-        )
-    return config
+    cannot represent instead of loading it wrong (models/llama_format.py reads the file)."""
+    return GPTMiniConfig(**gpt_mini_fields(directory))
 
 
 def load_state_dict_checked(model: GPTMini, state_dict: dict, source: str) -> None:

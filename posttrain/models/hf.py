@@ -22,6 +22,7 @@ import torch
 import torch.nn as nn
 
 from .gpt_mini import default_position_ids
+from .lora_checkpoint import is_adapter_checkpoint, load_adapters, save_adapters
 from .smollm2 import KNOWN_MODELS, convert_smollm2
 
 POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank, system prompt
@@ -41,25 +42,57 @@ def quiet_transformers() -> None:
     logging.disable_progress_bar()
 
 
+def hub_cache_dir() -> Path:
+    """The local Hugging Face hub cache, as huggingface_hub finds it ($HF_HUB_CACHE, else
+    $HF_HOME/hub, else ~/.cache/huggingface/hub), read at each call: huggingface_hub reads
+    its variables once, at import, and a test or notebook may point them elsewhere later."""
+    from huggingface_hub import constants
+
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    if os.environ.get("HF_HOME"):
+        return Path(os.environ["HF_HOME"]) / "hub"
+    return Path(constants.HF_HUB_CACHE)
+
+
+def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
+    """The local directory a model name stands for: a known short name (KNOWN_MODELS,
+    converted once), an existing directory, or a hub name such as
+    "HuggingFaceTB/SmolLM2-135M-Instruct" already in the local Hugging Face cache (the
+    snapshot its `main` ref points at). Looks only at the disk, never at the network; a
+    name found nowhere is a ValueError that says how to get it there."""
+    name = str(name_or_path)
+    if name in KNOWN_MODELS:
+        return convert_smollm2()
+    if Path(name).is_dir():
+        return Path(name)
+    from huggingface_hub import try_to_load_from_cache
+
+    cache = hub_cache_dir()
+    try:  # reads refs/ and snapshots/ of the cache folder; it has no network code path
+        config = try_to_load_from_cache(name, "config.json", cache_dir=cache)
+    except ValueError:  # not a valid hub name ("a/b/c", "../x"): a mistyped path
+        config = None
+    if isinstance(config, str):
+        return Path(config).parent
+    known = "\n".join(f"  {k}: {v}" for k, v in KNOWN_MODELS.items())
+    raise ValueError(
+        f"unknown model {name!r}: it is neither a known name nor an existing local directory, and it is not "
+        f"in the local Hugging Face cache ({cache}; set HF_HUB_CACHE or HF_HOME to look elsewhere). Nothing is "
+        f"downloaded at run time: on a machine with network run `hf download {name}` (it fills that cache), "
+        f"or pass a directory written by save_pretrained. Known names:\n{known}"
+    )
+
+
 def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) for a known short name (see KNOWN_MODELS) or a local directory
-    holding a transformers causal LM and its tokenizer. Never touches the network."""
+    """(model, tokenizer) for a known short name (see KNOWN_MODELS), a local directory
+    holding a transformers causal LM and its tokenizer, or a hub name in the local Hugging
+    Face cache (resolve_model_dir). Never touches the network."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     quiet_transformers()
 
-    name = str(name_or_path)
-    if name in KNOWN_MODELS:
-        directory = convert_smollm2()
-    elif Path(name).is_dir():
-        directory = Path(name)
-    else:
-        known = "\n".join(f"  {k}: {v}" for k, v in KNOWN_MODELS.items())
-        raise ValueError(
-            f"unknown model {name!r}: it is neither a known name nor an existing local "
-            f"directory. Known names:\n{known}\nAny other model must be a local directory "
-            "written by save_pretrained; nothing is downloaded from a model hub."
-        )
+    directory = resolve_model_dir(name_or_path)
     model = AutoModelForCausalLM.from_pretrained(directory, dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
     return model.eval(), tokenizer
@@ -187,6 +220,9 @@ class HFPolicyConfig:
     dim: int  # hidden size: what a value head or reward head reads
     source: str = ""  # the name or directory the base weights came from
     lora_r: int = 0  # 0 = every weight trains; r > 0 = only rank-r adapters do (peft)
+    # LoRA: the known name or directory the frozen base weights load from again; a LoRA
+    # checkpoint holds the adapters alone and records this instead of a copy of the base
+    lora_base: str = ""
 
 
 class HFPolicy(nn.Module):
@@ -204,6 +240,9 @@ class HFPolicy(nn.Module):
     with a cache stays the way, whatever engine runs it.
     """
 
+    # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
+    compute_dtype: torch.dtype = torch.float32
+
     def __init__(self, hf_model: nn.Module, source: str = "") -> None:
         super().__init__()
         self.hf = hf_model
@@ -219,12 +258,16 @@ class HFPolicy(nn.Module):
 
     # ---- LoRA: train rank-r adapters, keep the base weights frozen ------------------------
 
-    def add_lora(self, r: int, alpha: int = 0) -> None:
+    def add_lora(self, r: int, alpha: int = 0, base: str | os.PathLike = "") -> None:
         """Freeze every weight and add trainable rank-r adapters to the attention and MLP
         projections (Hu et al. 2021, https://arxiv.org/abs/2106.09685): W x + (α/r)·B A x,
         with B = 0 at the start, so the policy is unchanged until the first update.
         `adapter_disabled()` then gives back the frozen base, which serves as the
-        reference model without a second copy of the weights."""
+        reference model without a second copy of the weights.
+
+        `base` is where the weights the policy holds now can be loaded from again (a known
+        name, a model directory or a full-weights checkpoint; default: what the policy was
+        loaded from): checkpoints store the adapters alone and point at it."""
         from peft import LoraConfig, get_peft_model
 
         if self.config.lora_r:
@@ -235,6 +278,7 @@ class HFPolicy(nn.Module):
             warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
             self.hf = get_peft_model(self.hf, lora)
         self.config.lora_r = r
+        self.config.lora_base = str(base or self.config.source)
 
     @contextmanager
     def adapter_disabled(self):
@@ -247,40 +291,49 @@ class HFPolicy(nn.Module):
     # ---- checkpoints ------------------------------------------------------------------
 
     def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
-        """A transformers directory of the base weights (loadable by any transformers code),
-        plus lora/ with the adapters (loadable by peft) when the policy has them."""
+        """A transformers directory of the weights (loadable by any transformers code), or for
+        a LoRA policy the adapters alone in peft's format (models/lora_checkpoint.py), plus the
+        tokenizer and POLICY_RECORD."""
         quiet_transformers()
         directory = Path(directory)
+        record = {"kind": "transformers", "source": self.config.source, "lora_r": self.config.lora_r,
+                  # the prompt layout is part of the policy: `posttrain eval` must ask the same way
+                  "system_prompt": getattr(tokenizer, "system_prompt", "")}
         if self.config.lora_r:
-            # peft wraps each adapted Linear in place (q_proj.base_layer.weight + lora_A/B);
-            # the base checkpoint gets the plain names and no adapter tensors
-            base = self.hf.get_base_model()
-            plain = {k.replace(".base_layer.", "."): v for k, v in base.state_dict().items() if "lora_" not in k}
-            base.save_pretrained(directory, state_dict=plain)
-            self.hf.save_pretrained(directory / "lora")
+            record.update(save_adapters(self.hf, directory, self.config.lora_base))
         else:
             self.hf.save_pretrained(directory)
         if tokenizer is not None:
             tokenizer.save(directory)
-        record = {"kind": "transformers", "source": self.config.source, "lora_r": self.config.lora_r,
-                  # the prompt layout is part of the policy: `posttrain eval` must ask the same way
-                  "system_prompt": getattr(tokenizer, "system_prompt", "")}
         (directory / POLICY_RECORD).write_text(json.dumps(record, indent=2) + "\n")
 
     @classmethod
     def from_pretrained(cls, directory: str | os.PathLike) -> HFPolicy:
+        """Load a directory `save_pretrained` wrote; a LoRA checkpoint loads its base from
+        where its record points, and fails naming that place when the base is not there."""
         from transformers import AutoModelForCausalLM
 
         quiet_transformers()
         directory = Path(directory)
         record = read_policy_record(directory)
+        if record.get("lora_r") and is_adapter_checkpoint(directory):
+            peft_model, base = load_adapters(directory, record, lambda base: load_hf_model(base)[0])
+            return cls.with_adapters(peft_model, base, record)
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32, local_files_only=True)
         policy = cls(model.eval(), source=record.get("source", str(directory)))
-        if record.get("lora_r"):
+        if record.get("lora_r"):  # the layout before adapter-only checkpoints: the whole base, adapters in lora/
             from peft import PeftModel
 
             policy.hf = PeftModel.from_pretrained(model, directory / "lora", is_trainable=True)
-            policy.config.lora_r = record["lora_r"]
+            policy.config.lora_r, policy.config.lora_base = record["lora_r"], str(directory)
+        return policy
+
+    @classmethod
+    def with_adapters(cls, peft_model: nn.Module, base: str, record: dict) -> HFPolicy:
+        """A LoRA policy around a peft model that `load_adapters` built on `base`."""
+        policy = cls(peft_model.get_base_model(), source=record.get("source", base))
+        policy.hf = peft_model
+        policy.config.lora_r, policy.config.lora_base = int(record["lora_r"]), base
         return policy
 
     @property

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint
 
+from posttrain.models.device import autocast, model_device
+
 from .shared_prefix import batch_hidden_states
 
 
@@ -96,6 +98,8 @@ def response_logp_and_entropy(
     states, targets = hidden[rows, cols], tokens[rows, cols + 1]  # (n, D), (n,)
 
     def logp_and_entropy(h: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # the upcast point under --dtype bfloat16: the head's matmul may run in bf16 (autocast),
+        # but logsumexp and softmax over V logits run in float32, where rounding stays below 1e-6
         z = lm_head(h).float() / temperature  # (c, V)
         log_norm = torch.logsumexp(z, dim=-1)  # (c,)
         logp = z.gather(-1, target[:, None]).squeeze(-1) - log_norm
@@ -111,16 +115,21 @@ def response_logp_and_entropy(
     logp = torch.cat([p[0] for p in parts]) if parts else hidden.new_zeros(0)
     entropy = torch.cat([p[1] for p in parts]) if parts else hidden.new_zeros(0)
     index = (rows, cols + 1)
-    return (hidden.new_zeros(B, T).index_put(index, logp.to(hidden.dtype)),
-            hidden.new_zeros(B, T).index_put(index, entropy.to(hidden.dtype)))
+    # float32 whatever hidden's dtype (bf16 under autocast): the ratio exp(logp − old_logp)
+    # and the KL read differences of log-probs that bf16's 3 significant digits would erase
+    return (hidden.new_zeros(B, T, dtype=torch.float32).index_put(index, logp.float()),
+            hidden.new_zeros(B, T, dtype=torch.float32).index_put(index, entropy.float()))
 
 
 def response_logp(model: torch.nn.Module, batch, share_prompt: bool = True) -> torch.Tensor:
     """log π(token | prefix) of the batch's response tokens under `model`, (B, T), exactly 0
     off the response; with `share_prompt`, the prompt of a group of rows runs once
     (models/shared_prefix.py)."""
-    hidden = batch_hidden_states(model, batch, share_prompt)  # (B, T, D)
-    logp, _ = response_logp_and_entropy(hidden, model.lm_head, batch.tokens, batch.response_mask, batch.temperature)
+    batch = batch.to(model_device(model))  # a no-op when the caller already put it there
+    with autocast(model):  # the model's precision (models/device.py); logp comes back float32
+        hidden = batch_hidden_states(model, batch, share_prompt)  # (B, T, D)
+        logp, _ = response_logp_and_entropy(hidden, model.lm_head, batch.tokens, batch.response_mask,
+                                            batch.temperature)
     return logp
 
 

@@ -39,13 +39,13 @@ def prompt_groups(tokens: torch.Tensor, prompt_lengths: torch.Tensor,
     labels, group_of_row = torch.unique(group_ids, return_inverse=True)  # (G,), (B,)
     if len(labels) == len(group_ids):
         return None
-    rows = torch.arange(len(group_ids))
+    rows = torch.arange(len(group_ids), device=group_ids.device)
     # the first row of each group: scatter_reduce keeps the smallest row index per group
-    first_rows = torch.full((len(labels),), len(group_ids)).scatter_reduce(0, group_of_row, rows, reduce="amin")
+    first_rows = torch.full_like(labels, len(group_ids)).scatter_reduce(0, group_of_row, rows, reduce="amin")
     first_of_row = first_rows[group_of_row]  # (B,)
     if not torch.equal(prompt_lengths, prompt_lengths[first_of_row]):
         return None
-    columns = torch.arange(tokens.shape[1])[None, :]  # (1, T)
+    columns = torch.arange(tokens.shape[1], device=tokens.device)[None, :]  # (1, T)
     in_prompt = columns < prompt_lengths[:, None]  # (B, T)
     if not torch.equal(tokens * in_prompt, tokens[first_of_row] * in_prompt):
         return None

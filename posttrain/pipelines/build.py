@@ -34,7 +34,16 @@ from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.envs import ENVIRONMENTS, make_env
-from posttrain.models import MODELS, check_checkpoint_shape, is_pretrained, policy_context, read_model_dir
+from posttrain.models import (
+    MODELS,
+    check_checkpoint_shape,
+    is_pretrained,
+    is_transformers_policy,
+    policy_context,
+    read_model_dir,
+)
+from posttrain.models.device import check_precision, resolve_device
+from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.kl_control import AdaptiveKLController
@@ -90,14 +99,19 @@ def make_reward(rl: RLConfig, score):
     return stack_scorer(RewardStack(terms), score)
 
 
-def check_config(cfg) -> None:
+def check_config(cfg, env=None) -> list[str]:
     """Refuse a config before anything starts: its types and values (check_types,
     cfg.validate()), then the names, files, data and parameters only the library can judge.
-    Raises ConfigError naming the setting."""
+    `env`: a TrainConfig's environment object, given instead of cfg.env (api.train).
+    Raises ConfigError naming the setting; returns what a training run's checks found
+    (the model a name resolved to, data sizes, sequence lengths), for --dry_run."""
     check_types(cfg)
     cfg.validate()
     try:
-        {TrainConfig: check_train, EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        if isinstance(cfg, TrainConfig):
+            return check_train(cfg, env)
+        {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        return []
     except ConfigError:
         raise
     except (ValueError, FileNotFoundError) as error:  # a registry or a loader said why
@@ -107,15 +121,19 @@ def check_config(cfg) -> None:
 def check_model(cfg: TrainConfig) -> None:
     known = sorted(MODELS) + sorted(KNOWN_MODELS)
     name = cfg.model.name
-    check(name in known or Path(name).is_dir(), "model.name", name,
-          f"one of {known} or an existing local transformers directory (nothing is downloaded)")
     if name not in known:
+        try:  # a directory, or a hub name in the local Hugging Face cache; never a download
+            directory = resolve_model_dir(name)
+        except ValueError as error:
+            raise ConfigError(f"model.name={name!r} is not allowed: expected one of {known}, a local transformers "
+                              f"directory or a name in the local Hugging Face cache; {error}") from None
         try:
-            read_model_dir(name)  # its config.json, not its weights: a directory of something else fails now
+            read_model_dir(directory)  # its config.json, not its weights: a directory of something else fails now
         except ValueError as error:
             raise ConfigError(f"model.name={name!r} is not allowed: {error}") from None
-    check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
-          "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
+    if not cfg.init:  # with init, the model it loads decides (check_train)
+        check(not cfg.model.lora_r or name not in MODELS, "model.lora_r", cfg.model.lora_r,
+              "0 for gpt_mini (LoRA is for pretrained transformers models; gpt_mini trains every weight)")
 
 
 def check_env(env):
@@ -197,18 +215,50 @@ def check_can_learn(rl: RLConfig, algo) -> None:
           "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
 
 
-def check_train(cfg: TrainConfig) -> None:
+def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
+    """The device exists on this machine and the dtype can run there (models/device.py says
+    what to pass instead). `dist`'s Ray workers and data-parallel ranks build their own CPU,
+    float32 copies of the policy, so they refuse any other placement rather than sample or
+    train in a precision the rest of the run does not use."""
+    check_precision(device_name, dtype_name)  # ValueError: check_config turns it into a ConfigError
+    device = resolve_device(device_name)
+    if dist is None or (device.type == "cpu" and dtype_name == "float32"):
+        return
+    placement = f"device={device_name!r} (resolved to {device.type}) and dtype={dtype_name!r}"
+    check(dist.workers == 0, "dist.workers", dist.workers,
+          f"0 with {placement}: the Ray rollout workers hold CPU float32 copies of the policy and cannot follow it; "
+          "sample in this process (--workers 0), or pass --device cpu --dtype float32")
+    check(dist.trainer_ranks == 1, "dist.trainer_ranks", dist.trainer_ranks,
+          f"1 with {placement}: the data-parallel ranks are CPU float32 processes joined by gloo; train in one "
+          "process, or pass --device cpu --dtype float32")
+
+
+def check_train(cfg: TrainConfig, env=None) -> list[str]:
+    """The checks of a training run; what they found, one line each (check_data's, and the
+    model directory a name resolved to), for --dry_run to show."""
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
+    check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_model(cfg)
     check_rl(cfg.rl)
-    env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
+    if env is None:
+        env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
               "data-parallel)")
     if cfg.init:
-        check_checkpoint_shape(Path(cfg.init), cfg.model)
-    check_data(cfg, env)
+        try:  # a run's checkpoint, any transformers model directory, or a model name (as model.name takes)
+            init = resolve_model_dir(cfg.init)
+        except ValueError as error:
+            raise ConfigError(f"init={cfg.init!r}: no such checkpoint directory ({error})") from None
+        check_checkpoint_shape(init, cfg.model)
+        check(not cfg.model.lora_r or is_transformers_policy(cfg.model, cfg.init), "model.lora_r", cfg.model.lora_r,
+              f"0 with init={cfg.init!r}, a gpt_mini checkpoint (LoRA is for transformers models; gpt_mini trains "
+              "every weight)")
+    start = [f"start: init={cfg.init!r} is {init}"] if cfg.init else []
+    if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
+        start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
+    return start + check_data(cfg, env)
 
 
 def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
@@ -224,18 +274,25 @@ def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
     return examples
 
 
-def check_data(cfg: TrainConfig, env) -> None:
+def check_data(cfg: TrainConfig, env) -> list[str]:
     """Draw now what the run will draw: the held-out and dev sets, SFT's demonstrations
     (each needs a reference solution), so a split too small fails here; then check that
     the longest prompt + rl.sampling.max_new_tokens, each demonstration and each pair of
-    an rl.pairs file fit the model's positions (read from its config, no weights)."""
+    an rl.pairs file fit the model's positions (read from its config, no weights).
+    Returns what was found, one line a check, for --dry_run to show."""
     heldout = fixed_set(env, "heldout_size", "heldout", cfg.heldout_size, 0)
     dev = fixed_set(env, "rl.dev_size", "dev", cfg.rl.dev_size, 0)
-    demos = [] if cfg.init else fixed_set(env, "sft.num_examples", "train", cfg.sft.num_examples, cfg.seed)
+    # no SFT stage (a start checkpoint, or sft.steps 0): no demonstrations needed
+    demos = [] if cfg.init or cfg.sft.steps == 0 else fixed_set(env, "sft.num_examples", "train",
+                                                                 cfg.sft.num_examples, cfg.seed)
     solutions = [env.solution(example) for example in demos]  # a problem without one fails now, not after a run starts
+    found = [f"data: {len(heldout)} held-out and {len(dev)} dev problems; " + (
+        f"{len(demos)} SFT demonstrations, each with a solution" if demos else
+        f"no SFT ({'init' if cfg.init else 'sft.steps 0'}), so no demonstrations are needed")]
     context = policy_context(cfg.model, cfg.init)
     if context is None:
-        return
+        return found + [f"sequence length: not checked for {cfg.model.name} (read only after its one-time conversion; "
+                        "SmolLM2-135M has 8,192 positions)"]
     positions, tokenizer = context
     longer = "raise model.max_seq_len" if not (is_pretrained(cfg.model) or cfg.init) else "use a longer-context model"
     # a seeded draw of the training split; a rarer longer prompt is still refused by the rollout itself
@@ -245,8 +302,10 @@ def check_data(cfg: TrainConfig, env) -> None:
     check(longest + budget <= positions, "rl.sampling.max_new_tokens", budget,
           f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
           f"model's {positions} positions; lower it, or {longer}")
+    demo_lengths = []
     for example, solution in zip(demos, solutions):
         length = len(example_prompt_ids(tokenizer, example)) + len(tokenizer.encode(solution)) + 1  # + EOS
+        demo_lengths.append(length)
         if length > positions:
             raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
                               f"(prompt, solution, EOS), more than the model's {positions} positions; {longer} or "
@@ -256,10 +315,14 @@ def check_data(cfg: TrainConfig, env) -> None:
             preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)
         except ValueError as error:
             raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
+    return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
+                    f"= {longest + budget} of the model's {positions} positions"
+                    + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")]
 
 
 def check_eval(cfg: EvalConfig) -> None:
     check(cfg.spec_version in VERIFIERS, "spec_version", cfg.spec_version, f"one of {sorted(VERIFIERS)}")
+    check_placement(cfg.device, cfg.dtype)
     env = check_env(cfg.env)
     if cfg.checkpoint:
         fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
@@ -312,10 +375,10 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = make_reference(policy, start_weights, cfg.rl.share_prompt) if use_reference else None
-    critic = ValueHead(policy.config.dim) if algo.uses_critic else None
+    critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
-    if cfg.rl.micro_batch_size == 0 and is_pretrained(cfg.model):
+    if cfg.rl.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
         console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
                       "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "

@@ -74,7 +74,8 @@ def compare(cfg: TrainConfig, algos: list[str], online_rounds: list[int] | None 
         sft_cfg = dataclasses.replace(cfg, name="sft", out_dir=str(root.path), rl=dataclasses.replace(cfg.rl, steps=0))
         sft_run = start_run(sft_cfg, "compare")
         run_pipeline(sft_cfg, sft_run)
-        init = str(latest_checkpoint(sft_run, "sft"))
+        # with sft.steps 0: gpt_mini's saved random init, or the pretrained model itself
+        init = str(latest_checkpoint(sft_run, "sft") or latest_checkpoint(sft_run, "init") or cfg.model.name)
 
     rows = []
     for label, rl in rows_to_run:

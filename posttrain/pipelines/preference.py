@@ -23,6 +23,7 @@ from posttrain.data.preference import (
 )
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model
+from posttrain.models.device import model_device, place
 from posttrain.pipelines.build import make_reward, sampling_params, trainer_settings
 from posttrain.pipelines.preference_train import (
     batch_indices,
@@ -114,7 +115,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     # held-out pairs stay the verifier's, so their accuracy is measured against the truth
     rank_by = make_reward(cfg.rl, env.score) if cfg.rl.rm.path else None
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
-        policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)  # train adapters only
+        policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
     reference = make_reference(policy, reference_weights, cfg.rl.share_prompt)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
@@ -153,7 +154,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         saved = latest_checkpoint(run, "pref_reference")
         if saved is None or saved.name != f"step_{round_start[r]:06d}":
             saved = save_checkpoint(run, "pref_reference", round_start[r], policy, tokenizer, keep_last=1)
-        return load_checkpoint_model(saved, policy.config).eval().requires_grad_(False)
+        reference_now = place(load_checkpoint_model(saved, policy.config), model_device(policy), policy.compute_dtype)
+        return reference_now.eval().requires_grad_(False)
 
     current: dict = {}  # the round being trained: its number, rows (with π_ref's log-probs) and stats
 

@@ -26,6 +26,7 @@ import torch
 
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
 from posttrain.data.preference import preference_episodes
+from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.roles.trainer import Trainer
@@ -170,6 +171,7 @@ def evaluate_preference(
     logps = None
     for start in range(0, len(rows), batch_size):
         batch = preference_batch(rows, range(start, min(len(rows), start + batch_size)), tokenizer.pad_id)
+        batch = batch.to(model_device(policy))  # the reference lives where the policy does
         ref = sequence_logps(reference, batch) if loss.uses_reference else None
         part = PreferenceLogps.of_rows(sequence_logps(policy, batch), batch.response_lengths(), batch.rewards > 0, ref)
         logps = part if logps is None else logps.cat(part)
@@ -182,8 +184,11 @@ def mean_token_kl(policy: torch.nn.Module, reference: torch.nn.Module, batch: Ro
     """Exact KL(π_θ ‖ π_ref) of the next-token distributions, summed over the vocabulary and
     averaged over the response positions of `batch`: how far training moved the policy,
     measured where the data lives."""
-    logp = torch.log_softmax(policy(batch.tokens)[:, :-1].float(), dim=-1)  # (N, T-1, V)
-    ref_logp = torch.log_softmax(reference(batch.tokens)[:, :-1].float(), dim=-1)  # (N, T-1, V)
+    batch = batch.to(model_device(policy))
+    with autocast(policy):  # the policy's precision; the log-softmax below reads the logits in float32
+        logits, ref_logits = policy(batch.tokens)[:, :-1], reference(batch.tokens)[:, :-1]  # (N, T-1, V) each
+    logp = torch.log_softmax(logits.float(), dim=-1)  # (N, T-1, V)
+    ref_logp = torch.log_softmax(ref_logits.float(), dim=-1)  # (N, T-1, V)
     kl = (logp.exp() * (logp - ref_logp)).sum(-1)  # (N, T-1), position t-1 predicts token t
     mask = batch.response_mask[:, 1:]  # (N, T-1)
     return ((kl * mask).sum() / mask.sum().clamp(min=1)).item()

@@ -41,6 +41,8 @@ from posttrain.config_file import to_dict
 from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import place, resolve_device
+from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.preference import verifier_pairs
 from posttrain.pipelines.run import run_pipeline
 from posttrain.pipelines.sft import sft_stage
@@ -52,7 +54,7 @@ from posttrain.rewards.reward_model import (
     save_reward_model,
     train_reward_model,
 )
-from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
+from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
@@ -122,15 +124,18 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
             check_reward_model_dir(rm_dir)
         except ValueError:  # not trained yet (or killed while training: it is short, so redo it)
             env = make_env(cfg.env.name, **cfg.env.kwargs())
-            if cfg.init:
-                policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init),
-                                                                                                   cfg.model)
+            if cfg.init:  # a checkpoint or any transformers model, as run_pipeline reads it
+                start = resolve_model_dir(cfg.init)
+                policy, tokenizer = load_checkpoint_model(start, cfg.model), load_tokenizer(start, cfg.model)
+                place(policy, resolve_device(cfg.device), cfg.dtype)
             else:  # the same SFT run_pipeline does; it finds the checkpoint and skips SFT
                 torch.manual_seed(derive_seed(cfg.seed, "init"))
                 policy, tokenizer = make_policy(cfg.model)
-                sft_stage(cfg, run, env, tokenizer, policy)
-                start = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
-                policy.load_state_dict(load_checkpoint_model(start, policy.config).state_dict())
+                place(policy, resolve_device(cfg.device), cfg.dtype)
+                if cfg.sft.steps:  # without SFT the reward model reads the model as built
+                    sft_stage(cfg, run, env, tokenizer, policy)
+                    policy.load_state_dict(load_checkpoint_model(latest_checkpoint(run, "sft"),
+                                                                 policy.config).state_dict())
             train_and_save_reward_model(cfg, run, env, tokenizer, policy)
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, rm=dataclasses.replace(cfg.rl.rm,
                                                                                              path=str(rm_dir))))

@@ -5,8 +5,6 @@ on a partly finished run directory: finished pieces are skipped, the rest resume
 from __future__ import annotations
 
 import dataclasses
-import shutil
-from pathlib import Path
 
 import torch
 
@@ -14,7 +12,9 @@ from posttrain.config import SamplingParams, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
-from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import device_record, place, resolve_device
+from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
@@ -28,37 +28,42 @@ from posttrain.runs.trackers import reporting
 from posttrain.seeds import derive_seed
 
 
-def start_run(cfg: TrainConfig, command: str) -> RunDir:
-    """A new run directory, locked for this process, with its config.json and meta.json."""
+def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
+    """A new run directory, locked for this process, with its config.json and meta.json.
+    `env`: an environment object to train on instead of the one cfg.env names (api.train)."""
     run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))
-        env = make_env(cfg.env.name, **cfg.env.kwargs())
+        env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
         run.write_meta({
             "loop": "C (train)",
             "entry_point": command,
             "seed": cfg.seed,
+            # the directory a model name stood for today (a hub cache snapshot names its commit)
+            "model_dir": str(resolve_model_dir(cfg.init or cfg.model.name)) if cfg.init or is_pretrained(cfg.model)
+                         else "",
             "spec_version": env.spec_version,
             "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
                         "heldout_size": cfg.heldout_size},
             "sampling": {"train": dataclasses.asdict(cfg.rl.sampling),
                          "eval": {"temperature": 0.0, "decoding": "greedy"}},
+            # what --device auto chose, and the GPU's name: the same config gives different timings there
+            "device": device_record(cfg.device, cfg.dtype),
         })
     except BaseException:
         # nothing has run: a directory without its config and meta (a full disk) could never
         # be resumed, only mistaken for a run
-        run.close()
-        shutil.rmtree(run.path, ignore_errors=True)
+        run.discard()
         raise
     return run
 
 
-def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
+def run_pipeline(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     """SFT → held-out eval → RL → held-out eval → summary, with a copy of the metrics in
     each tracker of --report_to. Safe to call again on a partly finished run directory:
-    finished pieces are skipped, the rest resumes."""
+    finished pieces are skipped, the rest resumes. `env` as in start_run."""
     with reporting(run, cfg.trackers(), to_dict(cfg)) as trackers:  # nothing opens for report_to="none"
-        summary = train_and_evaluate(cfg, run)
+        summary = train_and_evaluate(cfg, run, env)
         # the held-out results, at each stage's last step + 1: the number of steps behind them
         stage_steps = {"sft": 0 if cfg.init else cfg.sft.steps, summary["final_stage"]: cfg.rl.steps}
         for stage, steps in stage_steps.items():
@@ -68,29 +73,45 @@ def run_pipeline(cfg: TrainConfig, run: RunDir) -> dict:
     return summary
 
 
-def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
+def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     """The pipeline itself; the summary it writes, as a dict."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    env = make_env(cfg.env.name, **cfg.env.kwargs())
+    env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
 
-    if cfg.init:
-        policy, tokenizer = load_checkpoint_model(Path(cfg.init), cfg.model), load_tokenizer(Path(cfg.init), cfg.model)
-        start_weights = Path(cfg.init)
+    device = resolve_device(cfg.device)
+    if device.type == "cpu" and cfg.dtype != "float32":
+        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
+                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
+                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
+    if cfg.init:  # a run's checkpoint or any transformers model (a directory, or a name in the local cache)
+        start_weights = resolve_model_dir(cfg.init)
+        policy, tokenizer = load_checkpoint_model(start_weights, cfg.model), load_tokenizer(start_weights, cfg.model)
+        place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here
     else:
         torch.manual_seed(derive_seed(cfg.seed, "init"))
         policy, tokenizer = make_policy(cfg.model)  # gpt_mini from scratch, or a pretrained model
-        sft_stage(cfg, run, env, tokenizer, policy)
-        # RL starts from (and the reference is) the SFT result; with sft.steps=0, the random init
-        start_weights = latest_checkpoint(run, "sft") or save_checkpoint(run, "init", 0, policy, tokenizer)
-        policy.load_state_dict(load_checkpoint_weights(start_weights, policy.config).state_dict())
+        # initialised on the CPU (the same seed gives the same weights on every device), then moved
+        place(policy, device, cfg.dtype)
+        # RL starts from (and the reference is) the SFT result; with sft.steps=0 the model as
+        # built: a pretrained one from its own directory, gpt_mini's random init from a copy
+        if cfg.sft.steps:  # without SFT no demonstrations are drawn: a task needs no solutions
+            sft_stage(cfg, run, env, tokenizer, policy)
+            start_weights = latest_checkpoint(run, "sft")
+            policy.load_state_dict(load_checkpoint_weights(start_weights, policy.config).state_dict())
+        elif is_pretrained(cfg.model):
+            start_weights = resolve_model_dir(cfg.model.name)
+        else:
+            start_weights = latest_checkpoint(run, "init") or save_checkpoint(run, "init", 0, policy, tokenizer)
 
     results = run.read_json("summary.json") or {}
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
     if "sft" not in results:
-        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params)
+        # kept under "sft" in summary.json either way: the policy RL starts from
+        start = "after sft" if cfg.sft.steps and not cfg.init else "of the starting model (no SFT)"
+        results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params, start)
         run.write_json("summary.json", results)
 
     stage = "pref" if is_preference(cfg.rl) else "rl"
@@ -101,7 +122,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
             policy.load_state_dict(load_checkpoint_weights(trained, policy.config).state_dict())
     else:
         if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
-            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha)
+            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=start_weights)
         rl_stage(cfg, run, env, tokenizer, policy, start_weights)
     if stage not in results:
         results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)
@@ -111,13 +132,14 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir) -> dict:
     return run.read_json("summary.json")
 
 
-def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams) -> dict:
+def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams,
+                     label: str = "") -> dict:
     engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
     ci = result["ci"]
     # the mean reward only where it says something pass@1 does not: under partial credit
     beside = f"; mean reward {ci['mean_reward']:.3f}" if ci["mean_reward"] != ci["mean"] else ""
-    console.print(f"[bold]held-out pass@1 after {stage}[/]: {ci['mean']:.3f} "
+    console.print(f"[bold]held-out pass@1 {label or f'after {stage}'}[/]: {ci['mean']:.3f} "
                   f"(95% CI {ci['ci_low']:.3f}–{ci['ci_high']:.3f}, n={ci['n']}){beside}")
     return ci

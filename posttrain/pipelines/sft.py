@@ -30,7 +30,9 @@ def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:
                       weight_decay=cfg.sft.weight_decay, grad_clip=1.0)
 
     def step_fn(step: int) -> dict[str, float]:
-        rows = torch.randint(len(demos), (cfg.sft.batch_size,), generator=generator_for(cfg.seed, "sft", step))
+        # drawn on the CPU generator's side (seeds.py); trainer.update moves the batch to the policy's device
+        rows = torch.randint(len(demos), (cfg.sft.batch_size,), generator=generator_for(cfg.seed, "sft", step),
+                             device="cpu")
         batch = RolloutBatch.collate([demos[i] for i in rows.tolist()], tokenizer.pad_id)
         return trainer.update(batch, sft_loss)
 

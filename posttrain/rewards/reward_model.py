@@ -56,6 +56,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posttrain.models import load_checkpoint_model
+from posttrain.models.device import autocast, model_device
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import token_logp
 from posttrain.models.tokenizer import CharTokenizer
@@ -91,6 +92,10 @@ class RewardModel(nn.Module):
     def config(self):  # the body's: GPTMiniConfig or HFPolicyConfig
         return self.body.config
 
+    @property
+    def compute_dtype(self) -> torch.dtype:  # the body's forward passes set the precision
+        return self.body.compute_dtype
+
     @classmethod
     def from_policy(cls, policy: nn.Module, pooling: str = "last") -> RewardModel:
         """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
@@ -99,18 +104,24 @@ class RewardModel(nn.Module):
 
     def forward(self, tokens: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """tokens (B, T) right padded, lengths (B,) real tokens per row -> rewards (B,)."""
+        device = model_device(self)  # its body's: a reward model started from the policy lives where it does
+        tokens, lengths = tokens.to(device), lengths.to(device)
+        positions = torch.arange(tokens.shape[1], device=device)  # (T,)
         if self.pooling == "loglik":
-            logp = token_logp(self.body(tokens), tokens)  # (B, T), t = log π(tok_t | tok_<t); t = 0 is 0
-            scored = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(logp.dtype)  # (B, T) the real tokens
+            with autocast(self.body):  # the body's precision; token_logp reads the logits in float32
+                logits = self.body(tokens).float()  # (B, T, V)
+            logp = token_logp(logits, tokens)  # (B, T), t = log π(tok_t | tok_<t); t = 0 is 0
+            scored = (positions < lengths[:, None]).to(logp.dtype)  # (B, T) the real tokens
             scored[:, 0] = 0.0  # but not <bos>: it is given, not predicted
             loglik = (logp * scored).sum(1) / scored.sum(1).clamp(min=1)  # (B,) mean over real tokens
             return self.head(loglik[:, None]).squeeze(-1)  # (B,) a · loglik + b
-        h = self.body.hidden_states(tokens)  # (B, T, D); right padding needs no mask
+        with autocast(self.body):
+            h = self.body.hidden_states(tokens).float()  # (B, T, D); right padding needs no mask
         if self.pooling == "mean":
-            real = (torch.arange(tokens.shape[1]) < lengths[:, None]).to(h.dtype)  # (B, T) 1 on real tokens
+            real = (positions < lengths[:, None]).to(h.dtype)  # (B, T) 1 on real tokens
             pooled = (h * real[..., None]).sum(1) / lengths[:, None].to(h.dtype)  # (B, D) padding never counts
         else:
-            pooled = h[torch.arange(tokens.shape[0]), lengths - 1]  # (B, D) the last real token
+            pooled = h[torch.arange(tokens.shape[0], device=device), lengths - 1]  # (B, D) the last real token
         return self.head(pooled).squeeze(-1)  # (B,)
 
 
@@ -139,10 +150,12 @@ def encode_for_reward(tokenizer, prompt: str, completion: str, max_len: int) -> 
 def collate_texts(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Right-pad id lists into tokens (B, T) and lengths (B,)."""
     T = max(len(s) for s in sequences)
-    tokens = torch.full((len(sequences), T), pad_id, dtype=torch.long)
+    # on the CPU, from the lists: RewardModel.forward moves them to the model's device once
+    cpu = torch.device("cpu")
+    tokens = torch.full((len(sequences), T), pad_id, dtype=torch.long, device=cpu)
     for b, s in enumerate(sequences):
-        tokens[b, : len(s)] = torch.tensor(s)
-    return tokens, torch.tensor([len(s) for s in sequences])
+        tokens[b, : len(s)] = torch.tensor(s, device=cpu)
+    return tokens, torch.tensor([len(s) for s in sequences], device=cpu)
 
 
 @torch.no_grad()
@@ -155,7 +168,7 @@ def reward_of(model: RewardModel, tokenizer, prompts: Sequence[str], completions
         seqs = [encode_for_reward(tokenizer, p, c, model.config.max_seq_len)[0]
                 for p, c in zip(prompts[start : start + batch_size], completions[start : start + batch_size])]
         out.append(model(*collate_texts(seqs, tokenizer.pad_id)))
-    return torch.cat(out) if out else torch.zeros(0)
+    return torch.cat(out) if out else torch.zeros(0, device=model_device(model))
 
 
 def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], tokenizer=None) -> float:
@@ -216,7 +229,8 @@ def train_reward_model(
     max_len = model.config.max_seq_len
     chosen = [encode_for_reward(tokenizer, p.prompt, p.chosen, max_len)[0] for p in pairs]
     rejected = [encode_for_reward(tokenizer, p.prompt, p.rejected, max_len)[0] for p in pairs]
-    margins = torch.tensor([float(p.meta[margin_key]) for p in pairs]) if margin_key else None
+    margins = (torch.tensor([float(p.meta[margin_key]) for p in pairs], device=model_device(model))
+               if margin_key else None)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = random.Random(seed)
@@ -271,7 +285,7 @@ def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None,
     tmp = directory.with_name(f".{directory.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     model.body.save_pretrained(tmp, tokenizer)
-    torch.save({"weight": model.head.weight.detach().clone(), "bias": model.head.bias.detach().clone(),
+    torch.save({"weight": model.head.weight.detach().cpu().clone(), "bias": model.head.bias.detach().cpu().clone(),
                 "pooling": model.pooling}, tmp / HEAD_FILE)
     (tmp / INFO_FILE).write_text(json.dumps(info or {}, indent=2) + "\n")
     shutil.rmtree(directory, ignore_errors=True)
@@ -298,7 +312,7 @@ def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
 
     check_reward_model_dir(directory)
     directory = Path(directory)
-    head = torch.load(directory / HEAD_FILE, weights_only=True)
+    head = torch.load(directory / HEAD_FILE, weights_only=True, map_location="cpu")  # a GPU-trained head too
     model = RewardModel(load_checkpoint_model(directory), head.get("pooling", "last"))  # older files: last
     with torch.no_grad():
         model.head.weight.copy_(head["weight"])

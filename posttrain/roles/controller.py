@@ -96,7 +96,10 @@ class Controller:
             return score_episodes(self.reward, episodes)
 
     def collate(self, episodes: list[Episode]) -> RolloutBatch:
-        return RolloutBatch.collate(episodes, self.pad_id, temperature=self.rollout.engine.params.temperature or 1.0)
+        batch = RolloutBatch.collate(episodes, self.pad_id, temperature=self.rollout.engine.params.temperature or 1.0)
+        # on the policy's device from here on: the reference, the algorithm's advantages and the update all
+        # read it there, and write ref_logp, values and advantages there (models/device.py)
+        return batch.to(self.trainer.device)
 
     def informative_episodes(self, step: int) -> tuple[list[Episode], dict[str, float]]:
         """Sample rounds of fresh prompts, keeping the whole groups the algorithm's

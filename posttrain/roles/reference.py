@@ -13,6 +13,7 @@ import copy
 import torch
 
 from posttrain.models import load_checkpoint_model
+from posttrain.models.device import model_device, place
 from posttrain.models.logprobs import response_logp
 from posttrain.types import RolloutBatch
 
@@ -41,6 +42,10 @@ class AdapterOff(torch.nn.Module):
     @property
     def config(self):
         return self.policy.config
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        return self.policy.compute_dtype
 
     @property
     def lm_head(self) -> torch.nn.Module:
@@ -72,4 +77,6 @@ def make_reference(policy: torch.nn.Module, start_weights, share_prompt: bool = 
 
     if getattr(policy.config, "lora_r", 0):
         return AdapterOffReference(policy, share_prompt)
-    return Reference(load_checkpoint_model(start_weights, policy.config), share_prompt)
+    # loaded on the CPU in float32; the reference then lives where the policy does, in its precision
+    start = load_checkpoint_model(start_weights, policy.config)
+    return Reference(place(start, model_device(policy), policy.compute_dtype), share_prompt)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.config import SamplingParams
+from posttrain.models.device import autocast, model_device
 from posttrain.types import PROMPT_MESSAGES, Episode, Example
 
 
@@ -38,6 +39,8 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
     per row, so a row's token depends only on the generator's state and its own logits:
     the caller relies on this to keep a row's draws independent of when the others stop.
     """
+    # .float(): under --dtype bfloat16 the logits arrive in bf16 (3 significant digits); the
+    # log-softmax, old_logp and the CDF below are computed from their float32 upcast
     if params.temperature == 0:
         logp = F.log_softmax(logits.float(), dim=-1)  # (N, V)
         token = logp.argmax(dim=-1)  # (N,)
@@ -59,7 +62,10 @@ def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: t
     # float64 both errors are below 1e-12, for about 2 ms more a call at 64 rows (3.6 against 1.8).
     # (Apple's MPS has no float64: there the draw stays float32, 3e-4 from `probs`.)
     wide = torch.float32 if probs.device.type == "mps" else torch.float64
-    u = torch.rand(probs.shape[0], dtype=wide, device=probs.device, generator=generator)  # (N,)
+    # u is drawn where the generator lives (the seeded ones are CPU generators, seeds.py) and then
+    # moved: N numbers, and the same seed draws the same u, so the same tokens, on every device
+    where = generator.device if generator is not None else probs.device
+    u = torch.rand(probs.shape[0], dtype=wide, device=where, generator=generator).to(probs.device)  # (N,)
     # summed in place: cumsum(dtype=float64) allocates a second (N, V) float64 buffer, and
     # fresh buffers that size page-fault (measured at 64 rows: 17 ms, against 3 ms in place)
     cdf = probs.to(wide).cumsum_(dim=-1)  # (N, V)
@@ -171,28 +177,33 @@ class RolloutEngine:
                 f"model's max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
             )
 
-        # left-pad so every prompt ends at the same column and decoding is one column per step
-        input_ids = torch.full((N, P), tok.pad_id, dtype=torch.long)
-        attention_mask = torch.zeros(N, max_len)
+        # left-pad so every prompt ends at the same column and decoding is one column per step;
+        # assembled on the CPU from the lists, then moved once to the policy's device
+        cpu, device = torch.device("cpu"), model_device(self.model)
+        input_ids = torch.full((N, P), tok.pad_id, dtype=torch.long, device=cpu)
+        attention_mask = torch.zeros(N, max_len, device=cpu)
         for i, p in enumerate(prompts):
-            input_ids[i, P - len(p) :] = torch.tensor(p)
+            input_ids[i, P - len(p) :] = torch.tensor(p, device=cpu)
             attention_mask[i, P - len(p) : P] = 1.0
+        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
 
-        stop_ids = torch.tensor([tok.eos_id] + ([tok.encode("\n")[-1]] if params.stop_at_newline else []))
+        stop_ids = torch.tensor([tok.eos_id] + ([tok.encode("\n")[-1]] if params.stop_at_newline else []),
+                                device=device)
         # prefill each distinct prompt once, then copy its cache out to the group's K rows:
         # the K prompts of a group are the same tokens, and their keys and values would be too
         cache = self.model.new_cache(len(examples), max_len)
-        hidden = self.model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
-        logits = self.model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
+        with autocast(self.model):  # the policy's precision; sample_next_token reads the logits in float32
+            hidden = self.model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
+            logits = self.model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
         if K > 1:
-            cache.batch_select_indices(torch.arange(len(examples)).repeat_interleave(K))  # (N rows)
+            cache.batch_select_indices(torch.arange(len(examples), device=device).repeat_interleave(K))  # (N rows)
             logits = logits.repeat_interleave(K, dim=0)  # (N, V)
 
-        tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long)
-        logps = torch.zeros(N, params.max_new_tokens)
-        lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long)
-        active = torch.arange(N)  # the rows still running, in the order the cache holds them
-        all_logits = torch.zeros(N, logits.shape[-1])
+        tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros(N, params.max_new_tokens, device=device)
+        lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long, device=device)
+        active = torch.arange(N, device=device)  # the rows still running, in the order the cache holds them
+        all_logits = torch.zeros(N, logits.shape[-1], device=device)
         decode = self._decode_step(params)
         for t in range(params.max_new_tokens):
             # Draw for all N rows (finished ones from dummy logits) so that a row's random
@@ -210,8 +221,11 @@ class RolloutEngine:
                 cache.batch_select_indices(keep)
                 active, token, attention_mask = active[keep], token[keep], attention_mask[keep]
             attention_mask[:, P + t] = 1.0
-            logits = decode(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
+            with autocast(self.model):
+                logits = decode(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
+        # back to the CPU once, not one small copy per row below
+        tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
         episodes, stop_list = [], stop_ids.tolist()
         for i in range(N):
             n = int(lengths[i])

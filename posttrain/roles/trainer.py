@@ -18,6 +18,7 @@ import torch
 
 from posttrain.algorithms.contract import Loss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
+from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.models.shared_prefix import batch_hidden_states
 from posttrain.types import PolicyOutputs, RolloutBatch
@@ -92,14 +93,15 @@ class Trainer:
         share_prompt: bool = True,
     ):
         self.model = model
-        self.critic = critic  # a value head on the policy's hidden states, for algorithms that use one
+        # a value head on the policy's hidden states, for algorithms that use one; on the policy's device
+        self.critic = critic.to(model_device(model)) if critic is not None else None
         # only what trains: with LoRA the frozen base weights get no optimizer state at all
         parameters = [p for p in model.parameters() if p.requires_grad]
         if not parameters:
             raise ValueError("the model has no trainable parameters (requires_grad is False everywhere). "
                              "A RolloutEngine freezes the model it is given: give it a copy "
                              "(RolloutEngine(copy.deepcopy(policy), ...)) and train the original")
-        parameters += list(critic.parameters()) if critic is not None else []
+        parameters += list(self.critic.parameters()) if critic is not None else []
         # AdamW's β2 0.95 by default: the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, adam_beta2), weight_decay=weight_decay)
@@ -109,22 +111,28 @@ class Trainer:
         self.micro_batch_size = micro_batch_size
         self.share_prompt = share_prompt  # each group's prompt computed once (models/shared_prefix.py)
 
+    @property
+    def device(self) -> torch.device:
+        """The policy's device: batches are moved here before a forward pass (models/device.py)."""
+        return model_device(self.model)
+
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
-        hidden = batch_hidden_states(self.model, batch, self.share_prompt)  # (B, T, D)
-        # logits only at the response positions, chunked: see core.response_logp_and_entropy
-        logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
-                                                  batch.response_mask, batch.temperature)  # (B, T) each
-        return PolicyOutputs(
-            logp=logp,
-            entropy=entropy,
-            values=self.critic(hidden) * batch.response_mask if self.critic is not None else None,  # (B, T)
-        )
+        with autocast(self.model):  # the policy's precision (models/device.py): bf16 matmuls when asked
+            hidden = batch_hidden_states(self.model, batch, self.share_prompt)  # (B, T, D)
+            # logits only at the response positions, chunked: see core.response_logp_and_entropy;
+            # logp and entropy come back float32 whatever the precision
+            logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
+                                                      batch.response_mask, batch.temperature)  # (B, T) each
+            # the critic's values in float32 too: the value loss squares their differences from the returns
+            values = self.critic(hidden).float() * batch.response_mask if self.critic is not None else None  # (B, T)
+        return PolicyOutputs(logp=logp, entropy=entropy, values=values)
 
     @torch.no_grad()
     def values(self, batch: RolloutBatch) -> torch.Tensor:
         """V of every response position under the current weights, (B, T): PPO's
         `batch.values`, taken right after sampling and before any update."""
-        return self.critic(batch_hidden_states(self.model, batch, self.share_prompt)) * batch.response_mask
+        with autocast(self.model):
+            return self.critic(batch_hidden_states(self.model, batch, self.share_prompt)).float() * batch.response_mask
 
     def update(
         self,
@@ -138,11 +146,15 @@ class Trainer:
         One epoch, one minibatch (the default) is the purely on-policy update. The
         learning-rate schedule advances once per call: one call = one controller step."""
         self.model.train()
+        batch = batch.to(self.device)  # a no-op for the controller's batches, already there
         sums: dict[str, float] = defaultdict(float)
         count = 0
         B = batch.batch_size
         for _ in range(epochs):
-            order = torch.randperm(B, generator=generator) if minibatches > 1 else torch.arange(B)
+            # drawn on the CPU, where the seeded generators live (seeds.py): the same seed gives the
+            # same minibatches on every device; select() moves the indices to the batch's device
+            order = (torch.randperm(B, generator=generator, device="cpu") if minibatches > 1
+                     else torch.arange(B, device="cpu"))
             for rows in order.chunk(minibatches):
                 metrics = self._step(batch.select(rows), loss)
                 for key, value in metrics.items():
@@ -156,7 +168,8 @@ class Trainer:
     def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
         """One optimizer step on the minibatch's gradient, accumulated over micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
-        metrics = metrics_of_trained_rows(self.accumulate(minibatch, torch.arange(minibatch.batch_size), loss))
+        rows = torch.arange(minibatch.batch_size, device=minibatch.tokens.device)
+        metrics = metrics_of_trained_rows(self.accumulate(minibatch, rows, loss))
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()

@@ -25,12 +25,13 @@ from pathlib import Path
 
 import torch
 
-from posttrain import __version__
 from posttrain.config import EnvConfig, TrainConfig
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
+from posttrain.models.lora_checkpoint import LoraBaseError
 from posttrain.runs.rundir import RunDir, RunDirError, write_json
+from posttrain.version import __version__
 
 STEP_DIR = re.compile(r"step_(\d+)")
 
@@ -130,7 +131,11 @@ def latest_checkpoint(run: RunDir, stage: str) -> Path | None:
     """The checkpoint `latest` names; without a usable pointer (a kill between a rename and
     the pointer's update, or the named checkpoint deleted by hand because it was damaged),
     the newest complete step_<N> directory; None if the stage has none."""
-    stage_dir = run.checkpoints / stage
+    return latest_in(run.checkpoints / stage)
+
+
+def latest_in(stage_dir: Path) -> Path | None:
+    """latest_checkpoint for a stage's directory, checkpoints/<stage>."""
     pointer = stage_dir / "latest"
     if pointer.is_file():
         path = stage_dir / pointer.read_text().strip()
@@ -138,6 +143,33 @@ def latest_checkpoint(run: RunDir, stage: str) -> Path | None:
             return path
     complete = complete_checkpoints(stage_dir)
     return complete[-1] if complete else None
+
+
+# The stages whose checkpoints hold the policy, the one trained last first: the RL or
+# preference stage follows SFT, and `init` is the untrained start saved when SFT has no steps.
+POLICY_STAGES = ("rl", "pref", "sft", "init")
+
+
+def final_checkpoint(path: str | Path) -> tuple[Path, str]:
+    """(checkpoint, how it was chosen) for `path`: a checkpoint directory itself, a stage's
+    directory (its latest), or a run directory (the latest checkpoint of the stage trained
+    last); FileNotFoundError saying what `path` is when it holds none."""
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path} does not exist: give a run directory (runs/<id>) or a checkpoint directory "
+                                "(runs/<id>/checkpoints/<stage>/step_N)")
+    if (path / "checkpoints").is_dir():
+        for stage in POLICY_STAGES:
+            checkpoint = latest_in(path / "checkpoints" / stage)
+            if checkpoint is not None:
+                return checkpoint, f"the latest checkpoint of run {path}'s {stage} stage, the last one it trained"
+        found = sorted(p.name for p in (path / "checkpoints").iterdir() if p.is_dir())
+        raise FileNotFoundError(f"run {path} has no policy checkpoint in checkpoints/{{{','.join(POLICY_STAGES)}}} "
+                                f"(found: {', '.join(found) or 'nothing'}): it stopped before its first checkpoint; "
+                                "resume it, or give a checkpoint directory")
+    if STEP_DIR.fullmatch(path.name) or not complete_checkpoints(path):
+        return path, "the checkpoint given"
+    return latest_in(path), f"the latest checkpoint of stage directory {path}"
 
 
 def delete_and_resume(checkpoint: Path) -> str:
@@ -154,7 +186,7 @@ def load_checkpoint_weights(checkpoint: Path, expected=None):
     saying what to delete. A shape mismatch is not damage and keeps its own message."""
     try:
         return load_checkpoint_model(checkpoint, expected)
-    except CheckpointMismatchError:
+    except (CheckpointMismatchError, LoraBaseError):  # not damage: their messages say what to do
         raise
     except (OSError, ValueError) as error:  # the loaders name the file: "cannot read .../model.safetensors (...)"
         raise RunDirError(f"checkpoint {checkpoint} cannot be loaded ({error}); "
@@ -165,7 +197,9 @@ def load_trainer_state(checkpoint: Path) -> dict:
     """trainer_state.pt of a checkpoint: optimizer, scheduler and step, to resume exactly."""
     path = checkpoint / "trainer_state.pt"
     try:
-        state = torch.load(path, weights_only=False)
+        # map_location cpu: a GPU run's optimizer state loads on any machine; load_state_dict
+        # then moves each tensor to its parameter's device
+        state = torch.load(path, weights_only=False, map_location="cpu")
     except FileNotFoundError:
         raise RunDirError(f"{path} is missing: checkpoint {checkpoint} holds weights but not the optimizer state "
                           f"needed to resume; {delete_and_resume(checkpoint)}") from None

@@ -227,6 +227,7 @@ class RunDir:
         self.trackers: Trackers = NO_TRACKERS
         self.checkpoints = self.path / "checkpoints"
         self.lock: RunLock | None = None
+        self.created_here = False  # made by this process (create), not resumed: see __exit__
 
     @classmethod
     def create(cls, out_dir: str, name: str) -> RunDir:
@@ -250,6 +251,7 @@ class RunDir:
             raise RunDirError(f"{out}: 10,000 runs named {name!r} started within one second; wait a second")
         run = cls(path)
         run.lock = hold_lock(path)  # no other process can resume it yet: it has no config.json
+        run.created_here = True
         return run
 
     @classmethod
@@ -278,8 +280,30 @@ class RunDir:
     def __enter__(self) -> RunDir:
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type, exc, traceback) -> None:
+        """Release the lock; and when a run this process created fails before its first
+        step (a model that will not load, an environment that fails when first used), remove
+        it: a folder of settings and no results is not a run, only clutter that looks like
+        one. A run that has done any work keeps everything it wrote, to resume from."""
+        if exc_type is not None and self.created_here and not self.has_results():
+            self.discard()
         self.close()
+
+    # what a step or an evaluation writes; config.json, meta.json, trackers' files and the
+    # `init` checkpoint of gpt_mini's random start are only set-up, rebuilt by a new run
+    RESULT_FILES = ("metrics.jsonl", "samples.jsonl", "summary.json")
+
+    def has_results(self) -> bool:
+        """Whether any step or held-out evaluation has written its record here."""
+        written = [self.path / name for name in self.RESULT_FILES] + list(self.path.glob("eval_*.jsonl"))
+        return any(path.is_file() and path.stat().st_size > 0 for path in written)
+
+    def discard(self) -> None:
+        """Remove the whole directory (a run that never started), releasing its lock first."""
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+        console.print(f"[yellow]removed {self.path}: the run failed before its first step, so there is nothing to "
+                      "resume; fix what the error says and start it again")
 
     @contextmanager
     def resumable(self, resume_command: str) -> Iterator[None]:

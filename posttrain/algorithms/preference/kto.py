@@ -81,8 +81,8 @@ class KTO(PreferenceLoss):
         with torch.no_grad():
             # accuracy: the fraction of examples on the right side of the reference point
             right = (r_desirable > z_ref).sum() + (r_undesirable < z_ref).sum()
-            rewards_d = self.beta * r_desirable.mean() if r_desirable.numel() else torch.tensor(0.0)
-            rewards_u = self.beta * r_undesirable.mean() if r_undesirable.numel() else torch.tensor(0.0)
+            rewards_d = self.beta * r_desirable.mean() if r_desirable.numel() else r_desirable.new_zeros(())
+            rewards_u = self.beta * r_undesirable.mean() if r_undesirable.numel() else r_undesirable.new_zeros(())
         metrics = {
             "loss": loss.item(),
             "accuracy": (right / n).item(),

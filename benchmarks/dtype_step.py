@@ -1,0 +1,73 @@
+"""One GRPO step (sample, reference, update) at --dtype float32 and bfloat16, side by side.
+
+    cd benchmarks && ../.venv/bin/python dtype_step.py [--threads 2] [--repeats 3]
+
+The default gpt_mini at the default batch (32 prompts × 8 samples, up to 48 new tokens),
+fresh weights, every row trained (a reward on the completion's length parity, so every group
+has a gradient). The two controllers alternate step by step, so load on a shared machine
+hits both alike; each reports its median per role. On a GPU bf16 is the faster one; on a
+CPU without native bf16 (AVX512_BF16 / AMX) autocast converts every matmul's inputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+from pathlib import Path
+
+import torch
+from ceilings import describe, machine
+
+from posttrain.config import TrainConfig
+from posttrain.envs import make_env
+from posttrain.models import make_policy, save_checkpoint_model
+from posttrain.models.device import place
+from posttrain.pipelines.build import build_controller
+
+ROLES = ("time/rollout", "time/reference", "time/train")
+# π_θ / π_old before the update: 1 up to rounding, since the sampler (KV cache, one token at
+# a time) and the trainer (whole sequences) compute the same log-probs by different matmuls
+AGREEMENT = ("ratio_max", "approx_kl")
+
+
+def controller(dtype: str, start: Path):
+    cfg = TrainConfig(dtype=dtype)
+    torch.manual_seed(0)
+    policy, tokenizer = make_policy(cfg.model)
+    if not (start / "config.json").exists():
+        save_checkpoint_model(policy, tokenizer, start)
+    place(policy, "cpu", dtype)
+    built = build_controller(cfg, make_env("arithmetic"), tokenizer, policy, start)
+    built.reward = lambda example, completion: {"reward": float(len(completion) % 2), "details": {}}
+    return built
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        controllers = {dtype: controller(dtype, Path(tmp) / "start") for dtype in ("float32", "bfloat16")}
+        times: dict[str, dict[str, list[float]]] = {d: {key: [] for key in ROLES + AGREEMENT} for d in controllers}
+        for step in range(args.repeats + 1):
+            for dtype, c in controllers.items():
+                metrics, _ = c.step(step)
+                if step > 0:  # step 0 warms up allocators and kernels
+                    for key in ROLES + AGREEMENT:
+                        times[dtype][key].append(metrics[key])
+    result = {"machine": machine(), "threads": args.threads, "repeats": args.repeats,
+              "median_seconds": {d: {role.split("/")[1]: round(statistics.median(t[role]), 2) for role in ROLES}
+                                 for d, t in times.items()},
+              "max_over_steps": {d: {key: max(t[key]) for key in AGREEMENT} for d, t in times.items()}}
+    for d, medians in result["median_seconds"].items():
+        medians["step"] = round(sum(medians.values()), 2)
+    print(describe(result["machine"]))
+    print(json.dumps({key: result[key] for key in ("median_seconds", "max_over_steps")}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
