@@ -205,6 +205,10 @@ class RLConfig:
     # leave out of the update the rows whose loss has no gradient (advantage 0 and no KL or
     # entropy term: Algorithm.rows_with_gradient): the same update for less work
     skip_inert_rows: bool = True
+    # compute each prompt once per group of samples, in the update and the reference, and run the
+    # K responses on top of its KV cache (posttrain/models/shared_prefix.py): the same log-probs and
+    # gradients to float rounding, for less work when prompts are long. false = the plain forward
+    share_prompt: bool = True
     # dynamic sampling (DAPO): draw fresh prompts up to this many times per step to refill
     # the groups dropped for having no reward variance; capped, since a policy that solves,
     # or fails, everything would otherwise loop forever

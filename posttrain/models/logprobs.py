@@ -4,7 +4,8 @@ reference and the preference losses read.
     token_logp / token_entropy        from full (B, T, V) logits
     response_logp_and_entropy         from hidden states, at response positions only, in
                                       chunks: never the full (B, T, V) tensor
-    response_logp(model, batch)       the same from a model and a batch: the reference's call
+    response_logp(model, batch)       the same from a model and a batch, each shared prompt
+                                      computed once: the reference's call
     sequence_logps(model, batch)      log π(y | x) of whole responses (the DPO family)
 
 Position t of every (B, T) result holds log π(tokens[t] | tokens[<t]), predicted from
@@ -18,6 +19,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from posttrain.models.device import autocast, model_device
+
+from .shared_prefix import batch_hidden_states
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -118,13 +121,13 @@ def response_logp_and_entropy(
             hidden.new_zeros(B, T, dtype=torch.float32).index_put(index, entropy.float()))
 
 
-def response_logp(model: torch.nn.Module, batch) -> torch.Tensor:
+def response_logp(model: torch.nn.Module, batch, share_prompt: bool = True) -> torch.Tensor:
     """log π(token | prefix) of the batch's response tokens under `model`, (B, T), exactly 0
-    off the response. Right padding needs no attention mask: a real token only attends to
-    earlier tokens, which are all real (types.py)."""
+    off the response; with `share_prompt`, the prompt of a group of rows runs once
+    (models/shared_prefix.py)."""
     batch = batch.to(model_device(model))  # a no-op when the caller already put it there
     with autocast(model):  # the model's precision (models/device.py); logp comes back float32
-        hidden = model.hidden_states(batch.tokens)  # (B, T, D)
+        hidden = batch_hidden_states(model, batch, share_prompt)  # (B, T, D)
         logp, _ = response_logp_and_entropy(hidden, model.lm_head, batch.tokens, batch.response_mask,
                                             batch.temperature)
     return logp

@@ -363,7 +363,7 @@ def trainer_settings(rl: RLConfig) -> dict:
     """The RL and preference stages' optimisation settings, as Trainer arguments."""
     return dict(lr=rl.lr, total_steps=rl.steps, warmup_steps=rl.warmup_steps, final_lr_fraction=rl.final_lr_fraction,
                 adam_beta2=rl.adam_beta2, weight_decay=rl.weight_decay, grad_clip=rl.grad_clip,
-                micro_batch_size=rl.micro_batch_size)
+                micro_batch_size=rl.micro_batch_size, share_prompt=rl.share_prompt)
 
 
 def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
@@ -393,7 +393,7 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
     use_reference = algo.uses_reference or cfg.rl.track_kl
-    reference = make_reference(policy, start_weights) if use_reference else None
+    reference = make_reference(policy, start_weights, cfg.rl.share_prompt) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))

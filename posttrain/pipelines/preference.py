@@ -116,7 +116,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     rank_by = make_reward(cfg.rl, env.score) if cfg.rl.rm.path else None
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
-    reference = make_reference(policy, reference_weights)  # the starting policy (LoRA: the adapters off)
+    reference = make_reference(policy, reference_weights, cfg.rl.share_prompt)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
 

@@ -19,13 +19,14 @@ from posttrain.types import RolloutBatch
 
 
 class Reference:
-    def __init__(self, policy: torch.nn.Module):
+    def __init__(self, policy: torch.nn.Module, share_prompt: bool = True):
         self.model = copy.deepcopy(policy).eval().requires_grad_(False)
+        self.share_prompt = share_prompt  # each group's prompt computed once (models/shared_prefix.py)
 
     @torch.no_grad()
     def logp(self, batch: RolloutBatch) -> torch.Tensor:
         """log π_ref(token | prefix), (B, T), zero off the response."""
-        return response_logp(self.model, batch)
+        return response_logp(self.model, batch, self.share_prompt)
 
 
 class AdapterOff(torch.nn.Module):
@@ -58,20 +59,24 @@ class AdapterOff(torch.nn.Module):
         with self.policy.adapter_disabled():
             return self.policy.hidden_states(*args, **kwargs)
 
+    def new_cache(self, *args, **kwargs):
+        return self.policy.new_cache(*args, **kwargs)  # a cache holds no weights: the policy's kind serves
+
 
 class AdapterOffReference(Reference):
     """The reference of a LoRA policy: the policy itself with its adapters switched off."""
 
-    def __init__(self, policy: torch.nn.Module):
+    def __init__(self, policy: torch.nn.Module, share_prompt: bool = True):
         self.model = AdapterOff(policy)
+        self.share_prompt = share_prompt
 
 
-def make_reference(policy: torch.nn.Module, start_weights) -> Reference:
+def make_reference(policy: torch.nn.Module, start_weights, share_prompt: bool = True) -> Reference:
     """The frozen starting policy: the weights at `start_weights`, or, for a LoRA policy,
     the policy with its adapters off."""
 
     if getattr(policy.config, "lora_r", 0):
-        return AdapterOffReference(policy)
+        return AdapterOffReference(policy, share_prompt)
     # loaded on the CPU in float32; the reference then lives where the policy does, in its precision
     start = load_checkpoint_model(start_weights, policy.config)
-    return Reference(place(start, model_device(policy), policy.compute_dtype))
+    return Reference(place(start, model_device(policy), policy.compute_dtype), share_prompt)

@@ -5,8 +5,9 @@ sampling distribution gave each token *at the moment it was sampled*. The algori
 importance ratio π_θ / π_old divides by it, so it is captured here, from the same logits
 that chose the token, rather than recomputed later by a model that may have moved on.
 
-Sampling is batched with a KV cache: one forward pass over all (left-padded) prompts
-fills the cache, then one single-token forward pass per generated position. A row that
+Sampling is batched with a KV cache: one forward pass over the distinct (left-padded)
+prompts fills the cache, which is then copied out to each prompt's K rows, and one
+single-token forward pass per generated position follows. A row that
 stops is dropped from the batch (and from the cache), so the forward passes only ever
 compute rows still running; with RL's short, ragged answers most of the decode work of a
 fixed-size batch would otherwise be spent on rows that are already done.
@@ -165,7 +166,9 @@ class RolloutEngine:
     def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
                   params: SamplingParams, first_group: int = 0) -> list[Episode]:
         tok = self.tokenizer
-        prompts = [example_prompt_ids(tok, ex) for ex in examples for _ in range(samples_per_prompt)]
+        K = samples_per_prompt
+        distinct_prompts = [example_prompt_ids(tok, ex) for ex in examples]
+        prompts = [p for p in distinct_prompts for _ in range(K)]  # row i answers example i // K
         N, P = len(prompts), max(len(p) for p in prompts)
         max_len = P + params.max_new_tokens
         if max_len > self.model.config.max_seq_len:
@@ -186,10 +189,15 @@ class RolloutEngine:
 
         stop_ids = torch.tensor([tok.eos_id] + ([tok.encode("\n")[-1]] if params.stop_at_newline else []),
                                 device=device)
-        cache = self.model.new_cache(N, max_len)
+        # prefill each distinct prompt once, then copy its cache out to the group's K rows:
+        # the K prompts of a group are the same tokens, and their keys and values would be too
+        cache = self.model.new_cache(len(examples), max_len)
         with autocast(self.model):  # the policy's precision; sample_next_token reads the logits in float32
-            hidden = self.model.hidden_states(input_ids, attention_mask=attention_mask[:, :P], kv_cache=cache)
-            logits = self.model.lm_head(hidden[:, -1])  # (n, V): only the last position's are needed
+            hidden = self.model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
+            logits = self.model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
+        if K > 1:
+            cache.batch_select_indices(torch.arange(len(examples), device=device).repeat_interleave(K))  # (N rows)
+            logits = logits.repeat_interleave(K, dim=0)  # (N, V)
 
         tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
         logps = torch.zeros(N, params.max_new_tokens, device=device)
@@ -226,8 +234,8 @@ class RolloutEngine:
             text_ids = response[:-1] if finished and response[-1] == tok.eos_id else response
             episodes.append(
                 Episode(
-                    example=examples[i // samples_per_prompt],
-                    group_id=first_group + i // samples_per_prompt,
+                    example=examples[i // K],
+                    group_id=first_group + i // K,
                     prompt_ids=prompts[i],
                     response_ids=response,
                     response_logp=logps[i, :n].tolist(),

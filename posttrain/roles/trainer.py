@@ -20,6 +20,7 @@ from posttrain.algorithms.contract import Loss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp_and_entropy
+from posttrain.models.shared_prefix import batch_hidden_states
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -89,6 +90,7 @@ class Trainer:
         grad_clip: float = 1.0,
         micro_batch_size: int = 0,
         critic: torch.nn.Module | None = None,
+        share_prompt: bool = True,
     ):
         self.model = model
         # a value head on the policy's hidden states, for algorithms that use one; on the policy's device
@@ -107,6 +109,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, schedule)
         self.grad_clip = grad_clip
         self.micro_batch_size = micro_batch_size
+        self.share_prompt = share_prompt  # each group's prompt computed once (models/shared_prefix.py)
 
     @property
     def device(self) -> torch.device:
@@ -115,8 +118,7 @@ class Trainer:
 
     def forward(self, batch: RolloutBatch) -> PolicyOutputs:
         with autocast(self.model):  # the policy's precision (models/device.py): bf16 matmuls when asked
-            # right padding: a real token only attends to real tokens, so no attention mask
-            hidden = self.model.hidden_states(batch.tokens)  # (B, T, D)
+            hidden = batch_hidden_states(self.model, batch, self.share_prompt)  # (B, T, D)
             # logits only at the response positions, chunked: see core.response_logp_and_entropy;
             # logp and entropy come back float32 whatever the precision
             logp, entropy = response_logp_and_entropy(hidden, self.model.lm_head, batch.tokens,
@@ -130,7 +132,7 @@ class Trainer:
         """V of every response position under the current weights, (B, T): PPO's
         `batch.values`, taken right after sampling and before any update."""
         with autocast(self.model):
-            return self.critic(self.model.hidden_states(batch.tokens)).float() * batch.response_mask
+            return self.critic(batch_hidden_states(self.model, batch, self.share_prompt)).float() * batch.response_mask
 
     def update(
         self,
