@@ -37,6 +37,8 @@ bench: $(STAMP) $(BENCH_STAMP)
 	cd benchmarks && ../$(BIN)/python profile_step.py
 	cd benchmarks && ../$(BIN)/python sampling_draw.py
 	cd benchmarks && ../$(BIN)/python skip_inert_rows.py
+	cd benchmarks && ../$(BIN)/python shared_prefix.py
+	cd benchmarks && ../$(BIN)/python dtype_step.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
 	$(BIN)/python benchmarks/topology.py
 

@@ -19,6 +19,12 @@ from posttrain.models.shared_prefix import batch_hidden_states, prompt_groups
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.types import Example, RolloutBatch
 
+@pytest.fixture(autouse=True)
+def share_at_any_width(monkeypatch):
+    """The test models are narrow; the equality holds at any width, so test it at theirs."""
+    monkeypatch.setattr(shared_prefix, "MIN_WIDTH", 0)
+
+
 PROMPTS = ["3+4+1+8+2=", "12*3=", "7+9+9+1+5+6=", "1+1="]
 
 
@@ -118,3 +124,14 @@ def test_transformers_llama_with_lora_shared_prefix_equals_the_plain_forward(tin
             torch.nn.init.normal_(p, std=0.1)
     policy.train()
     assert_same_as_plain(policy, grouped_batch(policy, CharTokenizer()))
+
+
+def test_a_narrow_model_takes_the_plain_forward(monkeypatch):
+    """Below MIN_WIDTH the copies cost more than the prompt FLOPs they save (shared_prefix.py):
+    gpt_mini's default width 128 computes every prompt, as before sharing existed."""
+    monkeypatch.setattr(shared_prefix, "MIN_WIDTH", 256)
+    model, tokenizer = gpt_mini(), CharTokenizer()
+    batch = grouped_batch(model, tokenizer)
+    monkeypatch.setattr(shared_prefix, "shared_prefix_hidden_states", lambda *a: pytest.fail("shared path taken"))
+    assert model.config.dim == 64
+    batch_hidden_states(model, batch, share_prompt=True)

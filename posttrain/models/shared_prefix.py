@@ -27,9 +27,14 @@ from posttrain.types import RolloutBatch
 
 # Share only when it leaves out at least this fraction of the batch's real tokens. Sharing
 # adds a second pass, a copy of the cache and an attention mask; where almost nothing is
-# shared (a short prompt answered twice) the plain forward is the cheaper one. At 23% (gpt_mini,
-# make run's batch) the update is 1.17x faster and the bound is 1.29x (BENCHMARKS.md).
+# shared (a short prompt answered twice) the plain forward is the cheaper one.
 MIN_SAVED_FRACTION = 0.1
+# ... and only for models at least this wide. The FLOPs a shared prompt saves grow with
+# width² per token, the cache copied out to the rows with width: a narrow model is bound by
+# memory traffic, not FLOPs. gpt_mini (width 128) gains 1.17x alone (BENCHMARKS.md), but
+# inside `make run` the fresh copies page-fault (17M minor faults against 2.4M) and its
+# reference pass took 54 s instead of 40 s; SmolLM2 (width 576) updates 1.54x faster.
+MIN_WIDTH = 256
 
 
 def prompt_groups(tokens: torch.Tensor, prompt_lengths: torch.Tensor,
@@ -61,9 +66,9 @@ def saved_fraction(prompt_lengths: torch.Tensor, first_rows: torch.Tensor, real_
 def batch_hidden_states(model: torch.nn.Module, batch: RolloutBatch, share_prompt: bool = True) -> torch.Tensor:
     """Final hidden states (B, T, D) of a right-padded batch, as `model.hidden_states(batch.tokens)`
     gives them; with `share_prompt`, each group's prompt is computed once when that saves
-    at least MIN_SAVED_FRACTION of the work (see the module docstring)."""
+    at least MIN_SAVED_FRACTION of the work on a model at least MIN_WIDTH wide (see above)."""
     tokens = batch.tokens
-    if not share_prompt:
+    if not share_prompt or model.config.dim < MIN_WIDTH:
         return model.hidden_states(tokens)  # right padding: a real token never attends to the padding after it
     real_lengths = batch.attention_mask.sum(1).long()  # (B,)
     prompt_lengths = real_lengths - batch.response_mask.sum(1).long()  # (B,)
