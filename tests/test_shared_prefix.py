@@ -19,6 +19,7 @@ from posttrain.models.shared_prefix import batch_hidden_states, prompt_groups
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.types import Example, RolloutBatch
 
+
 @pytest.fixture(autouse=True)
 def share_at_any_width(monkeypatch):
     """The test models are narrow; the equality holds at any width, so test it at theirs."""
