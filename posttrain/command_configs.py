@@ -34,6 +34,20 @@ class EvalConfig:
     # a checkpoint's generation budget; 0 = its run's (posttrain_task.json), else 64, enough for the
     # arithmetic task; a whole function (humaneval) needs ~400
     max_new_tokens: int = 0
+    # > 0: also this many sampled completions per problem, and pass@k for each k of `ks` by Chen et
+    # al.'s unbiased estimator (HumanEval's metric: the chance that one of k samples is solved);
+    # 0 = the greedy pass@1 only. n well above k lowers the estimate's variance
+    samples: int = 0
+    ks: str = "1"  # with samples: the k's, comma-separated, each at most `samples` (e.g. "1,5,10")
+    # with samples: the sampling temperature; Chen et al. found 0.2 best for pass@1 and 0.8 for pass@100
+    temperature: float = 0.8
+
+    def pass_ks(self) -> list[int]:
+        """The k's of `ks` as integers; ConfigError naming the setting when one is not."""
+        try:
+            return [int(k) for k in self.ks.split(",")]
+        except ValueError:
+            raise ConfigError(f"ks={self.ks!r} is not allowed: expected integers, comma-separated (e.g. '1,5,10')")
 
     def validate(self) -> None:
         check_device(self)
@@ -46,6 +60,14 @@ class EvalConfig:
         check_positive(self, "", "size")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens,
               "an integer >= 0 (0 = the checkpoint's run's budget)")
+        check(self.samples >= 0, "samples", self.samples, "an integer >= 0 (0 = greedy pass@1 only)")
+        if self.samples:
+            check(not self.completions, "samples", self.samples, "0 with --completions (a file has one completion "
+                  "per problem; pass@k samples a checkpoint)")
+            check(all(1 <= k <= self.samples for k in self.pass_ks()), "ks", self.ks,
+                  f"k's between 1 and samples={self.samples}: pass@k needs at least k samples per problem")
+            check(self.temperature > 0, "temperature", self.temperature,
+                  "a number > 0: greedy decoding would give every sample the same completion")
 
 
 @dataclass

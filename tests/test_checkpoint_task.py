@@ -225,3 +225,43 @@ def test_a_recorded_path_missing_here_and_a_damaged_file_are_refused_with_what_t
     checkpoint_with(tmp_path, {**LEVEL2_ENV, "temperature": 0.7})  # a setting this posttrain does not know
     with pytest.raises(RunDirError, match=r"unknown setting\(s\) \['env.temperature'\]"):
         choose_task(EvalConfig(checkpoint=str(tmp_path)), set())
+
+
+def test_eval_samples_gives_unbiased_pass_at_k_seeded_and_beside_the_greedy_pass_at_1(level2_run, tmp_path):
+    """--samples N --ks 1,3: N sampled completions per problem, pass@k by Chen et al.'s estimator
+    (pass@1 = c/n per problem), each sample saved with its verdict; the same command, the same draws."""
+    from math import comb
+
+    checkpoint = level2_run / "checkpoints" / "rl" / "step_000001"
+    flags = ["--checkpoint", str(checkpoint), "--size", "8", "--samples", "6", "--ks", "1,3", "--temperature", "1.0"]
+    output = posttrain_cli("eval", *flags, "--out_dir", str(tmp_path / "a"))
+    assert "6 samples per problem at temperature 1" in output and "pass@3" in output
+    _, summary, greedy_rows = evaluated(tmp_path / "a")
+    sampled = summary["pass_at_k"]
+    n_correct = sampled["n_correct"]
+    assert len(n_correct) == 8 and sampled["samples"] == 6
+    assert sampled["pass@1"]["mean"] == pytest.approx(sum(c / 6 for c in n_correct) / 8)
+    by_hand = sum(1 - comb(6 - c, 3) / comb(6, 3) for c in n_correct) / 8
+    assert sampled["pass@3"]["mean"] == pytest.approx(by_hand)
+    assert sampled["pass@1"]["mean"] <= sampled["pass@3"]["mean"]
+    assert 0 < sampled["pass@1"]["mean"] < 1, "a level-2 checkpoint solves some samples, not all"
+    rows = [json.loads(line) for line in (only_run_dir(tmp_path / "a") / "samples_pass_at_k.jsonl").open()]
+    assert len(rows) == 48 and len(greedy_rows) == 8
+    ids = [r["id"] for r in greedy_rows]
+    assert [sum(r["solved"] for r in rows if r["id"] == i) for i in ids] == n_correct
+
+    posttrain_cli("eval", *flags, "--out_dir", str(tmp_path / "b"))
+    assert evaluated(tmp_path / "b")[1]["pass_at_k"]["n_correct"] == n_correct
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"samples": 4, "ks": "1,5"}, "k's between 1 and samples=4"),
+    ({"samples": 4, "ks": "one"}, "expected integers, comma-separated"),
+    ({"samples": 4, "temperature": 0.0}, "greedy decoding would give every sample the same completion"),
+    ({"samples": -1}, "an integer >= 0"),
+])
+def test_pass_at_k_settings_that_cannot_work_are_refused_by_name(tmp_path, settings, message):
+    from posttrain.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        EvalConfig(checkpoint=str(tmp_path), **settings).validate()

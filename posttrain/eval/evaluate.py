@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
+import torch
+
 from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.rollout import RolloutEngine
@@ -39,7 +41,8 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}
 
 
-def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: int, ks: list[int]) -> dict:
+def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: int, ks: list[int],
+                       generator: torch.Generator | None = None) -> dict:
     """{"pass@k": {k: unbiased estimate}, "ci": {k: bootstrap CI over problems}, "n_correct": [...],
     "episodes": [...]}: n samples per problem at the engine's own temperature (greedy would
     make them identical), each solved or not (`solved`), then Chen et al.'s estimator per
@@ -50,7 +53,7 @@ def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: i
         raise ValueError("pass@k needs sampling (temperature > 0): greedy decoding gives n identical samples")
     episodes = []
     for example in examples:  # one problem at a time: its n samples are one group
-        episodes += engine.generate([example], n)
+        episodes += engine.generate([example], n, generator)
     score_episodes(env.score, episodes)
     n_correct = [int(sum(solved(e) for e in episodes[i * n : (i + 1) * n])) for i in range(len(examples))]
     cis = {k: bootstrap_ci([pass_at_k(n, c, k) for c in n_correct]) for k in ks}

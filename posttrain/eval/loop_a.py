@@ -20,16 +20,20 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
+import torch
+
 from posttrain.command_configs import EvalConfig
 from posttrain.config import ConfigError, EnvConfig, SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records
+from posttrain.eval.evaluate import evaluate_pass_at_k, solved
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import device_record, place, resolve_device
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.rundir import RunDir
+from posttrain.seeds import derive_seed
 
 # The generation budget of a checkpoint that does not record its run's: above the longest
 # level-3 chain of thought (~40 characters) with room to spare
@@ -123,7 +127,30 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
                     "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)},
                     "device": device_record(cfg.device, cfg.dtype)})
     run.write_jsonl("samples.jsonl", result.pop("samples"))
-    run.write_json("summary.json", {**result, "eval": result["ci"], "task": task})
+    summary = {**result, "eval": result["ci"], "task": task}
     print_report(result)
+    if cfg.samples:
+        summary["pass_at_k"] = sampled_pass_at_k(cfg, engine, env, examples, run)
+    run.write_json("summary.json", summary)
     print(f"run directory: {run.path}")
     return result["ci"]
+
+
+def sampled_pass_at_k(cfg: EvalConfig, greedy: RolloutEngine, env, examples: list, run: RunDir) -> dict:
+    """cfg.samples completions per problem at cfg.temperature, from the greedy engine's model and
+    budget; pass@k for each of cfg.ks with its bootstrap CI over problems, printed and returned;
+    every sample with its score in samples_pass_at_k.jsonl. Seeded from cfg.seed: the same
+    command gives the same samples."""
+    params = dataclasses.replace(greedy.params, temperature=cfg.temperature)
+    engine = RolloutEngine(greedy.model, greedy.tokenizer, params, shares_weights=True)
+    generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "pass_at_k"))
+    result = evaluate_pass_at_k(engine, env, examples, cfg.samples, cfg.pass_ks(), generator)
+    run.write_jsonl("samples_pass_at_k.jsonl", [
+        {"id": e.example.id, "sample": i % cfg.samples, "completion": e.completion, "reward": e.reward,
+         "solved": solved(e), "details": e.details} for i, e in enumerate(result["episodes"])])
+    print(f"{cfg.samples} samples per problem at temperature {cfg.temperature:g} (unbiased estimator, 95% CI "
+          "over problems):")
+    for k, ci in result["ci"].items():
+        print(f"  pass@{k}  {ci['mean']:.3f} ({ci['ci_low']:.3f}-{ci['ci_high']:.3f})")
+    return {"samples": cfg.samples, "temperature": cfg.temperature, "n_correct": result["n_correct"],
+            **{f"pass@{k}": ci for k, ci in result["ci"].items()}}
