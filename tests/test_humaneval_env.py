@@ -99,7 +99,7 @@ class ScriptedEngine:
     def __init__(self, answers):
         self.answers, self.params, self.calls = answers, SamplingParams(temperature=1.0), 0
 
-    def generate(self, examples, n):
+    def generate(self, examples, n, generator=None):
         answers = self.answers[self.calls]
         self.calls += 1
         assert len(examples) == 1 and n == len(answers)

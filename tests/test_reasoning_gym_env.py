@@ -130,6 +130,31 @@ def test_a_grader_that_raises_or_misbehaves_scores_0_with_the_reason(env, monkey
     assert env.score(example, good)["reward"] == 1.0  # control: the real grader pays
 
 
+def test_a_grader_that_hangs_costs_its_sample_not_the_run(env, monkeypatch):
+    """A grader stuck for longer than GRADER_TIMEOUT scores 0 with reason grader_timeout, and
+    the next sample is graded at once by a fresh thread (the stuck one is abandoned)."""
+    import threading
+    import time
+
+    from posttrain.verifiers import reasoning_gym_answer
+
+    example = env.fixed_set("heldout", 1)[0]
+    spec = get_verifier("reasoning_gym/answer-tag-v1")
+    good = f"<answer>{example.expected_answer}</answer>"
+    release = threading.Event()
+    real = spec._grader("chain_sum")
+    monkeypatch.setattr(reasoning_gym_answer, "GRADER_TIMEOUT", 0.2)
+    monkeypatch.setitem(spec._graders, "chain_sum", lambda answer, entry: release.wait() and 1.0)
+    start = time.perf_counter()
+    result = env.score(example, good)
+    assert time.perf_counter() - start < 2.0
+    assert result["reward"] == 0.0 and result["details"]["reason"] == "grader_timeout"
+    assert "did not return within 0.2 s" in result["details"]["error"] and result["details"]["correct"] is False
+    monkeypatch.setitem(spec._graders, "chain_sum", real)
+    assert env.score(example, good)["reward"] == 1.0  # the hung thread is not waited for
+    release.set()
+
+
 def test_the_contract_holds_for_bad_input(env):
     example = env.fixed_set("heldout", 1)[0]
     assert env.score(example, None)["details"]["reason"] == "not_text"

@@ -38,18 +38,16 @@ number): training on a zero in place of a reward never computed would be silent 
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
 import numbers
-import queue
 import re
-import threading
 import warnings
 from typing import Any, Callable
 
 from posttrain.rewards.function_source import import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Scored
+from posttrain.timed_calls import CallThread, FunctionTimeout, finish
 from posttrain.types import Example
 from posttrain.verifiers.contract import shown
 
@@ -140,59 +138,6 @@ def signature_of(source: str, fn: Any) -> str:
 # ---------------------------------------------------------------------------------------
 # The term
 # ---------------------------------------------------------------------------------------
-
-
-class FunctionTimeout(Exception):
-    pass
-
-
-class CallThread:
-    """One daemon thread that runs the calls handed to it, so that a call with a timeout
-    costs a hand-off (~10 µs measured here) rather than a thread start (~90 µs with torch
-    loaded: 256 samples a step made that 25 ms or more).
-
-    Python cannot stop a thread. A call that times out is abandoned: its thread keeps
-    running (and holding whatever it holds) until the function returns or the process
-    exits, then waits for work that never comes. It is a daemon, so it never keeps the
-    process alive; the run stops at the first timeout, and a caller that goes on gets a
-    fresh thread (`busy`), so a hung call never delays the next one."""
-
-    def __init__(self) -> None:
-        self.requests: queue.SimpleQueue = queue.SimpleQueue()
-        self.busy = False
-        threading.Thread(target=self.serve, name="posttrain-reward-function", daemon=True).start()
-
-    def serve(self) -> None:
-        while True:
-            fn, kwargs, box, done = self.requests.get()
-            try:
-                box["value"] = finish(fn(**kwargs))
-            except BaseException as error:  # handed to the caller, who names the function and sample
-                box["error"] = error
-            done.set()
-
-    def call(self, fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float) -> Any:
-        """fn(**kwargs), awaited if it returns an awaitable; FunctionTimeout after `timeout` s."""
-        box: dict[str, Any] = {}
-        done = threading.Event()
-        self.busy = True
-        self.requests.put((fn, kwargs, box, done))
-        if not done.wait(timeout):
-            raise FunctionTimeout
-        self.busy = False
-        if "error" in box:
-            raise box["error"]
-        return box["value"]
-
-
-def finish(value: Any) -> Any:
-    """An async function's result, run to completion on a fresh event loop."""
-    if inspect.isawaitable(value):
-        async def wait() -> Any:
-            return await value
-
-        return asyncio.run(wait())
-    return value
 
 
 class UserFunction:

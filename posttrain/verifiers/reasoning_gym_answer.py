@@ -25,8 +25,10 @@ a step toward the answer.
 The grader is someone else's code: anything it does wrong is caught here. It raising, or
 returning something that is not a number in [0, 1], scores 0.0 with reason
 "grader_error" and the particulars in `details["error"]`, so a bad item shows up in a
-report's reason counts instead of ending a run, and a broken grader never pays.
-Not covered: a grader that never returns (none of those we tried does); a run would wait.
+report's reason counts instead of ending a run, and a broken grader never pays. A grader
+that does not return within GRADER_TIMEOUT seconds scores 0.0 with reason "grader_timeout";
+it is abandoned in its daemon thread (Python cannot stop a thread) and the next call gets
+a fresh one (posttrain/timed_calls.py).
 """
 
 from __future__ import annotations
@@ -35,16 +37,21 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from posttrain.timed_calls import CallThread, FunctionTimeout
 from posttrain.types import Example
 from posttrain.verifiers.contract import CONTRACT_REASONS, admit, shown
 
 INSTALL_HINT = "pip install 'posttrain[tasks]' (or: pip install reasoning-gym)"
+# seconds one score_answer call may take: the graders we tried take well under a millisecond,
+# and one that hangs must cost its sample, not the run
+GRADER_TIMEOUT = 5.0
 
 REASONS: dict[str, str] = {
     "ok": "the grader gave full credit (1.0)",
     "partial": "the grader gave partial credit, between 0 and 1: not counted as solved",
     "wrong_answer": "the grader gave 0 to the answer",
     "no_answer": "the completion has no <answer>...</answer> pair",
+    "grader_timeout": f"the task's own grader did not return within {GRADER_TIMEOUT:g} s: scored 0, the run goes on",
     "grader_error": "the task's own grader raised, or returned something that is not a number in [0, 1] "
     "(details['error'] says what): scored 0, the run goes on",
     "bad_entry": "meta['entry'] is missing or is not a reasoning-gym item (question, answer, "
@@ -81,6 +88,7 @@ class ReasoningGymAnswer:
         if exact:
             self.version = "reasoning_gym/answer-tag-exact-v1"
         self._graders: dict[str, Any] = {}  # task name -> its score_answer: building one can be slow
+        self._thread: CallThread | None = None  # where the grader runs, with its time limit
 
     def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
         example, refused, error = admit(example, completion)
@@ -96,7 +104,10 @@ class ReasoningGymAnswer:
         if parsed is None:
             return self._result("no_answer", task=task)
         try:
-            grader_reward = self._grader(task)(parsed, entry)
+            grader_reward = self._call_grader(task, parsed, entry)
+        except FunctionTimeout:
+            return self._result("grader_timeout", task=task, parsed=parsed,
+                                error=f"{task}'s score_answer did not return within {GRADER_TIMEOUT:g} s")
         except Exception as error:  # someone else's code: its failure costs this sample, not the run
             return self._result("grader_error", task=task, parsed=parsed,
                                 error=f"{task}'s score_answer raised {type(error).__name__}: {shown(error, 300)}")
@@ -108,6 +119,16 @@ class ReasoningGymAnswer:
         reason = "ok" if grader_reward == 1.0 else ("partial" if grader_reward > 0 else "wrong_answer")
         reward = float(reason == "ok") if self.exact else grader_reward
         return self._result(reason, reward=reward, task=task, parsed=parsed, grader_reward=grader_reward)
+
+    def _call_grader(self, task: str, parsed: str, entry: dict) -> Any:
+        """The task's score_answer(parsed, entry) in a daemon thread, FunctionTimeout after GRADER_TIMEOUT."""
+        grader = self._grader(task)
+        if self._thread is None or self._thread.busy:  # the first call, or the last one hung
+            self._thread = CallThread()
+        return self._thread.call(lambda: grader(parsed, entry), {}, GRADER_TIMEOUT)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_thread": None}  # a thread does not cross a process boundary
 
     def _grader(self, task: str):
         if task not in self._graders:
