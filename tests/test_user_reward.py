@@ -76,6 +76,32 @@ def test_trl_function_without_kwargs_gets_only_the_columns_it_names():
     assert reward(f"{M}:mentions_answer")(E, "Final: 4")["reward"] == 0.0
 
 
+def test_trl_function_gets_a_conversation_as_turns_as_trl_passes_it():
+    from posttrain.types import PROMPT_MESSAGES
+
+    turns = [{"role": "system", "content": "Add."}, {"role": "user", "content": "Q: 2+3"}]
+    chat = Example(prompt="Q: 2+3", expected_answer="5", id="c1", meta={"level": 1, PROMPT_MESSAGES: turns})
+    out = reward(f"{M}:mentions_answer")(chat, RIGHT)
+    assert funcs.CALLS == [{"prompts": [turns], "answer": ["5"], "level": [1]}]
+    # the completion arrives as one assistant turn: the function's `a in c` finds no str in a list
+    assert out["reward"] == 0.0
+    seen = []
+
+    def conversational(prompts, completions, **columns):
+        seen.append((prompts, completions, sorted(columns)))
+        return [float(completions[0][0]["content"].endswith("Final: 5"))]
+
+    import tests.user_rewards_example as module
+
+    module.conversational = conversational
+    try:
+        assert reward(f"{M}:conversational")(chat, RIGHT)["reward"] == 1.0
+    finally:
+        del module.conversational
+    assert seen == [([turns], [[{"role": "assistant", "content": RIGHT}]], ["answer", "expected_answer", "id",
+                                                                            "level"])]
+
+
 def test_verl_signature_score_and_details():
     out = reward(f"{M}:verl_contains")(E, WRONG + " or 5")
     assert out["reward"] == 1.0

@@ -23,7 +23,9 @@ Each is called once per completion, because the scorer contract is per sample
 and returns a list of length 1. Its columns are the example's fields as lists:
 `expected_answer` (and `answer`, unless meta has its own), `id`, every key of `meta`; one
 without `**kwargs` gets only the columns it names (TRL's `completion_ids` and
-`trainer_state` are not passed: the scorer sees text). verl's data_source is
+`trainer_state` are not passed: the scorer sees text). A conversational example (its prompt
+a list of turns, envs/problem_rows.py) is passed as TRL passes one: prompts[0] its turns,
+completions[0] `[{"role": "assistant", "content": text}]`. verl's data_source is
 meta["data_source"] or the verifier's spec version, extra_info {"prompt", "id", **meta}; a
 dict result holds "score" (verl) or "reward" (ours), and the rest is kept as details. An
 `async def` function is run to completion.
@@ -48,7 +50,7 @@ from typing import Any, Callable
 from posttrain.rewards.function_source import import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Scored
 from posttrain.timed_calls import CallThread, FunctionTimeout, finish
-from posttrain.types import Example
+from posttrain.types import PROMPT_MESSAGES, Example
 from posttrain.verifiers.contract import shown
 
 SIGNATURES = ("TRL: f(prompts, completions, **columns) -> list[float | None]; "
@@ -220,11 +222,15 @@ class UserFunction:
     def arguments(self, example: Example, completion: str, scored: Scored) -> dict[str, Any]:
         meta = dict(example.meta)
         if self.kind == "trl":
+            turns = meta.pop(PROMPT_MESSAGES, None)
             columns = {k: v for k, v in meta.items() if k not in ("prompts", "completions")}
             columns.setdefault("answer", example.expected_answer)
             columns.update(expected_answer=example.expected_answer, id=example.id)
-            given = {"prompts": [example.prompt], "completions": [completion],
-                     **{k: [v] for k, v in columns.items()}}
+            # a conversational example as TRL passes one: its prompt's turns, and the completion as
+            # one assistant turn; a text prompt as text
+            prompt, answer = (turns, [{"role": "assistant", "content": completion}]) if turns else \
+                (example.prompt, completion)
+            given = {"prompts": [prompt], "completions": [answer], **{k: [v] for k, v in columns.items()}}
         elif self.kind == "verl":
             source = meta.get("data_source") or scored.get("details", {}).get("spec_version", "")
             given = {"data_source": source, "solution_str": completion, "ground_truth": example.expected_answer,
