@@ -26,3 +26,18 @@ def test_summary_carries_monitor_warnings_and_separated_cis(tmp_path):
     assert "dev_pass@1 fell" in monitors and "response_length" in monitors
     assert "## Warnings" in (run.path / "summary.md").read_text()
     assert (run.path / "reward_curve.png").stat().st_size > 5_000
+
+
+def test_summary_says_kl_was_not_measured_rather_than_nan(tmp_path):
+    run = RunDir.create(str(tmp_path), "r")
+    run.append_jsonl("metrics.jsonl", [{"stage": "rl", "step": 0, "reward_mean": 0.5, "response_length": 9.0,
+                                        "time/step": 2.0}])
+    results = {"sft": {"mean": 0.35, "ci_low": 0.28, "ci_high": 0.41, "n": 200},
+               "rl": {"mean": 0.49, "ci_low": 0.42, "ci_high": 0.56, "n": 200}}
+    write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")
+    text = " ".join((run.path / "summary.md").read_text().split())
+    assert "KL to reference not measured (rl.track_kl false), entropy 0.000" in text and "nan" not in text
+    run.append_jsonl("metrics.jsonl", [{"stage": "rl", "step": 1, "reward_mean": 0.5, "response_length": 9.0,
+                                        "kl_ref": 0.0214, "time/step": 2.0}])
+    write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")
+    assert "KL to reference 0.0214, entropy" in " ".join((run.path / "summary.md").read_text().split())

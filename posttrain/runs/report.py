@@ -96,7 +96,9 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         summary[f"{final}_wall_seconds"] = wall
         lines += ["", f"{final.upper()}: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
                       f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
-                      f"KL to reference {last.get('kl_ref', float('nan')):.4f}, entropy {last.get('entropy', 0.0):.3f}"]
+                      + (f"KL to reference {last['kl_ref']:.4f}" if "kl_ref" in last else
+                         "KL to reference not measured (rl.track_kl false)")
+                      + f", entropy {last.get('entropy', 0.0):.3f}"]
     warnings = collapse_warnings(rows)
     if warnings:
         summary["warnings"] = warnings
