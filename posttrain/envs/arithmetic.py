@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from posttrain.envs.dataset_files import read_jsonl
 from posttrain.verifiers.contract import as_example
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.files import write_atomic
@@ -321,32 +322,19 @@ def load_examples_jsonl(path: str | Path, check: Callable[[Example], str | None]
     decimal string). Blank lines are skipped; anything else that is not a valid example,
     or that `check` (a verifier's `check_example`) says can never be scored, stops loading
     with the file, line number and problem."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read examples file: {error}") from error
     examples = []
-    for line_number, line in enumerate(text.split("\n"), start=1):
-        if line.strip() == "":
-            continue
-        where = f"{path}, line {line_number}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"{where}: not valid JSON ({error.msg}): {line[:80]!r}") from None
-        example = _example_from_record(record, where)
+    for row in read_jsonl(Path(path)):  # the line loop every JSONL source shares, errors named by line
+        example = _example_from_record(row.record, row.where)
         problem = check(example) if check else None
         if problem:
-            raise ValueError(f"{where}: {problem}; or remove the line")
+            raise ValueError(f"{row.where}: {problem}; or remove the line")
         examples.append(example)
     if not examples:
         raise ValueError(f"{path}: the file holds no examples (it is empty or blank)")
     return examples
 
 
-def _example_from_record(record: Any, where: str) -> Example:
-    if not isinstance(record, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(record).__name__}")
+def _example_from_record(record: dict[str, Any], where: str) -> Example:
     # an unknown key is usually a typo ("answer" for "expected_answer"): say so, don't drop it
     allowed = REQUIRED_FIELDS + OPTIONAL_FIELDS
     unknown = sorted(set(record) - set(allowed))

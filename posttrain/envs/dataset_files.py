@@ -60,7 +60,7 @@ def read_rows(path: str | Path, columns: dict[str, str] | None = None) -> list[R
     elif not path.exists():
         raise ValueError(f"{path}: no such file or directory")
     elif path.suffix == ".jsonl":
-        rows = _read_jsonl(path, None)
+        rows = read_jsonl(path, None)
     elif path.suffix == ".json":
         rows = _read_json(path, None)
     elif path.suffix == ".parquet":
@@ -81,7 +81,8 @@ def split_of_name(name: str, where: str) -> str:
     return SPLIT_NAMES[name]
 
 
-def _read_jsonl(path: Path, split: str | None) -> list[Row]:
+def read_jsonl(path: Path, split: str | None = None) -> list[Row]:
+    """One Row per non-blank line, each named "FILE, line N" (from 1) in errors."""
     rows = []
     for number, line in enumerate(_text(path).split("\n"), start=1):
         if line.strip() == "":
@@ -134,7 +135,7 @@ def _read_directory(path: Path) -> list[Row]:
     if not files:
         raise ValueError(f"{path}: the directory holds no {', '.join(DATA_SUFFIXES)} file and is not a dataset "
                          "written by save_to_disk (no dataset_info.json or dataset_dict.json)")
-    readers = {".jsonl": _read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
+    readers = {".jsonl": read_jsonl, ".json": _read_json, ".parquet": _read_parquet}
     rows = []
     for file in files:
         name = file.name.split(".")[0].split("-")[0]  # "train-00000-of-00001.parquet" is train's
