@@ -6,6 +6,9 @@
                  or one response with a thumbs up or down (KTO).
     Episode      one sampled completion of one Example, ragged (no padding), as the
                  rollout role produced it and the environment scored it.
+    Turn         one segment of a multi-turn Episode: tokens the model sampled, or tokens
+                 the environment appended (tool output) that the policy must never train on.
+    TurnResult   a multi-turn environment's answer to one model turn.
     RolloutBatch many Episodes collated into padded (B, T) tensors for the trainer.
 
 Layout of a RolloutBatch row (right-padded, one row per episode):
@@ -66,6 +69,32 @@ class UnpairedExample:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
+# who produced the tokens of a Turn
+MODEL_TURN, ENVIRONMENT_TURN = "model", "environment"
+
+
+@dataclass
+class Turn:
+    """One segment of a multi-turn trajectory, token-in/token-out: a model turn holds the ids
+    the sampler drew (never re-tokenised from its text) with their log π_old; an environment
+    turn holds the ids of a tool's output (or any observation), tokenised once and appended."""
+
+    source: str  # MODEL_TURN (trained) or ENVIRONMENT_TURN (state, not action: response_mask 0)
+    token_ids: list[int]
+    logp: list[float] | None = None  # model turns: log π_old of each token; None for environment turns
+    text: str = ""  # the decoded text, for parsing and for reading samples.jsonl
+
+
+@dataclass
+class TurnResult:
+    """What a multi-turn environment answers to one model turn (roles/environment.py)."""
+
+    observation: str = ""  # appended to the trajectory as an environment turn; "" appends nothing
+    done: bool = False  # the episode ends here
+    reward: float | None = None  # the episode's reward, given when done
+    details: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass
 class Episode:
     """One completion of one prompt, exactly as sampled (no padding anywhere)."""
@@ -83,6 +112,9 @@ class Episode:
     # log π_ref of each response token, when computed once and kept (preference pairs: the
     # reference never changes, so its log-probs are cached instead of recomputed every step)
     ref_logp: list[float] | None = None
+    # a multi-turn episode: its turns in order; response_ids is their concatenation, and only
+    # the MODEL_TURN tokens are in the response mask (None: one model turn, the whole response)
+    turns: list[Turn] | None = None
 
 
 @dataclass
