@@ -134,6 +134,10 @@ def test_a_model_directory_without_a_model_is_refused(capsys, tmp_path):
     (tmp_path / "notes").mkdir()
     (tmp_path / "notes" / "README.md").write_text("weights to come")
     refused(capsys, tmp_path, ["train", "--model", str(tmp_path / "notes")], "has no config.json")
+    (tmp_path / "sft").mkdir()  # a run's stage folder: the error names the checkpoint to pass instead
+    (tmp_path / "sft" / "latest").write_text("step_000599")
+    refused(capsys, tmp_path, ["train", "--model", str(tmp_path / "sft")], "checkpoint folder",
+            str(tmp_path / "sft" / "step_000599"))
     (tmp_path / "config_only").mkdir()
     (tmp_path / "config_only" / "config.json").write_text('{"max_position_embeddings": 64}')
     refused(capsys, tmp_path, ["train", "--model", str(tmp_path / "config_only")], "has no weights")

@@ -126,6 +126,10 @@ def read_model_dir(directory: str | Path) -> dict:
                          "tokenizer, as save_pretrained writes them")
     config = directory / "config.json"
     if not config.is_file():
+        latest = directory / "latest"  # a run's stage folder: its checkpoints are step_* inside (runs/checkpoints.py)
+        if latest.is_file():
+            raise ValueError(f"{directory} is a run's checkpoint folder, not one checkpoint: pass one of its steps, "
+                             f"e.g. the latest, {directory / latest.read_text(encoding='utf-8').strip()}")
         raise ValueError(f"{directory} has no config.json, so it is not a transformers model directory (write one "
                          "with save_pretrained)")
     try:
