@@ -3,12 +3,14 @@ hand-made completions, weights combining exactly, a failing criterion scoring 0 
 reason, and the joint reward (verifier + rubric through the reward stack) whose details add
 up to what it paid; selectable as `--rl.reward "accuracy + 0.5*rubric"`."""
 
+import json
 import math
 import re
 from pathlib import Path
 
 import pytest
 
+from posttrain.cli import main
 from posttrain.config import RLConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import check_rl, make_reward
@@ -25,6 +27,7 @@ from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.rewards.user_function import UserFunction, signature_of
 from posttrain.types import Example
 from posttrain.verifiers import get_verifier
+from tests.test_user_reward import TINY  # the tiny model and run the reward-function CLI tests use
 
 E = Example(prompt="Q: 2+3\n", expected_answer="5", id="x1", meta={"required": ["Paris", "France"]})
 RIGHT = "2+3=5\nFinal: 5"
@@ -210,6 +213,18 @@ def test_the_rubric_preset_is_selectable_from_the_config():
     for completion in (RIGHT, WRONG, "loop " * 200):
         assert joint(E, completion) == by_hand(E, completion)
     assert joint(E, RIGHT)["reward"] == 1.5
+
+
+def test_a_training_run_logs_every_criterion_of_the_rubric_preset(tmp_path, capsys):
+    assert main(["train", *TINY, "--rl.reward", "accuracy + 0.5*rubric", "--out_dir", str(tmp_path / "runs")]) == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    rl = [row for row in map(json.loads, (run / "samples.jsonl").read_text().splitlines()) if row["stage"] == "rl"]
+    assert len(rl) == 2 * 2 * 2  # steps × prompts × samples
+    example = Example("q", "0")
+    for row in rl:  # what the run logged is what the rubric gives on the logged completion
+        expected = rule_based_rubric().score(example, row["completion"])
+        assert row["details"]["term_details"]["rubric"]["criteria"] == expected["details"]["criteria"]
+        assert row["reward"] == pytest.approx(row["details"]["components"]["accuracy"] + 0.5 * expected["reward"])
 
 
 def test_a_rubrics_score_is_a_posttrain_reward_function():
