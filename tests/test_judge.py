@@ -177,6 +177,7 @@ def test_judge_load_reads_a_gpt_mini_checkpoint(tmp_path):
     model = tiny_gpt_mini()
     model.save_pretrained(tmp_path / "ckpt", TOK)
     loaded = Judge.load(tmp_path / "ckpt", min_label_mass=0.0)
+    assert loaded.version == f"judge({tmp_path / 'ckpt'}, judge-prompt-v1, labels=1/2/3/4/5, min_mass=0)"
     assert rate(loaded, ["Final: 42"]) == rate(Judge(model.eval(), TOK, min_label_mass=0.0), ["Final: 42"])
 
 
@@ -184,6 +185,8 @@ def test_the_production_rubric_scores_five_criteria_with_the_judge():
     table = {"Criterion: Accuracy": POOR, "": GOOD}  # the judge finds every answer inaccurate, and good otherwise
     rubric = self_critique_rubric(judge(table), weights={"Accuracy": 4.0})
     assert [c.name for c in rubric.criteria] == ["Accuracy", "Relevance", "Completeness", "Clarity", "Helpfulness"]
+    assert rubric.spec == ("self_critique(Accuracy:4,Relevance:1,Completeness:1,Clarity:1,Helpfulness:1) by "
+                           "judge(ScriptedModel, judge-prompt-v1, labels=1/2/3/4/5, min_mass=0.25)")
     out = rubric.score(E, "17 + 25 = 42")
     assert out["reward"] == pytest.approx((4 * 0.025 + 4 * 0.8125) / 8)
     assert out["details"]["criteria"]["Accuracy"]["reason"].endswith("100% of the probability on the labels")

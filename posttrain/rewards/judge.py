@@ -46,7 +46,8 @@ from posttrain.types import Example
 from posttrain.verifiers.contract import admit
 
 # The fixed prompt, one per criterion through {criterion} and {description}. Changing a word
-# changes the instrument: record it with the results (Judge.version).
+# changes the instrument: JUDGE_PROMPT_VERSION is in every judge rubric's spec (Judge.version).
+JUDGE_PROMPT_VERSION = "judge-prompt-v1"
 JUDGE_PROMPT = (
     "You are grading an answer on one criterion only.\n"
     "Criterion: {criterion}. {description}\n\n"
@@ -108,10 +109,11 @@ class Judge:
     max_rows = 8  # prompts per forward pass: each holds the whole question and answer, so keep batches small
 
     def __init__(self, model: torch.nn.Module, tokenizer, scale: LabelScale = FIVE_POINT,
-                 min_label_mass: float = 0.25) -> None:
+                 min_label_mass: float = 0.25, source: str = "") -> None:
         """`min_label_mass`: below it, most of the judge's probability is on tokens that are
         not a verdict at all, and the judgement is refused (score 0). 0.25 keeps a weak judge
-        that still answers in the format (SmolLM2-135M puts 0.5–0.65 on the digits)."""
+        that still answers in the format (SmolLM2-135M puts 0.5–0.75 on the digits).
+        `source` names the model in `version` (Judge.load sets it to the name it was given)."""
         if not 0.0 <= min_label_mass <= 1.0:
             raise ValueError(f"min_label_mass {min_label_mass!r} must be in [0, 1]")
         label_ids = []
@@ -125,6 +127,7 @@ class Judge:
         if len(set(label_ids)) != len(label_ids):
             raise ValueError(f"labels {scale.labels} share tokens {label_ids}; each needs its own token")
         self.model, self.tokenizer, self.scale, self.min_label_mass = model, tokenizer, scale, min_label_mass
+        self.source = source or type(model).__name__
         self.label_ids = torch.tensor(label_ids)  # (L,)
         self.values = torch.tensor(scale.values, dtype=torch.float32)  # (L,)
         self.prefix_ids = tokenizer.encode(scale.answer_prefix) if scale.answer_prefix else []
@@ -134,12 +137,14 @@ class Judge:
         """A judge from a gpt_mini checkpoint, a transformers model directory or a known name
         ("smollm2-135m"); offline, like every model in posttrain."""
         directory = resolve_model_dir(name_or_path)
+        kwargs.setdefault("source", str(name_or_path))
         return cls(load_checkpoint_model(directory), load_tokenizer(directory), **kwargs)
 
     @property
     def version(self) -> str:
-        source = getattr(getattr(self.model, "config", None), "source", "") or type(self.model).__name__
-        return f"judge({source}, labels={'/'.join(self.scale.labels)}, min_mass={self.min_label_mass:g})"
+        """What scored, for a rubric's spec: the model, the prompt's version, the labels, the threshold."""
+        labels = "/".join(label.strip() for label in self.scale.labels)
+        return f"judge({self.source}, {JUDGE_PROMPT_VERSION}, labels={labels}, min_mass={self.min_label_mass:g})"
 
     def prompt_ids(self, criterion: str, description: str, example: Example, completion: str) -> list[int]:
         """The judge's input: JUDGE_PROMPT as the user's turn (in the chat template when the
@@ -243,4 +248,4 @@ def self_critique_rubric(judge: Judge, weights: dict[str, float] | None = None) 
     if unknown:
         raise ValueError(f"weights for unknown criteria {unknown}; the production criteria are {list(PRODUCTION_CRITERIA)}")
     return Rubric([judge.criterion(name, question, weights.get(name, 1.0))
-                   for name, question in PRODUCTION_CRITERIA.items()], name="self_critique")
+                   for name, question in PRODUCTION_CRITERIA.items()], name="self_critique", scored_by=judge.version)

@@ -115,7 +115,10 @@ class Rubric:
     `score(example, completion)` -> {reward, details}; `score_batch(examples, completions)`
     -> a RubricScore per completion, calling each batched scorer once for the whole batch."""
 
-    def __init__(self, criteria: Sequence[RubricCriterion], name: str = "rubric") -> None:
+    def __init__(self, criteria: Sequence[RubricCriterion], name: str = "rubric", scored_by: str = "") -> None:
+        """`name` keys the rubric's term in a reward stack; `scored_by` names the instrument
+        behind the criteria when it is not the code (a judge's model, prompt scale and
+        threshold), so that the spec changes when the judge does."""
         criteria = list(criteria)
         if not criteria:
             raise ValueError("a Rubric needs at least one RubricCriterion")
@@ -126,13 +129,15 @@ class Rubric:
         if sum(c.weight for c in criteria) <= 0:
             raise ValueError(f"the criteria's weights sum to 0 ({dict(zip(names, (c.weight for c in criteria)))}); "
                              "give at least one a positive weight")
-        self.criteria, self.name = criteria, name
+        self.criteria, self.name, self.scored_by = criteria, name, scored_by
         self.total_weight = sum(c.weight for c in criteria)
 
     @property
     def spec(self) -> str:
-        """The criteria and weights, e.g. "rubric(format:2,no_repetition:1)"; part of a stack's reward_spec."""
-        return f"{self.name}(" + ",".join(f"{c.name}:{c.weight:g}" for c in self.criteria) + ")"
+        """The criteria and weights, e.g. "rubric(format:2,no_repetition:1)", then what
+        scored them if given; part of a stack's reward_spec."""
+        by = f" by {self.scored_by}" if self.scored_by else ""
+        return f"{self.name}(" + ",".join(f"{c.name}:{c.weight:g}" for c in self.criteria) + ")" + by
 
     def score_batch(self, examples: Sequence[Example], completions: Sequence[str]) -> list[RubricScore]:
         if len(examples) != len(completions):
