@@ -160,7 +160,7 @@ def test_a_batched_scorer_is_called_once_and_its_failures_score_0():
     assert calls == [3] and [s.total for s in scores] == [0.1, 0.3, 0.5] and scores[1].reasons == {"short": "3 chars"}
     wrong_count = Rubric([RubricCriterion("short", 1.0, "", lambda e, c: [(1.0, "one")], batched=True)])
     assert wrong_count.score_batch([E] * 2, ["a", "b"])[0].reasons["short"] == (
-        "failed: the batched scorer returned 1 results for 2 completions")
+        "failed: the batched scorer gave 1 results for 2 completions")
     raising = Rubric([RubricCriterion("short", 1.0, "", bad("raise"), batched=True)])
     assert [s.total for s in raising.score_batch([E] * 2, ["a", "b"])] == [0.0, 0.0]
 

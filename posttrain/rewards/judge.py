@@ -169,7 +169,7 @@ class Judge:
             ids = self.prompt_ids(criterion, description, checked, completion)
             if len(ids) > limit:
                 judgements[i] = Judgement(0.0, f"too_long: the judge prompt is {len(ids)} tokens, the judge model "
-                                               f"holds {limit}; judge shorter completions or use a longer-context judge")
+                                               f"holds {limit}; judge shorter completions or use a longer judge")
                 continue
             rows.append((i, ids))
         for first in range(0, len(rows), self.max_rows):
@@ -203,7 +203,7 @@ class Judge:
         model.eval()
         try:
             with autocast(model):
-                hidden = model.hidden_states(input_ids.to(device), attention_mask=attention_mask.to(device))  # (N, T, D)
+                hidden = model.hidden_states(input_ids.to(device), attention_mask.to(device))  # (N, T, D)
                 logits = model.lm_head(hidden[:, -1])  # (N, V): only the next token's are needed
         finally:
             model.train(was_training)
@@ -246,6 +246,7 @@ def self_critique_rubric(judge: Judge, weights: dict[str, float] | None = None) 
     weights = dict(weights or {})
     unknown = sorted(set(weights) - set(PRODUCTION_CRITERIA))
     if unknown:
-        raise ValueError(f"weights for unknown criteria {unknown}; the production criteria are {list(PRODUCTION_CRITERIA)}")
+        raise ValueError(f"weights for unknown criteria {unknown}; the production criteria are "
+                         f"{list(PRODUCTION_CRITERIA)}")
     return Rubric([judge.criterion(name, question, weights.get(name, 1.0))
                    for name, question in PRODUCTION_CRITERIA.items()], name="self_critique", scored_by=judge.version)

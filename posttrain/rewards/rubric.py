@@ -165,7 +165,7 @@ class Rubric:
             except Exception as error:
                 return [failure(error)] * len(completions)
             if len(results) != len(completions):
-                reason = f"failed: the batched scorer returned {len(results)} results for {len(completions)} completions"
+                reason = f"failed: the batched scorer gave {len(results)} results for {len(completions)} completions"
                 return [(0.0, reason)] * len(completions)
             return [checked(r) for r in results]
         out = []
