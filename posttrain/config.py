@@ -240,7 +240,8 @@ class RLConfig:
     rm: RewardModelConfig = field(default_factory=RewardModelConfig)
     # the training reward, a sum of [WEIGHT*]TERM joined by "+" (posttrain/rewards/): TERM is
     # "accuracy" (the verifier's 1/0), "r1" (accuracy + 0.2 × format, DeepSeek-R1-Zero-style),
-    # or your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
+    # "rubric" (rule-based criteria in [0, 1]: a Final: line, no loops, <= 512 chars), or
+    # your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
     # **columns), verl (data_source, solution_str, ground_truth, extra_info) or posttrain
     # (example, completion) signature, called once per completion; e.g. "accuracy +
     # 0.1*my_rewards:brevity". Held-out pass@1 is always the verifier's alone.

@@ -50,6 +50,7 @@ from posttrain.models.value_head import ValueHead
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.reward_model import check_reward_model_dir
+from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.controller import Controller
@@ -77,6 +78,7 @@ def make_algorithm(rl: RLConfig):
 REWARD_PRESETS = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
     "r1": lambda: list(RewardStack.deepseek_r1().terms),  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
+    "rubric": lambda: [(1.0, rule_based_rubric())],  # answer line, no loops, length budget; in [0, 1]
 }
 
 

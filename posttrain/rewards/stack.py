@@ -13,6 +13,12 @@ separately, so a run can show which term paid:
     #   "weighted":   {"accuracy": 1.0, "format": 0.2, "length_linear": -0.053},
     #   "reward_spec": "1*accuracy + 0.2*format(details.format_ok) + 1*length_linear(L0=256,c=0.001)"}}
 
+A term may explain itself: a Rubric (rewards/rubric.py) returns {reward, details}, and its
+details (each criterion's score, weight and reason) land in details["term_details"][name].
+A verifier plus a rubric is the joint reward of Kimi K2 (the spec's JointRewardSystem):
+
+    RewardStack([(1.0, Accuracy()), (0.5, rubric)]).wrap(verifier)
+
 `stack.wrap(scorer)` gives back a function with the scorer contract, `(example,
 completion) -> {reward, details}`, usable wherever a scorer is.
 
@@ -52,7 +58,10 @@ class RewardTerm(Protocol):
     @property
     def spec(self) -> str: ...
 
-    def __call__(self, example: Example, completion: str, scored: Scored) -> float: ...
+    def __call__(self, example: Example, completion: str, scored: Scored) -> float | Scored:
+        """The term's value; or {"reward": value, "details": {...}} for a term that explains
+        itself (a Rubric: every criterion's score and reason), kept in details["term_details"]."""
+        ...
 
 
 # ---------------------------------------------------------------------------------------
@@ -224,10 +233,17 @@ class RewardStack:
         self.version = " + ".join(f"{w:g}*{term.spec}" for w, term in self.terms)
 
     def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
-        components = {term.name: float(term(example, completion, scored)) for _, term in self.terms}
+        components, term_details = {}, {}
+        for _, term in self.terms:
+            value = term(example, completion, scored)
+            if isinstance(value, dict):  # a term with its own details (RewardTerm's declared second form)
+                term_details[term.name], value = value["details"], value["reward"]
+            components[term.name] = float(value)
         weighted = {term.name: w * components[term.name] for w, term in self.terms}
         details = dict(scored["details"])
         details.update(components=components, weighted=weighted, reward_spec=self.version)
+        if term_details:
+            details["term_details"] = term_details
         return {"reward": sum(weighted.values()), "details": details}
 
     def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:

@@ -4,7 +4,8 @@
 
     reward  := term ( "+" term )*
     term    := [ weight "*" ] source          weight: a finite number, 1 if left out
-    source  := a preset ("accuracy", "r1")     the verifier's 1/0; accuracy + 0.2 × format
+    source  := a preset ("accuracy", "r1",     the verifier's 1/0; accuracy + 0.2 × format;
+                         "rubric")             rule-based criteria (rewards/rubric.py)
              | MODULE:FUNCTION                 imported like `python -m` would: the current
                                                directory first, then sys.path
              | PATH.py:FUNCTION                a file (relative to the current directory)
