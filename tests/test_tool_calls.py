@@ -67,6 +67,7 @@ def test_thinking_is_kept_apart_and_calls_inside_it_do_not_count():
     ("<tool_call>calc: 1+1</tool_call>", "compact", ["unknown_tool"]),
     ("<tool_call>calculator:   </tool_call>", "compact", ["missing_argument"]),
     ("<tool_call>search: RLHF</tool_call>", "compact", ["not_compact"]),
+    ('<tool_call>{"name": "calculator"}</tool_call>', "compact", ["wrong_format"]),
     ("<tool_call>calculator: 1+1</tool_call>", "json", ["bad_json"]),  # a compact call in a json environment
     ("<tool_call>a: 1</tool_call></tool_call><tool_call>", "compact", ["unknown_tool", "stray_close_tag",
                                                                        "unclosed_tag"]),

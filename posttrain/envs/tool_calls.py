@@ -51,6 +51,7 @@ MALFORMED: dict[str, str] = {
     "bad_json": "json format: the body is not valid JSON",
     "not_an_object": "json format: the body is JSON but not an object with \"name\" and \"arguments\"",
     "missing_name": "json format: no string \"name\" in the call",
+    "wrong_format": "compact format: the body is JSON (a call in the json format)",
     "missing_colon": "compact format: no ':' between the tool name and its argument",
     "not_compact": "compact format: the tool does not take a single string argument",
     "unknown_tool": "no tool of that name is registered",
@@ -149,6 +150,9 @@ def read_call(body: str, registry: ToolRegistry, call_format: str) -> ToolCall |
     if not body.strip():
         return MalformedCall("empty_call", MALFORMED["empty_call"], quoted)
     if call_format == "compact":
+        if quoted.startswith("{"):
+            return MalformedCall("wrong_format", "this environment reads compact calls, <tool_call>NAME: ARGUMENT"
+                                 "</tool_call>, not JSON", quoted)
         name, colon, argument = body.partition(":")
         name, argument = name.strip(), argument.strip()
         if not colon:
@@ -167,7 +171,8 @@ def read_call(body: str, registry: ToolRegistry, call_format: str) -> ToolCall |
     try:
         call = json.loads(body)
     except (json.JSONDecodeError, RecursionError) as error:  # RecursionError: "[[[[…" thousands deep
-        return MalformedCall("bad_json", f"the call is not valid JSON ({str(error)[:100]})", quoted)
+        return MalformedCall("bad_json", f"the call is not valid JSON ({str(error)[:100]}); write "
+                             '{"name": NAME, "arguments": {...}}', quoted)
     if not isinstance(call, dict):
         return MalformedCall("not_an_object", MALFORMED["not_an_object"], quoted)
     name, arguments = call.get("name"), call.get("arguments", {})
