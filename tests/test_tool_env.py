@@ -2,6 +2,7 @@
 or continue per the settings with a reason, malformed calls score 0 with a reason, the
 demonstrations earn reward 1, and the docstring's small environment runs as written."""
 
+import pickle
 import random
 import re
 import time
@@ -48,6 +49,12 @@ def test_the_tool_using_episode_earns_reward_1(env):
         "answered", 2, 1, 0)
     assert details["tool_calls"][0]["arguments"] == {"expression": "347*829"} and details["tool_calls"][0]["ok"]
     assert details["answer"]["reason"] == "ok" and details["answer"]["spec_version"] == "final_int/strict-v1"
+
+
+def test_the_environment_pickles_for_ray_workers(env):
+    copy = pickle.loads(pickle.dumps(env))
+    example = Example("Q: 101*101\n", "10201")
+    assert episode(copy, example, ["<tool_call>calculator: 101*101</tool_call>", "Final: 10201"])[-1].reward == 1.0
 
 
 def test_the_answer_turn_is_scored_without_its_thinking(env, example):

@@ -3,6 +3,7 @@ schema check and failure policies (a raising tool, a hanging one), and the pytho
 sandbox: no file of the host, no network."""
 
 import os
+import pickle
 import re
 import socket
 import time
@@ -12,6 +13,7 @@ import pytest
 
 from posttrain.envs.tools import (
     MAX_RESULT_DIGITS,
+    REASONS,
     Tool,
     ToolCall,
     ToolRegistry,
@@ -140,6 +142,40 @@ def test_a_raising_tool_continues_or_ends_per_its_policy(on_error, ends):
     assert result.error == "KeyError: 'the index is gone'" == result.output
 
 
+def test_a_tool_that_exits_is_an_error_not_the_end_of_the_run():
+    def quit_(**_):
+        raise SystemExit(3)
+
+    result = ToolRegistry([Tool("quit", "d", {"type": "object", "properties": {}}, quit_)]).call(ToolCall("quit", {}))
+    assert (result.ok, result.reason, result.error) == (False, "tool_error", "SystemExit: 3")
+
+
+def test_call_never_raises_on_whatever_the_model_asks():
+    hypothesis = pytest.importorskip("hypothesis")
+    st = hypothesis.strategies
+    json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                               lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner,
+                                                                                           max_size=3), max_leaves=6)
+    registry = ToolRegistry([calculator_tool()])
+
+    @hypothesis.settings(max_examples=300, deadline=None)
+    @hypothesis.given(st.sampled_from(["calculator", "python", ""]) | st.text(max_size=10),
+                      st.dictionaries(st.sampled_from(["expression", "x"]) | st.text(max_size=5), json_values,
+                                      max_size=3) | json_values)
+    def check(name, arguments):
+        result = registry.call(ToolCall(name, arguments))
+        assert result.reason in REASONS and result.ok == (result.reason == "ok") and isinstance(result.output, str)
+
+    check()
+
+
+def test_a_registry_pickles_without_its_thread_and_still_calls():
+    registry = ToolRegistry([calculator_tool()])
+    registry.call(ToolCall("calculator", {"expression": "1+1"}))  # its worker thread is running now
+    copy = pickle.loads(pickle.dumps(registry))
+    assert copy.call(ToolCall("calculator", {"expression": "6*7"})).output == "42"
+
+
 def test_a_hanging_tool_times_out_within_its_limit_and_the_next_call_is_not_delayed():
     tool = Tool("slow", "d", {"type": "object", "properties": {}}, lambda: time.sleep(30), timeout_seconds=0.3,
                 on_error="end")
@@ -190,6 +226,7 @@ def run(registry, code):
 
 @needs_sandbox
 def test_python_tool_returns_stdout(python):
+    python = pickle.loads(pickle.dumps(python))  # a partial, not a closure: it travels to Ray workers
     result = run(python, "print(sum(range(10)) * 3)")
     assert (result.ok, result.output) == (True, "135\n")
     failed = run(python, "raise SystemExit('no')")

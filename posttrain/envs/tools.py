@@ -26,6 +26,7 @@ python tool runs in posttrain/sandbox.py, whose process is killed at its wall li
 from __future__ import annotations
 
 import ast
+import functools
 import json
 import math
 import operator
@@ -156,7 +157,7 @@ class ToolRegistry:
 
     def __init__(self, tools: list[Tool] | None = None):
         self.tools: dict[str, Tool] = {}
-        self._worker = CallThread()
+        self._worker: CallThread | None = None  # started at the first call
         for tool in tools or []:
             self.register(tool)
 
@@ -184,7 +185,7 @@ class ToolRegistry:
         problem = check_arguments(tool, call.arguments)
         if problem:
             return self._failed(tool, "bad_arguments", problem, 0.0)
-        if self._worker.busy:  # the last call on it hung: never queue behind it
+        if self._worker is None or self._worker.busy:  # busy: the last call on it hung; never queue behind it
             self._worker = CallThread()
         start = time.perf_counter()
         try:
@@ -194,11 +195,16 @@ class ToolRegistry:
                                 f"{tool.timeout_seconds:g} s", time.perf_counter() - start)
         except ToolTimedOut as error:
             return self._failed(tool, "tool_timeout", str(error), time.perf_counter() - start)
-        except Exception as error:  # the tool's own failure is data for the episode, not a crash of the run
+        except (Exception, SystemExit) as error:  # the tool's own failure is data for the episode, not a crash
             message = f"{type(error).__name__}: {error}"[:MAX_OUTPUT_CHARS]
             return self._failed(tool, "tool_error", message, time.perf_counter() - start)
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         return ToolResult(tool.name, True, text[:MAX_OUTPUT_CHARS], "ok", seconds=time.perf_counter() - start)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without its worker thread (to a Ray worker or a subprocess), which
+        starts its own at its first call."""
+        return {**self.__dict__, "_worker": None}
 
     @staticmethod
     def _failed(tool: Tool, reason: str, error: str, seconds: float) -> ToolResult:
@@ -273,6 +279,10 @@ def _checked(value: int | float | complex) -> int | float:
     return value
 
 
+def calculator(expression: str) -> str:
+    return str(calculate(expression))
+
+
 def calculator_tool(timeout_seconds: float = 1.0, on_error: str = "continue") -> Tool:
     """The calculator as a Tool: one string argument `expression`, the result as text. Its
     errors (bad syntax, division by zero) continue the episode by default: the model can
@@ -282,11 +292,24 @@ def calculator_tool(timeout_seconds: float = 1.0, on_error: str = "continue") ->
         description="Evaluate an arithmetic expression: numbers, + - * / // % ** and brackets.",
         parameters={"type": "object", "properties": {"expression": {"type": "string", "description":
                     "e.g. 347*829 or (12+7)**2"}}, "required": ["expression"], "additionalProperties": False},
-        function=lambda expression: str(calculate(expression)),
+        function=calculator,
         timeout_seconds=timeout_seconds, on_error=on_error)
 
 
 # --- python: the model's code in posttrain/sandbox.py -----------------------------------------
+
+
+def run_python(code: str, *, cpu_seconds: int, wall_seconds: float, memory_mb: int,
+               allow_weak_sandbox: bool | None) -> str:
+    """The python tool's function: the program's stdout, or an exception saying how it ended."""
+    result = run_sandboxed(code, cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb,
+                           max_output_bytes=MAX_OUTPUT_CHARS, allow_weak_sandbox=allow_weak_sandbox)
+    if result.status in ("timeout", "cpu_limit"):
+        raise ToolTimedOut(f"the program used up its time ({result.status}: {STATUSES[result.status]})")
+    if result.status != "ok":  # the ToolRegistry turns the exception into a tool_error result
+        raise RuntimeError(f"the program ended with status {result.status!r}: "
+                           f"{result.stderr.strip()[-500:] or 'no error output'}")
+    return result.stdout
 
 
 def python_tool(cpu_seconds: int = 2, wall_seconds: float = 5.0, memory_mb: int = 256,
@@ -298,17 +321,9 @@ def python_tool(cpu_seconds: int = 2, wall_seconds: float = 5.0, memory_mb: int 
     refusal = weak_sandbox_refusal(allow_weak_sandbox)
     if refusal:
         raise ValueError(f"python tool: {refusal}")
-
-    def run(code: str) -> str:
-        result = run_sandboxed(code, cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb,
-                               max_output_bytes=MAX_OUTPUT_CHARS, allow_weak_sandbox=allow_weak_sandbox)
-        if result.status in ("timeout", "cpu_limit"):
-            raise ToolTimedOut(f"the program used up its time ({result.status}: {STATUSES[result.status]})")
-        if result.status != "ok":  # the ToolRegistry turns the exception into a tool_error result
-            raise RuntimeError(f"the program ended with status {result.status!r}: "
-                               f"{result.stderr.strip()[-500:] or 'no error output'}")
-        return result.stdout
-
+    # a partial of a module-level function, not a closure: the tool pickles (Ray workers)
+    run = functools.partial(run_python, cpu_seconds=cpu_seconds, wall_seconds=wall_seconds, memory_mb=memory_mb,
+                            allow_weak_sandbox=allow_weak_sandbox)
     return Tool(
         name="python",
         description="Run a Python program in a sandbox (no network, no files outside it); "
