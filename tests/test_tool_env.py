@@ -99,6 +99,14 @@ def test_too_many_calls_in_one_turn(example):
     assert "too_many_calls: 6 calls in one turn; at most 4 run" in result.observation
 
 
+def test_a_flood_of_broken_calls_stays_a_short_observation(example):
+    (result,) = episode(ToolArithmeticEnv(), example, ["<tool_call>" * 10_000])
+    assert result.observation.count("<tool_error>") == 5 and len(result.observation) < 1_000
+    assert "9996 more malformed calls in this turn, not listed" in result.observation
+    (ended,) = episode(ToolArithmeticEnv(max_turns=1), example, ["<tool_call>" * 10_000])
+    assert (ended.details["n_malformed"], len(ended.details["malformed"])) == (10_000, 5)
+
+
 class Flaky(ToolEnvironment):
     """A tool that raises or hangs, to test the policies."""
 

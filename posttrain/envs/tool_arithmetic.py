@@ -8,8 +8,10 @@ calculator it can call. The task of issue #20 item 7, where calling the tool sho
 
 Operands have `digits` digits each (3 by default: 100..999, 810,000 problems). A
 character-level gpt_mini learns 5-term single-digit sums from a few hundred
-demonstrations; a 6-digit product is a different matter, so the score without the tool is
-near 0 and the path to reward goes through the call. The answer is checked by the same
+demonstrations; a 6-digit product needs a long chain of carries, which it is not expected
+to learn that way, so the task is built for the call to be the path to reward. (Expected,
+not measured here: the training run of issue #20 item 7 measures accuracy and the rate of
+calls.) The answer is checked by the same
 strict verifier as the arithmetic task: the final turn, outside <think> blocks, must be
 exactly `Final: <int>`.
 

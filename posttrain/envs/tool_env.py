@@ -88,12 +88,22 @@ class ToolEpisode:
     example: Example
     turns: int = 0
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
-    malformed: list[dict[str, str]] = field(default_factory=list)
+    malformed: list[dict[str, str]] = field(default_factory=list)  # the first max_calls_per_turn of each turn
+    n_malformed: int = 0  # all of them
 
 
 class ToolEnvironment:
-    """Base class; a subclass supplies the task (sample, fixed_set, solution, score) and
-    passes its tools here. Module docstring: the episode, what ends it, the details."""
+    """Base class; a subclass supplies the task (sample, fixed_set, score, and
+    demonstration_turns for SFT) and passes its tools here. Module docstring: the episode,
+    what ends it, the details.
+
+    tools               the Tools the model may call (or a ToolRegistry)
+    call_format         "json" (Hermes/Qwen, chat models) or "compact" (character models)
+    max_turns           model turns per episode; a call in the last one ends it with reward 0
+    max_total_tokens    the token budget of the whole trajectory, for the agent loop to enforce
+    on_malformed        "continue" (an error observation) or "end" (reward 0)
+    max_calls_per_turn  calls run per turn; the rest are reported as too_many_calls
+    """
 
     def __init__(self, tools: list[Tool] | ToolRegistry, call_format: str = "json", max_turns: int = 4,
                  max_total_tokens: int = 512, on_malformed: str = "continue", max_calls_per_turn: int = 4):
@@ -127,6 +137,11 @@ class ToolEnvironment:
         if len(parsed.calls) > len(calls):
             malformed.append(MalformedCall("too_many_calls", f"{len(parsed.calls)} calls in one turn; at most "
                                            f"{self.max_calls_per_turn} run, the rest were skipped", ""))
+        state.n_malformed += len(malformed)
+        if len(malformed) > self.max_calls_per_turn:  # 10^5 broken tags must not become 10^5 lines of context
+            skipped = len(malformed) - self.max_calls_per_turn
+            malformed = malformed[: self.max_calls_per_turn] + [
+                MalformedCall("too_many_calls", f"{skipped} more malformed calls in this turn, not listed", "")]
         state.malformed += [m.details() for m in malformed]
         if malformed and self.on_malformed == "end":
             return self._end(state, "malformed_call", 0.0)
@@ -203,6 +218,6 @@ class ToolEnvironment:
 
     def _end(self, state: ToolEpisode, reason: str, reward: float, **extra: Any) -> TurnResult:
         details = {"reason": reason, "turns": state.turns, "n_tool_calls": len(state.tool_calls),
-                   "n_malformed": len(state.malformed), "tool_calls": state.tool_calls,
+                   "n_malformed": state.n_malformed, "tool_calls": state.tool_calls,
                    "malformed": state.malformed, **extra}
         return TurnResult("", done=True, reward=reward, details=details)

@@ -48,7 +48,6 @@ ON_ERROR = ("continue", "end")
 MAX_OUTPUT_CHARS = 2_000  # an observation is context the model must read: cut longer outputs
 
 
-
 class ToolTimedOut(Exception):
     """Raised by a tool that enforces its own time limit (the python tool's sandbox kills
     the program at its wall clock): reported as tool_timeout, like a call the registry abandons."""
