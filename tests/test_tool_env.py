@@ -167,6 +167,21 @@ def test_the_docstring_environment_runs_in_under_40_lines():
                             (MODEL_TURN, f"Final: {k * k}")]
 
 
+# the multi-turn protocol of roles/environment.py: the Environment's members, reset, step and both budgets
+PROTOCOL = ("spec_version", "sample", "fixed_set", "solution", "score", "reset", "step", "max_turns",
+            "max_total_tokens")
+
+
+def test_both_environments_offer_the_whole_protocol(env):
+    code = re.search(r"\n(    class Squares.*?)\n\"*\Z", tool_env_module.__doc__, re.S).group(1)
+    namespace = {"ToolEnvironment": ToolEnvironment, "calculator_tool": calculator_tool}
+    exec("\n".join(line[4:] for line in code.splitlines()), namespace)
+    for instance in (env, namespace["Squares"]()):
+        assert all(hasattr(instance, member) for member in PROTOCOL)
+        assert isinstance(instance.max_turns, int) and isinstance(instance.max_total_tokens, int)
+    assert (env.spec_version, namespace["Squares"]().spec_version) == ("final_int/strict-v1", "Squares/v1")
+
+
 def test_tool_arithmetic_problems_and_splits(env):
     heldout, train = env.fixed_set("heldout", 200), env.fixed_set("train", 200)
     assert env.fixed_set("heldout", 50) == heldout[:50]  # a smaller set is a prefix

@@ -188,8 +188,8 @@ def read_call(body: str, registry: ToolRegistry, call_format: str) -> ToolCall |
         return _unknown(name, registry, quoted)
     problem = check_arguments(tool, arguments)
     if problem:
-        missing = problem.startswith("missing required")
-        return MalformedCall("missing_argument" if missing else "bad_arguments", problem, quoted)
+        kind, message = problem
+        return MalformedCall(kind, message, quoted)
     return ToolCall(name, arguments)
 
 

@@ -121,6 +121,12 @@ class ToolEnvironment:
         # a model that floods one turn with calls gets the first few run and an error for the rest
         self.max_calls_per_turn = max_calls_per_turn
 
+    @property
+    def spec_version(self) -> str:
+        """The scorer's name, recorded with every measurement (meta.json): a subclass whose
+        score is a named verifier returns that name, and a new version when score changes."""
+        return f"{type(self).__name__}/v1"
+
     # --- the multi-turn protocol -----------------------------------------------------------
 
     def reset(self, example: Example) -> ToolEpisode:

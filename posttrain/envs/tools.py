@@ -127,27 +127,31 @@ class Tool:
         return None
 
 
-def check_arguments(tool: Tool, arguments: Any) -> str | None:
-    """Why `arguments` do not fit the tool's schema, or None. A light check of what models
-    get wrong (required keys, unknown keys, JSON types, enums), not all of JSON Schema:
-    jsonschema would be one more dependency for the same answers here."""
+def check_arguments(tool: Tool, arguments: Any) -> tuple[str, str] | None:
+    """(kind, message) when `arguments` do not fit the tool's schema, kind "missing_argument"
+    or "bad_arguments"; None when they fit. A light check of what models get wrong (required
+    keys, unknown keys, JSON types, enums), not all of JSON Schema: jsonschema would be one
+    more dependency for the same answers here."""
     if not isinstance(arguments, dict):
-        return f"arguments must be a JSON object, got {type(arguments).__name__}"
+        return "bad_arguments", f"arguments must be a JSON object, got {type(arguments).__name__}"
     properties = tool.parameters.get("properties", {})
     missing = [key for key in tool.parameters.get("required", []) if key not in arguments]
     if missing:
-        return f"missing required argument(s) {missing} of tool {tool.name!r}"
+        return "missing_argument", f"missing required argument(s) {missing} of tool {tool.name!r}"
     unexpected = sorted(set(arguments) - set(properties))
     if unexpected and tool.parameters.get("additionalProperties", True) is False:
-        return f"unexpected argument(s) {unexpected} of tool {tool.name!r}; it takes {sorted(properties)}"
+        return "bad_arguments", (f"unexpected argument(s) {unexpected} of tool {tool.name!r}; "
+                                 f"it takes {sorted(properties)}")
     for key, value in arguments.items():
         spec = properties.get(key, {})
         types = JSON_TYPES.get(spec.get("type", ""))
         wrong_bool = isinstance(value, bool) and bool not in (types or ())
         if types is not None and (not isinstance(value, types) or wrong_bool):
-            return f"argument {key!r} of tool {tool.name!r} must be a JSON {spec['type']}, got {json.dumps(value)[:80]}"
+            return "bad_arguments", (f"argument {key!r} of tool {tool.name!r} must be a JSON {spec['type']}, "
+                                     f"got {json.dumps(value)[:80]}")
         if "enum" in spec and value not in spec["enum"]:
-            return f"argument {key!r} of tool {tool.name!r} must be one of {spec['enum']}, got {value!r}"
+            return "bad_arguments", (f"argument {key!r} of tool {tool.name!r} must be one of {spec['enum']}, "
+                                     f"got {value!r}")
     return None
 
 
@@ -182,8 +186,8 @@ class ToolRegistry:
             error = f"unknown tool {call.name!r}; the tools are {self.names()}"
             return ToolResult(call.name, False, error, "unknown_tool", error)
         problem = check_arguments(tool, call.arguments)
-        if problem:
-            return self._failed(tool, "bad_arguments", problem, 0.0)
+        if problem:  # missing or not: to the registry, arguments that do not fit
+            return self._failed(tool, "bad_arguments", problem[1], 0.0)
         if self._worker is None or self._worker.busy:  # busy: the last call on it hung; never queue behind it
             self._worker = CallThread()
         start = time.perf_counter()
