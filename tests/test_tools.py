@@ -200,6 +200,17 @@ def test_tool_definitions_are_checked():
         Tool("t", "d", {"type": "object", "properties": {}}, print, timeout_seconds=0)
     with pytest.raises(ValueError, match='"type": "object"'):
         Tool("t", "d", {"type": "string"}, print)
+    with pytest.raises(ValueError, match=re.escape("required argument(s) ['q'] are not among its properties ['x']")):
+        Tool("t", "d", {"type": "object", "properties": {"x": {}}, "required": ["q"]}, print)
+
+
+def test_python_tool_is_refused_at_construction_without_a_strong_sandbox(monkeypatch):
+    from posttrain.envs import tools
+
+    monkeypatch.setattr(tools, "weak_sandbox_refusal", lambda allow: None if allow else "no namespaces here")
+    with pytest.raises(ValueError, match="python tool: no namespaces here"):
+        python_tool()
+    assert python_tool(allow_weak_sandbox=True).name == "python"
 
 
 def test_long_outputs_are_cut_and_non_text_outputs_are_json():

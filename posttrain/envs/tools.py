@@ -110,6 +110,10 @@ class Tool:
         if self.parameters.get("type") != "object" or not isinstance(self.parameters.get("properties", {}), dict):
             raise ValueError(f"tool {self.name!r}: parameters must be a JSON schema with \"type\": \"object\" "
                              f"and a \"properties\" object, got {self.parameters!r}")
+        undeclared = sorted(set(self.parameters.get("required", [])) - set(self.parameters.get("properties", {})))
+        if undeclared:
+            raise ValueError(f"tool {self.name!r}: required argument(s) {undeclared} are not among its properties "
+                             f"{sorted(self.parameters.get('properties', {}))}; declare or unrequire them")
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function schema, the shape `tokenizer.apply_chat_template(tools=...)` takes."""
