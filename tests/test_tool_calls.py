@@ -176,11 +176,11 @@ def test_keep_all_is_one_row_and_the_others_one_row_per_model_turn():
         assert [r.turns for r in rows] == [[turns[0]], [turns[2]]]
         assert rows[0].context == prompt  # nothing to strip before the first turn
         assert rows[1].context == context_for_next_turn(prompt, turns[:2], policy)
-    # why the split: under drop, the context turn 2 was sampled in is no prefix of the whole
-    # trajectory; under keep_all it is
-    sampled_in = context_for_next_turn(prompt, turns[:2], "drop")
-    whole = prompt + "".join(t.text for t in turns)
-    assert not whole.startswith(sampled_in) and whole.startswith(context_for_next_turn(prompt, turns[:2]))
+    # why the split: turn 2 as sampled (its context + its own text, thinking included) is a
+    # prefix of the context turn 4 is sampled in under keep_all, and is not under keep_last or drop
+    for policy in ("keep_all", "keep_last", "drop"):
+        as_sampled = context_for_next_turn(prompt, turns[:2], policy) + turns[2].text
+        assert context_for_next_turn(prompt, turns, policy).startswith(as_sampled) == (policy == "keep_all")
 
 
 def test_smollm2_template_keeps_earlier_thinking():

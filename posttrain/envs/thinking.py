@@ -15,15 +15,16 @@ tool output are never changed):
     drop       no earlier thinking is shown (Qwen3's chat template does this to assistant
                turns before the last user message; DeepSeek-R1's to all earlier turns).
 
-Why keep_last and drop split an episode into one training row per model turn: under them
-the context turn k+1 was sampled from is NOT a prefix of the context turn k+2 was sampled
-from (turn k's thinking was there, then it was removed). No single sequence holds every
-turn in the context it was generated in, so a teacher-forced pass over the concatenated
-trajectory would compute log-probs under contexts the sampler never saw: the ratio
-π_θ/π_old would be off from the first step, silently. The honest layout is one row per
-model turn, `(context_for_next_turn(prompt, turns before it), that turn's sampled ids)`,
-each row sharing the episode's reward (`training_rows`). It costs a forward pass over the
-shared context per turn instead of one per episode, which is why keep_all is the default.
+Why keep_last and drop split an episode into one training row per model turn: under them,
+turn k is sampled whole, thinking included, but turn k+1 is sampled in a context from
+which turn k's thinking has been removed. So the sequence "context of turn k + turn k as sampled" is NOT a
+prefix of the context of turn k+1, and no single sequence holds every model turn in the
+context it was generated in. A teacher-forced pass over the concatenated trajectory would
+compute log-probs under contexts the sampler never saw: the ratio π_θ/π_old would be off
+from the first step, silently. The honest layout is one row per model turn,
+`(context_for_next_turn(prompt, turns before it), that turn's sampled ids)`, each row
+sharing the episode's reward (`training_rows`). It costs a forward pass over the shared
+context per turn instead of one per episode, which is why keep_all is the default.
 
 Thinking is text, not tokens: the contexts here are strings a caller tokenises. Under
 keep_all a caller never needs them: it appends the sampled ids and the tool output's ids.
