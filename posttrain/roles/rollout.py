@@ -14,6 +14,10 @@ fixed-size batch would otherwise be spent on rows that are already done.
 
 The model supplies its own cache (`model.new_cache`) and the tokenizer the prompt layout
 (`encode_prompt`), so the same code samples from gpt_mini and from any transformers model.
+
+`continue_rows` runs the same decode loop on arbitrary token contexts, one row each, with
+a budget per row and stop strings: the multi-turn agent loop (roles/agent.py) continues
+each episode's prompt and turns so far with it, one model turn per call.
 """
 
 from __future__ import annotations
