@@ -231,22 +231,36 @@ def test_one_grpo_step_runs_end_to_end_on_the_multi_turn_env():
     assert any(not torch.equal(before[k], v) for k, v in policy.state_dict().items())
 
 
-def test_ray_topology_refuses_a_multi_turn_environment():
+def test_reward_settings_that_a_multi_turn_episode_would_ignore_are_refused():
     from posttrain.config import TrainConfig
     from posttrain.pipelines.build import check_multi_turn
 
     cfg = TrainConfig()
-    check_multi_turn(cfg, FixedToolEnv())  # colocated, the verifier's reward: allowed
-    cfg.dist.workers = 2
-    with pytest.raises(ConfigError, match="multi-turn environments run colocated for now"):
-        check_multi_turn(cfg, FixedToolEnv())
-    cfg.dist.workers, cfg.rl.reward = 0, "r1"
+    check_multi_turn(cfg, FixedToolEnv())  # the environment's own reward: allowed
+    cfg.rl.reward = "r1"
     with pytest.raises(ConfigError, match="its reward is the one its last turn gives"):
         check_multi_turn(cfg, FixedToolEnv())
-    request = lambda step, round: RolloutRequest([], 1, 0)  # noqa: E731
-    with pytest.raises(ConfigError, match="multi-turn environments run colocated for now"):
-        make_rollout(DistConfig(workers=2), tiny_model(), TOK, SamplingParams(), request,
-                     sampler=AgentLoop(FixedToolEnv()))
+
+
+def test_a_ray_worker_runs_the_same_agent_loop_and_draws_the_same_episodes(cluster):
+    env = FixedToolEnv()
+    request = lambda step, round: RolloutRequest(examples(), 2, 11)  # noqa: E731
+    params = SamplingParams(max_new_tokens=10)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as each worker does: then the draws are the same, number for number
+    try:
+        colocated = ColocatedRollout(tiny_model(), TOK, params, request, sampler=AgentLoop(env)).sample(0)
+    finally:
+        torch.set_num_threads(threads)
+    ray_rollout = make_rollout(DistConfig(workers=1), tiny_model(), TOK, params, request, sampler=AgentLoop(env))
+    try:
+        distributed = ray_rollout.sample(0)
+    finally:
+        ray_rollout.close()
+    assert len(distributed) == 4 and all(len(e.turns) == 5 for e in distributed)
+    for a, b in zip(colocated, distributed):
+        assert [(t.source, t.token_ids, t.logp) for t in a.turns] == [(t.source, t.token_ids, t.logp) for t in b.turns]
+        assert (a.reward, a.details, a.group_id) == (b.reward, b.details, b.group_id)
 
 
 def test_shared_prompt_forward_shares_a_multi_turn_groups_prompt_and_matches_the_plain_one(monkeypatch):

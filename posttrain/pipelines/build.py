@@ -371,13 +371,10 @@ def trainer_settings(rl: RLConfig) -> dict:
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:
-    """A multi-turn environment's episodes come back scored by the environment (roles/agent.py),
-    sampled in this process: refuse the settings that would otherwise be ignored."""
+    """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
+    refuse the reward settings that would otherwise be ignored."""
     if not is_multi_turn(env):
         return
-    check(cfg.dist.resolved_topology() == "colocated", "dist.workers", cfg.dist.workers,
-          f"0 with the multi-turn environment {cfg.env.name!r}: multi-turn environments run colocated for now "
-          "(the Ray rollout workers sample single-turn completions only); pass --dist.workers 0")
     check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0, "rl.reward",
           cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
           f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
@@ -389,17 +386,14 @@ def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Calla
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
     (Ray itself is imported only when workers start). `horizon` = the run's step count
     (async samples ahead up to it, never past it). `sampler`: single-turn completions, or a
-    multi-turn environment's agent loop (colocated only, for now)."""
+    multi-turn environment's agent loop (each Ray worker runs a pickled copy of it)."""
     topology = dist.resolved_topology()
     shards = dist.rollout_shards or max(1, dist.workers)
     if topology == "colocated":
         return ColocatedRollout(policy, tokenizer, params, request, shards, sampler)
-    if sampler is not single_turn:
-        raise ConfigError(f"dist.topology={topology!r} is not allowed with a multi-turn environment: multi-turn "
-                          "environments run colocated for now; pass --dist.workers 0")
     if topology == "sync":
-        return RayRollout(dist, policy, tokenizer, params, request, shards)
-    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, horizon=horizon)
+        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler)
+    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
 
 
 def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path) -> Controller:
