@@ -263,6 +263,17 @@ def test_a_ray_worker_runs_the_same_agent_loop_and_draws_the_same_episodes(clust
         assert (a.reward, a.details, a.group_id) == (b.reward, b.details, b.group_id)
 
 
+def test_held_out_pass_at_1_runs_the_agent_loop_on_a_multi_turn_environment():
+    from posttrain.eval.evaluate import evaluate_pass_at_1
+
+    env = FixedToolEnv(varied=True)
+    engine = RolloutEngine(tiny_model(), TOK, SamplingParams(max_new_tokens=10))
+    result = evaluate_pass_at_1(engine, env, env.sample("heldout", 6, 0))
+    episodes = result["episodes"]
+    assert len(episodes) == 6 and all(len(e.turns) == 5 for e in episodes)  # greedy, through both tool turns
+    assert result["pass@1"] == sum(e.reward for e in episodes) / 6  # the environment's own final rewards
+
+
 def test_shared_prompt_forward_shares_a_multi_turn_groups_prompt_and_matches_the_plain_one(monkeypatch):
     from posttrain.models import shared_prefix
 
