@@ -228,6 +228,7 @@ def test_one_grpo_step_runs_end_to_end_on_the_multi_turn_env():
     assert math.isfinite(metrics["pg_loss"]) and metrics["grad_norm"] > 0
     assert metrics["reward_mean"] == sum(e.reward for e in episodes) / 8 and 0 < metrics["reward_mean"] < 1
     assert metrics["response_length"] == sum(len(t.token_ids) for e in episodes for t in e.turns[::2]) / 8
+    assert metrics["model_turns"] == 3.0 and metrics["truncated_fraction"] == 0.0
     assert any(not torch.equal(before[k], v) for k, v in policy.state_dict().items())
 
 
