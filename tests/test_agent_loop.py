@@ -181,8 +181,15 @@ def test_budgets_end_episodes_with_reward_zero_and_a_reason():
     for e in episodes:
         assert e.reward == 0.0 and e.details["budget_exhausted"] == "max_total_tokens"
         assert len(e.response_ids) <= 30 and e.turns[-1].source == MODEL_TURN
+    episodes, _, _, _ = run_loop(env=FixedToolEnv(max_turns=50, max_total_tokens=1000, tool_turns=50))
+    for e in episodes:  # the model's 160 positions fill up first
+        assert e.reward == 0.0 and e.details["budget_exhausted"] == "max_seq_len"
+        assert len(e.prompt_ids) + len(e.response_ids) <= 160
     with pytest.raises(ValueError, match="max_turns is 0"):
         AgentLoop(FixedToolEnv(max_turns=0))
+    engine = RolloutEngine(tiny_model(), TOK, SamplingParams(max_new_tokens=8))
+    with pytest.raises(ValueError, match="leaves no room in the model's 160 positions"):
+        AgentLoop(FixedToolEnv())(engine, [Example("Q: " + "1+" * 80 + "\n", "81")], 1)
 
 
 def test_single_turn_sampler_is_unchanged_and_shares_its_loop_with_continuation():

@@ -26,9 +26,11 @@ How an observation becomes tokens (`observation_ids`):
     not written a second time.
   - any other tokenizer (gpt_mini's characters): the observation's text as it is.
 
-An episode that reaches `env.max_turns` model turns or `env.max_total_tokens` response
-tokens (model and observation tokens together) ends with reward 0 and the budget in its
-details (`budget_exhausted`), never with an error. Episodes come back grouped exactly like
+An episode that reaches `env.max_turns` model turns, `env.max_total_tokens` response
+tokens (model and observation tokens together) or the model's positions (max_seq_len: the
+trainer reads the whole row) ends with reward 0 and that budget in its details
+(`budget_exhausted`), never with an error; only a prompt that leaves no room for a first
+turn is an error (a setting to fix). Episodes come back grouped exactly like
 `generate`'s (the K samples of example i share group_id first_group + i), so GRPO and the
 rest of the RL step read them unchanged; RolloutBatch.collate masks the environment's tokens.
 """
@@ -153,6 +155,10 @@ class AgentLoop:
                              engine.model.config.max_seq_len - len(context))
                 if r.model_turns >= env.max_turns:
                     r.end(MAX_TURNS)
+                elif not r.turns and budget < 1:  # not even a first turn: a setting is wrong, not the episode
+                    raise ValueError(f"the prompt {r.example.prompt[:60]!r} is {len(context)} tokens, which leaves "
+                                     f"no room in the model's {engine.model.config.max_seq_len} positions for a "
+                                     "model turn: shorten the prompt or use a longer-context model")
                 elif budget < 1:
                     r.end(MAX_TOTAL_TOKENS if env.max_total_tokens <= r.response_tokens else MAX_SEQ_LEN)
                 else:
@@ -161,11 +167,12 @@ class AgentLoop:
                 break
             turns = engine.continue_rows(contexts, budgets, generator, params, self.stop_strings)
             for r, turn, budget in zip(rows, turns, budgets):
-                self.take_turn(r, turn, budget < params.max_new_tokens, tok)
+                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.model.config.max_seq_len)
         return [r.episode(engine.weight_version) for r in running]
 
-    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok) -> None:
-        """Append the model's turn, ask the environment, append its observation."""
+    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok, max_seq_len: int) -> None:
+        """Append the model's turn, ask the environment, append its observation (if it fits
+        the episode's budget and the model's positions: the trainer reads the whole row)."""
         r.turns.append(Turn(MODEL_TURN, turn.token_ids, turn.logp, turn.text))
         r.response_tokens += len(turn.token_ids)
         if turn.stop == STOP_BUDGET and cut_by_episode_budget:
@@ -185,6 +192,9 @@ class AgentLoop:
                               after_end_of_turn=turn.stop == STOP_TOKEN and turn.token_ids[-1] == tok.eos_id)
         if r.response_tokens + len(ids) > self.env.max_total_tokens:
             r.end(MAX_TOTAL_TOKENS)  # the observation does not fit: the trajectory ends at the model's turn
+            return
+        if len(r.prompt_ids) + r.response_tokens + len(ids) > max_seq_len:
+            r.end(MAX_SEQ_LEN)
             return
         r.turns.append(Turn(ENVIRONMENT_TURN, ids, None, result.observation))
         r.response_tokens += len(ids)
