@@ -162,7 +162,9 @@ class AgentLoop:
                 elif budget < 1:
                     r.end(MAX_TOTAL_TOKENS if env.max_total_tokens <= r.response_tokens else MAX_SEQ_LEN)
                 else:
-                    contexts.append(context), budgets.append(budget), rows.append(r)
+                    contexts.append(context)
+                    budgets.append(budget)
+                    rows.append(r)
             if not rows:
                 break
             turns = engine.continue_rows(contexts, budgets, generator, params, self.stop_strings)

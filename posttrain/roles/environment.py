@@ -39,8 +39,9 @@ class MultiTurnEnvironment(Environment, Protocol):
     model's turn (its decoded text) and answers with a TurnResult: the observation to
     append (tool output, the game's reply), whether the episode is done, and when done
     its reward and details. The loop (roles/agent.py) stops an episode that reaches
-    `max_turns` model turns or `max_total_tokens` response tokens (model and
-    observation tokens together) with reward 0 and the budget named in its details.
+    `max_turns` model turns, `max_total_tokens` response tokens (model and observation
+    tokens together) or the model's positions with reward 0 and the budget named in its
+    details.
 
     A whole environment (a model that must ask for a hint before answering):
 
