@@ -23,6 +23,13 @@ log π_old(tokens[b, t] | tokens[b, :t]). The EOS a model sampled is an action l
 other, so it sits inside the response mask. Right padding means a real token only ever
 attends to real tokens under the causal mask, so the trainer's forward pass needs no
 padding mask at all.
+
+A multi-turn episode's response is its turns, in order; the environment's tokens (tool
+output, tokenised once) stay in `tokens` for the model to read but are not actions:
+
+    tokens          [ p0 p1 p2 | m0 m1 | o0 o1 o2 | m2 EOS | pad ]
+    response_mask   [  0  0  0 |  1  1 |  0  0  0 |  1   1 |   0 ]
+    old_logp        [  0  0  0 |  l  l |  0  0  0 |  l   l |   0 ]
 """
 
 from __future__ import annotations
@@ -178,7 +185,8 @@ class RolloutBatch:
     @staticmethod
     def collate(episodes: list[Episode], pad_id: int, temperature: float = 1.0) -> RolloutBatch:
         """Right-pad `prompt + response` of each episode into one (B, T) batch; `ref_logp`
-        too when every episode carries its cached reference log-probs."""
+        too when every episode carries its cached reference log-probs. A multi-turn episode
+        (`turns`) gets response_mask 1 on its MODEL_TURN tokens only (`model_token_mask`)."""
         if not episodes:
             raise ValueError("cannot collate an empty list of episodes")
         B = len(episodes)
@@ -196,8 +204,10 @@ class RolloutBatch:
             P, R = len(e.prompt_ids), len(e.response_ids)
             tokens[b, : P + R] = torch.tensor(e.prompt_ids + e.response_ids, dtype=torch.long, device=cpu)
             attention_mask[b, : P + R] = 1.0
-            response_mask[b, P : P + R] = 1.0
+            # only the model's own tokens are actions; tool output is state, like the prompt
+            response_mask[b, P : P + R] = 1.0 if e.turns is None else torch.tensor(model_token_mask(e), device=cpu)
             old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32, device=cpu)
+            old_logp[b] *= response_mask[b]  # 0 off the model's tokens, whatever an episode put there
             if cached_ref:
                 ref_logp[b, P : P + R] = torch.tensor(e.ref_logp, dtype=torch.float32, device=cpu)
         return RolloutBatch(
@@ -211,6 +221,28 @@ class RolloutBatch:
             ref_logp=ref_logp,
             episodes=list(episodes),
         )
+
+
+def model_token_mask(episode: Episode) -> list[float]:
+    """1.0 on each response token a MODEL_TURN sampled, 0.0 on environment tokens, for a
+    multi-turn episode; ValueError when its response is not exactly its turns, in order
+    (then the mask would fall on the wrong tokens and train on tool output)."""
+    turns = episode.turns or []
+    joined = [i for turn in turns for i in turn.token_ids]
+    if joined != episode.response_ids:
+        raise ValueError(
+            f"episode {episode.example.id or episode.example.prompt[:40]!r}: response_ids ({len(episode.response_ids)} "
+            f"tokens) is not the concatenation of its {len(turns)} turns' token_ids ({len(joined)} tokens), so the "
+            "response mask cannot tell model tokens from environment tokens: build response_ids from the turns "
+            "(roles/agent.py does), and never edit one without the other")
+    if len(episode.response_logp) != len(episode.response_ids):
+        raise ValueError(f"episode {episode.example.id or episode.example.prompt[:40]!r}: {len(episode.response_logp)} "
+                         f"log-probs for {len(episode.response_ids)} response tokens: give one per token (0 on "
+                         "environment tokens)")
+    for turn in turns:
+        if turn.source not in (MODEL_TURN, ENVIRONMENT_TURN):
+            raise ValueError(f"a turn's source is {turn.source!r}: expected {MODEL_TURN!r} or {ENVIRONMENT_TURN!r}")
+    return [1.0 if turn.source == MODEL_TURN else 0.0 for turn in turns for _ in turn.token_ids]
 
 
 @dataclass

@@ -62,9 +62,20 @@ def split_shards(request: RolloutRequest, shards: int) -> list[Shard]:
             for i in range(shards)]
 
 
-def sample_shard(engine: RolloutEngine, shard: Shard, samples_per_prompt: int) -> list[Episode]:
+# how a shard's episodes are drawn: (engine, examples, samples_per_prompt, generator) -> episodes grouped
+# by example; `single_turn` (one completion each) or a multi-turn environment's roles/agent.py::AgentLoop
+Sampler = Callable[[RolloutEngine, list[Example], int, torch.Generator], list[Episode]]
+
+
+def single_turn(engine: RolloutEngine, examples: list[Example], samples_per_prompt: int,
+                generator: torch.Generator) -> list[Episode]:
+    return engine.generate(examples, samples_per_prompt, generator)
+
+
+def sample_shard(engine: RolloutEngine, shard: Shard, samples_per_prompt: int,
+                 sampler: Sampler = single_turn) -> list[Episode]:
     """The one place a shard is sampled, in the controller or in a worker."""
-    episodes = engine.generate(shard.examples, samples_per_prompt, torch.Generator().manual_seed(shard.seed))
+    episodes = sampler(engine, shard.examples, samples_per_prompt, torch.Generator().manual_seed(shard.seed))
     for e in episodes:  # group ids of the whole step, not of the shard
         e.group_id += shard.first_group
     return episodes
@@ -77,11 +88,12 @@ class ColocatedRollout:
     topology = "colocated"
 
     def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
-                 request: Callable[[int, int], RolloutRequest], shards: int = 1):
+                 request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn):
         self.engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
         self.sync = SharedWeights(policy, self.engine)
         self.request = request
         self.shards = shards
+        self.sampler = sampler  # one completion per episode, or a multi-turn environment's agent loop
 
     @property
     def version(self) -> int:
@@ -90,7 +102,7 @@ class ColocatedRollout:
     def sample(self, step: int, round: int = 0) -> list[Episode]:
         request = self.request(step, round)
         return [e for shard in split_shards(request, self.shards)
-                for e in sample_shard(self.engine, shard, request.samples_per_prompt)]
+                for e in sample_shard(self.engine, shard, request.samples_per_prompt, self.sampler)]
 
     def push(self, version: int | None = None) -> int:
         """Publish the trainer's weights to the engine; `version` restores a saved number."""

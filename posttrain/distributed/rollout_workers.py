@@ -34,7 +34,7 @@ from typing import Callable
 import torch
 
 from posttrain.config import ConfigError, SamplingParams
-from posttrain.distributed.backend import RolloutRequest, Shard, sample_shard, split_shards
+from posttrain.distributed.backend import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
 from posttrain.distributed.off_policy import staleness_stats
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.console import console
@@ -48,13 +48,14 @@ RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: 
 class RolloutWorker:
     """The body of one Ray actor (wrapped by ray.remote in RayRollout)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams):
+    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, sampler: Sampler = single_turn):
         # one intra-op thread per worker, as it holds one Ray CPU. (Sampled numbers can
         # depend on the thread count, so a single-process run reproduces a distributed
         # one exactly with --threads 1.)
         torch.set_num_threads(1)
         self.engine = RolloutEngine(model, tokenizer, params)
         self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
+        self.sampler = sampler  # single-turn completions, or a multi-turn environment's agent loop (a copy of it)
         self.crash_armed = False
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> tuple[int, int]:
@@ -70,7 +71,7 @@ class RolloutWorker:
         if self.crash_armed:  # fault drills: die in the middle of a call, as an OOM kill would
             os._exit(1)
         start = time.perf_counter()
-        episodes = sample_shard(self.engine, shard, samples_per_prompt)
+        episodes = sample_shard(self.engine, shard, samples_per_prompt, self.sampler)
         return os.getpid(), episodes, time.perf_counter() - start
 
     def status(self) -> tuple[int, int]:
@@ -121,7 +122,7 @@ class RayRollout:
     topology = "sync"
 
     def __init__(self, dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
-                 request: Callable[[int, int], RolloutRequest], shards: int):
+                 request: Callable[[int, int], RolloutRequest], shards: int, sampler: Sampler = single_turn):
         self.started_ray = connect(dist)
         import ray
 
@@ -138,7 +139,8 @@ class RayRollout:
         # Ray re-runs the constructor with these arguments on a restart: hold the reference
         # for the life of the workers, or a restart would find the model gone
         self._model = ray.put(copy.deepcopy(policy))
-        self.workers = [actor.remote(self._model, tokenizer, params) for _ in range(dist.workers)]
+        # the sampler travels pickled: a multi-turn environment's copy in each worker resets its own episodes
+        self.workers = [actor.remote(self._model, tokenizer, params, sampler) for _ in range(dist.workers)]
         self.pids = [pid for pid, _ in ray.get([w.status.remote() for w in self.workers])]
         self.push(version=0, wait=True)  # every worker starts (and has started) from the controller's policy
 

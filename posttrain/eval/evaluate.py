@@ -12,7 +12,8 @@ import dataclasses
 import torch
 
 from posttrain.eval.stats import bootstrap_ci, pass_at_k
-from posttrain.roles.environment import score_episodes
+from posttrain.roles.agent import AgentLoop
+from posttrain.roles.environment import is_multi_turn, score_episodes
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.types import Episode, Example
 from posttrain.verifiers.contract import is_solved
@@ -27,14 +28,28 @@ def solved(episode: Episode) -> float:
     return float(is_solved(episode.reward, episode.details))
 
 
+def one_completion_each(engine: RolloutEngine, examples: list[Example], k: int,
+                        generator: torch.Generator | None = None, params=None) -> list[Episode]:
+    """K completions of each example: sampled from `generator`, or with `params` (greedy, for pass@1)."""
+    if params is None:
+        return engine.generate(examples, k, generator)
+    return engine.generate(examples, k, params=params)  # greedy: no generator to draw from
+
+
+def sampler(env):
+    """How `env`'s episodes are drawn: one completion each, or a multi-turn environment's
+    agent loop (roles/agent.py), whose episodes come back scored by the environment."""
+    return AgentLoop(env) if is_multi_turn(env) else one_completion_each
+
+
 def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batch_size: int = 512) -> dict:
     """{"pass@1": fraction solved, "ci": {"mean", "ci_low", "ci_high", "n", "mean_reward"},
     "episodes": [...]}: the CI is pass@1's; mean_reward sits beside it, equal to it for a
     verifier that pays only 0 or 1."""
     greedy = dataclasses.replace(engine.params, temperature=0.0)
-    episodes = []
+    sample, episodes = sampler(env), []
     for start in range(0, len(examples), batch_size):
-        episodes += engine.generate(examples[start : start + batch_size], 1, params=greedy)
+        episodes += sample(engine, examples[start : start + batch_size], 1, params=greedy)
     score_episodes(env.score, episodes)  # the verifier alone, never a shaped reward
     ci = bootstrap_ci([solved(e) for e in episodes])
     ci["mean_reward"] = sum(e.reward for e in episodes) / max(1, len(episodes))
@@ -51,9 +66,9 @@ def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: i
         raise ValueError(f"every k must be between 1 and n={n} (samples per problem), got ks={ks}")
     if engine.params.temperature <= 0:
         raise ValueError("pass@k needs sampling (temperature > 0): greedy decoding gives n identical samples")
-    episodes = []
+    sample, episodes = sampler(env), []
     for example in examples:  # one problem at a time: its n samples are one group
-        episodes += engine.generate([example], n, generator)
+        episodes += sample(engine, [example], n, generator)
     score_episodes(env.score, episodes)
     n_correct = [int(sum(solved(e) for e in episodes[i * n : (i + 1) * n])) for i in range(len(examples))]
     cis = {k: bootstrap_ci([pass_at_k(n, c, k) for c in n_correct]) for k in ks}

@@ -71,7 +71,10 @@ def batch_hidden_states(model: torch.nn.Module, batch: RolloutBatch, share_promp
     if not share_prompt or model.config.dim < MIN_WIDTH:
         return model.hidden_states(tokens)  # right padding: a real token never attends to the padding after it
     real_lengths = batch.attention_mask.sum(1).long()  # (B,)
-    prompt_lengths = real_lengths - batch.response_mask.sum(1).long()  # (B,)
+    # the prompt ends at a row's first response token: a multi-turn row's mask has holes (tool
+    # output), so counting masked tokens would move environment tokens into the "prompt"
+    has_response = batch.response_mask.any(dim=1)  # (B,)
+    prompt_lengths = torch.where(has_response, batch.response_mask.argmax(dim=1), real_lengths)  # (B,)
     groups = prompt_groups(tokens, prompt_lengths, batch.group_ids)
     if groups is None or int(prompt_lengths.min()) == 0 or int((real_lengths - prompt_lengths).max()) == 0:
         return model.hidden_states(tokens)

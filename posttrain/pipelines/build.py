@@ -30,7 +30,7 @@ from posttrain.config import ConfigError, RLConfig, SamplingParams, TrainConfig,
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
 from posttrain.distributed.async_rollout import AsyncRayRollout
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
+from posttrain.distributed.backend import ColocatedRollout, RolloutRequest, Sampler, single_turn
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.envs import ENVIRONMENTS, env_family, make_env
@@ -53,7 +53,9 @@ from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
+from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller
+from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.reference import make_reference
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.console import console
@@ -67,10 +69,11 @@ def is_preference(rl: RLConfig) -> bool:
     return rl.algo in PREFERENCE_LOSSES
 
 
-def make_algorithm(rl: RLConfig):
+def make_algorithm(rl: RLConfig, budget: int | None = None):
     """The RL algorithm rl.algo with rl.algo_params; its generation budget (Dr.GRPO's
-    divisor, DAPO's L_max) is rl.sampling.max_new_tokens."""
-    return make_registered_algorithm(rl.algo, budget=rl.sampling.max_new_tokens, **rl.algo_params)
+    divisor, DAPO's L_max) is rl.sampling.max_new_tokens, or `budget` (a multi-turn
+    environment's max_total_tokens: an episode's model turns together may go past one turn's)."""
+    return make_registered_algorithm(rl.algo, budget=budget or rl.sampling.max_new_tokens, **rl.algo_params)
 
 
 # The named presets of rl.reward: weighted terms on top of the verifier's result. rl.reward
@@ -246,6 +249,7 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
     check_rl(cfg.rl)
     if env is None:
         env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
+    check_multi_turn(cfg, env)
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
@@ -368,24 +372,36 @@ def trainer_settings(rl: RLConfig) -> dict:
                 micro_batch_size=rl.micro_batch_size, share_prompt=rl.share_prompt)
 
 
+def check_multi_turn(cfg: TrainConfig, env) -> None:
+    """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
+    refuse the reward settings that would otherwise be ignored."""
+    if not is_multi_turn(env):
+        return
+    check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0, "rl.reward",
+          cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
+          f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
+          "one completion's text would be ignored; put the terms in the environment's step instead")
+
+
 def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
-                 horizon: int | None = None):
+                 horizon: int | None = None, sampler: Sampler = single_turn):
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
     (Ray itself is imported only when workers start). `horizon` = the run's step count
-    (async samples ahead up to it, never past it)."""
+    (async samples ahead up to it, never past it). `sampler`: single-turn completions, or a
+    multi-turn environment's agent loop (each Ray worker runs a pickled copy of it)."""
     topology = dist.resolved_topology()
     shards = dist.rollout_shards or max(1, dist.workers)
     if topology == "colocated":
-        return ColocatedRollout(policy, tokenizer, params, request, shards)
+        return ColocatedRollout(policy, tokenizer, params, request, shards, sampler)
     if topology == "sync":
-        return RayRollout(dist, policy, tokenizer, params, request, shards)
-    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, horizon=horizon)
+        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler)
+    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
 
 
 def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path) -> Controller:
     """The RL stage's roles around `policy`; the reference is the policy at `start_weights`
     (or, with LoRA, the policy with its adapters off)."""
-    algo = make_algorithm(cfg.rl)
+    algo = make_algorithm(cfg.rl, env.max_total_tokens if is_multi_turn(env) else None)
 
     def rollout_request(step: int, round: int) -> RolloutRequest:
         tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
@@ -393,7 +409,10 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
         return RolloutRequest(examples, cfg.rl.samples_per_prompt, derive_seed(cfg.seed, "rl-sample", *tag))
 
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
-    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps)
+    # a multi-turn environment is sampled by the agent loop (roles/agent.py), every other one turn at a time
+    sampler = AgentLoop(env) if is_multi_turn(env) else single_turn
+    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps,
+                           sampler=sampler)
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = make_reference(policy, start_weights, cfg.rl.share_prompt) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy

@@ -29,7 +29,7 @@ from typing import Any, Callable
 from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
 from posttrain.roles.environment import score_episodes
 from posttrain.seeds import generator_for
-from posttrain.types import Episode, Example, RolloutBatch
+from posttrain.types import MODEL_TURN, Episode, Example, RolloutBatch
 
 Scorer = Callable[[Example, str], dict[str, Any]]
 
@@ -151,18 +151,22 @@ class Controller:
 
 def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     lengths = batch.response_lengths()
-    kl = {}
+    optional = {}  # metrics only some batches have
     if batch.ref_logp is not None:
         # KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)
-        kl["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
+        optional["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
+    multi_turn = [e for e in batch.episodes if e.turns is not None]
+    if multi_turn:  # model turns per episode: for a tool environment, its tool calls and its final answer
+        optional["model_turns"] = sum(sum(t.source == MODEL_TURN for t in e.turns) for e in multi_turn) / len(multi_turn)
     # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
     inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
     return {
-        **kl,
+        **optional,
         "skipped_rows": inert,
         "reward_mean": batch.rewards.mean().item(),
         "reward_std": batch.rewards.std().item() if batch.batch_size > 1 else 0.0,
         "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),
         "response_length": lengths.mean().item(),
+        # cut off by max_new_tokens; a multi-turn episode: ended by a budget instead of its environment
         "truncated_fraction": sum(not e.finished for e in batch.episodes) / batch.batch_size,
     }

@@ -14,9 +14,15 @@ fixed-size batch would otherwise be spent on rows that are already done.
 
 The model supplies its own cache (`model.new_cache`) and the tokenizer the prompt layout
 (`encode_prompt`), so the same code samples from gpt_mini and from any transformers model.
+
+`continue_rows` runs the same decode loop on arbitrary token contexts, one row each, with
+a budget per row and stop strings: the multi-turn agent loop (roles/agent.py) continues
+each episode's prompt and turns so far with it, one model turn per call.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -107,6 +113,22 @@ def example_prompt_ids(tokenizer, example: Example) -> list[int]:
     return encode_prompt(tokenizer, example.prompt, example.meta.get(PROMPT_MESSAGES))
 
 
+# why a row stopped: its stop token (EOS, or a newline with stop_at_newline), one of the
+# caller's stop strings in its text, or its token budget (then it is cut off, unfinished)
+STOP_TOKEN, STOP_STRING, STOP_BUDGET = "stop_token", "stop_string", "budget"
+STOP_CODES = (STOP_BUDGET, STOP_TOKEN, STOP_STRING)  # index = the code the decode loop keeps per row
+
+
+@dataclass
+class Continuation:
+    """The tokens one row of the sampler drew, exactly as drawn."""
+
+    token_ids: list[int]  # ends with the stop token when it stopped on one
+    logp: list[float]  # log π_old of each token, captured while sampling
+    text: str  # the decoded tokens, a final EOS left out
+    stop: str  # STOP_TOKEN, STOP_STRING or STOP_BUDGET
+
+
 class RolloutEngine:
     """A policy and a tokenizer; turns Examples into Episodes.
 
@@ -163,17 +185,64 @@ class RolloutEngine:
         finally:
             self.model.train(was_training)
 
+    @torch.no_grad()
+    def continue_rows(
+        self,
+        contexts: list[list[int]],
+        budgets: list[int],
+        generator: torch.Generator | None = None,
+        params: SamplingParams | None = None,
+        stop_strings: tuple[str, ...] = (),
+    ) -> list[Continuation]:
+        """Continue each token context (one row each: a prompt and the turns so far of a
+        multi-turn episode, roles/agent.py) by at most `budgets[i]` tokens, in one batch.
+
+        A row stops at a stop token (EOS; a newline with params.stop_at_newline), at the
+        first of `stop_strings` in the decoded text of its new tokens, or at its budget. The
+        text is checked rather than the ids because a subword tokenizer may write a closing
+        tag such as "</tool_call>" in several different splits; the ids stay as drawn,
+        never re-tokenised. Same sampler, same decode loop as `generate` (`_sample_rows`)."""
+        if len(budgets) != len(contexts):
+            raise ValueError(f"continue_rows got {len(contexts)} contexts but {len(budgets)} budgets: give one each")
+        if contexts and (min(budgets) < 1 or min(len(c) for c in contexts) < 1):
+            raise ValueError(f"every context needs at least one token and every budget at least 1 (got budgets "
+                             f"{sorted(set(budgets))[:4]}...): leave finished rows out instead of passing budget 0")
+        was_training = self.model.training
+        self.model.eval()
+        rows = []
+        try:
+            for first in range(0, len(contexts), self.max_rows):
+                rows += self._sample_rows(contexts[first : first + self.max_rows], 1,
+                                          budgets[first : first + self.max_rows], generator, params or self.params,
+                                          stop_strings)
+            return rows
+        finally:
+            self.model.train(was_training)
+
     def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
                   params: SamplingParams, first_group: int = 0) -> list[Episode]:
-        tok = self.tokenizer
         K = samples_per_prompt
-        distinct_prompts = [example_prompt_ids(tok, ex) for ex in examples]
-        prompts = [p for p in distinct_prompts for _ in range(K)]  # row i answers example i // K
+        distinct_prompts = [example_prompt_ids(self.tokenizer, ex) for ex in examples]
+        rows = self._sample_rows(distinct_prompts, K, [params.max_new_tokens] * (len(examples) * K), generator, params)
+        return [Episode(example=examples[i // K], group_id=first_group + i // K, prompt_ids=distinct_prompts[i // K],
+                        response_ids=row.token_ids, response_logp=row.logp, completion=row.text,
+                        weight_version=self.weight_version, finished=row.stop != STOP_BUDGET)
+                for i, row in enumerate(rows)]
+
+    def _sample_rows(self, contexts: list[list[int]], repeats: int, budgets: list[int],
+                     generator: torch.Generator | None, params: SamplingParams,
+                     stop_strings: tuple[str, ...] = ()) -> list[Continuation]:
+        """The decode loop `generate` and `continue_rows` share: row i continues
+        contexts[i // repeats] by at most budgets[i] tokens."""
+        tok = self.tokenizer
+        K = repeats
+        prompts = [p for p in contexts for _ in range(K)]  # row i continues context i // K
         N, P = len(prompts), max(len(p) for p in prompts)
-        max_len = P + params.max_new_tokens
+        longest = max(budgets)
+        max_len = P + longest
         if max_len > self.model.config.max_seq_len:
             raise ValueError(
-                f"prompt ({P} tokens) + max_new_tokens ({params.max_new_tokens}) = {max_len} exceeds the "
+                f"prompt ({P} tokens) + max_new_tokens ({longest}) = {max_len} exceeds the "
                 f"model's max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
             )
 
@@ -191,21 +260,23 @@ class RolloutEngine:
                                 device=device)
         # prefill each distinct prompt once, then copy its cache out to the group's K rows:
         # the K prompts of a group are the same tokens, and their keys and values would be too
-        cache = self.model.new_cache(len(examples), max_len)
+        cache = self.model.new_cache(len(contexts), max_len)
         with autocast(self.model):  # the policy's precision; sample_next_token reads the logits in float32
             hidden = self.model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
             logits = self.model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
         if K > 1:
-            cache.batch_select_indices(torch.arange(len(examples), device=device).repeat_interleave(K))  # (N rows)
+            cache.batch_select_indices(torch.arange(len(contexts), device=device).repeat_interleave(K))  # (N rows)
             logits = logits.repeat_interleave(K, dim=0)  # (N, V)
 
-        tokens = torch.full((N, params.max_new_tokens), tok.pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros(N, params.max_new_tokens, device=device)
-        lengths = torch.full((N,), params.max_new_tokens, dtype=torch.long, device=device)
+        tokens = torch.full((N, longest), tok.pad_id, dtype=torch.long, device=device)
+        logps = torch.zeros(N, longest, device=device)
+        budget = torch.tensor(budgets, dtype=torch.long, device=device)  # (N,)
+        lengths = budget.clone()  # a row that never stops runs to its budget
+        stop = torch.full((N,), STOP_CODES.index(STOP_BUDGET), dtype=torch.long, device=device)
         active = torch.arange(N, device=device)  # the rows still running, in the order the cache holds them
         all_logits = torch.zeros(N, logits.shape[-1], device=device)
         decode = self._decode_step(params)
-        for t in range(params.max_new_tokens):
+        for t in range(longest):
             # Draw for all N rows (finished ones from dummy logits) so that a row's random
             # stream does not depend on when the other rows stopped.
             all_logits[active] = logits.float()
@@ -213,11 +284,17 @@ class RolloutEngine:
             token, logp = token[active], logp[active]  # (n,)
             tokens[active, t], logps[active, t] = token, logp
             stopped = torch.isin(token, stop_ids)  # (n,)
+            stop[active[stopped]] = STOP_CODES.index(STOP_TOKEN)
+            if stop_strings:
+                by_text = self._stop_string_rows(tokens, active, ~stopped, t, stop_strings)  # (n,)
+                stop[active[by_text]] = STOP_CODES.index(STOP_STRING)
+                stopped |= by_text
             lengths[active[stopped]] = t + 1  # the stop token is part of the response
-            if stopped.all() or t == params.max_new_tokens - 1:
+            ended = stopped | (budget[active] <= t + 1)  # (n,)
+            if ended.all() or t == longest - 1:
                 break
-            if stopped.any():  # drop finished rows from the batch and the cache
-                keep = (~stopped).nonzero().squeeze(1)
+            if ended.any():  # drop finished rows from the batch and the cache
+                keep = (~ended).nonzero().squeeze(1)
                 cache.batch_select_indices(keep)
                 active, token, attention_mask = active[keep], token[keep], attention_mask[keep]
             attention_mask[:, P + t] = 1.0
@@ -225,23 +302,23 @@ class RolloutEngine:
                 logits = decode(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
         # back to the CPU once, not one small copy per row below
-        tokens, logps, lengths = tokens.cpu(), logps.cpu(), lengths.cpu()
-        episodes, stop_list = [], stop_ids.tolist()
+        tokens, logps, lengths, stop = tokens.cpu(), logps.cpu(), lengths.cpu(), stop.cpu()
+        rows = []
         for i in range(N):
             n = int(lengths[i])
             response = tokens[i, :n].tolist()
-            finished = n > 0 and response[-1] in stop_list
-            text_ids = response[:-1] if finished and response[-1] == tok.eos_id else response
-            episodes.append(
-                Episode(
-                    example=examples[i // K],
-                    group_id=first_group + i // K,
-                    prompt_ids=prompts[i],
-                    response_ids=response,
-                    response_logp=logps[i, :n].tolist(),
-                    completion=tok.decode(text_ids),
-                    weight_version=self.weight_version,
-                    finished=finished,
-                )
-            )
-        return episodes
+            reason = STOP_CODES[int(stop[i])]
+            text_ids = response[:-1] if reason == STOP_TOKEN and response[-1] == tok.eos_id else response
+            rows.append(Continuation(response, logps[i, :n].tolist(), tok.decode(text_ids), reason))
+        return rows
+
+    def _stop_string_rows(self, tokens: torch.Tensor, active: torch.Tensor, candidates: torch.Tensor, t: int,
+                          stop_strings: tuple[str, ...]) -> torch.Tensor:
+        """(n,) bool: the running rows (among `candidates`) whose new tokens, decoded, now
+        hold one of `stop_strings`. The whole new text is decoded each time, not the last
+        token alone: a tag can close across a token boundary."""
+        found = torch.zeros_like(candidates)
+        for j in candidates.nonzero().squeeze(1).tolist():
+            text = self.tokenizer.decode(tokens[int(active[j]), : t + 1].tolist())
+            found[j] = any(s in text for s in stop_strings)
+        return found

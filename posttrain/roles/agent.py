@@ -1,0 +1,202 @@
+"""Agent: the multi-turn rollout loop, token-in/token-out.
+
+For K samples of each Example, every episode starts from its prompt (`env.reset`), then,
+until the environment says done or a budget runs out:
+
+    1. continue    every unfinished episode by one model turn, all in one batched call
+                   (RolloutEngine.continue_rows: the sampler `generate` uses)
+    2. step        env.step(state, the turn's text) -> TurnResult
+    3. observe     the observation is tokenised once and appended as an ENVIRONMENT_TURN
+
+Token-in/token-out is the whole point. A model turn keeps the ids the sampler drew with
+their log π_old; its text is only read (by `env.step`), never encoded again, because
+decode-then-encode does not give the same ids back in general (a BPE tokenizer may split
+"</tool_call>" differently from how the model wrote it), and then the trainer would score
+tokens the sampler never drew and the importance ratio would be wrong with no error. The
+observation is tokenised exactly once, here, and those ids are what the model reads next
+and what the trainer sees.
+
+How an observation becomes tokens (`observation_ids`):
+  - a tokenizer with a chat template (an instruct model, models/hf.py::HFTokenizer): the
+    tokens the template puts between an assistant's message and the next assistant
+    message when a `role` message holding the observation comes between them, i.e. the
+    end of the assistant's turn, the observation's turn, and the header of the next
+    assistant turn (SmolLM2: `<|im_end|>\\n<|im_start|>user\\nOBS<|im_end|>\\n<|im_start|>assistant\\n`).
+    When the model's turn already ended with its end-of-turn token (EOS) that token is
+    not written a second time.
+  - any other tokenizer (gpt_mini's characters): the observation's text as it is.
+
+An episode that reaches `env.max_turns` model turns, `env.max_total_tokens` response
+tokens (model and observation tokens together) or the model's positions (max_seq_len: the
+trainer reads the whole row) ends with reward 0 and that budget in its details
+(`budget_exhausted`), never with an error; only a prompt that leaves no room for a first
+turn is an error (a setting to fix). Episodes come back grouped exactly like
+`generate`'s (the K samples of example i share group_id first_group + i), so GRPO and the
+rest of the RL step read them unchanged; RolloutBatch.collate masks the environment's tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from posttrain.config import SamplingParams
+from posttrain.models.hf import HFTokenizer
+from posttrain.roles.environment import MultiTurnEnvironment
+from posttrain.roles.rollout import STOP_BUDGET, STOP_TOKEN, RolloutEngine, example_prompt_ids
+from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn, TurnResult
+
+# why an episode ended, in its details["ended_by"]
+DONE, MAX_TURNS, MAX_TOTAL_TOKENS, MAX_SEQ_LEN = "done", "max_turns", "max_total_tokens", "max_seq_len"
+_MARK = "\x00posttrain-observation\x00"  # stands in for the observation when the template is rendered
+
+
+def chat_observation_ids(tokenizer: HFTokenizer, observation: str, role: str, after_end_of_turn: bool) -> list[int]:
+    """The ids a chat template puts around an observation: from the end of an assistant's
+    message to the start of the next assistant message (see the module docstring),
+    tokenised as one string. `after_end_of_turn`: the model's turn already ends with EOS."""
+    messages = [{"role": "user", "content": "question"}, {"role": "assistant", "content": _MARK},
+                {"role": role, "content": _MARK}]
+    text = tokenizer.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    between = text.split(_MARK)
+    if len(between) != 3:
+        raise ValueError(f"the chat template of {tokenizer!r} did not render an assistant message followed by a "
+                         f"{role!r} message verbatim, so the tokens around an observation cannot be read from it: "
+                         "pass another observation_role (e.g. 'user') or a tokenizer without a chat template")
+    ids = tokenizer.encode(between[1] + observation + between[2])
+    if after_end_of_turn and ids[:1] == [tokenizer.eos_id]:
+        ids = ids[1:]  # the model already wrote its end-of-turn token: the trajectory has it once
+    return ids
+
+
+def observation_ids(tokenizer, observation: str, role: str = "user", after_end_of_turn: bool = False) -> list[int]:
+    """The observation's tokens, tokenised once: wrapped as the chat template wraps a
+    `role` message for a chat tokenizer, the text as it is for any other."""
+    if isinstance(tokenizer, HFTokenizer) and tokenizer.chat:
+        return chat_observation_ids(tokenizer, observation, role, after_end_of_turn)
+    return tokenizer.encode(observation)
+
+
+@dataclass
+class _Running:
+    """One episode while the loop runs it."""
+
+    example: Example
+    group_id: int
+    state: Any
+    prompt_ids: list[int]
+    turns: list[Turn] = field(default_factory=list)
+    response_tokens: int = 0  # model and observation tokens so far
+    result: TurnResult | None = None  # set when the episode ends
+    ended_by: str = ""
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt_ids + [i for turn in self.turns for i in turn.token_ids]
+
+    @property
+    def model_turns(self) -> int:
+        return sum(turn.source == MODEL_TURN for turn in self.turns)
+
+    def end(self, reason: str, result: TurnResult | None = None) -> None:
+        """Stop here: with the environment's final result, or a budget's reward 0."""
+        self.ended_by = reason
+        self.result = result or TurnResult(done=True, reward=0.0, details={"reason": reason})
+
+    def episode(self, weight_version: int) -> Episode:
+        response_ids = [i for turn in self.turns for i in turn.token_ids]
+        response_logp = [lp for turn in self.turns for lp in (turn.logp or [0.0] * len(turn.token_ids))]
+        details = {**self.result.details, "turns": self.model_turns, "ended_by": self.ended_by}
+        if self.ended_by != DONE:
+            details["budget_exhausted"] = self.ended_by
+        return Episode(example=self.example, group_id=self.group_id, prompt_ids=self.prompt_ids,
+                       response_ids=response_ids, response_logp=response_logp,
+                       completion="".join(turn.text for turn in self.turns), reward=float(self.result.reward),
+                       details=details, weight_version=weight_version, finished=self.ended_by == DONE,
+                       turns=self.turns)
+
+
+class AgentLoop:
+    """Samples a MultiTurnEnvironment's episodes; called as the rollout role's sampler
+    (distributed/backend.py::sample_shard) in place of `engine.generate`.
+
+    stop_strings      a model turn also ends at the first of these in its text (e.g.
+                      "</tool_call>"), not only at EOS
+    observation_role  the chat role an observation is rendered as (chat tokenizers only)
+    """
+
+    def __init__(self, env: MultiTurnEnvironment, stop_strings: tuple[str, ...] = (), observation_role: str = "user"):
+        for budget, value in (("max_turns", env.max_turns), ("max_total_tokens", env.max_total_tokens)):
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"{type(env).__name__}.{budget} is {value!r}: a multi-turn environment needs a "
+                                 "positive integer budget, or one episode could run forever")
+        self.env, self.stop_strings, self.observation_role = env, tuple(stop_strings), observation_role
+
+    def __call__(self, engine: RolloutEngine, examples: list[Example], samples_per_prompt: int = 1,
+                 generator: torch.Generator | None = None, params: SamplingParams | None = None,
+                 first_group: int = 0) -> list[Episode]:
+        """K = samples_per_prompt episodes of each example, grouped like `generate`'s."""
+        params = params or engine.params
+        tok, env = engine.tokenizer, self.env
+        running = []
+        for i, example in enumerate(examples):
+            prompt_ids = example_prompt_ids(tok, example)
+            for _ in range(samples_per_prompt):
+                running.append(_Running(example, first_group + i, env.reset(example), prompt_ids))
+        while True:
+            contexts, budgets, rows = [], [], []
+            for r in running:
+                if r.result is not None:
+                    continue
+                context = r.context
+                budget = min(params.max_new_tokens, env.max_total_tokens - r.response_tokens,
+                             engine.model.config.max_seq_len - len(context))
+                if r.model_turns >= env.max_turns:
+                    r.end(MAX_TURNS)
+                elif not r.turns and budget < 1:  # not even a first turn: a setting is wrong, not the episode
+                    raise ValueError(f"the prompt {r.example.prompt[:60]!r} is {len(context)} tokens, which leaves "
+                                     f"no room in the model's {engine.model.config.max_seq_len} positions for a "
+                                     "model turn: shorten the prompt or use a longer-context model")
+                elif budget < 1:
+                    r.end(MAX_TOTAL_TOKENS if env.max_total_tokens <= r.response_tokens else MAX_SEQ_LEN)
+                else:
+                    contexts.append(context)
+                    budgets.append(budget)
+                    rows.append(r)
+            if not rows:
+                break
+            turns = engine.continue_rows(contexts, budgets, generator, params, self.stop_strings)
+            for r, turn, budget in zip(rows, turns, budgets):
+                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.model.config.max_seq_len)
+        return [r.episode(engine.weight_version) for r in running]
+
+    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok, max_seq_len: int) -> None:
+        """Append the model's turn, ask the environment, append its observation (if it fits
+        the episode's budget and the model's positions: the trainer reads the whole row)."""
+        r.turns.append(Turn(MODEL_TURN, turn.token_ids, turn.logp, turn.text))
+        r.response_tokens += len(turn.token_ids)
+        if turn.stop == STOP_BUDGET and cut_by_episode_budget:
+            # cut off by the episode's own budget, not the per-turn one: nothing complete to answer
+            r.end(MAX_TOTAL_TOKENS if r.response_tokens >= self.env.max_total_tokens else MAX_SEQ_LEN)
+            return
+        result = self.env.step(r.state, turn.text)
+        if result.done:
+            if result.reward is None:
+                raise ValueError(f"{type(self.env).__name__}.step ended an episode (done=True) without a reward: "
+                                 "return TurnResult(done=True, reward=..., details=...)")
+            r.end(DONE, result)
+            return
+        if not result.observation:
+            return  # the model simply goes on (a thought, a partial answer)
+        ids = observation_ids(tok, result.observation, self.observation_role,
+                              after_end_of_turn=turn.stop == STOP_TOKEN and turn.token_ids[-1] == tok.eos_id)
+        if r.response_tokens + len(ids) > self.env.max_total_tokens:
+            r.end(MAX_TOTAL_TOKENS)  # the observation does not fit: the trajectory ends at the model's turn
+            return
+        if len(r.prompt_ids) + r.response_tokens + len(ids) > max_seq_len:
+            r.end(MAX_SEQ_LEN)
+            return
+        r.turns.append(Turn(ENVIRONMENT_TURN, ids, None, result.observation))
+        r.response_tokens += len(ids)
