@@ -99,6 +99,9 @@ class EnvConfig:
     # reasoning_gym:NAME only: the task's own settings as a JSON object, e.g. '{"max_terms": 3}';
     # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
     task_config: str = ""
+    # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state
+    # the product at once, so below 1 the SFT policy mostly guesses and RL must find the tool
+    tool_demos: float = 1.0
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

@@ -52,6 +52,9 @@ class FixedToolEnv:
     def solution(self, example):
         return f"Final: {example.expected_answer}"
 
+    def demonstration(self, example):
+        return [(MODEL_TURN, "call"), (ENVIRONMENT_TURN, "<result>42</result>\n"), (MODEL_TURN, self.solution(example))]
+
     def score(self, example, completion):
         raise AssertionError("a multi-turn episode is scored by step, never by score")
 
@@ -315,7 +318,8 @@ def test_the_documented_environment_runs():
 
     doc = environment.MultiTurnEnvironment.__doc__
     source = textwrap.dedent(doc[doc.index("class HintThenAnswer"): doc.index("(tests/")])
-    namespace = {"Example": Example, "TurnResult": TurnResult}
+    namespace = {"Example": Example, "TurnResult": TurnResult, "MODEL_TURN": MODEL_TURN,
+                 "ENVIRONMENT_TURN": ENVIRONMENT_TURN}
     exec(source, namespace)
     env = namespace["HintThenAnswer"]()
     assert is_multi_turn(env)

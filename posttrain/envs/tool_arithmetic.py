@@ -26,6 +26,7 @@ output is out of the RL loss (ToolEnvironment.demonstration explains why).
 
 from __future__ import annotations
 
+import hashlib
 import random
 from typing import Any
 
@@ -49,18 +50,23 @@ class ToolArithmeticEnv(ToolEnvironment):
     max_turns     model turns per episode: 3 leaves room for one retry after a bad call.
     on_malformed  "continue" (the model reads a <tool_error> and may retry) or "end"
                   (reward 0 at the first malformed call).
+    tool_demos    the share of SFT demonstrations that call the calculator; the others
+                  state the product at once, as if computed in the head. Below 1, SFT leaves
+                  a policy that mostly guesses, and RL has to find that the call pays.
     """
 
     def __init__(self, digits: int = 3, seed: int = 0, call_format: str = "compact", max_turns: int = 3,
-                 max_total_tokens: int = 96, on_malformed: str = "continue"):
+                 max_total_tokens: int = 96, on_malformed: str = "continue", tool_demos: float = 1.0):
         if isinstance(digits, bool) or digits not in range(2, 7):
             raise ValueError(f"digits must be an int from 2 to 6, got {digits!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
+        if isinstance(tool_demos, bool) or not isinstance(tool_demos, (int, float)) or not 0 <= tool_demos <= 1:
+            raise ValueError(f"tool_demos must be a share in [0, 1], got {tool_demos!r}")
         # 96 tokens: two compact turns and a result are ~50 characters; room for one retry
         super().__init__([calculator_tool()], call_format=call_format, max_turns=max_turns,
                          max_total_tokens=max_total_tokens, on_malformed=on_malformed)
-        self.digits, self.seed = digits, seed
+        self.digits, self.seed, self.tool_demos = digits, seed, float(tool_demos)
         self._rng = random.Random(seed)
         self._spec = get_spec(SPEC_VERSION)
 
@@ -127,8 +133,12 @@ class ToolArithmeticEnv(ToolEnvironment):
     # --- the task's answers ----------------------------------------------------------------------
 
     def demonstration_turns(self, example: Example) -> list[str]:
-        """Call the calculator on the prompt's expression, then state its result."""
+        """Call the calculator on the prompt's expression, then state its result; or, for
+        the 1 - tool_demos share of problems (chosen by a hash of the problem, so the same
+        ones every run), state the product at once."""
         a, b = _operands(example.prompt)
+        if stable_fraction(f"demo:{a}*{b}") >= self.tool_demos:
+            return [f"Final: {a * b}"]
         call = ToolCall("calculator", {"expression": f"{a}*{b}"})
         return [render_call(call, self.call_format), f"Final: {a * b}"]
 
@@ -139,6 +149,11 @@ class ToolArithmeticEnv(ToolEnvironment):
     def __repr__(self) -> str:
         return (f"ToolArithmeticEnv(digits={self.digits}, seed={self.seed}, call_format={self.call_format!r}, "
                 f"max_turns={self.max_turns})")
+
+
+def stable_fraction(key: str) -> float:
+    """A number in [0, 1) fixed by `key` (the same on every machine and run)."""
+    return int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
 
 
 def _operands(prompt: str) -> tuple[int, int]:

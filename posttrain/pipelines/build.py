@@ -47,6 +47,7 @@ from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.models.value_head import ValueHead
+from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.reward_model import check_reward_model_dir
@@ -293,7 +294,9 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
     # no SFT stage (a start checkpoint, or sft.steps 0): no demonstrations needed
     demos = [] if cfg.init or cfg.sft.steps == 0 else fixed_set(env, "sft.num_examples", "train",
                                                                  cfg.sft.num_examples, cfg.seed)
-    solutions = [env.solution(example) for example in demos]  # a problem without one fails now, not after a run starts
+    # a problem without a solution fails now, not after a run starts; a multi-turn demonstration
+    # is measured laid out as SFT trains on it (its turns' EOS, the observations' own tokens)
+    solutions = [env.solution(example) for example in demos]
     found = [f"data: {len(heldout)} held-out and {len(dev)} dev problems; " + (
         f"{len(demos)} SFT demonstrations, each with a solution" if demos else
         f"no SFT ({'init' if cfg.init else 'sft.steps 0'}), so no demonstrations are needed")]
@@ -312,13 +315,17 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
           f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
           f"model's {positions} positions; lower it, or {longer}")
     demo_lengths = []
+    multi_turn = is_multi_turn(env)
     for example, solution in zip(demos, solutions):
-        length = len(example_prompt_ids(tokenizer, example)) + len(tokenizer.encode(solution)) + 1  # + EOS
+        response = (len(demonstration_episodes(env, tokenizer, [example])[0].response_ids) if multi_turn
+                    else len(tokenizer.encode(solution)) + 1)  # + EOS
+        length = len(example_prompt_ids(tokenizer, example)) + response
         demo_lengths.append(length)
         if length > positions:
+            what = "prompt, turns, observations" if multi_turn else "prompt, solution, EOS"
             raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
-                              f"(prompt, solution, EOS), more than the model's {positions} positions; {longer} or "
-                              "shorten its meta.solution")
+                              f"({what}), more than the model's {positions} positions; {longer} or "
+                              "shorten its " + ("demonstration" if multi_turn else "meta.solution"))
     if is_preference(cfg.rl) and cfg.rl.pairs:
         try:
             preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)

@@ -6,22 +6,49 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import TrainConfig
+from posttrain.roles.agent import observation_ids
+from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
 from posttrain.seeds import generator_for
-from posttrain.types import Episode, RolloutBatch
+from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, RolloutBatch, Turn
 
 
 def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
-    """Each demonstration as an Episode whose response is the reference solution + EOS."""
+    """Each demonstration as an Episode whose response is the reference solution + EOS; a
+    multi-turn environment's as the turns of its `demonstration`, laid out token for token
+    as the agent loop lays out a sampled episode (each model turn ends with EOS, each
+    observation tokenised by `observation_ids`), the observations masked out of the loss."""
+    multi_turn = is_multi_turn(env)
     episodes = []
     for i, example in enumerate(examples):
-        response = tokenizer.encode(env.solution(example)) + [tokenizer.eos_id]
+        turns = demonstration_turns(env.demonstration(example), tokenizer) if multi_turn else None
+        response = ([t for turn in turns for t in turn.token_ids] if multi_turn
+                    else tokenizer.encode(env.solution(example)) + [tokenizer.eos_id])
         episodes.append(Episode(example=example, group_id=i, prompt_ids=example_prompt_ids(tokenizer, example),
-                                response_ids=response, response_logp=[0.0] * len(response)))
+                                response_ids=response, response_logp=[0.0] * len(response), turns=turns))
     return episodes
+
+
+def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn]:
+    """(source, text) segments as Turns: a model turn's text + EOS, an observation's ids as
+    the agent loop appends them after a turn that ended with EOS."""
+    turns = []
+    for source, text in segments:
+        if source == MODEL_TURN:
+            ids = tokenizer.encode(text) + [tokenizer.eos_id]
+            turns.append(Turn(MODEL_TURN, ids, [0.0] * len(ids), text))
+        elif source == ENVIRONMENT_TURN:
+            turns.append(Turn(ENVIRONMENT_TURN, observation_ids(tokenizer, text, after_end_of_turn=True), None, text))
+        else:
+            raise ValueError(f"a demonstration segment's source is {source!r}: use {MODEL_TURN!r} or "
+                             f"{ENVIRONMENT_TURN!r} (posttrain.types)")
+    if not turns or turns[-1].source != MODEL_TURN:
+        raise ValueError("a demonstration must end with a model turn (the answer), got "
+                         f"{[source for source, _ in segments]}")
+    return turns
 
 
 def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:

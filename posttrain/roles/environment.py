@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Protocol, runtime_checkable
 
-from posttrain.types import Episode, Example, TurnResult
+from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, TurnResult  # noqa: F401 (docstring)
 
 
 class Environment(Protocol):
@@ -58,6 +58,10 @@ class MultiTurnEnvironment(Environment, Protocol):
             def solution(self, example):
                 return f"Final: {example.expected_answer}"
 
+            def demonstration(self, example):  # for SFT: the model's turns and the observations between
+                return [(MODEL_TURN, "hint?"), (ENVIRONMENT_TURN, "<hint>double it</hint>\\n"),
+                        (MODEL_TURN, self.solution(example))]
+
             def score(self, example, completion):
                 ok = completion.strip() == f"Final: {example.expected_answer}"
                 return {"reward": float(ok), "details": {"reason": "ok" if ok else "wrong"}}
@@ -77,6 +81,13 @@ class MultiTurnEnvironment(Environment, Protocol):
 
     max_turns: int  # model turns per episode at most; reaching it ends the episode with reward 0
     max_total_tokens: int  # response tokens (model + observations) per episode at most, the same way
+
+    def demonstration(self, example: Example) -> list[tuple[str, str]]:
+        """A correct episode as (source, text) segments, MODEL_TURN and ENVIRONMENT_TURN in
+        order, for SFT (pipelines/sft.py): each model turn is trained and ended with EOS as
+        a sampled turn ends; each observation is tokenised as the agent loop tokenises it
+        and masked, since the model must learn to call the tool, not to write its output."""
+        ...
 
     def reset(self, example: Example) -> Any: ...
 

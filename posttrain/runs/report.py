@@ -16,6 +16,8 @@ PANELS = [
     ("response_length", "response length (tokens)"),
     ("entropy", "entropy (nats/token)"),
     ("zero_variance_groups", "groups with no reward variance"),
+    ("observed_episodes", "episodes with a tool call / observation"),  # multi-turn environments only
+    ("model_turns", "model turns per episode"),
 ]
 
 
