@@ -102,6 +102,10 @@ class EnvConfig:
     # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state
     # the product at once, so below 1 the SFT policy mostly guesses and RL must find the tool
     tool_demos: float = 1.0
+    # tool_arithmetic only: subtracted from the answer's score per tool call and per malformed call
+    # (posttrain/rewards/agentic.py): costs only, so a wrong answer never earns more than 0
+    step_cost: float = 0.0
+    malformed_penalty: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

@@ -34,6 +34,7 @@ from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
 from posttrain.envs.tool_calls import render_call
 from posttrain.envs.tool_env import ToolEnvironment
 from posttrain.envs.tools import ToolCall, calculator_tool
+from posttrain.rewards.agentic import AgenticReward
 from posttrain.types import Example
 from posttrain.verifiers.final_int import get_spec
 
@@ -50,13 +51,17 @@ class ToolArithmeticEnv(ToolEnvironment):
     max_turns     model turns per episode: 3 leaves room for one retry after a bad call.
     on_malformed  "continue" (the model reads a <tool_error> and may retry) or "end"
                   (reward 0 at the first malformed call).
+    step_cost, malformed_penalty
+                  subtracted from the answer's score per tool call and per malformed
+                  call (rewards/agentic.py); 0 = the answer's score alone.
     tool_demos    the share of SFT demonstrations that call the calculator; the others
                   state the product at once, as if computed in the head. Below 1, SFT leaves
                   a policy that mostly guesses, and RL has to find that the call pays.
     """
 
     def __init__(self, digits: int = 3, seed: int = 0, call_format: str = "compact", max_turns: int = 3,
-                 max_total_tokens: int = 96, on_malformed: str = "continue", tool_demos: float = 1.0):
+                 max_total_tokens: int = 96, on_malformed: str = "continue", tool_demos: float = 1.0,
+                 step_cost: float = 0.0, malformed_penalty: float = 0.0):
         if isinstance(digits, bool) or digits not in range(2, 7):
             raise ValueError(f"digits must be an int from 2 to 6, got {digits!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -65,7 +70,8 @@ class ToolArithmeticEnv(ToolEnvironment):
             raise ValueError(f"tool_demos must be a share in [0, 1], got {tool_demos!r}")
         # 96 tokens: two compact turns and a result are ~50 characters; room for one retry
         super().__init__([calculator_tool()], call_format=call_format, max_turns=max_turns,
-                         max_total_tokens=max_total_tokens, on_malformed=on_malformed)
+                         max_total_tokens=max_total_tokens, on_malformed=on_malformed,
+                         agentic_reward=AgenticReward(step_cost, malformed_penalty))
         self.digits, self.seed, self.tool_demos = digits, seed, float(tool_demos)
         self._rng = random.Random(seed)
         self._spec = get_spec(SPEC_VERSION)

@@ -70,6 +70,7 @@ from typing import Any
 
 from posttrain.envs.tool_calls import CALL_FORMATS, MalformedCall, parse_turn
 from posttrain.envs.tools import Tool, ToolRegistry, ToolResult
+from posttrain.rewards.agentic import AgenticReward
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Example, TurnResult
 
 ON_MALFORMED = ("continue", "end")
@@ -103,10 +104,13 @@ class ToolEnvironment:
     max_total_tokens    the token budget of the whole trajectory, for the agent loop to enforce
     on_malformed        "continue" (an error observation) or "end" (reward 0)
     max_calls_per_turn  calls run per turn; the rest are reported as too_many_calls
+    agentic_reward      the costs of the steps taken, subtracted from the answer's score
+                        (rewards/agentic.py); None = the answer's score alone
     """
 
     def __init__(self, tools: list[Tool] | ToolRegistry, call_format: str = "json", max_turns: int = 4,
-                 max_total_tokens: int = 512, on_malformed: str = "continue", max_calls_per_turn: int = 4):
+                 max_total_tokens: int = 512, on_malformed: str = "continue", max_calls_per_turn: int = 4,
+                 agentic_reward: AgenticReward | None = None):
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
         if on_malformed not in ON_MALFORMED:
@@ -120,6 +124,7 @@ class ToolEnvironment:
         self.max_turns, self.max_total_tokens = max_turns, max_total_tokens
         # a model that floods one turn with calls gets the first few run and an error for the rest
         self.max_calls_per_turn = max_calls_per_turn
+        self.agentic_reward = agentic_reward or AgenticReward()
 
     @property
     def spec_version(self) -> str:
@@ -195,8 +200,8 @@ class ToolEnvironment:
         reads exactly like a rollout. For SFT, as for RL, the ENVIRONMENT_TURN text is state,
         not action: it must get loss mask 0 (training on it teaches the model to write tool
         results itself, the very thing it cannot do), and each MODEL_TURN ends with the
-        model's stop token, as a sampled turn does. Raises if the episode does not end with
-        reward 1: a demonstration that fails its own scorer would teach the wrong thing."""
+        model's stop token, as a sampled turn does. Raises if the episode's answer does not
+        score 1: a demonstration that fails its own scorer would teach the wrong thing."""
         state, segments, result = self.reset(example), [], None
         for text in self.demonstration_turns(example):
             segments.append((MODEL_TURN, text))
@@ -205,7 +210,8 @@ class ToolEnvironment:
                 segments.append((ENVIRONMENT_TURN, result.observation))
             if result.done:
                 break
-        if result is None or not result.done or result.reward != 1.0:
+        # the answer's score, before any step costs (agentic_reward) are subtracted
+        if result is None or not result.done or result.details.get("reward_parts", {}).get("accuracy") != 1.0:
             raise ValueError(f"{type(self).__name__}: the demonstration of {example.id or example.prompt!r} "
                              f"does not end with reward 1 ({result.details if result else 'no turns'}); "
                              "fix demonstration_turns or the scorer")
@@ -222,8 +228,9 @@ class ToolEnvironment:
 
     # --- plumbing --------------------------------------------------------------------------------
 
-    def _end(self, state: ToolEpisode, reason: str, reward: float, **extra: Any) -> TurnResult:
+    def _end(self, state: ToolEpisode, reason: str, accuracy: float, **extra: Any) -> TurnResult:
+        reward, parts = self.agentic_reward(accuracy, len(state.tool_calls), state.n_malformed)
         details = {"reason": reason, "turns": state.turns, "n_tool_calls": len(state.tool_calls),
-                   "n_malformed": state.n_malformed, "tool_calls": state.tool_calls,
+                   "n_malformed": state.n_malformed, "reward_parts": parts, "tool_calls": state.tool_calls,
                    "malformed": state.malformed, **extra}
         return TurnResult("", done=True, reward=reward, details=details)
