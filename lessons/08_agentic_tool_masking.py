@@ -53,9 +53,12 @@ def _(mo):
 
     The check that the mask does its job is an **invariance**: change anything at a masked
     position — its log-prob, even to NaN — and the loss must not change. The widget below runs
-    that check on two real two-turn trajectories. The tool call really runs: the code goes to
-    `run_sandboxed` (`posttrain/sandbox.py`, the sandbox the code verifier uses) and its stdout becomes the tool
-    tokens. The log-probs come from a small, untrained `gpt_mini`'s forward pass, the loss is
+    that check on two real two-turn episodes of the tool-use task `tool_arithmetic`. The
+    environment is the library's (`ToolArithmeticEnv`): its `step` parses the model's turn,
+    runs the call on the registry's calculator, and its result becomes the tool tokens, laid
+    out exactly as the agent loop (`posttrain/roles/agent.py`) lays out a sampled episode.
+    `RolloutBatch.collate` reads each token's author from the episode's turns and masks the
+    tool's. The log-probs come from a small, untrained `gpt_mini`'s forward pass, the loss is
     GRPO's `compute_loss`, and the update is the real `Trainer.update`.
     """)
     return
@@ -63,42 +66,42 @@ def _(mo):
 
 @app.cell
 def _(torch):
-    from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.sandbox import run_sandboxed
+    from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.pipelines.sft import demonstration_turns
     from posttrain.roles.rollout import encode_prompt
-    from posttrain.types import Episode, Example
+    from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example
 
     torch.manual_seed(0)
     tok = CharTokenizer()
     model = GPTMini(GPTMiniConfig(vocab_size=tok.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=96,
-                                  max_seq_len=64))
-    example = Example(prompt="Q: 17*19 (use the tool)\n", expected_answer="323")
-    verifier = ArithmeticEnv(level=1, cot=False).score  # the strict "Final: <int>" verifier
+                                  max_seq_len=128))
+    # the tool-use task of `posttrain run --env.name tool_arithmetic`: a calculator tool, the
+    # compact call format, the strict "Final: <int>" verifier on the answer turn
+    env = ToolArithmeticEnv(digits=2)
+    example = Example(prompt="Q: 17*19\n", expected_answer="323")
 
-    # Two trajectories for the same prompt: one calls the tool with the right expression, one not.
-    trajectories = []
-    for _call in ("17*19", "17+19"):
-        _tool = run_sandboxed(f"print({_call})")  # a real, sandboxed execution
-        # a machine where the sandbox cannot start still gets the lesson: the tool's answer
-        # is then computed here (the status column below says so)
-        _answer = _tool.stdout.strip() if _tool.status == "ok" else str(eval(_call, {"__builtins__": {}}))
-        _segments = [("model", f"call: {_call}\n"), ("tool", f"tool: {_answer}\n"), ("model", f"Final: {_answer}")]
-        trajectories.append({"segments": _segments, "tool": _tool,
-                             "reward": verifier(example, f"Final: {_answer}")["reward"]})
-
-    episodes, segment_of = [], []
-    for _g, _traj in enumerate(trajectories):
-        _ids, _seg = [], []
-        for _kind, _text in _traj["segments"]:
-            _piece = tok.encode(_text)
-            _ids += _piece
-            _seg += [_kind] * len(_piece)
-        _ids, _seg = _ids + [tok.eos_id], _seg + ["model"]  # the policy's stop token is an action
+    # Two episodes for the same prompt, the model's turns written out: one calls the calculator
+    # with the right expression, one with the wrong one. Everything else is the environment's
+    # own doing: step() parses each turn, runs the call and returns the result to append.
+    trajectories, episodes, segment_of = [], [], []
+    for _b, _expression in enumerate(("17*19", "17+19")):
+        _state, _segments = env.reset(example), []
+        for _turn in (f"<tool_call>calculator: {_expression}</tool_call>", f"Final: {eval(_expression)}"):
+            _segments.append((MODEL_TURN, _turn))
+            _result = env.step(_state, _turn)
+            if _result.observation:
+                _segments.append((ENVIRONMENT_TURN, _result.observation))
+        # laid out as the agent loop lays out a sampled episode: each model turn ends with EOS
+        _turns = demonstration_turns(_segments, tok)
+        _ids = [_i for _t in _turns for _i in _t.token_ids]
         episodes.append(Episode(example=example, group_id=0, prompt_ids=encode_prompt(tok, example.prompt),
-                                response_ids=_ids, response_logp=[0.0] * len(_ids), reward=_traj["reward"]))
-        segment_of.append(_seg)
+                                response_ids=_ids, response_logp=[0.0] * len(_ids), reward=_result.reward,
+                                turns=_turns))
+        segment_of.append([("tool" if _t.source == ENVIRONMENT_TURN else "model") for _t in _turns
+                           for _ in _t.token_ids])
+        trajectories.append({"turns": _turns, "details": _result.details})
     return episodes, model, segment_of, tok, trajectories
 
 
@@ -178,17 +181,20 @@ def _(batch, delta, episodes, grad_0, loss_0, loss_delta, loss_nan, mo, segment_
 
     _tables = []
     for _b, _e in enumerate(episodes):
-        _P = len(_e.prompt_ids)
-        _rows = "".join(
-            f"| {_t} | {_cell(tok.decode([tid], skip_special_tokens=False))} | {segment_of[_b][_t]} | "
-            f"{batch.response_mask[_b, _P + _t]:g} | {batch.advantages[_b, _P + _t]:+.3f} | {grad_0[_b, _P + _t]:+.4f} |\n"
-            for _t, tid in enumerate(_e.response_ids)
-        )
-        _traj = trajectories[_b]
+        _start, _rows = len(_e.prompt_ids), ""
+        for _turn in trajectories[_b]["turns"]:  # one table row per turn: its tokens' mask, advantage, push
+            _span = slice(_start, _start + len(_turn.token_ids))
+            _who = "tool" if _turn.source == "environment" else "model"
+            _rows += (f"| {_cell(tok.decode(_turn.token_ids, skip_special_tokens=False))} | {_who} | "
+                      f"{len(_turn.token_ids)} | {batch.response_mask[_b, _span].mean():g} | "
+                      f"{batch.advantages[_b, _span].mean():+.3f} | {grad_0[_b, _span].sum():+.4f} |\n")
+            _start += len(_turn.token_ids)
+        _calls = trajectories[_b]["details"]["tool_calls"]
         _tables.append(
-            f"**Row {_b}** — tool `{_traj['tool'].status}` in {_traj['tool'].wall_seconds:.2f} s "
-            f"({_traj['tool'].isolation}), reward **{_e.reward:g}**\n\n"
-            "| t | token | who wrote it | response_mask | advantage | ∂loss/∂log π |\n|---|---|---|---|---|---|\n" + _rows
+            f"**Row {_b}** — calculator `{_calls[0]['arguments']['expression']}` → {_calls[0]['reason']} in "
+            f"{_calls[0]['seconds'] * 1e3:.2f} ms, reward **{_e.reward:g}**\n\n"
+            "| turn | who wrote it | tokens | response_mask | advantage (mean) | Σ ∂loss/∂log π |\n"
+            "|---|---|---|---|---|---|\n" + _rows
         )
     _same = math.isclose(loss_0, loss_delta, rel_tol=0, abs_tol=1e-7)
     _verdict = ("**unchanged** — the masked positions cannot reach the loss" if _same else
@@ -228,12 +234,13 @@ def _(mo):
     each of them:
 
     * The δ check fails: the loss now depends on what the tool said, as if the model had said it.
-    * The tool tokens get an advantage and a direct gradient: row 0's tool output (`323`) is
-      pushed *up* and row 1's (`36`) *down*, as if they were the model's choices. The model is
+    * The tool tokens get an advantage and a direct gradient: row 0's tool output
+      (`<tool_result>323</tool_result>`) is pushed *up* and row 1's (`…36…`) *down*, as if they
+      were the model's choices. The model is
       being trained to write the observation itself instead of calling the tool — in a long
       agentic run, the classic symptom is a model that starts writing the tool result it
-      hoped for. Compare the log-prob change of row 1's tool output after one update: about
-      −0.2 with the mask (an indirect effect, next bullet) and about −0.9 without it.
+      hoped for. Compare the log-prob change of row 1's tool output after one update, with the
+      mask (an indirect effect, next bullet) and without it.
     * Even with the correct mask the tool tokens' log-probs move a little: the weights are
       shared, and row 0's own answer `Final: 323` contains the same characters. The mask
       removes the *direct* gradient, not every correlation; that is the right behaviour.
@@ -247,11 +254,14 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/types.py` — `RolloutBatch.response_mask`, `Episode`
+    * `posttrain/types.py` — `RolloutBatch.collate` (the mask from each turn's author), `Episode`, `Turn`
+    * `posttrain/envs/tool_arithmetic.py`, `posttrain/envs/tool_env.py`, `posttrain/envs/tools.py` — the task,
+      `step`, the calculator
+    * `posttrain/roles/agent.py` — the multi-turn loop that samples such episodes (token-in/token-out)
+    * `posttrain/pipelines/sft.py` — `demonstration_turns`, the layout of a turn (its EOS) and of an observation
     * `posttrain/algorithms/core.py` — `masked_sum`, `masked_mean`, `clipped_surrogate` (the `torch.where` rule)
     * `posttrain/algorithms/grpo.py` — `compute_advantages` (advantage × response_mask), `compute_loss`
     * `posttrain/algorithms/ppo.py` — `gae`, which skips masked positions
-    * `posttrain/sandbox.py` — `run_sandboxed`, the tool
     * `posttrain/roles/trainer.py` — `Trainer.update` (its forward pass computes log-probs only where the mask is 1)
     * `tests/test_algorithms_core.py` — the masked-positions-cannot-leak tests
 
