@@ -4,6 +4,7 @@ import pytest
 
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.rewards.agentic import AgenticReward
+from posttrain.verifiers.contract import is_solved
 
 
 def test_costs_are_subtracted_per_call_and_per_malformed_call():
@@ -50,6 +51,7 @@ def test_the_tool_environment_pays_the_answer_less_its_steps():
     assert parts["accuracy"] == 1.0
     assert result.details["n_tool_calls"] == 2 and result.details["n_malformed"] == 1
     assert result.reward == pytest.approx(1.0 - 2 * 0.05 - 0.25)
+    assert is_solved(result.reward, result.details)  # pass@1 counts the answer, not the costs
     # without costs the same episode earns the answer's score alone
     assert episode(ToolArithmeticEnv(max_turns=4), good).reward == 1.0
     # demonstrations are checked on the answer's score, so costs do not make them invalid

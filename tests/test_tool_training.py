@@ -79,3 +79,8 @@ def test_the_whole_job_runs_on_the_tool_task(tmp_path):
     rl_samples = [s for s in samples if s["stage"] == "rl"]
     assert rl_samples and all("ended_by" in s["details"] for s in rl_samples)
     assert (run / "rl_metrics.png").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    for stage in ("sft", "rl"):  # how often the held-out episodes called the tool, with its CI
+        used = summary[stage]["observed_episodes"]
+        assert 0 <= used["ci_low"] <= used["mean"] <= used["ci_high"] <= 1 and used["n"] == 16
+    assert "tool call / observation" in (run / "summary.md").read_text()

@@ -230,7 +230,9 @@ class ToolEnvironment:
 
     def _end(self, state: ToolEpisode, reason: str, accuracy: float, **extra: Any) -> TurnResult:
         reward, parts = self.agentic_reward(accuracy, len(state.tool_calls), state.n_malformed)
-        details = {"reason": reason, "turns": state.turns, "n_tool_calls": len(state.tool_calls),
+        # solved = the answer's own verdict, whatever the step costs (pass@1 counts it: verifiers/contract.py)
+        details = {"reason": reason, "correct": parts["accuracy"] >= 1.0, "turns": state.turns,
+                   "n_tool_calls": len(state.tool_calls),
                    "n_malformed": state.n_malformed, "reward_parts": parts, "tool_calls": state.tool_calls,
                    "malformed": state.malformed, **extra}
         return TurnResult("", done=True, reward=reward, details=details)

@@ -88,6 +88,10 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         summary["cis_overlap"] = not separated
         lines += ["", f"{final.upper()} changed held-out pass@1 by {100 * gain:+.1f} points; the two 95% CIs "
                       f"{'do not overlap' if separated else 'overlap (the difference may be noise)'}."]
+    used = [stage for stage in ("sft", final) if "observed_episodes" in results.get(stage, {})]
+    if used:  # a multi-turn environment: did the policy use it (call the tool) more after RL?
+        lines += ["", "| stage | held-out episodes with a tool call / observation (95% CI) |", "|---|---|"]
+        lines += [f"| {stage} | {_fmt(results[stage]['observed_episodes'])} |" for stage in used]
     if rows:
         last = rows[-1]
         # time/step is the step's wall time; without it (older runs, preference stages) the
