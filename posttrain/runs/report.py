@@ -16,6 +16,9 @@ PANELS = [
     ("response_length", "response length (tokens)"),
     ("entropy", "entropy (nats/token)"),
     ("zero_variance_groups", "groups with no reward variance"),
+    # rl.sampling.weights int8 only: how far the int8 sampler is from the trained policy
+    ("int8/logp_mismatch", "int8 sampler: mean |Δ log π| per token"),
+    ("tis_clipped_fraction", "importance weights clipped at the cap"),
 ]
 
 
