@@ -16,6 +16,7 @@ from posttrain.models.int8 import Int8Sampler
 from posttrain.pipelines.build import check_int8_sampling, make_rollout
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.trainer import Trainer
+from posttrain.runs.monitors import check_all
 from posttrain.types import Example, RolloutBatch
 from tests.test_rollout import TOK, examples, tiny_model
 
@@ -163,3 +164,11 @@ def test_config_errors():
     check_int8_sampling(TrainConfig(device="cpu", rl=int8))  # the supported placement passes
     with pytest.raises(ValueError, match=r"CPU float32 policy.*bfloat16.*--dtype float32"):
         Int8Sampler(tiny_model().to(torch.bfloat16))
+
+
+def test_monitor_flags_a_sampler_far_from_the_policy():
+    rows = [{"step": 0, "int8/logp_mismatch": 0.001}, {"step": 1, "int8/logp_mismatch": 0.8},
+            {"step": 2, "int8/logp_mismatch": 0.7}]
+    alerts = [a for a in check_all(rows) if a["monitor"] == "sampler_mismatch"]
+    assert [(a["step"], a["value"]) for a in alerts] == [(1, 0.8)]  # once, where it starts
+    assert "--rl.sampling.weights float32" in alerts[0]["message"]
