@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.grpo import GRPO
-from posttrain.config import ConfigError, DistConfig, RLConfig, SamplingParams, TrainConfig
+from posttrain.config import ConfigError, DistConfig, ModelConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.models.int8 import Int8Sampler
 from posttrain.pipelines.build import check_int8_sampling, make_rollout
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.trainer import Trainer
+from posttrain.roles.weight_sync import InProcessWeightSync
 from posttrain.runs.monitors import check_all
 from posttrain.types import Example, RolloutBatch
 from tests.test_rollout import TOK, examples, tiny_model
@@ -77,6 +78,21 @@ def test_int8_copy_shares_float_tensors_and_follows_every_update():
         assert torch.equal(after, logits(Int8Sampler(model).module))  # quantised again from the new weights
     assert (after - before).abs().max() > 1e-2
     assert engine.requantize_seconds > 0
+
+
+def test_an_engine_with_its_own_copy_quantises_what_weight_sync_pushed():
+    trainer_model = tiny_model()
+    engine = RolloutEngine(copy.deepcopy(trainer_model), TOK, INT8)
+    sync = InProcessWeightSync(trainer_model, engine)
+    ids = torch.tensor([[TOK.bos_id] + TOK.encode("Q: 7\n")])
+    with torch.no_grad():
+        before = engine.sampler(INT8)(ids)
+        for p in trainer_model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+        sync.push()
+        after = engine.sampler(INT8)(ids)
+        torch.testing.assert_close(after, Int8Sampler(trainer_model).module(ids), atol=0, rtol=0)
+        assert (after - before).abs().max() > 1e-2
 
 
 def test_is_weights_are_truncated_ratio_of_float_to_int8():
@@ -161,6 +177,8 @@ def test_config_errors():
     int8 = RLConfig(sampling=INT8)
     with pytest.raises(ConfigError, match=r"rl.sampling.weights.*bfloat16.*--device cpu --dtype float32"):
         check_int8_sampling(TrainConfig(dtype="bfloat16", rl=int8))
+    with pytest.raises(ConfigError, match=r"rl.sampling.weights.*lora_r=8.*LoRA"):
+        check_int8_sampling(TrainConfig(model=ModelConfig(name="smollm2-135m", lora_r=8), rl=int8))
     check_int8_sampling(TrainConfig(device="cpu", rl=int8))  # the supported placement passes
     with pytest.raises(ValueError, match=r"CPU float32 policy.*bfloat16.*--dtype float32"):
         Int8Sampler(tiny_model().to(torch.bfloat16))
