@@ -190,3 +190,22 @@ def test_monitor_flags_a_sampler_far_from_the_policy():
     alerts = [a for a in check_all(rows) if a["monitor"] == "sampler_mismatch"]
     assert [(a["step"], a["value"]) for a in alerts] == [(1, 0.8)]  # once, where it starts
     assert "--rl.sampling.weights float32" in alerts[0]["message"]
+
+
+def test_ray_workers_sample_int8_as_the_single_process_does(cluster, tmp_path):
+    """Sync topology, 2 workers: each quantises the weights it is pushed, and the update
+    corrects as in one process, so every metric and sample is the colocated int8 run's."""
+    pytest.importorskip("ray")
+    from tests.test_distributed import rows, samples, tiny, train  # here: that module skips itself without Ray
+
+    runs = {}
+    for name, dist in (("colocated", {"rollout_shards": 2}), ("sync", {"workers": 2})):
+        cfg = tiny(tmp_path / name, **dist)
+        cfg.rl.sampling.weights = "int8"
+        runs[name] = train(cfg)
+    single, workers = rows(runs["colocated"]), rows(runs["sync"])
+    assert all(0 < r["int8/logp_mismatch"] < 0.05 and "tis_clipped_fraction" in r for r in workers)
+    for a, b in zip(single, workers, strict=True):
+        keys = [k for k in a if not k.startswith("time/") and k != "int8/requantize_seconds"]
+        assert {k: a[k] for k in keys} == {k: b[k] for k in keys}, a["step"]
+    assert samples(runs["sync"]) == samples(runs["colocated"])
