@@ -115,6 +115,9 @@ class EnvConfig:
                 if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)}
 
 
+SAMPLER_WEIGHTS = ("float32", "int8")
+
+
 @dataclass
 class SamplingParams:
     temperature: float = 1.0  # sample from the policy itself: RL needs its exploration; 0 = greedy
@@ -125,11 +128,22 @@ class SamplingParams:
     # torch.compile the sampler's decode step; measured on gpt_mini (make run's batch): 17%
     # faster decoding after a compile of ~2 minutes on 2 busy cores (BENCHMARKS.md)
     compile: bool = False
+    # the weights the sampler decodes with: "int8" quantises every Linear (CPU, torch's int8
+    # kernels; models/int8.py) while the trainer stays float32, and the update corrects the
+    # mismatch with importance weights capped at dist.tis_cap; evaluation always decodes in
+    # float32. float32 is the default because int8 only pays for large matrices (SmolLM2,
+    # not gpt_mini: BENCHMARKS.md)
+    weights: str = "float32"
 
     def validate(self, prefix: str = "sampling") -> None:
         check(self.temperature >= 0, f"{prefix}.temperature", self.temperature, "a number >= 0 (0 = greedy)")
         check(0 < self.top_p <= 1, f"{prefix}.top_p", self.top_p, "a number in (0, 1]")
         check_positive(self, prefix, "max_new_tokens")
+        check(self.weights in SAMPLER_WEIGHTS, f"{prefix}.weights", self.weights,
+              f"one of {list(SAMPLER_WEIGHTS)} (int8: decode with int8 Linear weights on the CPU)")
+        check(not (self.compile and self.weights == "int8"), f"{prefix}.compile", self.compile,
+              f"false with {prefix}.weights='int8' (torch.compile does not take torch's int8 Linear modules); "
+              "choose one of the two")
 
 
 @dataclass
@@ -304,7 +318,9 @@ class DistConfig:
     # worker count. 0 = one shard per worker (1 when colocated: today's single-stream draws)
     rollout_shards: int = 0
     max_staleness: int = 1  # async: a batch is sampled by weights at most this many updates old
-    tis_cap: float = 2.0  # async: cap C of the importance weight min(π_old / π_behaviour, C) per token
+    # cap C of the importance weight min(π_old / π_behaviour, C) per token, for the async
+    # topology's stale episodes and for rl.sampling.weights int8's sampler/trainer mismatch
+    tis_cap: float = 2.0
     ray_address: str = ""  # "" = start a local Ray cluster; else connect (e.g. "auto", "ray://head:10001")
     num_cpus: int = 0  # CPUs of the local cluster Ray starts; 0 = this machine's count
     # the RL trainer role data-parallel over this many processes on this machine (gloo): the

@@ -26,6 +26,7 @@ from typing import Callable
 import torch
 
 from posttrain.config import SamplingParams
+from posttrain.distributed.off_policy import sampler_mismatch
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.weight_sync import SharedWeights
 from posttrain.seeds import derive_seed
@@ -83,17 +84,23 @@ def sample_shard(engine: RolloutEngine, shard: Shard, samples_per_prompt: int,
 
 class ColocatedRollout:
     """Today's single process: the engine samples from the trainer's own module, so
-    there is one copy of the weights and weight sync is a version bump."""
+    there is one copy of the weights and weight sync is a version bump.
+
+    `mismatch_cap`: None when the engine samples with the trainer's weights (on-policy,
+    nothing to correct); a cap C when it samples with other ones (rl.sampling.weights
+    int8), so the update corrects with importance weights min(π_trainer / π_sampler, C)."""
 
     topology = "colocated"
 
     def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
-                 request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn):
+                 request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn,
+                 mismatch_cap: float | None = None):
         self.engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
         self.sync = SharedWeights(policy, self.engine)
         self.request = request
         self.shards = shards
         self.sampler = sampler  # one completion per episode, or a multi-turn environment's agent loop
+        self.mismatch_cap = mismatch_cap
 
     @property
     def version(self) -> int:
@@ -112,7 +119,10 @@ class ColocatedRollout:
         return self.sync.version
 
     def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
-        return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
+        if self.mismatch_cap is None:
+            return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
+        batch, stats = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)
+        return batch, {**stats, f"{self.engine.params.weights}/requantize_seconds": self.engine.requantize_seconds}
 
     def state_dict(self) -> dict:
         return {}  # nothing sampled ahead: a resumed step samples from the restored weights

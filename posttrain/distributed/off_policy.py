@@ -24,6 +24,10 @@ w multiplies the per-token advantage. For every loss here that is the same as we
 each token's policy-gradient term, since w ≥ 0 is a constant with no gradient:
 min(r·A, clip(r)·A)·w = min(r·(wA), clip(r)·(wA)). The KL and entropy terms regularise the
 current policy and are left unweighted.
+
+The same correction serves a sampler whose weights differ from the trainer's by design
+(rl.sampling.weights int8): there π_behaviour is the int8 copy of the current weights,
+staleness is 0, and `sampler_mismatch` also reports how far apart the two policies are.
 """
 
 from __future__ import annotations
@@ -74,3 +78,24 @@ def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[
         "behaviour_kl": masked_mean(batch.old_logp - old_logp, mask).item(),
     }
     return dataclasses.replace(batch, old_logp=old_logp, advantages=batch.advantages * weights), metrics
+
+
+def sampler_mismatch(batch: RolloutBatch, trainer, cap: float, prefix: str) -> tuple[RolloutBatch, dict[str, float]]:
+    """TIS for a sampler that decodes with other weights than the trainer's (int8): π_old
+    recomputed by the trainer's forward, `apply_tis`, and how far the two policies are
+    apart, so a user sees when the correction is small enough to trust:
+
+        {prefix}/logp_mismatch      mean |log π_sampler − log π_trainer| per response token
+        {prefix}/is_weight_pNN      quantiles of the untruncated weight π_trainer / π_sampler
+        {prefix}/requantize_seconds  (added by the rollout) the cost of quantising again
+    """
+    old_logp = current_logp(trainer, batch)  # (B, T)
+    mask = batch.response_mask.bool()
+    gap = (old_logp - batch.old_logp)[mask]  # (n tokens,)
+    weights = gap.exp()
+    quantiles = torch.quantile(weights.double(), torch.tensor([0.01, 0.1, 0.5, 0.9, 0.99], dtype=torch.double))
+    stats = {f"{prefix}/logp_mismatch": gap.abs().mean().item(), f"{prefix}/is_weight_max": weights.max().item()}
+    for name, q in zip(("p01", "p10", "p50", "p90", "p99"), quantiles.tolist()):
+        stats[f"{prefix}/is_weight_{name}"] = q
+    batch, tis = apply_tis(batch, old_logp, cap)
+    return batch, {**tis, **stats}

@@ -35,7 +35,7 @@ import torch
 
 from posttrain.config import ConfigError, SamplingParams
 from posttrain.distributed.backend import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
-from posttrain.distributed.off_policy import staleness_stats
+from posttrain.distributed.off_policy import sampler_mismatch, staleness_stats
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.console import console
 from posttrain.types import Episode, RolloutBatch
@@ -117,12 +117,16 @@ def connect(dist) -> bool:
 
 
 class RayRollout:
-    """The synchronous topology: workers sample, then the trainer updates, then sync."""
+    """The synchronous topology: workers sample, then the trainer updates, then sync.
+    `mismatch_cap` as in backend.ColocatedRollout: a cap when the workers sample with other
+    weights than the trainer's (int8; each worker quantises the weights it is pushed)."""
 
     topology = "sync"
 
     def __init__(self, dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
-                 request: Callable[[int, int], RolloutRequest], shards: int, sampler: Sampler = single_turn):
+                 request: Callable[[int, int], RolloutRequest], shards: int, sampler: Sampler = single_turn,
+                 mismatch_cap: float | None = None):
+        self.mismatch_cap = mismatch_cap
         self.started_ray = connect(dist)
         import ray
 
@@ -247,8 +251,11 @@ class RayRollout:
     # -- what the controller logs ------------------------------------------------------------
 
     def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
-
-        return batch, staleness_stats(batch, self.version, max_staleness=0)
+        stats = staleness_stats(batch, self.version, max_staleness=0)
+        if self.mismatch_cap is None:
+            return batch, stats
+        batch, mismatch = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)
+        return batch, {**stats, **mismatch}
 
     def step_metrics(self) -> dict[str, float]:
         return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute}

@@ -46,7 +46,8 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     """{"pass@1": fraction solved, "ci": {"mean", "ci_low", "ci_high", "n", "mean_reward"},
     "episodes": [...]}: the CI is pass@1's; mean_reward sits beside it, equal to it for a
     verifier that pays only 0 or 1."""
-    greedy = dataclasses.replace(engine.params, temperature=0.0)
+    # float32 weights whatever the rollout samples with: pass@1 measures the policy being trained
+    greedy = dataclasses.replace(engine.params, temperature=0.0, weights="float32")
     sample, episodes = sampler(env), []
     for start in range(0, len(examples), batch_size):
         episodes += sample(engine, examples[start : start + batch_size], 1, params=greedy)

@@ -241,11 +241,26 @@ def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
           "process, or pass --device cpu --dtype float32")
 
 
+def check_int8_sampling(cfg: TrainConfig) -> None:
+    """torch's int8 kernels run on the CPU and quantise float32 weights (models/int8.py)."""
+    if cfg.rl.sampling.weights != "int8":
+        return
+    device = resolve_device(cfg.device)
+    check(device.type == "cpu" and cfg.dtype == "float32", "rl.sampling.weights", "int8",
+          f"'float32' with device={cfg.device!r} (resolved to {device.type}) and dtype={cfg.dtype!r}: the int8 "
+          "sampler uses torch's CPU int8 kernels on float32 weights; pass --device cpu --dtype float32, or keep "
+          "float32 sampling")
+    check(not cfg.model.lora_r, "rl.sampling.weights", "int8",
+          f"'float32' with model.lora_r={cfg.model.lora_r}: LoRA's adapters wrap the Linear layers the int8 "
+          "sampler would quantise; train without LoRA, or keep float32 sampling")
+
+
 def check_train(cfg: TrainConfig, env=None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_placement(cfg.device, cfg.dtype, cfg.dist)
+    check_int8_sampling(cfg)
     check_model(cfg)
     check_rl(cfg.rl)
     if env is None:
@@ -398,10 +413,13 @@ def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Calla
     multi-turn environment's agent loop (each Ray worker runs a pickled copy of it)."""
     topology = dist.resolved_topology()
     shards = dist.rollout_shards or max(1, dist.workers)
+    # an int8 sampler is not the float32 policy the trainer updates: the update corrects for
+    # it with truncated importance weights (async's TIS already covers it, stale or not)
+    mismatch_cap = dist.tis_cap if params.weights != "float32" else None
     if topology == "colocated":
-        return ColocatedRollout(policy, tokenizer, params, request, shards, sampler)
+        return ColocatedRollout(policy, tokenizer, params, request, shards, sampler, mismatch_cap=mismatch_cap)
     if topology == "sync":
-        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler)
+        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler, mismatch_cap=mismatch_cap)
     return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
 
 

@@ -22,6 +22,7 @@ each episode's prompt and turns so far with it, one model turn per call.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,7 @@ import torch.nn.functional as F
 
 from posttrain.config import SamplingParams
 from posttrain.models.device import autocast, model_device
+from posttrain.models.int8 import Int8Sampler
 from posttrain.types import PROMPT_MESSAGES, Episode, Example
 
 
@@ -137,6 +139,12 @@ class RolloutEngine:
     is frozen or copied, and sampling only switches it to eval mode for the duration. In
     one process that saves a whole copy of the weights (540 MB for SmolLM2-135M) and makes
     weight sync free; an engine in another process always owns its copy.
+
+    With `params.weights == "int8"` the engine decodes with an int8 copy of the model
+    (models/int8.py), quantised again whenever its weight version changes: every weight
+    sync bumps the version, both after an optimizer step on a shared module and after a
+    load_state_dict into an owned copy. `old_logp` is then log π_int8, not the trainer's
+    log π_old, and the update has to correct for it (distributed/off_policy.py).
     """
 
     max_rows = 512  # sequences decoded at once: generate splits a larger call (an instance may set its own)
@@ -147,13 +155,30 @@ class RolloutEngine:
         self.params = params
         self.weight_version = 0
         self._compiled_decode = None  # made on first use when params.compile
+        self._int8: Int8Sampler | None = None  # made on first int8 sampling call
+        self._int8_version: int | None = None  # the weight version it was quantised from
+        self.requantize_seconds = 0.0  # the last re-quantisation's cost, for the step's metrics
 
-    def _decode_step(self, params: SamplingParams):
-        """The module that runs one-token decode steps: the model, or its compiled form.
+    def decoding_model(self, params: SamplingParams) -> torch.nn.Module:
+        """The module that decodes under `params`: the model, or its int8 copy quantised
+        from the weights of the current version."""
+        if params.weights == "float32":
+            return self.model
+        if self._int8 is None:
+            self._int8 = Int8Sampler(self.model)
+        elif self._int8_version != self.weight_version:
+            start = time.perf_counter()
+            self._int8.refresh()
+            self.requantize_seconds = time.perf_counter() - start
+        self._int8_version = self.weight_version
+        return self._int8.module
+
+    def _decode_step(self, params: SamplingParams, model: torch.nn.Module):
+        """The module that runs one-token decode steps: `model`, or the model's compiled form.
         The compiled form reads the same parameters (they are graph inputs, not constants),
         so it samples from the weights as they are after every optimizer step."""
-        if not params.compile:
-            return self.model
+        if not params.compile:  # (SamplingParams refuses compile with int8 weights)
+            return model
         if self._compiled_decode is None:
             self._compiled_decode = torch.compile(self.model, dynamic=True)
         return self._compiled_decode
@@ -260,10 +285,11 @@ class RolloutEngine:
                                 device=device)
         # prefill each distinct prompt once, then copy its cache out to the group's K rows:
         # the K prompts of a group are the same tokens, and their keys and values would be too
-        cache = self.model.new_cache(len(contexts), max_len)
+        model = self.decoding_model(params)  # the float policy, or its int8 copy
+        cache = self.model.new_cache(len(contexts), max_len)  # float32 keys and values either way
         with autocast(self.model):  # the policy's precision; sample_next_token reads the logits in float32
-            hidden = self.model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
-            logits = self.model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
+            hidden = model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
+            logits = model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
         if K > 1:
             cache.batch_select_indices(torch.arange(len(contexts), device=device).repeat_interleave(K))  # (N rows)
             logits = logits.repeat_interleave(K, dim=0)  # (N, V)
@@ -275,7 +301,7 @@ class RolloutEngine:
         stop = torch.full((N,), STOP_CODES.index(STOP_BUDGET), dtype=torch.long, device=device)
         active = torch.arange(N, device=device)  # the rows still running, in the order the cache holds them
         all_logits = torch.zeros(N, logits.shape[-1], device=device)
-        decode = self._decode_step(params)
+        decode = self._decode_step(params, model)
         for t in range(longest):
             # Draw for all N rows (finished ones from dummy logits) so that a row's random
             # stream does not depend on when the other rows stopped.

@@ -28,6 +28,9 @@ The monitors, each the signature of a failure seen in RL post-training:
     entropy_collapse       the policy has become nearly deterministic: exploration stopped
     no_learning_signal     step after step, every group scored alike or the gradient was 0:
                            the run spends its compute and learns nothing
+    sampler_mismatch       the int8 sampler's log-probs are far from the trained policy's
+                           (rl.sampling.weights int8): the importance correction is large
+                           and truncated, so the update is biased
 
 They detect; they do not diagnose. Read the samples at the step an alert names.
 """
@@ -214,6 +217,22 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
     return alerts
 
 
+def sampler_mismatch(rows: list[dict[str, Any]], mismatch_key: str = "int8/logp_mismatch",
+                     mismatch_max: float = 0.05) -> list[Alert]:
+    """Mean |log π_sampler − log π_trainer| per token above `mismatch_max` (distributed/off_policy.py)."""
+    flags = [(step, not gap <= mismatch_max, gap) for step, gap in _series(rows, mismatch_key)]
+    return [
+        _alert(
+            "sampler_mismatch", step,
+            f"{mismatch_key} = {gap:.3g} nats/token exceeds {mismatch_max:g}: the int8 sampler is a different "
+            "policy from the one being trained, and the truncated importance weights that correct for it "
+            "bias the update (see tis_clipped_fraction); sample with --rl.sampling.weights float32",
+            gap, mismatch_max,
+        )  # fmt: skip
+        for step, gap in _onsets(flags)
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # All at once
 # ---------------------------------------------------------------------------------------
@@ -250,6 +269,10 @@ class MonitorConfig:
     # Five steps: one flat batch happens in a healthy run near its end; five in a row from
     # the start mean the run cannot learn as set up, and five steps are a small price to learn it.
     no_signal_steps: int | None = 5
+    # 0.05 nats/token: a line between the two cases measured (BENCHMARKS.md): a trained
+    # gpt_mini's int8 copy is 0.001 away (weights within 1.001 of 1 at p01–p99, the cap
+    # almost never reached); SmolLM2-135M's is 0.8 away (weights from ~0 to 43)
+    mismatch_max: float | None = 0.05
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.baseline_steps < 1:
@@ -270,4 +293,6 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
         alerts += entropy_collapse(rows, c.entropy_key, c.entropy_floor)
     if c.no_signal_steps is not None:
         alerts += no_learning_signal(rows, c.no_signal_steps)
+    if c.mismatch_max is not None:
+        alerts += sampler_mismatch(rows, mismatch_max=c.mismatch_max)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))

@@ -18,6 +18,9 @@ PANELS = [
     ("zero_variance_groups", "groups with no reward variance"),
     ("observed_episodes", "episodes with a tool call / observation"),  # multi-turn environments only
     ("model_turns", "model turns per episode"),
+    # rl.sampling.weights int8 only: how far the int8 sampler is from the trained policy
+    ("int8/logp_mismatch", "int8 sampler: mean |Δ log π| per token"),
+    ("tis_clipped_fraction", "importance weights clipped at the cap"),
 ]
 
 
