@@ -5,7 +5,7 @@
 its default in a comment, and that comment is the field's `--help` text. `validate()`
 checks values (ranges, combinations) and names the field, its value and what is allowed.
 
-Data only: it imports nothing else from posttrain. `pipelines/build.py::check_config` runs
+Data only: it imports nothing else from posttrain. `pipelines/checks.py::check_config` runs
 every check before anything starts: types (config_checks.py), `validate()`, then names,
 files and data only the library can judge.
 
@@ -373,7 +373,7 @@ DTYPES = ("float32", "bfloat16")
 
 def check_device(section: Any) -> None:
     """The names of section.device and section.dtype; whether that device exists here is
-    pipelines/build.py's check (it needs torch)."""
+    pipelines/checks.py's check (it needs torch)."""
     check(section.device in DEVICES, "device", section.device, f"one of {list(DEVICES)} (auto = cuda, mps, then cpu)")
     check(section.dtype in DTYPES, "dtype", section.dtype, f"one of {list(DTYPES)}")
 

@@ -29,7 +29,8 @@ from posttrain.envs import make_env
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig, save_checkpoint_model
 from posttrain.models import device as devices
 from posttrain.models.device import autocast, place, resolve_device
-from posttrain.pipelines.build import build_controller, check_config, check_placement
+from posttrain.pipelines.build import build_controller
+from posttrain.pipelines.checks import check_config, check_placement
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, Example, PolicyOutputs, RolloutBatch

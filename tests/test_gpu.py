@@ -15,7 +15,8 @@ from posttrain.command_configs import EvalConfig
 from posttrain.envs import make_env
 from posttrain.models import save_checkpoint_model
 from posttrain.models.device import place
-from posttrain.pipelines.build import build_controller, check_config
+from posttrain.pipelines.build import build_controller
+from posttrain.pipelines.checks import check_config
 from tests.test_devices import tiny_config, tiny_policy
 
 pytestmark = [pytest.mark.gpu,

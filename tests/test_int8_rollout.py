@@ -13,7 +13,8 @@ from posttrain.algorithms.grpo import GRPO
 from posttrain.config import ConfigError, DistConfig, ModelConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.models.int8 import Int8Sampler
-from posttrain.pipelines.build import check_int8_sampling, make_rollout
+from posttrain.pipelines.build import make_rollout
+from posttrain.pipelines.checks import check_int8_sampling
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.roles.trainer import Trainer
 from posttrain.roles.weight_sync import InProcessWeightSync

@@ -15,7 +15,8 @@ from posttrain.config import RLConfig
 from posttrain.envs import make_env
 from posttrain.models import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import check_rl, make_reward
+from posttrain.pipelines.build import make_reward
+from posttrain.pipelines.checks import check_rl
 from posttrain.rewards.judge import PRODUCTION_CRITERIA, YES_NO, Judge, LabelScale, self_critique_rubric
 from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.types import Example

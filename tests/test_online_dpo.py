@@ -11,7 +11,7 @@ import pytest
 from posttrain.cli import main
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config_file import from_dict
-from posttrain.pipelines.build import check_config
+from posttrain.pipelines.checks import check_config
 
 # A tiny policy that answers level-2 sums ("Q: 3+4+5" -> "Final: 12") right often enough
 # at T = 1.5 that its 8 samples of a prompt disagree: verifier-built pairs exist.
@@ -146,8 +146,8 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
     ({"algo": "ppo", "rm": {"pooling": "max"}}, r"rl.rm.pooling='max' is not allowed: expected 'last', 'mean' or"),
 ])
 def test_online_rounds_and_reward_models_refuse_settings_they_cannot_honour(rl, message, tmp_path, sft):
-    from posttrain.types import PreferencePair
     from posttrain.data.preference import save_preference_jsonl
+    from posttrain.types import PreferencePair
 
     save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
     rl = json.loads(json.dumps(rl).replace("PAIRS", str(tmp_path / "pairs.jsonl")).replace("RUN", sft))
@@ -252,10 +252,10 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
     pytest.importorskip("peft")
     import torch
 
-    from posttrain.roles.reference import AdapterOff
-    from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
-    from posttrain.types import PreferencePair
     from posttrain.data.preference import save_preference_jsonl
+    from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
+    from posttrain.roles.reference import AdapterOff
+    from posttrain.types import PreferencePair
 
     torch.manual_seed(0)
     base = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=64))

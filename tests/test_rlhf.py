@@ -11,9 +11,12 @@ import torch
 
 from posttrain.cli import main
 from posttrain.config import RewardModelConfig, RLConfig
-from posttrain.pipelines.build import check_config, make_reward
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+from posttrain.models.tokenizer import CharTokenizer
+from posttrain.pipelines.build import make_reward
+from posttrain.pipelines.checks import check_config
+from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.reward_model import (
     RewardModel,
     RewardModelScorer,
@@ -21,8 +24,6 @@ from posttrain.rewards.reward_model import (
     load_reward_model,
     save_reward_model,
 )
-from posttrain.models.tokenizer import CharTokenizer
-from posttrain.rewards.proxy import ProxyReward
 from tests.test_online_dpo import TINY_PREF, only_run, sft  # noqa: F401  (sft: a module-scoped fixture)
 
 
@@ -156,8 +157,8 @@ def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     from posttrain.config import ConfigError, TrainConfig
     from posttrain.config_file import from_dict
-    from posttrain.types import PreferencePair
     from posttrain.data.preference import save_preference_jsonl
+    from posttrain.types import PreferencePair
 
     save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
     rl = {"algo": "dpo", "pairs": str(tmp_path / "pairs.jsonl"), "rm": {"path": str(reward_model_dir)}}

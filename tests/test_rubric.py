@@ -13,7 +13,8 @@ import pytest
 from posttrain.cli import main
 from posttrain.config import RLConfig
 from posttrain.envs import make_env
-from posttrain.pipelines.build import check_rl, make_reward
+from posttrain.pipelines.build import make_reward
+from posttrain.pipelines.checks import check_rl
 from posttrain.rewards.rubric import (
     Rubric,
     RubricCriterion,

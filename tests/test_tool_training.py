@@ -84,3 +84,29 @@ def test_the_whole_job_runs_on_the_tool_task(tmp_path):
         used = summary[stage]["observed_episodes"]
         assert 0 <= used["ci_low"] <= used["mean"] <= used["ci_high"] <= 1 and used["n"] == 16
     assert "tool call / observation" in (run / "summary.md").read_text()
+
+
+def test_the_readme_tool_environment_runs_as_written():
+    import re
+    from pathlib import Path
+
+    from posttrain.roles.environment import is_multi_turn
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Agents: tools and multi-turn episodes"):]
+    code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
+    assert len(code.splitlines()) < 40
+    namespace = {"__name__": "readme_cubes"}
+    exec(compile(code, "README.md", "exec"), namespace)
+    env = namespace["Cubes"]()
+    assert is_multi_turn(env)
+    heldout, train = env.fixed_set("heldout", 20), env.fixed_set("train", 50)
+    assert not {e.prompt for e in heldout} & {e.prompt for e in train}
+    example = heldout[0]
+    episode = demonstration_episodes(env, TOK, [example])[0]  # runs the real calculator through step
+    n = int(example.prompt[3:-4])
+    assert episode.turns[1].text == f"<tool_result>{n ** 3}</tool_result>\n"
+    state = env.reset(example)
+    assert env.step(state, f"<tool_call>calculator: {n}**3</tool_call>").observation == episode.turns[1].text
+    assert env.step(state, f"Final: {n ** 3}").reward == 1.0
+    assert env.step(env.reset(example), f"Final: {n ** 3 + 1}").reward == 0.0

@@ -12,7 +12,8 @@ import pytest
 from posttrain.cli import main
 from posttrain.config import ConfigError, RLConfig
 from posttrain.envs import make_env
-from posttrain.pipelines.build import check_rl, make_reward
+from posttrain.pipelines.build import make_reward
+from posttrain.pipelines.checks import check_rl
 from posttrain.rewards.user_function import RewardFunctionError
 from posttrain.types import Example
 from tests import user_rewards_example as funcs

@@ -15,7 +15,7 @@ from posttrain.command_configs import EvalConfig
 from posttrain.config import ConfigError, ModelConfig, RLConfig, SFTConfig, TrainConfig
 from posttrain.config_checks import check_types
 from posttrain.envs import make_env
-from posttrain.pipelines.build import check_config
+from posttrain.pipelines.checks import check_config
 from tests.test_algorithm_registry import random_batch
 
 

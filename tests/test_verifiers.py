@@ -14,7 +14,7 @@ from posttrain.cli import main as posttrain
 from posttrain.command_configs import BonConfig, EvalConfig
 from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
-from posttrain.pipelines.build import check_config
+from posttrain.pipelines.checks import check_config
 from posttrain.types import Example
 from posttrain.verifiers import (
     VERIFIERS,

@@ -45,7 +45,7 @@ def checked(cfg: Any, new_run: bool = True) -> Any:
     """Values, then the names and files only the library knows, then (for a new run) where
     its directory goes; before anything starts."""
     # imported here for start-up time: pipelines/ loads torch and every role
-    from posttrain.pipelines.build import check_config
+    from posttrain.pipelines.checks import check_config
     from posttrain.runs.rundir import check_run_location
 
     check_config(cfg)
@@ -112,7 +112,7 @@ def is_dry_run(argv: list[str]) -> bool:
 def dry_run_report(cfg: TrainConfig, command: str) -> int:
     """What --dry_run prints: the config the run would save, then what the checks (already
     passed) found: the model a name resolved to, data sizes, sequence lengths."""
-    from posttrain.pipelines.build import check_config  # imported here for start-up time, as in checked()
+    from posttrain.pipelines.checks import check_config  # imported here for start-up time, as in checked()
 
     print(json.dumps(to_dict(cfg), indent=2))
     for found in check_config(cfg):  # passed once already; run again for its findings, as cheap as that was

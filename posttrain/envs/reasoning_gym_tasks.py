@@ -26,7 +26,7 @@ because many of its answers are not integers and some span lines (a grid, a list
 
 Character-level models (gpt_mini) need prompts inside their vocabulary: printable ASCII
 and newlines. Several tasks (emoji_mystery, figlet_font, ...) are not; the training
-command's checks refuse those prompts naming the characters (pipelines/build.py).
+command's checks refuse those prompts naming the characters (pipelines/checks.py).
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.hf import resolve_model_dir
-from posttrain.pipelines.build import check_config
+from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
 from posttrain.runs.checkpoints import latest_checkpoint, read_task

@@ -25,7 +25,7 @@ from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import RLConfig, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.eval.stats import paired_bootstrap_diff
-from posttrain.pipelines.build import check_config
+from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
 from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
