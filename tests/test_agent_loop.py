@@ -383,3 +383,17 @@ def test_a_closing_tag_is_found_in_any_token_split_of_a_bpe_tokenizer():
         found = engine._stop_string_rows(tokens, active, candidates, t, ("</tool_call>",)).tolist()
         assert found == [t >= first_found[0], t >= first_found[1]]
     assert first_found[0] == sum(len(tok.encode(piece)) for piece in pieces[:6]) - 1  # the last token of "ll>"
+
+
+def test_rows_need_only_fit_the_model_each_not_as_one_left_padded_batch():
+    # a long context with a short budget beside a short one with a long budget: 150 + 10 and
+    # 20 + 100 fit 160 positions each, though the left-padded batch is 150 + 100 columns wide
+    engine = RolloutEngine(tiny_model(), TOK, SamplingParams(temperature=0.0, max_new_tokens=100))
+    long, short = [TOK.bos_id] + TOK.encode("x" * 149), [TOK.bos_id] + TOK.encode("y" * 19)
+    together = engine.continue_rows([long, short], [10, 100])
+    alone = [engine.continue_rows([long], [10])[0], engine.continue_rows([short], [100])[0]]
+    for a, b in zip(together, alone):  # greedy: each row is what it would be by itself
+        assert a.token_ids == b.token_ids
+        torch.testing.assert_close(torch.tensor(a.logp), torch.tensor(b.logp), atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="= 161 exceeds the model's max_seq_len=160"):
+        engine.continue_rows([long, short], [11, 100])

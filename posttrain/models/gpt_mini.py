@@ -90,13 +90,14 @@ class KVCache:
         dtype: torch.dtype = torch.float32,
         device: torch.device | str = "cpu",
     ) -> KVCache:
-        """An unfilled cache for `max_len` positions (default: config.max_seq_len)."""
+        """An unfilled cache for `max_len` columns (default: config.max_seq_len). A column is
+        not a position: a left-padded row's positions start at its first real token (they
+        come from the attention mask), so a batch mixing a long row with a short budget and a
+        short row with a long one may need more columns than the model has positions, while
+        every row's positions stay below config.max_seq_len (hidden_states checks that)."""
         max_len = config.max_seq_len if max_len is None else max_len
-        if not 0 < max_len <= config.max_seq_len:
-            raise ValueError(
-                f"KVCache max_len={max_len}: must be in 1..config.max_seq_len="
-                f"{config.max_seq_len} (RoPE has no angles beyond it)"
-            )
+        if max_len < 1:
+            raise ValueError(f"KVCache max_len={max_len}: must be at least 1")
         shape = (batch_size, config.n_head, max_len, config.head_dim)
         keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.n_layer)]
         values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.n_layer)]
@@ -316,11 +317,14 @@ class GPTMini(nn.Module):
                 f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
                 f"(B, T_past + T) = ({B}, {S}): it must cover the cached positions too"
             )
+        explicit = position_ids is not None
         if position_ids is None and attention_mask is not None:
             position_ids = default_position_ids(attention_mask, T_past)  # (B, T)
         elif position_ids is None:
             position_ids = torch.arange(T_past, S, device=input_ids.device).expand(B, T)
-        elif position_ids.max() >= self.config.max_seq_len:
+        # only a batch wider than the RoPE tables can reach past them (a cache may hold more
+        # columns than positions, see KVCache.empty); checked only then, to spare a device sync
+        if (explicit or S > self.config.max_seq_len) and position_ids.max() >= self.config.max_seq_len:
             raise ValueError(
                 f"position_ids reach {int(position_ids.max())}, but the RoPE tables end at "
                 f"max_seq_len - 1 = {self.config.max_seq_len - 1}"

@@ -264,11 +264,16 @@ class RolloutEngine:
         prompts = [p for p in contexts for _ in range(K)]  # row i continues context i // K
         N, P = len(prompts), max(len(p) for p in prompts)
         longest = max(budgets)
-        max_len = P + longest
-        if max_len > self.model.config.max_seq_len:
+        max_len = P + longest  # columns of the left-padded batch (and its KV cache)
+        # Positions come from the attention mask (default_position_ids), so what must fit the
+        # model is each row's own prompt + budget, not the batch's columns: a long multi-turn
+        # context with a short budget may share a batch with a short one given a long budget.
+        worst = max(range(N), key=lambda i: len(prompts[i]) + budgets[i])
+        if len(prompts[worst]) + budgets[worst] > self.model.config.max_seq_len:
             raise ValueError(
-                f"prompt ({P} tokens) + max_new_tokens ({longest}) = {max_len} exceeds the "
-                f"model's max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
+                f"prompt ({len(prompts[worst])} tokens) + max_new_tokens ({budgets[worst]}) = "
+                f"{len(prompts[worst]) + budgets[worst]} exceeds the model's "
+                f"max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
             )
 
         # left-pad so every prompt ends at the same column and decoding is one column per step;
