@@ -84,6 +84,28 @@ def test_the_whole_job_runs_on_the_tool_task(tmp_path):
         used = summary[stage]["observed_episodes"]
         assert 0 <= used["ci_low"] <= used["mean"] <= used["ci_high"] <= 1 and used["n"] == 16
     assert "tool call / observation" in (run / "summary.md").read_text()
+    # `posttrain eval` of the final checkpoint runs the same agent loop on the same held-out
+    # problems: the same episodes, so the same pass@1 and the same details
+    checkpoint = run / "checkpoints" / "rl" / (run / "checkpoints" / "rl" / "latest").read_text().strip()
+    proc = subprocess.run([sys.executable, "-m", "posttrain", "eval", "--checkpoint", str(checkpoint),
+                           "--env.name", "tool_arithmetic", "--size", "16", "--out_dir", str(tmp_path / "eval")],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (evaluation,) = (tmp_path / "eval").iterdir()
+    assert json.loads((evaluation / "summary.json").read_text())["pass_rate"] == summary["rl"]["mean"]
+    rescored = [json.loads(line) for line in (evaluation / "samples.jsonl").read_text().splitlines()]
+    held_out = [json.loads(line) for line in (run / "eval_rl.jsonl").read_text().splitlines()]
+    assert [r["completion"] for r in rescored] == [r["completion"] for r in held_out]
+    assert all("ended_by" in r["details"] for r in rescored)
+
+
+def test_a_multi_turn_environment_refuses_what_cannot_train_on_it(capsys, tmp_path):
+    from tests.test_validation import refused
+
+    refused(capsys, tmp_path, ["train", "--env.name", "tool_arithmetic", "--algo", "dpo"], "rl.algo=",
+            "preference losses train on pairs of single completions")
+    refused(capsys, tmp_path, ["rlhf", "--env.name", "tool_arithmetic"], "multi-turn environment",
+            "reward model learns from single completions")
 
 
 def test_the_readme_tool_environment_runs_as_written():

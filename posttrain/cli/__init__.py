@@ -97,6 +97,16 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
         if algo in PREFERENCE_LOSSES:
             raise ConfigError(f"rl.algo={algo!r} is not allowed: rlhf trains an RL algorithm against the "
                               "reward model; for preference losses use `posttrain train --algo dpo`")
+        from posttrain.envs import make_env
+        from posttrain.roles.environment import is_multi_turn
+
+        try:
+            env = make_env(parsed.cfg.env.name, **parsed.cfg.env.kwargs())
+        except (ValueError, FileNotFoundError):
+            env = None  # check_config (below) says what is wrong with it
+        if env is not None and is_multi_turn(env):
+            raise ConfigError(f"env.name={parsed.cfg.env.name!r} is a multi-turn environment: rlhf's reward model "
+                              "learns from single completions; train on it with `posttrain run` (its own reward)")
     return checked(parsed.with_algo_params(parsed.cfg, {algo}))
 
 

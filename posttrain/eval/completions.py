@@ -76,7 +76,12 @@ def score_records(records: list[dict[str, Any]], spec_version: str) -> dict[str,
     for record in records:
         result = spec(example_of(record), record["completion"])
         samples.append({**record, "reward": result["reward"], "details": result["details"]})
+    return summarise_scored(samples, spec_version)
 
+
+def summarise_scored(samples: list[dict[str, Any]], spec_version: str) -> dict[str, Any]:
+    """The summary of records that already carry their reward and details (score_records's,
+    or a multi-turn environment's, which scores an episode turn by turn)."""
     rewards = [s["reward"] for s in samples]
     # the CI is the pass rate's: under partial credit (reasoning-gym) the mean reward differs
     solved = [float(is_solved(s["reward"], s["details"])) for s in samples]

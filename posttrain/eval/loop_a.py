@@ -26,10 +26,11 @@ from posttrain.command_configs import EvalConfig
 from posttrain.config import ConfigError, EnvConfig, SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
-from posttrain.eval.completions import print_report, score_records
-from posttrain.eval.evaluate import evaluate_pass_at_k, solved
+from posttrain.eval.completions import print_report, score_records, summarise_scored
+from posttrain.eval.evaluate import evaluate_pass_at_k, sampler, solved
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import device_record, place, resolve_device
+from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.rundir import RunDir
@@ -110,11 +111,18 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed
     engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(budget, max_new),
                                                             stop_at_newline=not cfg.env.cot))
-    episodes = engine.generate(examples, 1)
     # meta travels with the record: a code problem's tests are in it
-    records = [{"id": e.example.id, "prompt": e.example.prompt, "expected_answer": e.example.expected_answer,
-                "meta": e.example.meta, "completion": e.completion} for e in episodes]
-    result = score_records(records, env.spec_version)  # the same report as for a completions file
+    if is_multi_turn(env):  # the agent loop's episodes, each scored by the environment as it ended
+        episodes = sampler(env)(engine, examples, 1, params=engine.params)
+        records = [{"id": e.example.id, "prompt": e.example.prompt, "expected_answer": e.example.expected_answer,
+                    "meta": e.example.meta, "completion": e.completion, "reward": e.reward, "details": e.details}
+                   for e in episodes]
+        result = summarise_scored(records, env.spec_version)
+    else:
+        episodes = engine.generate(examples, 1)
+        records = [{"id": e.example.id, "prompt": e.example.prompt, "expected_answer": e.example.expected_answer,
+                    "meta": e.example.meta, "completion": e.completion} for e in episodes]
+        result = score_records(records, env.spec_version)  # the same report as for a completions file
 
     # which task, and why: the flags', or the one the checkpoint records (also in config.json's env)
     task = {"source": task_source, "env": to_dict(cfg.env), "trained_on": to_dict(trained.env) if trained else None}

@@ -327,6 +327,9 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
     refuse the reward settings that would otherwise be ignored."""
     if not is_multi_turn(env):
         return
+    check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo,
+          f"an RL algorithm for the multi-turn environment {cfg.env.name!r}: the preference losses train on "
+          "pairs of single completions, and a multi-turn episode is not one yet")
     check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0, "rl.reward",
           cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
           f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
