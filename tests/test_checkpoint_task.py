@@ -28,7 +28,8 @@ LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_ex
           "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
 LEVEL2_ENV = {"name": "arithmetic", "level": 2, "cot": False, "spec_version": "", "path": "", "columns": "",
-              "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": ""}
+              "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": "",
+              "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0}
 
 
 def posttrain_cli(*args: str, cwd: Path | None = None) -> str:
