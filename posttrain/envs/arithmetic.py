@@ -41,10 +41,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from posttrain.envs.dataset_files import read_jsonl
-from posttrain.verifiers.contract import as_example
-from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.files import write_atomic
 from posttrain.types import Example
+from posttrain.verifiers.contract import as_example
+from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 
 SPLIT_BUCKETS = {"train": range(0, 80), "dev": range(80, 90), "heldout": range(90, 100)}
 # Recorded in every run's meta.json: change the rule and every split changes with it.
@@ -235,8 +235,7 @@ class ArithmeticEnv:
         """n problems drawn i.i.d. from `split` (repeats possible), by rejection sampling.
         With an int `seed` the draw is reproducible on its own; with None it continues the
         environment's stream, so successive training batches differ."""
-        _check_choice("split", split, list(SPLIT_BUCKETS))
-        _check_count(n)
+        check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
         examples = []
         while len(examples) < n:
@@ -248,8 +247,7 @@ class ArithmeticEnv:
     def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """n DISTINCT problems of `split`, the same ones every call: the evaluation set.
         A smaller set is a prefix of a larger one with the same seed."""
-        _check_choice("split", split, list(SPLIT_BUCKETS))
-        _check_count(n)
+        check_split_request(split, n)
         rng = random.Random(seed)
         shape = LEVELS[self.level]
         if shape.n_problems <= ENUMERATE_UP_TO:
@@ -297,7 +295,10 @@ class ArithmeticEnv:
         )
 
 
-def _check_count(n: Any) -> None:
+def check_split_request(split: Any, n: Any) -> None:
+    """What every hash-split environment checks of sample/fixed_set's arguments: a known
+    split and a count that is an int >= 0 (a bool is refused, though it is an int)."""
+    _check_choice("split", split, list(SPLIT_BUCKETS))
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ValueError(f"n must be a non-negative int, got {n!r}")
 

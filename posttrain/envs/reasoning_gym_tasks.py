@@ -36,7 +36,7 @@ import json
 import random
 from typing import Any
 
-from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
+from posttrain.envs.arithmetic import SPLIT_RULE, check_split_request, split_of
 from posttrain.types import Example
 from posttrain.verifiers.reasoning_gym_answer import SPECS, answer_tag, load_reasoning_gym
 
@@ -121,16 +121,10 @@ class ReasoningGymEnv:
                                          meta={"entry": entry, "split": split_of(prompt)})
         return self._items[index]
 
-    def _check_split(self, split: str, n: Any) -> None:
-        if split not in SPLIT_BUCKETS:
-            raise ValueError(f"split must be one of {list(SPLIT_BUCKETS)}, got {split!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-
     def sample(self, split: str, n: int, seed: int | None = None) -> list[Example]:
         """n items of `split` drawn i.i.d. from the pool (repeats possible). An int `seed`
         makes the draw reproducible on its own; None continues the environment's stream."""
-        self._check_split(split, n)
+        check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
         examples, draws = [], 0
         while len(examples) < n:
@@ -146,7 +140,7 @@ class ReasoningGymEnv:
     def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """n DISTINCT problems of `split`, the same every call: items visited in an order
         fixed by `seed`, so a smaller set is a prefix of a larger one."""
-        self._check_split(split, n)
+        check_split_request(split, n)
         order = list(range(self.pool_size))
         random.Random(seed).shuffle(order)
         chosen: dict[str, Example] = {}

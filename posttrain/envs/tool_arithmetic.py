@@ -30,7 +30,7 @@ import hashlib
 import random
 from typing import Any
 
-from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
+from posttrain.envs.arithmetic import SPLIT_RULE, check_split_request, split_of
 from posttrain.envs.tool_calls import render_call
 from posttrain.envs.tool_env import ToolEnvironment
 from posttrain.envs.tools import ToolCall, calculator_tool
@@ -104,16 +104,10 @@ class ToolArithmeticEnv(ToolEnvironment):
                        id=f"toolarith-D{self.digits}-{expression}",
                        meta={"digits": self.digits, "a": a, "b": b, "split": split_of(expression)})
 
-    def _check_split(self, split: str, n: Any) -> None:
-        if split not in SPLIT_BUCKETS:
-            raise ValueError(f"split must be one of {list(SPLIT_BUCKETS)}, got {split!r}")
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ValueError(f"n must be a non-negative int, got {n!r}")
-
     def sample(self, split: str, n: int, seed: int | None = None) -> list[Example]:
         """n problems of `split`, i.i.d. (repeats possible); seed None continues the
         environment's own stream, so successive batches differ."""
-        self._check_split(split, n)
+        check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
         examples = []
         while len(examples) < n:
@@ -124,7 +118,7 @@ class ToolArithmeticEnv(ToolEnvironment):
 
     def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """n DISTINCT problems of `split`, the same every call (a smaller n: a prefix)."""
-        self._check_split(split, n)
+        check_split_request(split, n)
         n_problems = (9 * 10 ** (self.digits - 1)) ** 2
         if n > n_problems // 20:  # dev and heldout each hold ~10%: stay well inside that
             raise ValueError(f"n={n} is too many distinct problems for digits={self.digits} (each of dev and "
