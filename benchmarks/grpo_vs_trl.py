@@ -85,11 +85,15 @@ def run_posttrain(args) -> dict:
         sampled = time.perf_counter()
         batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
+        if not args.no_skip:  # as `posttrain train` does by default (rl.skip_inert_rows): the same update
+            batch.rows_with_gradient = algo.rows_with_gradient(batch)
         trainer.update(batch, algo)
         sync.push()
         end = time.perf_counter()
         steps.append({"seconds": end - start, "generate_seconds": sampled - start,
-                      "reward": batch.rewards.mean().item(), "completion_tokens": batch.response_mask.sum().item()})
+                      "reward": batch.rewards.mean().item(), "completion_tokens": batch.response_mask.sum().item(),
+                      "trained_rows": (batch.batch_size if batch.rows_with_gradient is None
+                                       else int(batch.rows_with_gradient.sum()))})
         print(f"posttrain step {step}: {steps[-1]}", file=sys.stderr, flush=True)
     return {"steps": steps, "peak_rss_gb": peak_rss_gb()}
 
@@ -150,7 +154,10 @@ def summarise(name: str, result: dict) -> dict:
             "rewards": [round(r, 3) for r in rewards], "reward_mean": statistics.mean(rewards),
             # per-step means of 64 samples each: their spread is the sampling noise of one step
             "reward_sem": statistics.stdev(rewards) / len(rewards) ** 0.5 if len(rewards) > 1 else float("nan"),
-            "peak_rss_gb": result["peak_rss_gb"]}
+            "peak_rss_gb": result["peak_rss_gb"],
+            # posttrain only: rows the update trained, of 64 (the rest had no gradient and were left out)
+            **({"trained_rows": [s["trained_rows"] for s in result["steps"]]} if "trained_rows" in result["steps"][0]
+               else {})}
 
 
 def main() -> None:
@@ -163,6 +170,8 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=8)
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--no-skip", action="store_true",
+                        help="train every row, as before rows with no gradient were left out (rl.skip_inert_rows false)")
     parser.add_argument("--level", type=int, default=3, help="arithmetic level (match the SFT checkpoint's)")
     parser.add_argument("--cot", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--system", default=SFT_SYSTEM,
@@ -183,7 +192,8 @@ def main() -> None:
     if args.model == "sft":
         args.model = sft_checkpoint(args.threads)
     passthrough = [f"--{name.replace('_', '-')}={value}" for name, value in vars(args).items()
-                   if name not in ("side", "out", "cot")] + ["--cot" if args.cot else "--no-cot"]
+                   if name not in ("side", "out", "cot", "no_skip")] + ["--cot" if args.cot else "--no-cot"]
+    passthrough += ["--no-skip"] if args.no_skip else []
     summary = {"machine": m, "args": vars(args)}
     for side in ("posttrain", "trl"):
         done = subprocess.run([sys.executable, __file__, "--side", side, *passthrough], capture_output=True, text=True)
