@@ -123,6 +123,12 @@ class Episode:
     # the MODEL_TURN tokens are in the response mask (None: one model turn, the whole response)
     turns: list[Turn] | None = None
 
+    @property
+    def observed(self) -> bool:
+        """Whether the environment answered this episode at least once (a tool environment:
+        the model called a tool); False for a single-turn episode."""
+        return any(turn.source != MODEL_TURN for turn in self.turns or [])
+
 
 @dataclass
 class RolloutBatch:

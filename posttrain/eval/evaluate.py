@@ -15,7 +15,7 @@ from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.environment import is_multi_turn, score_episodes
 from posttrain.roles.rollout import RolloutEngine
-from posttrain.types import MODEL_TURN, Episode, Example
+from posttrain.types import Episode, Example
 from posttrain.verifiers.contract import is_solved
 
 
@@ -56,8 +56,7 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     ci["mean_reward"] = sum(e.reward for e in episodes) / max(1, len(episodes))
     if episodes and any(e.turns is not None for e in episodes):
         # a multi-turn environment: how often it was used (a tool environment: episodes with a call)
-        ci["observed_episodes"] = bootstrap_ci([float(any(t.source != MODEL_TURN for t in e.turns or []))
-                                                for e in episodes])
+        ci["observed_episodes"] = bootstrap_ci([float(e.observed) for e in episodes])
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}
 
 

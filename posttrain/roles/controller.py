@@ -160,8 +160,7 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         optional["model_turns"] = sum(sum(t.source == MODEL_TURN for t in e.turns) for e in multi_turn) / len(multi_turn)
         # the share of episodes the environment answered at least once: for a tool environment,
         # those that called a tool
-        optional["observed_episodes"] = sum(any(t.source != MODEL_TURN for t in e.turns)
-                                            for e in multi_turn) / len(multi_turn)
+        optional["observed_episodes"] = sum(e.observed for e in multi_turn) / len(multi_turn)
     # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
     inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
     return {
