@@ -83,3 +83,33 @@ class BonConfig:
 
     def validate(self) -> None:
         check_positive(self, "", "n")
+
+
+@dataclass
+class StarConfig:
+    """`posttrain star`: expert iteration (STaR / rejection-sampling fine-tuning): sample,
+    keep what the verifier passes, fine-tune on it with the SFT loss, repeat. Sampling uses
+    the RL settings (--rl.sampling.*), the start is --init or SFT as in `posttrain run`."""
+
+    iterations: int = 4  # sample → filter → fine-tune rounds; each round's data comes from the policy it starts with
+    prompts: int = 800  # fresh training prompts per iteration; × samples_per_prompt × iterations = the sample budget
+    samples_per_prompt: int = 8  # K completions per prompt: more finds a passing rationale for harder prompts
+    # true: prompts with no passing sample get K more samples with the answer as a hint line
+    # (pipelines/star.py, HINT), and passing ones are trained on under the hint-free prompt
+    # (STaR's rationalisation). Off by default: gpt_mini never saw a hint in SFT, and on the
+    # arithmetic task it rescued few prompts for the K extra samples each costs (README)
+    rationalize: bool = False
+    # true: each iteration fine-tunes the starting checkpoint on the new data (STaR's choice:
+    # training the same weights again and again on their own samples overfits); false:
+    # continue from the previous iteration's weights (RFT / ReST-style)
+    restart: bool = True
+    distinct: bool = True  # keep each distinct passing completion once per prompt (RFT's de-duplication)
+    steps: int = 100  # fine-tuning steps per iteration (batches drawn with replacement from the kept data)
+    batch_size: int = 32  # kept rationales per fine-tuning step
+    lr: float = 1e-4  # fine-tuning an SFT policy: a tenth of from-scratch SFT's 1e-3, as RL's rl.lr
+    warmup_steps: int = 10  # linear warmup: Adam's first second-moment estimates are poor
+
+    def validate(self) -> None:
+        check_positive(self, "star", "iterations", "prompts", "samples_per_prompt", "steps", "batch_size")
+        check(self.lr > 0, "star.lr", self.lr, "a number > 0")
+        check(self.warmup_steps >= 0, "star.warmup_steps", self.warmup_steps, "an integer >= 0")

@@ -6,6 +6,7 @@
     posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
     posttrain compare --algos dpo --online_rounds 1,20
                                        offline against online DPO on the same budget
+    posttrain star --init CKPT         STaR / rejection-sampling fine-tuning: sample, keep verified, fine-tune, repeat
     posttrain rlhf                     SFT → reward model → PPO against it, proxy vs gold reward plotted
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
@@ -35,7 +36,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
@@ -207,6 +208,42 @@ def cmd_rlhf(argv: list[str]) -> int:
     return 0 if summary else 1
 
 
+def cmd_star(argv: list[str]) -> int:
+    resumed = resumed_config(argv)
+    if resumed:
+        cfg, run = resumed
+        saved = run.read_json("star.json")
+        if saved is None:
+            raise ConfigError(f"{run.path} has no star.json: it is not a `posttrain star` run; resume it with the "
+                              "command that made it")
+        star = from_dict(StarConfig, saved)
+    else:
+        star_section = ("star", Annotated[StarConfig, tyro.conf.arg(help="the STaR iterations")], StarConfig())
+        resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
+        parsed = parse_train(argv, "posttrain star", "STaR / rejection-sampling fine-tuning (expert iteration) "
+                             "from --init or from SFT: sample K per prompt, keep what the verifier passes, fine-tune "
+                             "on it, repeat", TrainConfig(), [star_section, resume],
+                             sections="none of them (star fine-tunes with the SFT loss)")
+        star = parsed.args.star
+        cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it
+        cfg = checked(dataclasses.replace(cfg, name=cfg.name or f"{cfg.env.name}-star"))
+    # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
+    from posttrain.config_checks import check_types
+    from posttrain.pipelines.run import start_run
+    from posttrain.pipelines.star import run_star
+    from posttrain.runs.console import console
+
+    check_types(star, "star.")
+    star.validate()
+    if not resumed:
+        run = start_run(cfg, "star")
+    with run, run.resumable(f"posttrain star --resume {run.path}"):  # holds the run's lock to the end
+        run_star(cfg, star, run)
+    console.print(f"\n[bold]done[/]: {run.path}/summary.md")
+    console.print((run.path / "summary.md").read_text())
+    return 0
+
+
 def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
     """An EvalConfig or BonConfig from defaults < --config < flags, checked."""
     base, _ = from_file(cls, argv)
@@ -323,6 +360,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": lambda argv: cmd_train(argv, "train"),
     "compare": cmd_compare,
     "rlhf": cmd_rlhf,
+    "star": cmd_star,
     "eval": cmd_eval,
     "bon": cmd_bon,
     "diff": cmd_diff,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from posttrain.config import TrainConfig
+from posttrain.config import SFTConfig, TrainConfig
 from posttrain.roles.agent import observation_ids
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
@@ -53,15 +53,23 @@ def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn
 
 def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:
     demos = demonstration_episodes(env, tokenizer, env.fixed_set("train", cfg.sft.num_examples, seed=cfg.seed))
-    trainer = Trainer(policy, lr=cfg.sft.lr, total_steps=cfg.sft.steps, warmup_steps=cfg.sft.warmup_steps,
-                      weight_decay=cfg.sft.weight_decay, grad_clip=1.0)
+    fine_tune(run, "sft", demos, tokenizer, policy, cfg.sft, cfg.seed, cfg.checkpoint_every)
+
+
+def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer, policy, sft: SFTConfig, seed: int,
+              checkpoint_every: int) -> None:
+    """sft.steps steps of teacher-forced cross-entropy on batches of sft.batch_size episodes
+    drawn with replacement from `demos`, checkpointed as stage `stage` (resumable). The
+    demonstrations may be the environment's solutions (SFT) or the policy's own verified
+    samples (STaR / rejection-sampling fine-tuning, pipelines/star.py)."""
+    trainer = Trainer(policy, lr=sft.lr, total_steps=sft.steps, warmup_steps=sft.warmup_steps,
+                      weight_decay=sft.weight_decay, grad_clip=1.0)
 
     def step_fn(step: int) -> dict[str, float]:
         # drawn on the CPU generator's side (seeds.py); trainer.update moves the batch to the policy's device
-        rows = torch.randint(len(demos), (cfg.sft.batch_size,), generator=generator_for(cfg.seed, "sft", step),
-                             device="cpu")
+        rows = torch.randint(len(demos), (sft.batch_size,), generator=generator_for(seed, stage, step), device="cpu")
         batch = RolloutBatch.collate([demos[i] for i in rows.tolist()], tokenizer.pad_id)
         return trainer.update(batch, sft_loss)
 
-    run_stage(run, "sft", cfg.sft.steps, step_fn, policy, tokenizer, trainer, cfg.checkpoint_every,
+    run_stage(run, stage, sft.steps, step_fn, policy, tokenizer, trainer, checkpoint_every,
               show=lambda m: f"loss {m['loss']:.3f}")
