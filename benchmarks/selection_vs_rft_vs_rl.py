@@ -37,11 +37,11 @@ def training_commands(init: str, seed: int, out: Path, budget: dict) -> dict[str
               "--heldout_size", str(budget["heldout"])]
     star = ["star", *common, "--star.iterations", str(budget["iterations"]), "--star.prompts",
             str(budget["star_prompts"]), "--star.samples_per_prompt", str(budget["k"])]
-    return {
-        "STaR": [*star, "--name", "star", "--star.restart", "true"],
-        "RFT": [*star, "--name", "rft", "--star.restart", "false"],
+    return {  # GRPO first: the longest run starts first when they go --jobs at a time
         "GRPO": ["train", *common, "--name", "grpo", "--algo", "grpo", "--rl.steps", str(budget["grpo_steps"]),
                  "--rl.prompts_per_step", str(budget["grpo_prompts"]), "--rl.samples_per_prompt", str(budget["k"])],
+        "STaR": [*star, "--name", "star", "--star.restart", "true"],
+        "RFT": [*star, "--name", "rft", "--star.restart", "false"],
     }
 
 
@@ -75,8 +75,23 @@ def trained_row(method: str, run: Path, wall: float) -> dict:
     return {"method": method, "verdicts": verdicts(run / f"eval_star{last}.jsonl"),
             "samples": sum(r["samples"] + r["rationalization_samples"] for r in log["iterations"]),
             "tokens": sum(r["tokens"] for r in log["iterations"]), "wall_seconds": wall, "run": str(run),
-            "kept": [r["kept"] for r in log["iterations"]],
+            "kept": [r["kept"] for r in log["iterations"]], "kept_wrong_chain": wrong_chains(run),
             "per_iteration": [r["heldout"]["mean"] for r in log["iterations"]]}
+
+
+def wrong_chains(run: Path) -> list[int]:
+    """Per iteration, the kept rationales whose running sums differ from the reference chain
+    though their final answer passed: what an outcome verifier lets through. On the
+    arithmetic task the correct chain is unique, so "differs" means "has a wrong step"."""
+    from posttrain.envs import make_env
+    from posttrain.types import Example
+
+    env = make_env("arithmetic")
+    counts = []
+    for data in sorted(run.glob("star_data_*.jsonl"), key=lambda p: int(p.stem.rsplit("_", 1)[1])):
+        rows = [json.loads(line) for line in data.read_text().splitlines()]
+        counts.append(sum(r["completion"] != env.solution(Example(r["prompt"], r["expected_answer"])) for r in rows))
+    return counts
 
 
 def majority_answer(episodes) -> object:
@@ -156,13 +171,21 @@ def table(results: dict[int, list[dict]], start: dict[str, float], budget: dict,
     lines += ["", f"Budget: STaR/RFT {budget['iterations']} iterations × {budget['star_prompts']} prompts × "
                   f"{budget['k']} samples; GRPO {budget['grpo_steps']} steps × {budget['grpo_prompts']} prompts × "
                   f"{budget['k']} samples; best-of-N draws N samples for each of the {budget['heldout']} held-out "
-                  f"problems. Whole comparison: {seconds / 60:.1f} min."]
+                  f"problems." + (f" Whole comparison: {seconds / 60:.1f} min." if seconds else ""), ""]
+    for seed in seeds:
+        for row in results[seed]:
+            if "kept" in row:
+                lines.append(f"- {row['method']}, seed {seed}: held-out pass@1 after each iteration "
+                             f"{', '.join(f'{100 * m:.1f}%' for m in row['per_iteration'])}; kept "
+                             f"{', '.join(map(str, row['kept']))} rationales, of which "
+                             f"{', '.join(map(str, row.get('kept_wrong_chain', [])))} had a wrong step "
+                             "(right final answer, running sums not the reference chain)")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--init", required=True, help="the SFT checkpoint every method starts from")
+    parser.add_argument("--init", default="", help="the SFT checkpoint every method starts from")
     parser.add_argument("--seeds", default="0", help="comma-separated seeds; each runs every method")
     parser.add_argument("--out_dir", default="runs/selection_vs_rft_vs_rl")
     parser.add_argument("--jobs", type=int, default=2, help="training runs at a time (one thread each)")
@@ -171,8 +194,23 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4, help="STaR/RFT iterations")
     parser.add_argument("--grpo_prompts", type=int, default=32, help="GRPO prompts per step")
     parser.add_argument("--heldout", type=int, default=500, help="held-out problems")
+    parser.add_argument("--table_only", action="store_true",
+                        help="rebuild table.md from <out_dir>/results.json and the runs it names; run nothing")
     args = parser.parse_args()
-    if not Path(args.init).is_dir():
+    out = Path(args.out_dir)
+    if args.table_only:
+        saved = json.loads((out / "results.json").read_text())
+        results = {int(seed): rows for seed, rows in saved["results"].items()}
+        for rows in results.values():
+            for row in rows:
+                if "kept" in row:
+                    row["kept_wrong_chain"] = wrong_chains(Path(row["run"]))
+        text = table(results, saved["start"], saved["budget"], saved.get("seconds", 0.0))
+        (out / "table.md").write_text(text)
+        (out / "results.json").write_text(json.dumps({**saved, "results": results}, indent=1))
+        print(text)
+        return
+    if not args.init or not Path(args.init).is_dir():
         raise SystemExit(f"--init {args.init!r}: no such checkpoint directory (runs/<id>/checkpoints/sft/step_N)")
     per_round = args.iterations * args.k
     if args.samples % per_round or args.samples % (args.grpo_prompts * args.k):
@@ -182,7 +220,6 @@ def main() -> None:
               "grpo_steps": args.samples // (args.grpo_prompts * args.k), "grpo_prompts": args.grpo_prompts,
               "heldout": args.heldout}
     seeds = [int(s) for s in args.seeds.split(",")]
-    out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
 
@@ -208,9 +245,11 @@ def main() -> None:
         results[seed] = rows
     star_run = Path(results[seeds[0]][-3]["run"])
     start = verdicts(star_run / "eval_start.jsonl")
-    text = table(results, start, budget, time.perf_counter() - started)
+    seconds = time.perf_counter() - started
+    text = table(results, start, budget, seconds)
     (out / "table.md").write_text(text)
-    (out / "results.json").write_text(json.dumps({"budget": budget, "start": start, "results": results}, indent=1))
+    (out / "results.json").write_text(json.dumps({"budget": budget, "start": start, "results": results,
+                                                  "seconds": seconds}, indent=1))
     print(text)
 
 
