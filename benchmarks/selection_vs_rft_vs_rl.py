@@ -155,9 +155,20 @@ def table(results: dict[int, list[dict]], start: dict[str, float], budget: dict,
     ids = sorted(start)
     start_ci = bootstrap_ci([start[i] for i in ids])
     lines = [f"| method | samples | tokens sampled | held-out pass@1, seed {seeds[0]} (95% CI) | vs SFT start, "
-             f"paired (points, seed {seeds[0]}) | pass@1 per seed ({', '.join(map(str, seeds))}) | wall time |",
-             "|---|---|---|---|---|---|---|",
-             f"| SFT start (greedy) | 0 | 0 | {pct(start_ci)} | | {100 * start_ci['mean']:.1f}% | |"]
+             f"paired (points, seed {seeds[0]}) | pass@1 per seed ({', '.join(map(str, seeds))}) | vs GRPO, paired "
+             "(points, per seed) | wall time |",
+             "|---|---|---|---|---|---|---|---|",
+             f"| SFT start (greedy) | 0 | 0 | {pct(start_ci)} | | {100 * start_ci['mean']:.1f}% | | |"]
+    grpo = {s: next(r for r in results[s] if r["method"] == "GRPO") for s in seeds}
+
+    def versus_grpo(rows: list[dict]) -> str:
+        if rows[0]["method"] == "GRPO":
+            return ""
+        diffs = [paired_bootstrap_diff([r["verdicts"][i] for i in ids], [grpo[s]["verdicts"][i] for i in ids])
+                 for s, r in zip(seeds, rows)]
+        return "; ".join(f"{100 * d['mean_diff']:+.1f} [{100 * d['ci_low']:+.1f}, {100 * d['ci_high']:+.1f}]"
+                         for d in diffs)
+
     for j, row in enumerate(results[seeds[0]]):
         per_seed = [results[s][j] for s in seeds]
         ci = bootstrap_ci([row["verdicts"][i] for i in ids])
@@ -166,7 +177,7 @@ def table(results: dict[int, list[dict]], start: dict[str, float], budget: dict,
         where = "test time" if row.get("test_time") else "training"
         lines.append(f"| {row['method']} | {row['samples']:,} ({where}) | {row['tokens']:,} | {pct(ci)} | "
                      f"{100 * diff['mean_diff']:+.1f} [{100 * diff['ci_low']:+.1f}, {100 * diff['ci_high']:+.1f}] | "
-                     f"{', '.join(f'{m:.1f}%' for m in means)} | "
+                     f"{', '.join(f'{m:.1f}%' for m in means)} | {versus_grpo(per_seed)} | "
                      f"{sum(r['wall_seconds'] for r in per_seed) / len(per_seed):.0f} s |")
     lines += ["", f"Budget: STaR/RFT {budget['iterations']} iterations × {budget['star_prompts']} prompts × "
                   f"{budget['k']} samples; GRPO {budget['grpo_steps']} steps × {budget['grpo_prompts']} prompts × "
