@@ -1,20 +1,26 @@
 """STaR / rejection-sampling fine-tuning (pipelines/star.py): only verified rationales are
 trained on, rationalised ones under the hint-free prompt, and a tiny run changes the weights."""
 
+import dataclasses
+import importlib.util
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
 import posttrain.pipelines.star as star_module
 from posttrain.cli import main
+from posttrain.command_configs import StarConfig
+from posttrain.config import TrainConfig
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.star import HINT, verified_rationales, with_answer_hint
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.types import PROMPT_MESSAGES, Episode, Example
+from tests.test_cli import help_entries, help_of, leaf_flags, reason
 from tests.test_online_dpo import only_run
 
 TOKENIZER = CharTokenizer()
@@ -148,3 +154,27 @@ def test_star_refuses_bad_settings_with_the_setting_named(tmp_path, capsys):
     assert "star.iterations=0" in capsys.readouterr().err
     assert main(["star", "--grpo.kl_coef", "0.1", "--out_dir", str(tmp_path)]) == 2
     assert "--grpo.kl_coef" in capsys.readouterr().err
+
+
+def test_star_help_shows_every_setting_with_its_reason(capsys):
+    entries = help_entries(help_of(capsys, "star"))
+    star_flags = [f"--star.{f.name}" for f in dataclasses.fields(StarConfig)]
+    for flag in leaf_flags(TrainConfig) + star_flags + ["--config", "--resume"]:
+        if flag == "--rl.algo_params":
+            continue
+        assert flag in entries, f"{flag} missing from `posttrain star --help`"
+        assert len(reason(entries[flag]).split()) >= 3, f"{flag}: {entries[flag]!r} gives no reason"
+
+
+def test_majority_vote_of_the_comparison_picks_the_most_common_parsed_answer():
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "selection_vs_rft_vs_rl.py"
+    spec = importlib.util.spec_from_file_location("selection_vs_rft_vs_rl", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+
+    def votes(*parsed):
+        return [Episode(A, 0, [], [], [], completion=str(i), details={"parsed": p}) for i, p in enumerate(parsed)]
+
+    assert bench.majority_answer(votes(3, 5, 5, None, None, None)).completion == "1"  # unparsed answers never win
+    assert bench.majority_answer(votes(7, 5, 5, 7)).completion == "0"  # a tie goes to the answer seen first
+    assert bench.majority_answer(votes(None, None)).completion == "0"  # nothing parsed: the first sample
