@@ -235,7 +235,8 @@ def main() -> None:
     started = time.perf_counter()
 
     jobs = {(seed, method): (cmd, out / f"seed{seed}")
-            for seed in seeds for method, cmd in training_commands(args.init, seed, out / f"seed{seed}", budget).items()}
+            for seed in seeds
+            for method, cmd in training_commands(args.init, seed, out / f"seed{seed}", budget).items()}
     for _, folder in jobs.values():
         folder.mkdir(exist_ok=True)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
@@ -250,8 +251,8 @@ def main() -> None:
         rows = list(bon[seed])
         for method in ("STaR", "RFT", "GRPO"):
             # the newest run of that name: an earlier invocation's runs stay beside it
-            run = sorted(p for p in (out / f"seed{seed}").iterdir() if p.is_dir() and p.name.endswith(f"-{method.lower()}")
-                         and not p.name.startswith("."))[-1]
+            run = sorted(p for p in (out / f"seed{seed}").iterdir()
+                         if p.is_dir() and p.name.endswith(f"-{method.lower()}") and not p.name.startswith("."))[-1]
             rows.append(trained_row(method, run, walls[(seed, method)]))
         results[seed] = rows
     star_run = Path(results[seeds[0]][-3]["run"])

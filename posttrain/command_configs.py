@@ -91,7 +91,7 @@ class StarConfig:
     keep what the verifier passes, fine-tune on it with the SFT loss, repeat. Sampling uses
     the RL settings (--rl.sampling.*), the start is --init or SFT as in `posttrain run`."""
 
-    iterations: int = 4  # sample → filter → fine-tune rounds; each round's data comes from the policy it starts with
+    iterations: int = 4  # sample → filter → fine-tune rounds; each one's data comes from the policy it starts with
     prompts: int = 800  # fresh training prompts per iteration; × samples_per_prompt × iterations = the sample budget
     samples_per_prompt: int = 8  # K completions per prompt: more finds a passing rationale for harder prompts
     # true: prompts with no passing sample get K more samples with the answer as a hint line

@@ -104,7 +104,8 @@ TINY_STAR = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
     "--env.level", "2", "--env.cot", "false",
     "--sft.num_examples", "200", "--sft.steps", "80", "--sft.batch_size", "32", "--sft.lr", "1e-2",
-    "--sft.warmup_steps", "2", "--heldout_size", "32", "--rl.dev_size", "8", "--threads", "1", "--checkpoint_every", "2",
+    "--sft.warmup_steps", "2", "--heldout_size", "32", "--rl.dev_size", "8", "--threads", "1",
+    "--checkpoint_every", "2",
     "--star.iterations", "2", "--star.prompts", "16", "--star.samples_per_prompt", "4", "--star.steps", "3",
     "--star.batch_size", "8", "--star.lr", "1e-3", "--star.warmup_steps", "1", "--star.rationalize", "true",
 ]
