@@ -334,4 +334,12 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
           cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
           f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
           "one completion's text would be ignored; put the terms in the environment's step instead")
+    thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
+    if thinking != "keep_all":
+        check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,
+              f"an algorithm that trains an episode as one row per model turn, for env.thinking={thinking!r} "
+              f"(grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
+              "turn is sampled in its own context, and this algorithm's advantages or loss read a row as a whole "
+              "episode (a critic's returns, reward-to-go, a length penalty, a sequence ratio); or use "
+              "--env.thinking keep_all")
 
