@@ -76,9 +76,10 @@ class Controller:
                 batch.values = self.trainer.values(batch)
         with self.timed("train"):
             batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
-            batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)  # async: stale episodes, TIS
             if self.skip_inert_rows:
                 batch.rows_with_gradient = self.algorithm.rows_with_gradient(batch)
+            # async's stale episodes, int8's sampler: π_old recomputed (for the trained rows) and TIS
+            batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)
             metrics = self.trainer.update(batch, self.algorithm, self.epochs, self.minibatches,  # 5. update
                                           generator_for(self.seed, "rl-minibatch", step))
         with self.timed("sync"):
