@@ -1,5 +1,5 @@
-"""The settings of the commands that score rather than train: `posttrain eval` (Loop A)
-and `posttrain bon` (Loop B). Their sections and checks come from config.py, as the
+"""The settings of the commands that score rather than train: `posttrain eval` (Loop A),
+`posttrain bon` and `posttrain search` (Loop B). Their sections and checks come from config.py, as the
 training commands' do."""
 
 from __future__ import annotations
@@ -83,3 +83,60 @@ class BonConfig:
 
     def validate(self) -> None:
         check_positive(self, "", "n")
+
+
+@dataclass
+class SearchConfig:
+    """`posttrain search` (Loop B): test-time search methods side by side at fixed budgets of
+    generated tokens per problem (posttrain/search/compare.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory written by `posttrain run/train`
+    # the task when the checkpoint records none (posttrain_task.json); a recorded one is used as is
+    env: EnvConfig = field(default_factory=EnvConfig)
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 200  # problems: a 95% CI of about ±6 points near 70%
+    seed: int = 0  # which problems, and the sampling seeds
+    # generated tokens per problem, comma-separated: each method runs once per budget; the N of the
+    # N-sample methods is budget // max_new_tokens
+    budgets: str = "64,128,256,512"
+    max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
+    temperature: float = 1.0  # sampling temperature of every method but greedy
+    prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`): PRM best-of-N, beam, MCTS
+    orm: str = ""  # an outcome reward model directory (`posttrain prm --kind orm`): ORM best-of-N
+    aggregation: str = "min"  # a PRM's step scores to one score in beam search and MCTS: min, product or last
+    step_format: str = "arithmetic"  # where steps end: arithmetic ("," and the Final line) or newline
+    beam_width: int = 4  # partial solutions kept per problem
+    expansions: int = 2  # next steps sampled per kept partial
+    mcts_children: int = 3  # next steps sampled per expanded MCTS node
+    c_uct: float = 1.0  # MCTS exploration: the weight of the UCT bonus
+    step_tokens: int = 16  # a step's token cap (an arithmetic step is at most ~8 characters)
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "search"  # the run directory's suffix
+
+    def budget_list(self) -> list[int]:
+        try:
+            budgets = [int(b) for b in self.budgets.split(",")]
+        except ValueError:
+            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
+                              "(e.g. '64,128,256')") from None
+        check(all(b >= 1 for b in budgets), "budgets", self.budgets, "positive token counts")
+        return sorted(set(budgets))
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
+                              "written by `posttrain run` or `posttrain train` (its policy is searched)")
+        for name in ("prm", "orm"):
+            if getattr(self, name) and not Path(getattr(self, name)).is_dir():
+                raise ConfigError(f"{name}={getattr(self, name)!r}: no such directory (train one with "
+                                  f"`posttrain prm --kind {name}`)")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        self.budget_list()
+        for name in ("size", "beam_width", "expansions", "mcts_children", "step_tokens"):
+            check_positive(self, "", name)
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+        check(self.temperature > 0, "temperature", self.temperature,
+              "a number > 0: the sampled methods need distinct samples (greedy is always in the table)")
+        check(self.aggregation in ("min", "product", "last"), "aggregation", self.aggregation, "min, product or last")
+        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format, "arithmetic or newline")
+        check(self.c_uct >= 0, "c_uct", self.c_uct, "a number >= 0")

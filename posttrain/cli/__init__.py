@@ -10,6 +10,7 @@
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
+    posttrain search --checkpoint DIR [--prm DIR --orm DIR]   test-time search methods at fixed token budgets
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
@@ -35,7 +36,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
@@ -251,6 +252,17 @@ def cmd_bon(argv: list[str]) -> int:
     return 0
 
 
+def cmd_search(argv: list[str]) -> int:
+    # the comparison is what `search` does; a bare --compare (the spelling the issue and the docs use) is accepted
+    argv = [token for token in argv if token != "--compare"]
+    cfg = parse_simple(SearchConfig, argv, "posttrain search", "Loop B: test-time search at fixed token budgets")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.compare import run_search
+
+    run_search(cfg)
+    return 0
+
+
 def cmd_diff(argv: list[str]) -> int:
     # imported here for start-up time: eval/ loads torch
     from posttrain.eval.completions import compare_runs
@@ -325,6 +337,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "rlhf": cmd_rlhf,
     "eval": cmd_eval,
     "bon": cmd_bon,
+    "search": cmd_search,
     "diff": cmd_diff,
     "export": cmd_export,
     "demo": cmd_demo,

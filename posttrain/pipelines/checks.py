@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -42,6 +42,7 @@ from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
+from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.verifiers import VERIFIERS
 
@@ -57,7 +58,7 @@ def check_config(cfg, env=None) -> list[str]:
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        {EvalConfig: check_eval, BonConfig: check_bon, SearchConfig: check_search}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -320,6 +321,18 @@ def check_bon(cfg: BonConfig) -> None:
         value = getattr(cfg, name)
         if value or name == "spec_version":
             check(value in VERIFIERS, name, value, f"one of {sorted(VERIFIERS)}")
+
+
+def check_search(cfg: SearchConfig) -> None:
+    """The task the checkpoint records (else cfg.env) builds, is single-turn, and has cfg.size problems."""
+    from pathlib import Path
+
+    task = read_task(Path(cfg.checkpoint))
+    env_cfg = task.env if task else cfg.env
+    env = check_env(env_cfg)
+    check(not is_multi_turn(env), "env.name", env_cfg.name, "a single-turn task: search extends one completion "
+          "step by step, and a multi-turn environment's episodes are sampled by the agent loop")
+    fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:
