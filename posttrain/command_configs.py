@@ -1,5 +1,5 @@
 """The settings of the commands that score rather than train: `posttrain eval` (Loop A),
-`posttrain bon` and `posttrain search` (Loop B). Their sections and checks come from config.py, as the
+`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B). Their sections and checks come from config.py, as the
 training commands' do."""
 
 from __future__ import annotations
@@ -140,3 +140,37 @@ class SearchConfig:
         check(self.aggregation in ("min", "product", "last"), "aggregation", self.aggregation, "min, product or last")
         check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format, "arithmetic or newline")
         check(self.c_uct >= 0, "c_uct", self.c_uct, "a number >= 0")
+
+
+@dataclass
+class VerifyConfig:
+    """`posttrain verify` (Loop B): generate → verify → revise, each step verifier audited
+    against the step checker (posttrain/search/self_verify.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory written by `posttrain run/train`
+    env: EnvConfig = field(default_factory=EnvConfig)  # the task when the checkpoint records none
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 200  # problems
+    seed: int = 0  # which problems, and the sampling seed
+    prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`), verified beside the policy itself
+    threshold: float = 0.5  # a step scoring below it is flagged (the policy's confidence, a PRM's probability)
+    max_revisions: int = 2  # regrowths from the first flagged step, per problem
+    temperature: float = 1.0  # drafts and regrowths are sampled: greedy would regrow the same step
+    max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
+    step_tokens: int = 16  # a step's token cap
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "verify"  # the run directory's suffix
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
+                              "written by `posttrain run` or `posttrain train`")
+        if self.prm and not Path(self.prm).is_dir():
+            raise ConfigError(f"prm={self.prm!r}: no such directory (train one with `posttrain prm --kind prm`)")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        for name in ("size", "step_tokens"):
+            check_positive(self, "", name)
+        check(0 < self.threshold < 1, "threshold", self.threshold, "a probability strictly between 0 and 1")
+        check(self.max_revisions >= 0, "max_revisions", self.max_revisions, "an integer >= 0 (0: verify, never revise)")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+        check(self.temperature > 0, "temperature", self.temperature, "a number > 0: a greedy regrowth repeats the step")

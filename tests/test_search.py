@@ -28,14 +28,17 @@ EXAMPLES = [Example("Q: 1+2+3\n", "6", id="a"), Example("Q: 4+5+1+2\n", "12", id
 class ScriptedEngine:
     """Writes arithmetic chains: of the rows continuing one context in one call, the first
     writes each step wrong (its sum one too high) and the next writes it right, alternately.
-    Whole completions (no stop strings) come out right or wrong the same way. Every row it
-    draws is kept in `drawn` as (context, ids)."""
+    Whole completions (no stop strings) come out right or wrong the same way. With
+    `across_calls` the alternation runs over every draw from a context, not within a call
+    (so a regrowth from the same context comes out the other way). Every row it draws is
+    kept in `drawn` as (context, ids)."""
 
-    def __init__(self):
+    def __init__(self, across_calls=False):
         self.tokenizer, self.params, self.drawn = TOK, SamplingParams(max_new_tokens=48), []
+        self.across_calls, self.seen = across_calls, Counter()
 
     def continue_rows(self, contexts, budgets, generator=None, params=None, stop_strings=()):
-        seen, rows = Counter(), []
+        seen, rows = (self.seen if self.across_calls else Counter()), []
         for context, budget in zip(contexts, budgets):
             wrong = seen[tuple(context)] % 2 == 0
             seen[tuple(context)] += 1
@@ -192,3 +195,56 @@ def test_the_command_writes_one_table_and_refuses_bad_settings(tmp_path):
                          (dict(checkpoint=""), "give --checkpoint DIR"), (dict(aggregation="mean"), "min, product")):
         with pytest.raises(ConfigError, match=message):
             check_config(SearchConfig(**{**vars(cfg), **bad}))
+
+
+def test_revision_from_the_first_flagged_step_and_the_audit_of_the_verifier():
+    from posttrain.search.self_verify import audit, policy_confidence, scorer_verifier, verify_and_revise
+
+    def run(verifier, revisions=2, limit=400):
+        problems = Problem.of(EXAMPLES, TOK, limit)
+        result = verify_and_revise(ScriptedEngine(across_calls=True), problems, verifier, FMT, SEPARATORS, 0.5,
+                                   revisions, 16, 48, correct)
+        return problems, result
+
+    # the drafts are wrong from their first step; the oracle cuts there and regrows, and each regrowth from a
+    # context already drawn from comes out right: 1+2+3 (two chain steps) is fixed by its second revision,
+    # 4+5+1+2 (three) would need a third
+    problems, result = run(scorer_verifier(OracleStepScorer(EXAMPLES), FMT))
+    assert result.draft_correct == [False, False] and result.final_correct == [True, False]
+    rates = audit(result)
+    assert rates["false_positive_rate"] == 0.0 and rates["wrong_steps"] == 3 + 4 and rates["right_steps"] == 0
+    assert (rates["revisions"], rates["fixed"], rates["broke"]) == (4, 1, 0)
+    assert all(p.budget.spent <= 400 for p in problems)
+    # a verifier that passes everything: no revision, every wrong step a false positive
+    _, result = run(lambda prompts, rows: [[1.0] * len(r) for r in rows])
+    assert result.final_correct == result.draft_correct and audit(result)["false_positive_rate"] == 1.0
+    assert audit(result)["revisions"] == 0
+    # the policy's own confidence reads the drawn log-probs: the scripted ones are all 0 (probability 1)
+    assert policy_confidence(["q"], [[("1+2=4,", [0.0, -0.1]), ("Final: 4", [])]]) == [[pytest.approx(0.904837), 1.0]]
+    # no revisions: verify only
+    _, result = run(scorer_verifier(OracleStepScorer(EXAMPLES), FMT), revisions=0)
+    assert result.final_correct == result.draft_correct and result.revisions == []
+    # a budget too small to finish: wrong, never an error, never overspent
+    problems, result = run(scorer_verifier(OracleStepScorer(EXAMPLES), FMT), limit=9)
+    assert result.final_correct == [False, False] and all(p.budget.spent <= 9 for p in problems)
+
+
+def test_the_verify_command_writes_its_table_and_refuses_bad_settings(tmp_path):
+    from posttrain.command_configs import VerifyConfig
+    from posttrain.pipelines.checks import check_config
+    from posttrain.search.self_verify import run_verify
+
+    torch.manual_seed(0)
+    GPTMini(GPTMiniConfig(vocab_size=TOK.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=64,
+                          max_seq_len=96)).save_pretrained(tmp_path / "ckpt", TOK)
+    cfg = VerifyConfig(checkpoint=str(tmp_path / "ckpt"), size=4, max_new_tokens=12, out_dir=str(tmp_path / "runs"))
+    check_config(cfg)
+    summary = run_verify(cfg)
+    assert [r["verifier"] for r in summary["rows"]] == ["self (policy confidence)", "oracle (step checker)"]
+    oracle = summary["rows"][1]
+    assert oracle["false_positive_rate"] == 0.0 and oracle["wrong_steps"] > 0  # an untrained policy errs
+    assert all(r["tokens"] <= 12 * 3 for r in summary["rows"])  # draft + 2 revisions at most
+    assert "| oracle (step checker) | 0.0% of" in (next((tmp_path / "runs").iterdir()) / "verify.md").read_text()
+    for bad, message in ((dict(threshold=1.0), "strictly between 0 and 1"), (dict(max_revisions=-1), ">= 0")):
+        with pytest.raises(ConfigError, match=message):
+            check_config(VerifyConfig(**{**vars(cfg), **bad}))

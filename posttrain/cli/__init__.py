@@ -11,6 +11,7 @@
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain search --checkpoint DIR [--prm DIR --orm DIR]   test-time search methods at fixed token budgets
+    posttrain verify --checkpoint DIR [--prm DIR]   generate, verify, revise; each verifier audited against the truth
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
@@ -36,7 +37,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
@@ -263,6 +264,15 @@ def cmd_search(argv: list[str]) -> int:
     return 0
 
 
+def cmd_verify(argv: list[str]) -> int:
+    cfg = parse_simple(VerifyConfig, argv, "posttrain verify", "Loop B: generate, verify, revise, audited")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.self_verify import run_verify
+
+    run_verify(cfg)
+    return 0
+
+
 def cmd_diff(argv: list[str]) -> int:
     # imported here for start-up time: eval/ loads torch
     from posttrain.eval.completions import compare_runs
@@ -338,6 +348,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "eval": cmd_eval,
     "bon": cmd_bon,
     "search": cmd_search,
+    "verify": cmd_verify,
     "diff": cmd_diff,
     "export": cmd_export,
     "demo": cmd_demo,

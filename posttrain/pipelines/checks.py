@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -45,6 +45,7 @@ from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.verifiers import VERIFIERS
+from posttrain.verifiers.steps import problem_of
 
 
 def check_config(cfg, env=None) -> list[str]:
@@ -58,7 +59,8 @@ def check_config(cfg, env=None) -> list[str]:
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon, SearchConfig: check_search}[type(cfg)](cfg)
+        {EvalConfig: check_eval, BonConfig: check_bon, SearchConfig: check_search,
+         VerifyConfig: check_search}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -323,8 +325,9 @@ def check_bon(cfg: BonConfig) -> None:
             check(value in VERIFIERS, name, value, f"one of {sorted(VERIFIERS)}")
 
 
-def check_search(cfg: SearchConfig) -> None:
-    """The task the checkpoint records (else cfg.env) builds, is single-turn, and has cfg.size problems."""
+def check_search(cfg: SearchConfig | VerifyConfig) -> None:
+    """The task the checkpoint records (else cfg.env) builds, is single-turn, has cfg.size
+    problems, and (for the steps search and verification grow) a step checker."""
     from pathlib import Path
 
     task = read_task(Path(cfg.checkpoint))
@@ -332,7 +335,10 @@ def check_search(cfg: SearchConfig) -> None:
     env = check_env(env_cfg)
     check(not is_multi_turn(env), "env.name", env_cfg.name, "a single-turn task: search extends one completion "
           "step by step, and a multi-turn environment's episodes are sampled by the agent loop")
-    fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
+    examples = fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
+    if isinstance(cfg, VerifyConfig):
+        check(all(problem_of(e) for e in examples), "env.name", env_cfg.name, "an arithmetic task: the "
+              "meta-verifier is its step checker (verifiers/steps.py), and a task without one cannot be audited")
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:

@@ -68,9 +68,10 @@ class Partial:
     ids: list[int] = field(default_factory=list)
     text: str = ""
     done: bool = False
+    logp: list[float] = field(default_factory=list)  # the sampler's log-prob of each id, as drawn
 
-    def then(self, ids: list[int], text: str, done: bool) -> Partial:
-        return Partial(self.ids + ids, self.text + text, done)
+    def then(self, ids: list[int], logp: list[float], text: str, done: bool) -> Partial:
+        return Partial(self.ids + ids, self.text + text, done, self.logp + logp)
 
 
 def _row_caps(rows: list[tuple[Problem, Partial]], per_row: int, max_new_tokens: int) -> list[int]:
@@ -99,7 +100,7 @@ def _draw(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], caps: list
         problem, partial = rows[k]
         problem.budget.charge(len(continuation.token_ids))
         ended = continuation.stop == STOP_TOKEN or len(partial.ids) + len(continuation.token_ids) >= max_new_tokens
-        out[k] = partial.then(continuation.token_ids, continuation.text, ended)
+        out[k] = partial.then(continuation.token_ids, continuation.logp, continuation.text, ended)
     return out
 
 
