@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -57,7 +57,7 @@ def check_config(cfg, env=None) -> list[str]:
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -320,6 +320,11 @@ def check_bon(cfg: BonConfig) -> None:
         value = getattr(cfg, name)
         if value or name == "spec_version":
             check(value in VERIFIERS, name, value, f"one of {sorted(VERIFIERS)}")
+
+
+def check_prm(cfg: PrmConfig) -> None:
+    if cfg.init:  # a directory or a known name, on this disk; never a download
+        read_model_dir(resolve_model_dir(cfg.init))
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:
