@@ -88,6 +88,7 @@ def test_orm_from_the_policys_own_samples_after_a_short_sft(tmp_path):
     # every label is 0: after 3 steps p < 0.5 everywhere, so accuracy is 1 and AUROC undefined
     assert summary["heldout"]["outcome_accuracy"]["mean"] == 1.0
     assert summary["heldout"]["outcome_auroc"]["orm"]["resamples"] == 0
+    assert "policy_confidence_outcome_auroc" in summary["heldout"]  # the untrained baseline is reported too
 
 
 def test_bad_input_gets_a_clear_error(tmp_path, tiny_checkpoint, capsys):
@@ -99,3 +100,23 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_checkpoint, capsys):
     assert main(["prm", "--kind", "bt"]) == 2 and "kind='bt' is not allowed" in capsys.readouterr().err
     assert main(["prm", "--step_format", "newline"]) == 2
     assert "arithmetic without --data" in capsys.readouterr().err
+
+
+def test_policy_confidence_is_a_running_minimum_of_step_log_probs(tiny_checkpoint):
+    from posttrain.models import load_checkpoint_model
+    from posttrain.models.logprobs import token_logp
+    from posttrain.pipelines.prm import policy_confidence
+    from posttrain.rewards.process_reward_model import StepRecord
+
+    policy, tok = load_checkpoint_model(tiny_checkpoint), CharTokenizer()
+    record = StepRecord("Q: 1+2+3\n", ["1+2=3", "3+3=6", "Final: 6"], [1.0, 1.0, 1.0], 1.0)
+    (scores,) = policy_confidence(policy, tok, [record], "arithmetic")
+    ids = [tok.bos_id] + tok.encode("Q: 1+2+3\n1+2=3,3+3=6\nFinal: 6") + [tok.eos_id]
+    with torch.no_grad():
+        logp = token_logp(policy(torch.tensor([ids])).float(), torch.tensor([ids]))[0]
+    prompt = 1 + len("Q: 1+2+3\n")
+    by_hand = [logp[prompt : prompt + 6].mean().item(),  # "1+2=3,"
+               logp[prompt + 6 : prompt + 12].mean().item(),  # "3+3=6\n"
+               logp[prompt + 12 :].mean().item()]  # "Final: 6" <eos>
+    running = [min(by_hand[: k + 1]) for k in range(3)]
+    assert scores == pytest.approx(running, abs=1e-5)

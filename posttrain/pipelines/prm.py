@@ -39,16 +39,20 @@ from posttrain.eval.calibration import (
     reliability_table,
 )
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import autocast, model_device
 from posttrain.models.hf import resolve_model_dir
+from posttrain.models.logprobs import token_logp
 from posttrain.pipelines.sft import sft_stage
 from posttrain.rewards.process_reward_model import (
     AGGREGATIONS,
     StepRecord,
     StepRewardScorer,
+    encode_steps,
+    get_step_format,
     save_step_reward_model,
     train_step_reward_model,
 )
-from posttrain.rewards.reward_model import RewardModel
+from posttrain.rewards.reward_model import RewardModel, collate_texts
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
@@ -128,8 +132,40 @@ def sample_stats(rows) -> dict:
 # ---------------------------------------------------------------------------------------
 
 
-def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int) -> dict:
-    """Every measurement with a 95% CI from resampling whole completions."""
+@torch.no_grad()
+def policy_confidence(policy, tokenizer, records: list[StepRecord], step_format: str,
+                      batch_size: int = 64) -> list[list[float]]:
+    """The baseline a trained reward model has to beat, at no training cost: the policy's own
+    mean token log-probability of each step (its separator included), as a running minimum
+    over the steps so far, so that it follows the first-error labels (once an unlikely step
+    was written, every later one is suspect too). A wrong sum is usually an unlikely token
+    for the SFT policy (README, "RLHF end to end"). One score per step; a ranking, not a
+    probability, so it gets an AUROC and no calibration."""
+    fmt = get_step_format(step_format)
+    device = model_device(policy)
+    out = []
+    for first in range(0, len(records), batch_size):
+        chunk = records[first : first + batch_size]
+        rows = [encode_steps(tokenizer, r.prompt, r.steps, fmt, policy.config.max_seq_len) for r in chunk]
+        tokens, _ = collate_texts([ids for ids, _ in rows], tokenizer.pad_id)
+        with autocast(policy):
+            logits = policy(tokens.to(device)).float()  # (B, T, V)
+        logp = token_logp(logits, tokens.to(device)).cpu()  # (B, T): logp[:, t] = log π(tok_t | tok_<t)
+        for b, (record, (_, positions)) in enumerate(zip(chunk, rows)):
+            start = len(encode_steps(tokenizer, record.prompt, [], fmt, policy.config.max_seq_len)[0])  # the prompt
+            scores, lowest = [], 0.0
+            for end in positions:
+                lowest = min(lowest, logp[b, start : end + 1].mean().item())  # mean over the step and its separator
+                scores.append(lowest)
+                start = end + 1
+            out.append(scores)
+    return out
+
+
+def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int,
+             baseline: list[list[float]] | None = None) -> dict:
+    """Every measurement with a 95% CI from resampling whole completions; `baseline`
+    (policy_confidence's scores) gets the same AUROCs."""
     prompts = [r.prompt for r in heldout]
     outcomes = [r.outcome for r in heldout]
     report: dict = {"heldout_completions": len(heldout), "outcome_positive_rate": sum(outcomes) / len(outcomes)}
@@ -156,6 +192,8 @@ def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int) -> 
             "outcome_auroc": {name: ci([([aggregate(p)], [o]) for p, o in zip(step_probs, outcomes)], auroc)
                               for name, aggregate in AGGREGATIONS.items()},
         })
+        if baseline is not None:
+            report["policy_confidence_step_auroc"] = ci([(b, r.labels) for b, r in zip(baseline, heldout)], auroc)
     else:
         probs = scorer.score_outcomes(prompts, [scorer.format.join(r.steps) for r in heldout])
         groups = [([p], [o]) for p, o in zip(probs, outcomes)]
@@ -167,6 +205,8 @@ def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int) -> 
             "outcome_ece": ci(groups, expected_calibration_error),
             "outcome_reliability": reliability_table(probs, outcomes),
         })
+    if baseline is not None:
+        report["policy_confidence_outcome_auroc"] = ci([([b[-1]], [o]) for b, o in zip(baseline, outcomes)], auroc)
     return report
 
 
@@ -205,6 +245,9 @@ def summary_markdown(cfg: PrmConfig, report: dict, data: dict) -> str:
                   f"| step ECE (10 bins) | {_ci_text(report['step_ece'], False)} |"]
         lines += [f"| outcome AUROC, {name} of step scores | {_ci_text(v, False)} |"
                   for name, v in report["outcome_auroc"].items()]
+        if "policy_confidence_step_auroc" in report:
+            lines += [f"| baseline, no training: step AUROC of the policy's own log-prob | "
+                      f"{_ci_text(report['policy_confidence_step_auroc'], False)} |"]
         table = report["step_reliability"]
     else:
         lines += [f"| outcome accuracy (p > 0.5) | {_ci_text(report['outcome_accuracy'])} "
@@ -212,6 +255,9 @@ def summary_markdown(cfg: PrmConfig, report: dict, data: dict) -> str:
                   f"| outcome AUROC | {_ci_text(report['outcome_auroc']['orm'], False)} |",
                   f"| outcome ECE (10 bins) | {_ci_text(report['outcome_ece'], False)} |"]
         table = report["outcome_reliability"]
+    if "policy_confidence_outcome_auroc" in report:
+        lines += [f"| baseline, no training: outcome AUROC of the policy's own log-prob | "
+                  f"{_ci_text(report['policy_confidence_outcome_auroc'], False)} |"]
     lines += ["", "Reliability (held out): predictions binned by probability", "",
               "| bin | n | mean probability | fraction right |", "|---|---|---|---|"]
     lines += [f"| {row['bin']} | {row['n']} | {row['mean_probability']:.3f} | {row['fraction_positive']:.3f} |"
@@ -264,7 +310,8 @@ def run_prm(cfg: PrmConfig) -> dict:
                                           batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, "prm"), on_step=show)
         run.append_jsonl("metrics.jsonl", [{"stage": cfg.kind, "step": i, **h} for i, h in enumerate(history)])
         scorer = StepRewardScorer(model, tokenizer, cfg.kind, step_format)
-        report = evaluate(scorer, heldout, cfg.seed)
+        baseline = policy_confidence(policy, tokenizer, heldout, step_format) if not cfg.data else None
+        report = evaluate(scorer, heldout, cfg.seed, baseline)
         report["train_seconds"] = history[-1]["seconds"]
         report["total_seconds"] = time.perf_counter() - started
         summary = {"kind": cfg.kind, "data": data, "heldout": report}
