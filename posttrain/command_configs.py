@@ -174,3 +174,54 @@ class VerifyConfig:
         check(self.max_revisions >= 0, "max_revisions", self.max_revisions, "an integer >= 0 (0: verify, never revise)")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
         check(self.temperature > 0, "temperature", self.temperature, "a number > 0: a greedy regrowth repeats the step")
+
+
+@dataclass
+class PrmConfig:
+    """`posttrain prm`: train an outcome (orm) or process (prm) reward model on step labels,
+    report its held-out step accuracy, AUROC and calibration with bootstrap CIs."""
+
+    kind: str = "prm"  # prm: one probability per step, read after each step; orm: one per completion, at its end
+    # a stepwise JSONL/JSON/Parquet file in TRL's format (prompt, completions: the steps, labels: one bool per
+    # step; optional outcome), split by prompt into train and held-out; "" = label the policy's own samples
+    data: str = ""
+    # the policy that writes the samples and whose copy becomes the reward model's body: a run's
+    # checkpoint, a transformers directory or a model name (smollm2-135m); "" = a short SFT of gpt_mini first
+    init: str = ""
+    level: int = 3  # arithmetic difficulty of the sampled problems (5 adds minus signs and more wrong steps)
+    prompts: int = 500  # training problems sampled (distinct, train split)
+    heldout_prompts: int = 200  # held-out problems (distinct, dev split: the search jobs keep heldout for themselves)
+    samples_per_prompt: int = 4  # completions per problem: different mistakes on the same problem
+    # 1.0 = the policy's own distribution: an SFT policy at 77% pass@1 writes a wrong step in ~1 of 4
+    # completions; lower temperatures leave the reward model too few errors to learn from
+    temperature: float = 1.0
+    max_new_tokens: int = 48  # the longest level-3 chain of thought is ~40 characters
+    heldout_percent: int = 10  # with --data: the share of prompts held out (by a hash of the prompt)
+    # with --data: how the steps are joined into the text the model reads: arithmetic (',' between chain
+    # steps, a newline before the Final line, as the policy writes them) or newline (one step per line,
+    # TRL's default separator). The policy's own samples are always arithmetic
+    step_format: str = "arithmetic"
+    steps: int = 400  # AdamW steps on batches of labelled completions
+    lr: float = 3e-4  # the body starts as the SFT policy: a small step keeps what it knows about the task
+    batch_size: int = 32  # completions per step
+    sft_steps: int = 600  # without --init: the SFT of `posttrain run` (600 steps, 150 demonstrations)
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "prm"  # the run directory's suffix
+    seed: int = 0  # problems, samples, SFT and training order all derive from it
+
+    def validate(self) -> None:
+        check(self.kind in ("prm", "orm"), "kind", self.kind, "prm (a score per step) or orm (one per completion)")
+        check(self.level in (1, 2, 3, 4, 5), "level", self.level, "an arithmetic level 1..5")
+        check_positive(self, "", "prompts", "heldout_prompts", "samples_per_prompt", "max_new_tokens", "steps",
+                       "batch_size")
+        check(self.temperature > 0, "temperature", self.temperature,
+              "a number > 0: greedy samples repeat one completion per problem")
+        check(0 < self.heldout_percent < 100, "heldout_percent", self.heldout_percent, "an integer in 1..99")
+        check(self.lr > 0, "lr", self.lr, "a number > 0")
+        check(self.sft_steps >= 0, "sft_steps", self.sft_steps, "an integer >= 0")
+        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format,
+              "arithmetic or newline")
+        check(self.step_format == "arithmetic" or bool(self.data), "step_format", self.step_format,
+              "arithmetic without --data: the policy's samples are arithmetic chains")
+        if self.data and not Path(self.data).exists():
+            raise ConfigError(f"data={self.data!r}: no such file or directory")

@@ -10,8 +10,10 @@
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
-    posttrain search --checkpoint DIR [--prm DIR --orm DIR]   test-time search methods at fixed token budgets
-    posttrain verify --checkpoint DIR [--prm DIR]   generate, verify, revise; each verifier audited against the truth
+    posttrain prm [--kind prm|orm]     a process (per-step) or outcome reward model: labels, training,
+                                       held-out step accuracy and calibration with CIs
+    posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
+    posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
@@ -37,7 +39,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, VerifyConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
@@ -273,6 +275,15 @@ def cmd_verify(argv: list[str]) -> int:
     return 0
 
 
+def cmd_prm(argv: list[str]) -> int:
+    cfg = parse_simple(PrmConfig, argv, "posttrain prm", "an outcome or process reward model, trained and measured")
+    # imported here for start-up time: pipelines/ loads torch
+    from posttrain.pipelines.prm import run_prm
+
+    run_prm(cfg)
+    return 0
+
+
 def cmd_diff(argv: list[str]) -> int:
     # imported here for start-up time: eval/ loads torch
     from posttrain.eval.completions import compare_runs
@@ -349,6 +360,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bon": cmd_bon,
     "search": cmd_search,
     "verify": cmd_verify,
+    "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,
     "demo": cmd_demo,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, VerifyConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -59,7 +59,7 @@ def check_config(cfg, env=None) -> list[str]:
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon, SearchConfig: check_search,
+        {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
          VerifyConfig: check_search}[type(cfg)](cfg)
         return []
     except ConfigError:
@@ -339,6 +339,11 @@ def check_search(cfg: SearchConfig | VerifyConfig) -> None:
     if isinstance(cfg, VerifyConfig):
         check(all(problem_of(e) for e in examples), "env.name", env_cfg.name, "an arithmetic task: the "
               "meta-verifier is its step checker (verifiers/steps.py), and a task without one cannot be audited")
+
+
+def check_prm(cfg: PrmConfig) -> None:
+    if cfg.init:  # a directory or a known name, on this disk; never a download
+        read_model_dir(resolve_model_dir(cfg.init))
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:

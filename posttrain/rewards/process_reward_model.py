@@ -210,10 +210,12 @@ def train_step_reward_model(
     lr: float = 3e-4,
     batch_size: int = 32,
     seed: int = 0,
+    on_step: Callable[[int, dict], None] | None = None,
 ) -> list[dict[str, float]]:
     """Fit `model` in place with BCE: on step labels at each step's separator (prm) or on
     the outcome at the <eos> (orm). Returns metrics per step: loss, accuracy (thresholded at
-    0.5, on the batch's labelled entries), positive_rate, seconds.
+    0.5, on the batch's labelled entries), positive_rate, seconds; `on_step(step, metrics)`
+    is called after each step (progress display).
 
     lr 3e-4 with a body copied from the SFT policy: measured on arithmetic L3, 1e-3 reached
     the same held-out step accuracy but with a worse calibration, and 1e-4 was still learning
@@ -262,6 +264,8 @@ def train_step_reward_model(
         history.append({"loss": loss.item(), "accuracy": ((hit * mask).sum() / mask.sum()).item(),
                         "positive_rate": ((labels > 0.5).float() * mask).sum().item() / mask.sum().item(),
                         "seconds": time.perf_counter() - start})
+        if on_step is not None:
+            on_step(len(history) - 1, history[-1])
     model.eval()
     return history
 
