@@ -176,7 +176,7 @@ def _(TAU, batch, bug, controls, episodes, json, kl_k3, masked_mean, metrics, mo
             if k in ("pg_loss", "kl", "grad_norm", "ratio_mean", "ratio_max", "clipfrac", "approx_kl", "entropy")),
         6: f"Largest weight difference trainer − engine: {out['sync_gap_before']:.2e} before the push, "
            f"**{out['sync_gap_after']:.2e}** after; engine version now **{out['engine_version']}**.",
-        7: "`metrics.jsonl` gets `" + json.dumps({k: round(v, 4) for k, v in rollout_metrics(batch).items()})
+        7: "`metrics.jsonl` gets `" + json.dumps({k: round(v, 4) for k, v in rollout_metrics(batch, batch.episodes).items()})
            + "`<br>`samples.jsonl` gets one line per episode, e.g. `"
            + json.dumps(sample_row("rl", 0, episodes[0])) + "`",
     }

@@ -1,5 +1,5 @@
-"""The settings of the commands that score rather than train: `posttrain eval` (Loop A)
-and `posttrain bon` (Loop B). Their sections and checks come from config.py, as the
+"""The settings of the commands that score rather than train: `posttrain eval` (Loop A),
+`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B). Their sections and checks come from config.py, as the
 training commands' do."""
 
 from __future__ import annotations
@@ -113,3 +113,145 @@ class StarConfig:
         check_positive(self, "star", "iterations", "prompts", "samples_per_prompt", "steps", "batch_size")
         check(self.lr > 0, "star.lr", self.lr, "a number > 0")
         check(self.warmup_steps >= 0, "star.warmup_steps", self.warmup_steps, "an integer >= 0")
+
+
+@dataclass
+class SearchConfig:
+    """`posttrain search` (Loop B): test-time search methods side by side at fixed budgets of
+    generated tokens per problem (posttrain/search/compare.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory written by `posttrain run/train`
+    # the task when the checkpoint records none (posttrain_task.json); a recorded one is used as is
+    env: EnvConfig = field(default_factory=EnvConfig)
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 200  # problems: a 95% CI of about ±6 points near 70%
+    seed: int = 0  # which problems, and the sampling seeds
+    # generated tokens per problem, comma-separated: each method runs once per budget; the N of the
+    # N-sample methods is budget // max_new_tokens
+    budgets: str = "64,128,256,512"
+    max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
+    temperature: float = 1.0  # sampling temperature of every method but greedy
+    prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`): PRM best-of-N, beam, MCTS
+    orm: str = ""  # an outcome reward model directory (`posttrain prm --kind orm`): ORM best-of-N
+    aggregation: str = "min"  # a PRM's step scores to one score in beam search and MCTS: min, product or last
+    step_format: str = "arithmetic"  # where steps end: arithmetic ("," and the Final line) or newline
+    beam_width: int = 4  # partial solutions kept per problem
+    expansions: int = 2  # next steps sampled per kept partial
+    mcts_children: int = 3  # next steps sampled per expanded MCTS node
+    c_uct: float = 1.0  # MCTS exploration: the weight of the UCT bonus
+    step_tokens: int = 16  # a step's token cap (an arithmetic step is at most ~8 characters)
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "search"  # the run directory's suffix
+
+    def budget_list(self) -> list[int]:
+        try:
+            budgets = [int(b) for b in self.budgets.split(",")]
+        except ValueError:
+            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
+                              "(e.g. '64,128,256')") from None
+        check(all(b >= 1 for b in budgets), "budgets", self.budgets, "positive token counts")
+        return sorted(set(budgets))
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
+                              "written by `posttrain run` or `posttrain train` (its policy is searched)")
+        for name in ("prm", "orm"):
+            if getattr(self, name) and not Path(getattr(self, name)).is_dir():
+                raise ConfigError(f"{name}={getattr(self, name)!r}: no such directory (train one with "
+                                  f"`posttrain prm --kind {name}`)")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        self.budget_list()
+        for name in ("size", "beam_width", "expansions", "mcts_children", "step_tokens"):
+            check_positive(self, "", name)
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+        check(self.temperature > 0, "temperature", self.temperature,
+              "a number > 0: the sampled methods need distinct samples (greedy is always in the table)")
+        check(self.aggregation in ("min", "product", "last"), "aggregation", self.aggregation, "min, product or last")
+        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format, "arithmetic or newline")
+        check(self.c_uct >= 0, "c_uct", self.c_uct, "a number >= 0")
+
+
+@dataclass
+class VerifyConfig:
+    """`posttrain verify` (Loop B): generate → verify → revise, each step verifier audited
+    against the step checker (posttrain/search/self_verify.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory written by `posttrain run/train`
+    env: EnvConfig = field(default_factory=EnvConfig)  # the task when the checkpoint records none
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 200  # problems
+    seed: int = 0  # which problems, and the sampling seed
+    prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`), verified beside the policy itself
+    threshold: float = 0.5  # a step scoring below it is flagged (the policy's confidence, a PRM's probability)
+    max_revisions: int = 2  # regrowths from the first flagged step, per problem
+    temperature: float = 1.0  # drafts and regrowths are sampled: greedy would regrow the same step
+    max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
+    step_tokens: int = 16  # a step's token cap
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "verify"  # the run directory's suffix
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
+                              "written by `posttrain run` or `posttrain train`")
+        if self.prm and not Path(self.prm).is_dir():
+            raise ConfigError(f"prm={self.prm!r}: no such directory (train one with `posttrain prm --kind prm`)")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        for name in ("size", "step_tokens"):
+            check_positive(self, "", name)
+        check(0 < self.threshold < 1, "threshold", self.threshold, "a probability strictly between 0 and 1")
+        check(self.max_revisions >= 0, "max_revisions", self.max_revisions, "an integer >= 0 (0: verify, never revise)")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+        check(self.temperature > 0, "temperature", self.temperature, "a number > 0: a greedy regrowth repeats the step")
+
+
+@dataclass
+class PrmConfig:
+    """`posttrain prm`: train an outcome (orm) or process (prm) reward model on step labels,
+    report its held-out step accuracy, AUROC and calibration with bootstrap CIs."""
+
+    kind: str = "prm"  # prm: one probability per step, read after each step; orm: one per completion, at its end
+    # a stepwise JSONL/JSON/Parquet file in TRL's format (prompt, completions: the steps, labels: one bool per
+    # step; optional outcome), split by prompt into train and held-out; "" = label the policy's own samples
+    data: str = ""
+    # the policy that writes the samples and whose copy becomes the reward model's body: a run's
+    # checkpoint, a transformers directory or a model name (smollm2-135m); "" = a short SFT of gpt_mini first
+    init: str = ""
+    level: int = 3  # arithmetic difficulty of the sampled problems (5 adds minus signs and more wrong steps)
+    prompts: int = 500  # training problems sampled (distinct, train split)
+    heldout_prompts: int = 200  # held-out problems (distinct, dev split: the search jobs keep heldout for themselves)
+    samples_per_prompt: int = 4  # completions per problem: different mistakes on the same problem
+    # 1.0 = the policy's own distribution: an SFT policy at 77% pass@1 writes a wrong step in ~1 of 4
+    # completions; lower temperatures leave the reward model too few errors to learn from
+    temperature: float = 1.0
+    max_new_tokens: int = 48  # the longest level-3 chain of thought is ~40 characters
+    heldout_percent: int = 10  # with --data: the share of prompts held out (by a hash of the prompt)
+    # with --data: how the steps are joined into the text the model reads: arithmetic (',' between chain
+    # steps, a newline before the Final line, as the policy writes them) or newline (one step per line,
+    # TRL's default separator). The policy's own samples are always arithmetic
+    step_format: str = "arithmetic"
+    steps: int = 400  # AdamW steps on batches of labelled completions
+    lr: float = 3e-4  # the body starts as the SFT policy: a small step keeps what it knows about the task
+    batch_size: int = 32  # completions per step
+    sft_steps: int = 600  # without --init: the SFT of `posttrain run` (600 steps, 150 demonstrations)
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "prm"  # the run directory's suffix
+    seed: int = 0  # problems, samples, SFT and training order all derive from it
+
+    def validate(self) -> None:
+        check(self.kind in ("prm", "orm"), "kind", self.kind, "prm (a score per step) or orm (one per completion)")
+        check(self.level in (1, 2, 3, 4, 5), "level", self.level, "an arithmetic level 1..5")
+        check_positive(self, "", "prompts", "heldout_prompts", "samples_per_prompt", "max_new_tokens", "steps",
+                       "batch_size")
+        check(self.temperature > 0, "temperature", self.temperature,
+              "a number > 0: greedy samples repeat one completion per problem")
+        check(0 < self.heldout_percent < 100, "heldout_percent", self.heldout_percent, "an integer in 1..99")
+        check(self.lr > 0, "lr", self.lr, "a number > 0")
+        check(self.sft_steps >= 0, "sft_steps", self.sft_steps, "an integer >= 0")
+        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format,
+              "arithmetic or newline")
+        check(self.step_format == "arithmetic" or bool(self.data), "step_format", self.step_format,
+              "arithmetic without --data: the policy's samples are arithmetic chains")
+        if self.data and not Path(self.data).exists():
+            raise ConfigError(f"data={self.data!r}: no such file or directory")

@@ -106,6 +106,9 @@ class EnvConfig:
     # (posttrain/rewards/agentic.py): costs only, so a wrong answer never earns more than 0
     step_cost: float = 0.0
     malformed_penalty: float = 0.0
+    # multi-turn environments only: which earlier <think>…</think> the model reads before its next
+    # turn, keep_all | keep_last | drop (posttrain/roles/thinking.py); the last two train one row per turn
+    thinking: str = "keep_all"
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

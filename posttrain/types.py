@@ -30,6 +30,11 @@ output, tokenised once) stay in `tokens` for the model to read but are not actio
     tokens          [ p0 p1 p2 | m0 m1 | o0 o1 o2 | m2 EOS | pad ]
     response_mask   [  0  0  0 |  1  1 |  0  0  0 |  1   1 |   0 ]
     old_logp        [  0  0  0 |  l  l |  0  0  0 |  l   l |   0 ]
+
+Under the keep_last / drop thinking policies a later model turn was sampled in a context
+without the earlier turns' thinking (`Turn.context_ids`), so the episode becomes one row per
+model turn (`Episode.training_rows`), each the ids that turn read followed by the ids it
+drew, and `row_weights` makes the group statistics count the episode once.
 """
 
 from __future__ import annotations
@@ -90,6 +95,11 @@ class Turn:
     token_ids: list[int]
     logp: list[float] | None = None  # model turns: log π_old of each token; None for environment turns
     text: str = ""  # the decoded text, for parsing and for reading samples.jsonl
+    # a model turn sampled in a context that is NOT the trajectory so far (the prompt and every
+    # earlier turn as drawn): under the keep_last / drop thinking policies earlier turns lose
+    # their <think> tokens before the next one is sampled (roles/thinking.py). These are the ids
+    # the model read, prompt included; None: the trajectory so far, the default (keep_all)
+    context_ids: list[int] | None = None
 
 
 @dataclass
@@ -122,6 +132,29 @@ class Episode:
     # a multi-turn episode: its turns in order; response_ids is their concatenation, and only
     # the MODEL_TURN tokens are in the response mask (None: one model turn, the whole response)
     turns: list[Turn] | None = None
+    # a training row cut from a multi-turn episode (`training_rows`): how many rows that episode
+    # became; the group statistics count each row 1 / episode_rows, so each episode once
+    episode_rows: int = 1
+
+    def training_rows(self) -> list[Episode]:
+        """The rows the trainer sees for this episode: the episode itself, unless a model
+        turn was sampled in a context other than the trajectory before it (`Turn.context_ids`:
+        thinking dropped from earlier turns). Then no single sequence holds every model turn
+        in the context it was sampled in, and each model turn becomes its own row,
+        `context_ids + the turn's ids`, sharing the episode's reward and group. The
+        environment's tokens are in the contexts only: never trained on either way."""
+        model_turns = [turn for turn in self.turns or [] if turn.source == MODEL_TURN]
+        if not any(turn.context_ids is not None for turn in model_turns):
+            return [self]
+        rows, context = [], list(self.prompt_ids)
+        for turn in self.turns:
+            if turn.source == MODEL_TURN:
+                row_context = context if turn.context_ids is None else turn.context_ids
+                rows.append(replace(self, prompt_ids=list(row_context), response_ids=list(turn.token_ids),
+                                    response_logp=list(turn.logp or [0.0] * len(turn.token_ids)), turns=None,
+                                    completion=turn.text, ref_logp=None, episode_rows=len(model_turns)))
+            context += turn.token_ids
+        return rows
 
     @property
     def observed(self) -> bool:
@@ -149,6 +182,9 @@ class RolloutBatch:
     values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
     # (B,) bool, False on rows the update may leave out (Algorithm.rows_with_gradient); None = train all
     rows_with_gradient: torch.Tensor | None = None
+    # (B,) float, 1 / the rows its episode became (Episode.training_rows): the weight a group
+    # statistic gives the row, so an episode cut into one row per model turn counts once. None: 1
+    row_weights: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
 
     @property
@@ -225,6 +261,8 @@ class RolloutBatch:
             group_ids=torch.tensor([e.group_id for e in episodes], dtype=torch.long, device=cpu),
             temperature=temperature,
             ref_logp=ref_logp,
+            row_weights=(torch.tensor([1.0 / e.episode_rows for e in episodes], device=cpu)
+                         if any(e.episode_rows != 1 for e in episodes) else None),
             episodes=list(episodes),
         )
 

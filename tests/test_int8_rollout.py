@@ -118,6 +118,30 @@ def test_is_weights_are_truncated_ratio_of_float_to_int8():
     assert metrics["int8/is_weight_p01"] <= metrics["int8/is_weight_p50"] <= metrics["int8/is_weight_p99"]
 
 
+def test_pi_old_is_recomputed_for_the_trained_rows_only():
+    model = tiny_model()
+    rollout, batch = sampled_batch(model, cap=2.0)
+    inert = batch.group_ids == 0  # (B,) group 0 scores alike, so it has no gradient; the others alternate
+    batch.rewards = torch.where(inert, 1.0, batch.rewards)
+    batch = dataclasses.replace(batch, **GRPO().compute_advantages(batch))
+    batch.rows_with_gradient = GRPO().rows_with_gradient(batch)
+    assert torch.equal(batch.rows_with_gradient, ~inert) and 0 < inert.sum() < batch.batch_size
+    trainer = Trainer(model, lr=1e-3, total_steps=1)
+    forwarded = []
+    forward = trainer.forward
+    trainer.forward = lambda b: forwarded.append(b.batch_size) or forward(b)
+    corrected, metrics = rollout.off_policy_correction(batch, trainer)
+    assert forwarded == [int((~inert).sum())]  # one pass, over the trained rows alone
+    with torch.no_grad():
+        old_float = teacher_forced_logp(model, batch)
+    torch.testing.assert_close(corrected.old_logp[~inert], old_float[~inert], atol=1e-5, rtol=0)
+    assert torch.equal(corrected.old_logp[inert], batch.old_logp[inert])  # left out: nothing reads its π_old
+    assert not corrected.advantages[inert].any()
+    gap = (old_float - batch.old_logp)[~inert][batch.response_mask[~inert].bool()]
+    assert metrics["int8/logp_mismatch"] == pytest.approx(gap.abs().mean().item(), rel=1e-4)
+    assert metrics["behaviour_kl"] == pytest.approx(-gap.mean().item(), rel=1e-3, abs=1e-7)
+
+
 def test_update_equals_gradient_by_hand():
     """The GRPO gradient of the corrected batch = -(1/B) Σ_i 1/|o_i| Σ_t w_it A_i ∇log π(o_it),
     with w = min(π_float / π_int8, cap): at θ = θ_old every ratio is 1, so nothing is clipped."""

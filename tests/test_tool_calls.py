@@ -1,13 +1,13 @@
 """Reading model turns (posttrain/envs/tool_calls.py): both call formats, thinking kept
 apart, every malformed call a reason and never an exception (hypothesis); and the thinking
-policies across calls (posttrain/envs/thinking.py), with the chat-template check."""
+policies across calls (posttrain/roles/thinking.py), with the chat-template check."""
 
 import json
 import time
 
 import pytest
 
-from posttrain.envs.thinking import (
+from posttrain.roles.thinking import (
     TrainingRow,
     context_for_next_turn,
     strip_thinking,

@@ -74,6 +74,7 @@ class CISPO(Algorithm):
     name: ClassVar[str] = "cispo"
     zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     needs_groups: ClassVar[bool] = True  # GRPO's group-relative advantages
+    accepts_turn_rows: ClassVar[bool] = True  # GRPO's advantages, a per-token loss
 
     clip_eps_low: float = 1.0  # lower bound 1 − 1 = 0: none, as in the paper (ε_low "large")
     # The paper tunes only ε_high and we found no value stated for it: 0.2 is PPO's ε, and
@@ -95,7 +96,8 @@ class CISPO(Algorithm):
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """GRPO's group-relative advantage on every response token."""
-        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps)  # (B,)
+        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps,
+                                   batch.row_weights)  # (B,)
         return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(

@@ -61,6 +61,15 @@ class Algorithm:
     # may leave it out (rows_with_gradient). False for anything else, a new algorithm too,
     # until it says so: leaving out a row that does pull on the weights changes the update.
     zero_advantage_rows_are_inert: ClassVar[bool] = False
+    # True when a row's advantage is its episode's reward against its group's (weighted by
+    # RolloutBatch.row_weights), one number copied onto the row's tokens, and the loss reads
+    # each token on its own: then an episode cut into one row per model turn (the keep_last
+    # and drop thinking policies, Episode.training_rows) gets its episode's advantage on every
+    # row. Under loss_agg="token-mean" the update is the one the episode would give as a row;
+    # the seq-mean modes average over rows, so each turn counts as one sequence there.
+    # False where advantages run along a row (a critic's GAE, reward-to-go), read its length
+    # (DAPO's overlong shaping) or the loss reads the row as one sequence (GSPO's ratio).
+    accepts_turn_rows: ClassVar[bool] = False
     # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
     kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)

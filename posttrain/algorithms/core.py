@@ -261,24 +261,30 @@ def clipped_surrogate(
 
 
 def group_mean_std(
-    values: torch.Tensor, group_ids: torch.Tensor
+    values: torch.Tensor, group_ids: torch.Tensor, weights: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-row mean, unbiased std and size of the row's group, without a loop over groups.
 
     Args:
         values: (B,) float, e.g. rewards.
         group_ids: (B,) long, any integers; rows with equal ids form a group.
+        weights: (B,) float or None (all 1): how much of one sample a row is. An episode
+            cut into n rows (one per model turn, RolloutBatch.row_weights) gives each 1/n,
+            so the group's statistics are its episodes', as if each were one row.
 
-    Returns (mean, std, count), each (B,) and broadcast back to rows. std uses Bessel's
-    N − 1; a group of one row has std 0 (there is no spread to estimate).
+    Returns (mean, std, count), each (B,) and broadcast back to rows; count is the weighted
+    size (the number of episodes). std uses Bessel's N − 1; a group of one has std 0
+    (there is no spread to estimate).
     """
+    weights = torch.ones_like(values) if weights is None else weights
     _, idx = torch.unique(group_ids, return_inverse=True)  # (B,) ids relabelled 0..G-1
     G = int(idx.max()) + 1
-    count = values.new_zeros(G).index_add_(0, idx, torch.ones_like(values))  # (G,)
-    mean = values.new_zeros(G).index_add_(0, idx, values) / count  # (G,)
-    sq_dev = (values - mean[idx]) ** 2  # (B,) two-pass variance: stable when values are large
+    count = values.new_zeros(G).index_add_(0, idx, weights)  # (G,)
+    mean = values.new_zeros(G).index_add_(0, idx, weights * values) / count  # (G,)
+    sq_dev = weights * (values - mean[idx]) ** 2  # (B,) two-pass variance: stable when values are large
     ss = values.new_zeros(G).index_add_(0, idx, sq_dev)  # (G,)
-    var = torch.where(count > 1, ss / (count - 1).clamp(min=1), torch.zeros_like(ss))  # (G,)
+    # > 1.5, not > 1: a weighted count is a float sum, exact only up to rounding
+    var = torch.where(count > 1.5, ss / (count - 1).clamp(min=1), torch.zeros_like(ss))  # (G,)
     return mean[idx], var.sqrt()[idx], count[idx]
 
 

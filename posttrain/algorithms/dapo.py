@@ -96,6 +96,11 @@ class DAPO(GRPO):
     overlong_cache: int = 10
     dynamic_sampling: bool = True  # Sec. 3.2; filter_batch is a no-op when False
 
+    @property
+    def accepts_turn_rows(self) -> bool:  # type: ignore[override]
+        """Not with overlong shaping: it would charge a turn row for its turn's length."""
+        return self.overlong_cache == 0
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_field(self, "overlong_cache", isinstance(self.overlong_cache, int) and self.overlong_cache >= 0,

@@ -46,7 +46,8 @@ from posttrain.types import PolicyOutputs, RolloutBatch
 ADV_NORMS = ("group", "batch", "hybrid", "none")
 
 
-def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, eps: float) -> torch.Tensor:
+def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, eps: float,
+                     weights: torch.Tensor | None = None) -> torch.Tensor:
     """One advantage per sequence: its reward minus its group's mean, then scaled.
 
     Args:
@@ -66,20 +67,22 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, 
             "none"    no division: Dr. GRPO (arXiv:2503.20783), which argues the group std
                       up-weights prompts that are nearly always right or always wrong.
         eps:       added to the std, so a zero-variance group gives 0 / eps = 0.
+        weights:   (B,) or None: a row's share of its episode (RolloutBatch.row_weights), so
+                   every statistic counts episodes, not rows (core.group_mean_std).
 
     All stds are unbiased (Bessel, N − 1). A group of size 1 has std 0 and advantage 0:
     it is its own baseline. A group whose rewards are all equal also gets 0 everywhere.
 
     Returns (B,) advantages.
     """
-    mean, group_std, _ = group_mean_std(rewards, group_ids)  # (B,), (B,)
+    mean, group_std, _ = group_mean_std(rewards, group_ids, weights)  # (B,), (B,)
     centred = rewards - mean  # (B,)
     if norm == "group":
         std = group_std  # (B,)
     elif norm == "batch":
-        std = _batch_std(rewards)  # scalar
+        std = _batch_std(rewards, weights)  # scalar
     elif norm == "hybrid":
-        std = _batch_std(centred)  # scalar
+        std = _batch_std(centred, weights)  # scalar
     elif norm == "none":
         return centred
     else:
@@ -87,8 +90,10 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, 
     return centred / (std + eps)  # (B,)
 
 
-def _batch_std(x: torch.Tensor) -> torch.Tensor:
+def _batch_std(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Tensor:
     """Unbiased std of a (B,) tensor; 0 for a single element (torch.std would give NaN)."""
+    if weights is not None:  # every row of the batch in one group: the weighted group std
+        return group_mean_std(x, torch.zeros_like(x, dtype=torch.long), weights)[1][0]
     return x.std() if x.numel() > 1 else x.new_zeros(())
 
 
@@ -99,6 +104,7 @@ class GRPO(Algorithm):
     name: ClassVar[str] = "grpo"
     zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     needs_groups: ClassVar[bool] = True  # the baseline is the prompt's group, whatever adv_norm divides by
+    accepts_turn_rows: ClassVar[bool] = True  # the group baseline, weighted by episode; per-token loss
 
     clip_eps_low: float = 0.2  # PPO's ε = 0.2 (arXiv:1707.06347); DeepSeekMath does not state its ε
     clip_eps_high: float = 0.2  # symmetric as in PPO; DAPO's clip-higher raises it to 0.28
@@ -128,7 +134,8 @@ class GRPO(Algorithm):
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """Group-relative advantage of each sequence, copied onto each of its response
         tokens (outcome supervision, arXiv:2402.03300 Sec. 4.1.2); 0 off the response."""
-        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps)  # (B,)
+        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps,
+                                   batch.row_weights)  # (B,)
         advantages = adv_seq[:, None] * batch.response_mask  # (B, T)
         return {"advantages": advantages}
 

@@ -52,6 +52,7 @@ class GSPO(GRPO):
     """GRPO with one importance ratio per sequence, clipped at the sequence level."""
 
     name: ClassVar[str] = "gspo"
+    accepts_turn_rows: ClassVar[bool] = False  # its ratio is the whole row's: a turn row would be a turn's
 
     clip_eps_low: float = 3e-4  # Sec. 5.1: s_i is a geometric mean, so it barely moves from 1
     clip_eps_high: float = 4e-4  # Sec. 5.1: slightly wider above 1, like DAPO's clip-higher

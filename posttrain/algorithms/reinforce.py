@@ -65,6 +65,7 @@ class REINFORCE(Algorithm):
     name: ClassVar[str] = "reinforce"
     zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     BASELINES: ClassVar[tuple[str, ...]] = ("none", "running_mean", "group_mean")
+    accepts_turn_rows: ClassVar[bool] = True  # every baseline weighs rows by episode; −A · log π per token
 
     # The classic "reinforcement comparison" baseline: it needs no groups (works with one
     # sample per prompt) and no critic.
@@ -97,24 +98,28 @@ class REINFORCE(Algorithm):
         self._running_mean = float(state["running_mean"])
         self._num_batches = int(state["num_batches"])
 
-    def sequence_baseline(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-        """b for each row, (B,). Advances the running mean when that is the baseline."""
+    def sequence_baseline(self, rewards: torch.Tensor, group_ids: torch.Tensor,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
+        """b for each row, (B,). Advances the running mean when that is the baseline.
+        `weights`: a row's share of its episode (RolloutBatch.row_weights), so the means
+        count episodes, not rows."""
         if self.baseline == "none":
             return torch.zeros_like(rewards)
         if self.baseline == "group_mean":
-            return group_mean_std(rewards, group_ids)[0]
+            return group_mean_std(rewards, group_ids, weights)[0]
         # running_mean: the average of *earlier* batches, so b does not depend on this
         # batch's samples and the estimate stays unbiased. The first batch has no history
         # and gets b = 0.
         b = torch.full_like(rewards, self._running_mean if self._num_batches > 0 else 0.0)
-        self._running_mean = ema_update(self._running_mean, rewards.mean().item(), self.ema_decay, self._num_batches)
+        batch_mean = rewards.mean() if weights is None else (weights * rewards).sum() / weights.sum()
+        self._running_mean = ema_update(self._running_mean, batch_mean.item(), self.ema_decay, self._num_batches)
         self._num_batches += 1
         return b
 
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """A = R − b for each sequence, copied onto its response tokens; 0 elsewhere."""
-        adv_seq = batch.rewards - self.sequence_baseline(batch.rewards, batch.group_ids)  # (B,)
+        adv_seq = batch.rewards - self.sequence_baseline(batch.rewards, batch.group_ids, batch.row_weights)  # (B,)
         return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(

@@ -32,19 +32,23 @@ from posttrain.algorithms.core import group_mean_std
 from posttrain.algorithms.reinforce import REINFORCE
 
 
-def leave_one_out_baseline(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+def leave_one_out_baseline(rewards: torch.Tensor, group_ids: torch.Tensor,
+                           weights: torch.Tensor | None = None) -> torch.Tensor:
     """b_i = (Σ_{j in group} r_j − r_i) / (K − 1) for each row, (B,).
 
     Args:
         rewards:   (B,) float.
         group_ids: (B,) long; the K samples of one prompt share an id (K may differ by group).
+        weights:   (B,) or None: a row's share of its episode (RolloutBatch.row_weights);
+                   K and the sum then count episodes, and "the others" are the other episodes.
 
     A group of size 1 gets b_i = r_i (advantage 0) instead of 0 / 0.
     """
-    mean, _, count = group_mean_std(rewards, group_ids)  # (B,) each
+    mean, _, count = group_mean_std(rewards, group_ids, weights)  # (B,) each
     total = mean * count  # (B,) Σ_j r_j of the row's group
     others = (count - 1).clamp(min=1)  # (B,) K − 1, never 0
-    return torch.where(count > 1, (total - rewards) / others, rewards)
+    # > 1.5: a weighted count is exact only up to rounding (core.group_mean_std)
+    return torch.where(count > 1.5, (total - rewards) / others, rewards)
 
 
 @dataclass
@@ -57,5 +61,6 @@ class RLOO(REINFORCE):
 
     baseline: str = "leave_one_out"  # the only choice: REINFORCE offers the others
 
-    def sequence_baseline(self, rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-        return leave_one_out_baseline(rewards, group_ids)
+    def sequence_baseline(self, rewards: torch.Tensor, group_ids: torch.Tensor,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
+        return leave_one_out_baseline(rewards, group_ids, weights)

@@ -11,6 +11,10 @@
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
     posttrain eval --completions FILE  score a file of completions, failures by reason (Loop A)
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
+    posttrain prm [--kind prm|orm]     a process (per-step) or outcome reward model: labels, training,
+                                       held-out step accuracy and calibration with CIs
+    posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
+    posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
@@ -36,7 +40,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig, StarConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, StarConfig, VerifyConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
@@ -288,6 +292,35 @@ def cmd_bon(argv: list[str]) -> int:
     return 0
 
 
+def cmd_search(argv: list[str]) -> int:
+    # the comparison is what `search` does; a bare --compare (the spelling the issue and the docs use) is accepted
+    argv = [token for token in argv if token != "--compare"]
+    cfg = parse_simple(SearchConfig, argv, "posttrain search", "Loop B: test-time search at fixed token budgets")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.compare import run_search
+
+    run_search(cfg)
+    return 0
+
+
+def cmd_verify(argv: list[str]) -> int:
+    cfg = parse_simple(VerifyConfig, argv, "posttrain verify", "Loop B: generate, verify, revise, audited")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.self_verify import run_verify
+
+    run_verify(cfg)
+    return 0
+
+
+def cmd_prm(argv: list[str]) -> int:
+    cfg = parse_simple(PrmConfig, argv, "posttrain prm", "an outcome or process reward model, trained and measured")
+    # imported here for start-up time: pipelines/ loads torch
+    from posttrain.pipelines.prm import run_prm
+
+    run_prm(cfg)
+    return 0
+
+
 def cmd_diff(argv: list[str]) -> int:
     # imported here for start-up time: eval/ loads torch
     from posttrain.eval.completions import compare_runs
@@ -363,6 +396,9 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "star": cmd_star,
     "eval": cmd_eval,
     "bon": cmd_bon,
+    "search": cmd_search,
+    "verify": cmd_verify,
+    "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,
     "demo": cmd_demo,

@@ -57,25 +57,48 @@ def truncated_is_weights(old_logp: torch.Tensor, behaviour_logp: torch.Tensor, m
     return ratio.clamp(max=cap) * mask
 
 
+def trained_mask(batch: RolloutBatch) -> torch.Tensor:
+    """(B, T): the response tokens of the rows the update trains (all rows when
+    rows_with_gradient is None). Only these read π_old, so only these are corrected and
+    measured."""
+    if batch.rows_with_gradient is None:
+        return batch.response_mask
+    return batch.response_mask * batch.rows_with_gradient[:, None].to(batch.response_mask.dtype)
+
+
 @torch.no_grad()
 def current_logp(trainer, batch: RolloutBatch) -> torch.Tensor:
     """log π_old of the batch's tokens under the trainer's weights right now, (B, T),
     computed by the trainer's own forward pass, so that the algorithm's ratio π_θ / π_old
-    is exactly 1 before the first optimizer step."""
-    return trainer.forward(batch).logp * batch.response_mask
+    is exactly 1 before the first optimizer step.
+
+    Only over the rows the update trains (`rows_with_gradient`): a row it leaves out has
+    advantage 0 and no other term, so nothing reads its π_old, and it keeps the sampler's
+    log-probs. Late in `make run` that is ~90% of the rows, and this forward pass was the
+    int8 run's whole extra update time."""
+    if batch.rows_with_gradient is None or bool(batch.rows_with_gradient.all()):
+        return trainer.forward(batch).logp * batch.response_mask
+    logp = batch.old_logp.clone()  # (B, T)
+    rows = batch.rows_with_gradient.nonzero().squeeze(-1)  # (b,)
+    if rows.numel():
+        trained = batch.select(rows).without_trailing_padding()  # no column past its longest row
+        logp[rows, : trained.tokens.shape[1]] = trainer.forward(trained).logp * trained.response_mask
+    return logp
 
 
 def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[RolloutBatch, dict[str, float]]:
     """The batch the algorithm should see: old_logp = π_old (its ratio's denominator) and
-    advantages weighted by the truncated importance weight."""
+    advantages weighted by the truncated importance weight. The metrics are over the rows
+    the update trains (`trained_mask`)."""
     mask = batch.response_mask
     weights = truncated_is_weights(old_logp, batch.old_logp, mask, cap)  # (B, T)
     raw = torch.exp(old_logp - batch.old_logp)
+    trained = trained_mask(batch)
     metrics = {
-        "tis_weight_mean": masked_mean(weights, mask).item(),
-        "tis_clipped_fraction": masked_mean((raw > cap).float(), mask).item(),
+        "tis_weight_mean": masked_mean(weights, trained).item(),
+        "tis_clipped_fraction": masked_mean((raw > cap).float(), trained).item(),
         # how far the trainer has moved from the sampling weights, per token (k1 estimate)
-        "behaviour_kl": masked_mean(batch.old_logp - old_logp, mask).item(),
+        "behaviour_kl": masked_mean(batch.old_logp - old_logp, trained).item(),
     }
     return dataclasses.replace(batch, old_logp=old_logp, advantages=batch.advantages * weights), metrics
 
@@ -83,19 +106,22 @@ def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[
 def sampler_mismatch(batch: RolloutBatch, trainer, cap: float, prefix: str) -> tuple[RolloutBatch, dict[str, float]]:
     """TIS for a sampler that decodes with other weights than the trainer's (int8): π_old
     recomputed by the trainer's forward, `apply_tis`, and how far the two policies are
-    apart, so a user sees when the correction is small enough to trust:
+    apart, so a user sees when the correction is small enough to trust, over the response
+    tokens of the rows the update trains:
 
         {prefix}/logp_mismatch      mean |log π_sampler − log π_trainer| per response token
         {prefix}/is_weight_pNN      quantiles of the untruncated weight π_trainer / π_sampler
         {prefix}/requantize_seconds  (added by the rollout) the cost of quantising again
     """
     old_logp = current_logp(trainer, batch)  # (B, T)
-    mask = batch.response_mask.bool()
-    gap = (old_logp - batch.old_logp)[mask]  # (n tokens,)
-    weights = gap.exp()
-    quantiles = torch.quantile(weights.double(), torch.tensor([0.01, 0.1, 0.5, 0.9, 0.99], dtype=torch.double))
-    stats = {f"{prefix}/logp_mismatch": gap.abs().mean().item(), f"{prefix}/is_weight_max": weights.max().item()}
-    for name, q in zip(("p01", "p10", "p50", "p90", "p99"), quantiles.tolist()):
-        stats[f"{prefix}/is_weight_{name}"] = q
+    mask = trained_mask(batch).bool()
+    stats = {}
+    if mask.any():  # else every row was left out: nothing trained, nothing to measure
+        gap = (old_logp - batch.old_logp)[mask]  # (n tokens,)
+        weights = gap.exp()
+        quantiles = torch.quantile(weights.double(), torch.tensor([0.01, 0.1, 0.5, 0.9, 0.99], dtype=torch.double))
+        stats = {f"{prefix}/logp_mismatch": gap.abs().mean().item(), f"{prefix}/is_weight_max": weights.max().item()}
+        for name, q in zip(("p01", "p10", "p50", "p90", "p99"), quantiles.tolist()):
+            stats[f"{prefix}/is_weight_{name}"] = q
     batch, tis = apply_tis(batch, old_logp, cap)
     return batch, {**tis, **stats}

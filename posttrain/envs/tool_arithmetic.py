@@ -62,7 +62,7 @@ class ToolArithmeticEnv(ToolEnvironment):
 
     def __init__(self, digits: int = 3, seed: int = 0, call_format: str = "compact", max_turns: int = 3,
                  max_total_tokens: int = 96, on_malformed: str = "continue", tool_demos: float = 1.0,
-                 step_cost: float = 0.0, malformed_penalty: float = 0.0):
+                 step_cost: float = 0.0, malformed_penalty: float = 0.0, thinking: str = "keep_all"):
         if isinstance(digits, bool) or digits not in range(2, 7):
             raise ValueError(f"digits must be an int from 2 to 6, got {digits!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -72,7 +72,7 @@ class ToolArithmeticEnv(ToolEnvironment):
         # 96 tokens: two compact turns and a result are ~50 characters; room for one retry
         super().__init__([calculator_tool()], call_format=call_format, max_turns=max_turns,
                          max_total_tokens=max_total_tokens, on_malformed=on_malformed,
-                         agentic_reward=AgenticReward(step_cost, malformed_penalty))
+                         agentic_reward=AgenticReward(step_cost, malformed_penalty), thinking=thinking)
         self.digits, self.seed, self.tool_demos = digits, seed, float(tool_demos)
         self._rng = random.Random(seed)
         self._spec = get_spec(SPEC_VERSION)

@@ -37,8 +37,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.envs.thinking import split_thinking
 from posttrain.envs.tools import ToolCall, ToolRegistry, check_arguments
+from posttrain.roles.thinking import split_thinking
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_FORMATS = ("json", "compact")

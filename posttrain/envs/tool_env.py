@@ -71,6 +71,7 @@ from typing import Any
 from posttrain.envs.tool_calls import CALL_FORMATS, MalformedCall, parse_turn
 from posttrain.envs.tools import Tool, ToolRegistry, ToolResult
 from posttrain.rewards.agentic import AgenticReward
+from posttrain.roles.thinking import check_thinking_policy
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Example, TurnResult
 
 ON_MALFORMED = ("continue", "end")
@@ -110,7 +111,8 @@ class ToolEnvironment:
 
     def __init__(self, tools: list[Tool] | ToolRegistry, call_format: str = "json", max_turns: int = 4,
                  max_total_tokens: int = 512, on_malformed: str = "continue", max_calls_per_turn: int = 4,
-                 agentic_reward: AgenticReward | None = None):
+                 agentic_reward: AgenticReward | None = None, thinking: str = "keep_all"):
+        check_thinking_policy(thinking)
         if call_format not in CALL_FORMATS:
             raise ValueError(f"call_format must be one of {CALL_FORMATS}, got {call_format!r}")
         if on_malformed not in ON_MALFORMED:
@@ -125,6 +127,9 @@ class ToolEnvironment:
         # a model that floods one turn with calls gets the first few run and an error for the rest
         self.max_calls_per_turn = max_calls_per_turn
         self.agentic_reward = agentic_reward or AgenticReward()
+        # which earlier thinking the model reads before its next turn (roles/thinking.py); the agent
+        # loop reads it, so training and `posttrain eval` sample alike
+        self.thinking = thinking
 
     @property
     def spec_version(self) -> str:

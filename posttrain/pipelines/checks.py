@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, VerifyConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -42,8 +42,10 @@ from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
+from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.verifiers import VERIFIERS
+from posttrain.verifiers.steps import problem_of
 
 
 def check_config(cfg, env=None) -> list[str]:
@@ -57,7 +59,8 @@ def check_config(cfg, env=None) -> list[str]:
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon}[type(cfg)](cfg)
+        {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
+         VerifyConfig: check_search}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -322,6 +325,27 @@ def check_bon(cfg: BonConfig) -> None:
             check(value in VERIFIERS, name, value, f"one of {sorted(VERIFIERS)}")
 
 
+def check_search(cfg: SearchConfig | VerifyConfig) -> None:
+    """The task the checkpoint records (else cfg.env) builds, is single-turn, has cfg.size
+    problems, and (for the steps search and verification grow) a step checker."""
+    from pathlib import Path
+
+    task = read_task(Path(cfg.checkpoint))
+    env_cfg = task.env if task else cfg.env
+    env = check_env(env_cfg)
+    check(not is_multi_turn(env), "env.name", env_cfg.name, "a single-turn task: search extends one completion "
+          "step by step, and a multi-turn environment's episodes are sampled by the agent loop")
+    examples = fixed_set(env, "size", cfg.split, cfg.size, cfg.seed)
+    if isinstance(cfg, VerifyConfig):
+        check(all(problem_of(e) for e in examples), "env.name", env_cfg.name, "an arithmetic task: the "
+              "meta-verifier is its step checker (verifiers/steps.py), and a task without one cannot be audited")
+
+
+def check_prm(cfg: PrmConfig) -> None:
+    if cfg.init:  # a directory or a known name, on this disk; never a download
+        read_model_dir(resolve_model_dir(cfg.init))
+
+
 def check_multi_turn(cfg: TrainConfig, env) -> None:
     """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
     refuse the reward settings that would otherwise be ignored."""
@@ -334,4 +358,12 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
           cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
           f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
           "one completion's text would be ignored; put the terms in the environment's step instead")
+    thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
+    if thinking != "keep_all":
+        check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,
+              f"an algorithm that trains an episode as one row per model turn, for env.thinking={thinking!r} "
+              f"(grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
+              "turn is sampled in its own context, and this algorithm's advantages or loss read a row as a whole "
+              "episode (a critic's returns, reward-to-go, a length penalty, a sequence ratio); or use "
+              "--env.thinking keep_all")
 

@@ -192,7 +192,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         episodes = score_episodes(env.score, engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step)))
         batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
         batch.ref_logp = reference.logp(batch)
-        metrics.update({k: v for k, v in rollout_metrics(batch).items() if k != "zero_variance_groups"})
+        metrics.update({k: v for k, v in rollout_metrics(batch, batch.episodes).items() if k != "zero_variance_groups"})
         if dev_pairs:
             held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
                                            reference.model)

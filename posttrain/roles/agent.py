@@ -26,9 +26,17 @@ How an observation becomes tokens (`observation_ids`):
     not written a second time.
   - any other tokenizer (gpt_mini's characters): the observation's text as it is.
 
+Thinking across turns (roles/thinking.py): under keep_all (the default) the next turn's
+context is the trajectory so far, so the episode is one training row. Under keep_last and
+drop the loop leaves earlier turns' thinking ids out of the next context (the ids, never
+re-tokenised text) and records that context on the turn it sampled (`Turn.context_ids`);
+the controller then trains one row per model turn (`Episode.training_rows`). A chat
+template that strips earlier <think> (Qwen3's) cannot strip it behind the loop's back:
+the loop never renders a model turn through the template again.
+
 An episode that reaches `env.max_turns` model turns, `env.max_total_tokens` response
 tokens (model and observation tokens together) or the model's positions (max_seq_len: the
-trainer reads the whole row) ends with reward 0 and that budget in its details
+trainer reads the whole row; under keep_last / drop, the next turn's context) ends with reward 0 and that budget in its details
 (`budget_exhausted`), never with an error; only a prompt that leaves no room for a first
 turn is an error (a setting to fix). Episodes come back grouped exactly like
 `generate`'s (the K samples of example i share group_id first_group + i), so GRPO and the
@@ -46,6 +54,7 @@ from posttrain.config import SamplingParams
 from posttrain.models.hf import HFTokenizer
 from posttrain.roles.environment import MultiTurnEnvironment
 from posttrain.roles.rollout import STOP_BUDGET, STOP_TOKEN, RolloutEngine, example_prompt_ids
+from posttrain.roles.thinking import check_thinking_policy, thinking_token_mask
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn, TurnResult
 
 # why an episode ended, in its details["ended_by"]
@@ -87,14 +96,34 @@ class _Running:
     group_id: int
     state: Any
     prompt_ids: list[int]
+    thinking: str = "keep_all"  # which earlier thinking the next turn sees (roles/thinking.py)
     turns: list[Turn] = field(default_factory=list)
+    # per turn: which of a model turn's ids are thinking (None for an environment turn, and
+    # under keep_all, which never needs it)
+    thinking_masks: list[list[bool] | None] = field(default_factory=list)
     response_tokens: int = 0  # model and observation tokens so far
     result: TurnResult | None = None  # set when the episode ends
     ended_by: str = ""
 
     @property
-    def context(self) -> list[int]:
+    def trajectory(self) -> list[int]:
+        """The prompt and every turn as drawn: what the trainer reads under keep_all."""
         return self.prompt_ids + [i for turn in self.turns for i in turn.token_ids]
+
+    @property
+    def context(self) -> list[int]:
+        """The ids the model reads before its next turn: the trajectory, less the thinking
+        ids of the earlier model turns the policy strips (all but the last under keep_last,
+        all under drop). Every id that stays is the one drawn or appended."""
+        if self.thinking == "keep_all":
+            return self.trajectory
+        model_turns = [k for k, turn in enumerate(self.turns) if turn.source == MODEL_TURN]
+        keep = set(model_turns[-1:]) if self.thinking == "keep_last" else set()
+        context = list(self.prompt_ids)
+        for k, (turn, mask) in enumerate(zip(self.turns, self.thinking_masks)):
+            strip = turn.source == MODEL_TURN and k not in keep
+            context += [i for i, thinking in zip(turn.token_ids, mask) if not thinking] if strip else turn.token_ids
+        return context
 
     @property
     def model_turns(self) -> int:
@@ -125,14 +154,23 @@ class AgentLoop:
     stop_strings      a model turn also ends at the first of these in its text (e.g.
                       "</tool_call>"), not only at EOS
     observation_role  the chat role an observation is rendered as (chat tokenizers only)
+    thinking          which earlier <think>…</think> the model reads when it writes its next
+                      turn: keep_all, keep_last or drop (roles/thinking.py); None takes the
+                      environment's `thinking` setting, keep_all when it has none
     """
 
-    def __init__(self, env: MultiTurnEnvironment, stop_strings: tuple[str, ...] = (), observation_role: str = "user"):
+    def __init__(self, env: MultiTurnEnvironment, stop_strings: tuple[str, ...] = (), observation_role: str = "user",
+                 thinking: str | None = None):
         for budget, value in (("max_turns", env.max_turns), ("max_total_tokens", env.max_total_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{type(env).__name__}.{budget} is {value!r}: a multi-turn environment needs a "
                                  "positive integer budget, or one episode could run forever")
+        # the protocol's optional setting (ToolEnvironment's, --env.thinking): an environment that
+        # declares none shows the model its whole trajectory
+        thinking = thinking or getattr(env, "thinking", "keep_all")
+        check_thinking_policy(thinking)
         self.env, self.stop_strings, self.observation_role = env, tuple(stop_strings), observation_role
+        self.thinking = thinking
 
     def __call__(self, engine: RolloutEngine, examples: list[Example], samples_per_prompt: int = 1,
                  generator: torch.Generator | None = None, params: SamplingParams | None = None,
@@ -144,13 +182,13 @@ class AgentLoop:
         for i, example in enumerate(examples):
             prompt_ids = example_prompt_ids(tok, example)
             for _ in range(samples_per_prompt):
-                running.append(_Running(example, first_group + i, env.reset(example), prompt_ids))
+                running.append(_Running(example, first_group + i, env.reset(example), prompt_ids, self.thinking))
         while True:
             contexts, budgets, rows = [], [], []
             for r in running:
                 if r.result is not None:
                     continue
-                context = r.context
+                context = r.context  # with keep_last / drop, shorter than the trajectory
                 budget = min(params.max_new_tokens, env.max_total_tokens - r.response_tokens,
                              engine.model.config.max_seq_len - len(context))
                 if r.model_turns >= env.max_turns:
@@ -168,14 +206,19 @@ class AgentLoop:
             if not rows:
                 break
             turns = engine.continue_rows(contexts, budgets, generator, params, self.stop_strings)
-            for r, turn, budget in zip(rows, turns, budgets):
-                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.model.config.max_seq_len)
+            for r, turn, budget, context in zip(rows, turns, budgets, contexts):
+                # the context it was sampled in, when that is not the trajectory: its training row's
+                context_ids = context if len(context) != len(r.prompt_ids) + r.response_tokens else None
+                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.model.config.max_seq_len,
+                               context_ids)
         return [r.episode(engine.weight_version) for r in running]
 
-    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok, max_seq_len: int) -> None:
+    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok, max_seq_len: int,
+                  context_ids: list[int] | None = None) -> None:
         """Append the model's turn, ask the environment, append its observation (if it fits
         the episode's budget and the model's positions: the trainer reads the whole row)."""
-        r.turns.append(Turn(MODEL_TURN, turn.token_ids, turn.logp, turn.text))
+        r.turns.append(Turn(MODEL_TURN, turn.token_ids, turn.logp, turn.text, context_ids=context_ids))
+        r.thinking_masks.append(None if r.thinking == "keep_all" else thinking_token_mask(tok.decode, turn.token_ids))
         r.response_tokens += len(turn.token_ids)
         if turn.stop == STOP_BUDGET and cut_by_episode_budget:
             # cut off by the episode's own budget, not the per-turn one: nothing complete to answer
@@ -195,8 +238,9 @@ class AgentLoop:
         if r.response_tokens + len(ids) > self.env.max_total_tokens:
             r.end(MAX_TOTAL_TOKENS)  # the observation does not fit: the trajectory ends at the model's turn
             return
-        if len(r.prompt_ids) + r.response_tokens + len(ids) > max_seq_len:
+        if len(r.context) + len(ids) > max_seq_len:  # the next turn's row would start past the positions
             r.end(MAX_SEQ_LEN)
             return
         r.turns.append(Turn(ENVIRONMENT_TURN, ids, None, result.observation))
+        r.thinking_masks.append(None)
         r.response_tokens += len(ids)

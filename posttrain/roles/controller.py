@@ -26,6 +26,8 @@ from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Callable
 
+import torch
+
 from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
 from posttrain.roles.environment import score_episodes
 from posttrain.seeds import generator_for
@@ -74,14 +76,15 @@ class Controller:
                 batch.values = self.trainer.values(batch)
         with self.timed("train"):
             batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
-            batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)  # async: stale episodes, TIS
             if self.skip_inert_rows:
                 batch.rows_with_gradient = self.algorithm.rows_with_gradient(batch)
+            # async's stale episodes, int8's sampler: π_old recomputed (for the trained rows) and TIS
+            batch, off_policy = self.rollout.off_policy_correction(batch, self.trainer)
             metrics = self.trainer.update(batch, self.algorithm, self.epochs, self.minibatches,  # 5. update
                                           generator_for(self.seed, "rl-minibatch", step))
         with self.timed("sync"):
             self.rollout.push()  # 6. sync
-        metrics.update(**rollout_metrics(batch), **sampling_stats, **off_policy, **self.rollout.step_metrics(),
+        metrics.update(**rollout_metrics(batch, episodes), **sampling_stats, **off_policy, **self.rollout.step_metrics(),
                        **self.timings, weight_version=self.rollout.version)
         metrics["pass_rate"] = sum(e.details.get("reason") == "ok" for e in episodes) / len(episodes)
         if self.kl_controller is not None:  # steer β for the next step from this step's KL
@@ -96,7 +99,10 @@ class Controller:
             return score_episodes(self.reward, episodes)
 
     def collate(self, episodes: list[Episode]) -> RolloutBatch:
-        batch = RolloutBatch.collate(episodes, self.pad_id, temperature=self.rollout.engine.params.temperature or 1.0)
+        """The training rows of `episodes`, padded: one per episode, or one per model turn of
+        a multi-turn episode whose turns saw different contexts (Episode.training_rows)."""
+        rows = [row for episode in episodes for row in episode.training_rows()]
+        batch = RolloutBatch.collate(rows, self.pad_id, temperature=self.rollout.engine.params.temperature or 1.0)
         # on the policy's device from here on: the reference, the algorithm's advantages and the update all
         # read it there, and write ref_logp, values and advantages there (models/device.py)
         return batch.to(self.trainer.device)
@@ -114,7 +120,9 @@ class Controller:
             for e in episodes:  # group ids unique across rounds
                 e.group_id += round * self.prompts_per_step
             sampled_groups += self.prompts_per_step
-            kept += self.algorithm.filter_batch(self.collate(episodes)).episodes
+            # whole groups, so the episodes themselves, not the rows they became
+            kept_groups = {row.group_id for row in self.algorithm.filter_batch(self.collate(episodes)).episodes}
+            kept += [e for e in episodes if e.group_id in kept_groups]
             if len({e.group_id for e in kept}) >= self.prompts_per_step:
                 break
         groups = sorted({e.group_id for e in kept})[: self.prompts_per_step]
@@ -149,13 +157,15 @@ class Controller:
         self.trainer.close()  # stops the data-parallel trainer ranks, if any
 
 
-def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
-    lengths = batch.response_lengths()
+def rollout_metrics(batch: RolloutBatch, episodes: list[Episode]) -> dict[str, float]:
+    """What the step sampled (`episodes`) and trained on (`batch`: one row per episode, or
+    per model turn under the keep_last / drop thinking policies); the means of rewards and
+    lengths are per episode either way."""
     optional = {}  # metrics only some batches have
     if batch.ref_logp is not None:
         # KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)
         optional["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
-    multi_turn = [e for e in batch.episodes if e.turns is not None]
+    multi_turn = [e for e in episodes if e.turns is not None]
     if multi_turn:  # model turns per episode: for a tool environment, its tool calls and its final answer
         optional["model_turns"] = sum(sum(t.source == MODEL_TURN for t in e.turns) for e in multi_turn) / len(multi_turn)
         # the share of episodes the environment answered at least once: for a tool environment,
@@ -163,13 +173,14 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
         optional["observed_episodes"] = sum(e.observed for e in multi_turn) / len(multi_turn)
     # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
     inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
+    rewards = torch.tensor([e.reward for e in episodes])  # (E,)
     return {
         **optional,
         "skipped_rows": inert,
-        "reward_mean": batch.rewards.mean().item(),
-        "reward_std": batch.rewards.std().item() if batch.batch_size > 1 else 0.0,
+        "reward_mean": rewards.mean().item(),
+        "reward_std": rewards.std().item() if len(episodes) > 1 else 0.0,
         "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),
-        "response_length": lengths.mean().item(),
+        "response_length": batch.response_mask.sum().item() / len(episodes),  # model tokens per episode
         # cut off by max_new_tokens; a multi-turn episode: ended by a budget instead of its environment
-        "truncated_fraction": sum(not e.finished for e in batch.episodes) / batch.batch_size,
+        "truncated_fraction": sum(not e.finished for e in episodes) / len(episodes),
     }

@@ -7,33 +7,37 @@ tool output are never changed):
     keep_all   (default) every turn's thinking stays. The context of turn k+1 is the
                context of turn k plus what was appended since: the whole episode is ONE
                token sequence, sampled once, trained once, each model token's old_logp
-               taken in the very context the trainer will recompute it in. This is the
-               policy the agent loop runs (posttrain/roles/agent.py).
+               taken in the very context the trainer will recompute it in.
     keep_last  only the most recent model turn keeps its thinking; older ones lose it
                (saves context on long episodes; the latest reasoning is what the next
                call builds on).
     drop       no earlier thinking is shown (Qwen3's chat template does this to assistant
                turns before the last user message; DeepSeek-R1's to all earlier turns).
 
+The agent loop (roles/agent.py) runs all three, on token ids, never on re-tokenised text:
+`thinking_token_mask` marks which of a model turn's sampled ids lie inside its thinking,
+and the next turn's context leaves those ids out of the turns the policy strips, keeping
+every other id as drawn.
+
 Why keep_last and drop split an episode into one training row per model turn: under them,
 turn k is sampled whole, thinking included, but turn k+1 is sampled in a context from
-which turn k's thinking has been removed. So the sequence "context of turn k + turn k as sampled" is NOT a
-prefix of the context of turn k+1, and no single sequence holds every model turn in the
-context it was generated in. A teacher-forced pass over the concatenated trajectory would
-compute log-probs under contexts the sampler never saw: the ratio π_θ/π_old would be off
-from the first step, silently. The honest layout is one row per model turn,
-`(context_for_next_turn(prompt, turns before it), that turn's sampled ids)`, each row
-sharing the episode's reward (`training_rows`). It costs a forward pass over the shared
-context per turn instead of one per episode, which is why keep_all is the default.
-
-Thinking is text, not tokens: the contexts here are strings a caller tokenises. Under
-keep_all a caller never needs them: it appends the sampled ids and the tool output's ids.
+which turn k's thinking has been removed. So the sequence "context of turn k + turn k as
+sampled" is NOT a prefix of the context of turn k+1, and no single sequence holds every
+model turn in the context it was generated in. A teacher-forced pass over the concatenated
+trajectory would compute log-probs under contexts the sampler never saw: the ratio
+π_θ/π_old would be off from the first step, silently. The honest layout is one row per
+model turn, (the ids the model read, that turn's sampled ids), each row sharing the
+episode's reward (types.py `Turn.context_ids`, `Episode.training_rows`), with the group
+statistics counting each episode once (`RolloutBatch.row_weights`). It costs a forward pass
+over the shared context per turn instead of one per episode, which is why keep_all is the
+default. `context_for_next_turn` and `training_rows` below are the same rule on text, for
+reading and for the lessons.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.types import MODEL_TURN, Turn
 
@@ -59,12 +63,41 @@ def split_thinking(text: str) -> tuple[list[str], str, bool]:
         position = end + len(THINK_CLOSE)
 
 
+def thinking_spans(text: str) -> list[tuple[int, int]]:
+    """[start, end) character spans of each <think>…</think> block in `text`, tags included;
+    an unclosed block runs to the end."""
+    spans, position = [], 0
+    while (start := text.find(THINK_OPEN, position)) >= 0:
+        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
+        end = len(text) if end < 0 else end + len(THINK_CLOSE)
+        spans.append((start, end))
+        position = end
+    return spans
+
+
+def thinking_token_mask(decode: Callable[[list[int]], str], token_ids: list[int]) -> list[bool]:
+    """For each id of a model turn, whether it lies wholly inside a <think>…</think> block
+    (tags included) of the turn's text. Token boundaries come from decoding each prefix,
+    so a BPE token spanning the block's edge ("</think>" merged with the newline after it)
+    is kept, not cut: a policy strips whole sampled ids, never re-tokenised text. The mask
+    only shapes a context the model reads; the trainer reads that same context back
+    (Turn.context_ids), so it needs to be sensible, not exact to the character."""
+    ends, longest = [], 0
+    for k in range(1, len(token_ids) + 1):
+        # a prefix ending inside a multi-byte character can decode shorter: never step back
+        longest = max(longest, len(decode(token_ids[:k])))
+        ends.append(longest)
+    spans = thinking_spans(decode(token_ids))
+    starts = [0] + ends[:-1]
+    return [end > start and any(lo <= start and end <= hi for lo, hi in spans) for start, end in zip(starts, ends)]
+
+
 def strip_thinking(text: str) -> str:
     """`text` without its <think>…</think> blocks; an unclosed <think> drops the rest."""
     return split_thinking(text)[1]
 
 
-def _check_policy(policy: str) -> None:
+def check_thinking_policy(policy: str) -> None:
     if policy not in THINKING_POLICIES:
         raise ValueError(f"thinking policy must be one of {THINKING_POLICIES}, got {policy!r}")
 
@@ -72,7 +105,7 @@ def _check_policy(policy: str) -> None:
 def context_for_next_turn(prompt: str, turns: list[Turn], policy: str = "keep_all") -> str:
     """The text the model reads before it writes its next turn, after `turns` (model and
     environment turns, in order), under a thinking policy (module docstring)."""
-    _check_policy(policy)
+    check_thinking_policy(policy)
     model_turns = [i for i, turn in enumerate(turns) if turn.source == MODEL_TURN]
     keep = {"keep_all": set(model_turns), "keep_last": set(model_turns[-1:]), "drop": set()}[policy]
     pieces = [prompt]
@@ -96,7 +129,7 @@ def training_rows(prompt: str, turns: list[Turn], policy: str = "keep_all") -> l
     whole trajectory; keep_last and drop give one row per model turn, each in the context
     it was sampled from (module docstring). The environment turn after the last model turn
     (if any) belongs to no row: nothing was sampled after it."""
-    _check_policy(policy)
+    check_thinking_policy(policy)
     if policy == "keep_all":
         return [TrainingRow(prompt, list(turns))]
     return [TrainingRow(context_for_next_turn(prompt, turns[:i], policy), [turn])

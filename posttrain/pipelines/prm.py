@@ -1,0 +1,328 @@
+"""`posttrain prm`: an outcome or process reward model, trained and measured.
+
+    1. policy     --init (a checkpoint, a transformers directory, smollm2-135m), or a short
+                  SFT of gpt_mini on arithmetic (pipelines/sft.py, `posttrain run`'s)
+    2. labels     --data FILE (TRL's stepwise format, data/stepwise.py), split by prompt;
+                  or the policy's own samples on arithmetic problems (train split for
+                  training, dev split held out), every step labelled by the checker
+                  (verifiers/steps.py: first-error labels) and every completion by the
+                  verifier (its outcome)
+    3. training   a copy of the policy as the body, a zero scalar head, BCE on step labels
+                  (prm) or outcomes (orm): rewards/process_reward_model.py
+    4. report     on the held-out completions: step accuracy (prm), outcome AUROC (orm; prm
+                  through each aggregation), ECE over 10 bins and the reliability table,
+                  each with a 95% bootstrap CI over completions (eval/calibration.py)
+
+The run directory: config.json, meta.json, prm_train.jsonl / prm_heldout.jsonl (the
+labelled data, re-readable with --data), metrics.jsonl (one line per training step),
+reward_model/ (load it with rewards.process_reward_model.load_step_scorer), summary.json,
+summary.md.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import torch
+
+from posttrain.command_configs import PrmConfig
+from posttrain.config import EnvConfig, SamplingParams, SFTConfig, TrainConfig
+from posttrain.config_file import to_dict
+from posttrain.data.stepwise import load_stepwise, save_stepwise_jsonl, split_by_prompt
+from posttrain.envs.arithmetic import ArithmeticEnv
+from posttrain.eval.calibration import (
+    accuracy,
+    auroc,
+    expected_calibration_error,
+    grouped_bootstrap_ci,
+    reliability_table,
+)
+from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.models.device import autocast, model_device
+from posttrain.models.hf import resolve_model_dir
+from posttrain.models.logprobs import token_logp
+from posttrain.pipelines.sft import sft_stage
+from posttrain.rewards.process_reward_model import (
+    AGGREGATIONS,
+    StepRecord,
+    StepRewardScorer,
+    encode_steps,
+    get_step_format,
+    save_step_reward_model,
+    train_step_reward_model,
+)
+from posttrain.rewards.reward_model import RewardModel, collate_texts
+from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.checkpoints import latest_checkpoint
+from posttrain.runs.console import console
+from posttrain.runs.rundir import RunDir
+from posttrain.seeds import derive_seed
+from posttrain.verifiers.steps import arithmetic_step_labels, check_arithmetic_steps
+
+# ---------------------------------------------------------------------------------------
+# 1 and 2: the policy, and labelled completions
+# ---------------------------------------------------------------------------------------
+
+
+def load_policy(cfg: PrmConfig, run: RunDir, env: ArithmeticEnv):
+    """(policy, tokenizer, seconds of SFT): --init's model, or gpt_mini after `posttrain run`'s
+    SFT (150 demonstrations, sft_steps steps) on the same arithmetic level."""
+    if cfg.init:
+        start = resolve_model_dir(cfg.init)
+        return load_checkpoint_model(start), load_tokenizer(start), 0.0
+    train_cfg = TrainConfig(seed=cfg.seed, env=EnvConfig(level=cfg.level),
+                            sft=dataclasses.replace(SFTConfig(), steps=cfg.sft_steps))
+    torch.manual_seed(derive_seed(cfg.seed, "init"))
+    policy, tokenizer = make_policy(train_cfg.model)
+    started = time.perf_counter()
+    if cfg.sft_steps:
+        # the SFT is a run of its own inside this one (runs/<id>/sft_policy/): its checkpoints
+        # record its TrainConfig, as every policy checkpoint does, and `posttrain eval` reads it
+        sft_run = RunDir(run.path / "sft_policy")
+        sft_run.path.mkdir(exist_ok=True)
+        sft_run.write_json("config.json", to_dict(train_cfg))
+        sft_run.write_meta({"seed": cfg.seed, "made_by": "posttrain prm"})
+        sft_stage(train_cfg, sft_run, env, tokenizer, policy)
+        policy.load_state_dict(load_checkpoint_model(latest_checkpoint(sft_run, "sft"), policy.config).state_dict())
+    return policy, tokenizer, time.perf_counter() - started
+
+
+def sampled_records(cfg: PrmConfig, env: ArithmeticEnv, policy, tokenizer, split: str, n_prompts: int):
+    """(records, completions): samples_per_prompt samples of n_prompts distinct problems of
+    `split`, every step labelled by the arithmetic checker, every outcome by the verifier."""
+    params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
+    # shares_weights: sample with the policy as it is, without the engine freezing it (its copy trains next)
+    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+    # not fixed_set(seed=cfg.seed): with the seed the SFT used, the first 150 train problems
+    # would be its demonstrations, which the policy has memorised (measured: 85% of train-split
+    # samples right against 76% on dev), and the reward model would see too few mistakes
+    examples = env.fixed_set(split, n_prompts, seed=derive_seed(cfg.seed, f"prm-prompts-{split}"))
+    generator = torch.Generator().manual_seed(derive_seed(cfg.seed, f"prm-samples-{split}"))
+    episodes = engine.generate(examples, cfg.samples_per_prompt, generator=generator)
+    records, rows = [], []
+    for episode in episodes:
+        outcome = float(env.score(episode.example, episode.completion)["reward"])
+        steps, labels = arithmetic_step_labels(episode.example, episode.completion)
+        if not steps:  # an empty completion has no step to label; it still counts in the stats
+            rows.append((episode.completion, [], outcome))
+            continue
+        records.append(StepRecord(episode.example.prompt, steps, [float(v) for v in labels], outcome))
+        rows.append((episode.completion, check_arithmetic_steps(episode.example, steps), outcome))
+    return records, rows
+
+
+def sample_stats(rows) -> dict:
+    """How many mistakes the policy's samples hold: the reward model's material."""
+    steps = [v for _, verdicts, _ in rows for v in verdicts]
+    return {
+        "completions": len(rows),
+        "outcome_correct": sum(o for _, _, o in rows) / max(len(rows), 1),
+        "completions_with_a_wrong_step": sum(any(not v.label for v in verdicts) or not verdicts
+                                             for _, verdicts, _ in rows) / max(len(rows), 1),
+        "steps": len(steps),
+        "steps_labelled_wrong": sum(not v.label for v in steps) / max(len(steps), 1),
+        "steps_whose_arithmetic_fails": sum(not v.arithmetic_holds for v in steps) / max(len(steps), 1),
+        "distinct_completions": len({c for c, _, _ in rows}),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# 4: the held-out report
+# ---------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def policy_confidence(policy, tokenizer, records: list[StepRecord], step_format: str,
+                      batch_size: int = 64) -> list[list[float]]:
+    """The baseline a trained reward model has to beat, at no training cost: the policy's own
+    mean token log-probability of each step (its separator included), as a running minimum
+    over the steps so far, so that it follows the first-error labels (once an unlikely step
+    was written, every later one is suspect too). A wrong sum is usually an unlikely token
+    for the SFT policy (README, "RLHF end to end"). One score per step; a ranking, not a
+    probability, so it gets an AUROC and no calibration."""
+    fmt = get_step_format(step_format)
+    device = model_device(policy)
+    out = []
+    for first in range(0, len(records), batch_size):
+        chunk = records[first : first + batch_size]
+        rows = [encode_steps(tokenizer, r.prompt, r.steps, fmt, policy.config.max_seq_len) for r in chunk]
+        tokens, _ = collate_texts([ids for ids, _ in rows], tokenizer.pad_id)
+        with autocast(policy):
+            logits = policy(tokens.to(device)).float()  # (B, T, V)
+        logp = token_logp(logits, tokens.to(device)).cpu()  # (B, T): logp[:, t] = log π(tok_t | tok_<t)
+        for b, (record, (_, positions)) in enumerate(zip(chunk, rows)):
+            start = len(encode_steps(tokenizer, record.prompt, [], fmt, policy.config.max_seq_len)[0])  # the prompt
+            scores, lowest = [], 0.0
+            for end in positions:
+                lowest = min(lowest, logp[b, start : end + 1].mean().item())  # mean over the step and its separator
+                scores.append(lowest)
+                start = end + 1
+            out.append(scores)
+    return out
+
+
+def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int,
+             baseline: list[list[float]] | None = None) -> dict:
+    """Every measurement with a 95% CI from resampling whole completions; `baseline`
+    (policy_confidence's scores) gets the same AUROCs."""
+    prompts = [r.prompt for r in heldout]
+    outcomes = [r.outcome for r in heldout]
+    report: dict = {"heldout_completions": len(heldout), "outcome_positive_rate": sum(outcomes) / len(outcomes)}
+
+    def ci(groups, statistic):
+        return grouped_bootstrap_ci(groups, statistic, seed=seed)
+
+    if scorer.kind == "prm":
+        step_probs = scorer.score_steps(prompts, [r.steps for r in heldout])
+        groups = [(p, r.labels) for p, r in zip(step_probs, heldout)]
+        flat_probs = [p for row in step_probs for p in row]
+        flat_labels = [y for r in heldout for y in r.labels]
+        positive = sum(y > 0.5 for y in flat_labels) / len(flat_labels)
+        report.update({
+            "heldout_steps": len(flat_labels),
+            "step_positive_rate": positive,
+            "step_accuracy": ci(groups, accuracy),
+            "step_accuracy_majority_baseline": max(positive, 1 - positive),
+            "step_accuracy_on_wrong_steps": ci([(p, y) for p, y in groups], _accuracy_on(0.0)),
+            "step_accuracy_on_right_steps": ci([(p, y) for p, y in groups], _accuracy_on(1.0)),
+            "step_auroc": ci(groups, auroc),
+            "step_ece": ci(groups, expected_calibration_error),
+            "step_reliability": reliability_table(flat_probs, flat_labels),
+            "outcome_auroc": {name: ci([([aggregate(p)], [o]) for p, o in zip(step_probs, outcomes)], auroc)
+                              for name, aggregate in AGGREGATIONS.items()},
+        })
+        if baseline is not None:
+            report["policy_confidence_step_auroc"] = ci([(b, r.labels) for b, r in zip(baseline, heldout)], auroc)
+    else:
+        probs = scorer.score_outcomes(prompts, [scorer.format.join(r.steps) for r in heldout])
+        groups = [([p], [o]) for p, o in zip(probs, outcomes)]
+        positive = report["outcome_positive_rate"]
+        report.update({
+            "outcome_accuracy": ci(groups, accuracy),
+            "outcome_accuracy_majority_baseline": max(positive, 1 - positive),
+            "outcome_auroc": {"orm": ci(groups, auroc)},
+            "outcome_ece": ci(groups, expected_calibration_error),
+            "outcome_reliability": reliability_table(probs, outcomes),
+        })
+    if baseline is not None:
+        report["policy_confidence_outcome_auroc"] = ci([([b[-1]], [o]) for b, o in zip(baseline, outcomes)], auroc)
+    return report
+
+
+def _accuracy_on(label: float):
+    """Accuracy over the steps whose label is `label` only (NaN when there are none)."""
+    def statistic(probs, labels):
+        kept = [(p, y) for p, y in zip(probs, labels) if (y > 0.5) == (label > 0.5)]
+        return accuracy(*zip(*kept)) if kept else float("nan")
+    return statistic
+
+
+def _ci_text(value: dict, percent: bool = True) -> str:
+    if percent:
+        return f"{value['mean']:.1%} [{value['ci_low']:.1%}, {value['ci_high']:.1%}]"
+    return f"{value['mean']:.3f} [{value['ci_low']:.3f}, {value['ci_high']:.3f}]"
+
+
+def summary_markdown(cfg: PrmConfig, report: dict, data: dict) -> str:
+    kind = cfg.kind
+    lines = [f"# posttrain prm --kind {kind}", "",
+             f"data: {data['source']}; {data['train_records']} training and {report['heldout_completions']} held-out "
+             "completions", ""]
+    if "samples" in data:
+        s = data["samples"]["train"]
+        lines += [f"policy samples (train split, temperature {cfg.temperature}): {s['outcome_correct']:.1%} correct, "
+                  f"{s['completions_with_a_wrong_step']:.1%} with a wrong step, {s['steps_labelled_wrong']:.1%} of "
+                  f"{s['steps']} steps labelled wrong ({s['steps_whose_arithmetic_fails']:.1%} with false arithmetic)",
+                  ""]
+    lines += ["| held-out measure | value (95% CI, resampling completions) |", "|---|---|"]
+    if kind == "prm":
+        lines += [f"| step accuracy (p > 0.5) | {_ci_text(report['step_accuracy'])} "
+                  f"(majority baseline {report['step_accuracy_majority_baseline']:.1%}) |",
+                  f"| ... on steps labelled wrong | {_ci_text(report['step_accuracy_on_wrong_steps'])} |",
+                  f"| ... on steps labelled right | {_ci_text(report['step_accuracy_on_right_steps'])} |",
+                  f"| step AUROC | {_ci_text(report['step_auroc'], False)} |",
+                  f"| step ECE (10 bins) | {_ci_text(report['step_ece'], False)} |"]
+        lines += [f"| outcome AUROC, {name} of step scores | {_ci_text(v, False)} |"
+                  for name, v in report["outcome_auroc"].items()]
+        if "policy_confidence_step_auroc" in report:
+            lines += [f"| baseline, no training: step AUROC of the policy's own log-prob | "
+                      f"{_ci_text(report['policy_confidence_step_auroc'], False)} |"]
+        table = report["step_reliability"]
+    else:
+        lines += [f"| outcome accuracy (p > 0.5) | {_ci_text(report['outcome_accuracy'])} "
+                  f"(majority baseline {report['outcome_accuracy_majority_baseline']:.1%}) |",
+                  f"| outcome AUROC | {_ci_text(report['outcome_auroc']['orm'], False)} |",
+                  f"| outcome ECE (10 bins) | {_ci_text(report['outcome_ece'], False)} |"]
+        table = report["outcome_reliability"]
+    if "policy_confidence_outcome_auroc" in report:
+        lines += [f"| baseline, no training: outcome AUROC of the policy's own log-prob | "
+                  f"{_ci_text(report['policy_confidence_outcome_auroc'], False)} |"]
+    lines += ["", "Reliability (held out): predictions binned by probability", "",
+              "| bin | n | mean probability | fraction right |", "|---|---|---|---|"]
+    lines += [f"| {row['bin']} | {row['n']} | {row['mean_probability']:.3f} | {row['fraction_positive']:.3f} |"
+              for row in table if row["n"]]
+    return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------
+# the whole job
+# ---------------------------------------------------------------------------------------
+
+
+def run_prm(cfg: PrmConfig) -> dict:
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    with run:
+        run.write_json("config.json", to_dict(cfg))
+        run.write_meta({"seed": cfg.seed, "kind": cfg.kind})
+        started = time.perf_counter()
+        env = ArithmeticEnv(level=cfg.level)
+        policy, tokenizer, sft_seconds = load_policy(cfg, run, env)
+        data: dict = {"sft_seconds": sft_seconds}
+        if cfg.data:
+            train, heldout = split_by_prompt(load_stepwise(cfg.data), cfg.heldout_percent)
+            data["source"] = f"{cfg.data} ({cfg.heldout_percent}% of prompts held out)"
+            step_format = cfg.step_format
+        else:
+            sample_start = time.perf_counter()
+            train, train_rows = sampled_records(cfg, env, policy, tokenizer, "train", cfg.prompts)
+            heldout, heldout_rows = sampled_records(cfg, env, policy, tokenizer, "dev", cfg.heldout_prompts)
+            data["source"] = (f"the policy's samples, arithmetic level {cfg.level}: {cfg.prompts} train / "
+                              f"{cfg.heldout_prompts} dev problems x {cfg.samples_per_prompt}")
+            data["samples"] = {"train": sample_stats(train_rows), "heldout": sample_stats(heldout_rows)}
+            data["sampling_seconds"] = time.perf_counter() - sample_start
+            step_format = "arithmetic"  # (PrmConfig.validate refuses another format without --data)
+        data["train_records"] = len(train)
+        data["step_format"] = step_format
+        save_stepwise_jsonl(train, run.path / "prm_train.jsonl")
+        save_stepwise_jsonl(heldout, run.path / "prm_heldout.jsonl")
+        console.print(f"prm: {len(train)} training and {len(heldout)} held-out completions ({data['source']})")
+
+        model = RewardModel.from_policy(policy)  # the body starts as the policy, as InstructGPT's reward model does
+        model.requires_grad_(True)
+
+        def show(step: int, metrics: dict) -> None:
+            if (step + 1) % 50 == 0 or step + 1 == cfg.steps:
+                console.print(f"{cfg.kind} step {step + 1}/{cfg.steps}: loss {metrics['loss']:.4f}, batch accuracy "
+                              f"{metrics['accuracy']:.3f}, {metrics['seconds']:.0f} s")
+
+        history = train_step_reward_model(model, tokenizer, train, cfg.kind, step_format, steps=cfg.steps, lr=cfg.lr,
+                                          batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, "prm"), on_step=show)
+        run.append_jsonl("metrics.jsonl", [{"stage": cfg.kind, "step": i, **h} for i, h in enumerate(history)])
+        scorer = StepRewardScorer(model, tokenizer, cfg.kind, step_format)
+        baseline = policy_confidence(policy, tokenizer, heldout, step_format) if not cfg.data else None
+        report = evaluate(scorer, heldout, cfg.seed, baseline)
+        report["train_seconds"] = history[-1]["seconds"]
+        report["total_seconds"] = time.perf_counter() - started
+        summary = {"kind": cfg.kind, "data": data, "heldout": report}
+        save_step_reward_model(model, run.path / "reward_model", tokenizer, cfg.kind, step_format,
+                               {"heldout": {k: v for k, v in report.items() if not k.endswith("reliability")}})
+        run.write_json("summary.json", summary)
+        text = summary_markdown(cfg, report, data)
+        text += (f"\nTime: SFT {sft_seconds:.0f} s, sampling {data.get('sampling_seconds', 0.0):.0f} s, training "
+                 f"{report['train_seconds']:.0f} s ({cfg.steps} steps), total {report['total_seconds']:.0f} s.\n")
+        (run.path / "summary.md").write_text(text)
+        console.print(f"\n[bold]done[/]: {run.path}/summary.md\n")
+        console.print(text)
+        return summary
+

@@ -1,0 +1,195 @@
+"""`posttrain search`: test-time methods side by side at fixed token budgets (Loop B).
+
+One policy (a checkpoint), one fixed set of problems, one table: for every budget B of
+generated tokens per problem, the accuracy of each method with its bootstrap CI and the
+tokens it actually spent (search/budget.py: it may stop short of B, never exceed it).
+
+    greedy                   one completion at temperature 0 (the same at every budget)
+    majority vote            N = B // max_new_tokens samples, the most common answer
+    best-of-N (verifier)     the same N samples, selected by the task's verifier: an oracle,
+                             its accuracy is pass@N, the ceiling of selection
+    best-of-N (ORM/PRM agg)  the same N samples, selected by --orm or --prm
+    beam (PRM), MCTS (PRM)   step-level search guided by --prm (search/methods.py, mcts.py)
+    beam (oracle steps)      beam search guided by the step checker itself (arithmetic only):
+                             what a perfect PRM would buy
+
+The N-sample methods read the same samples, so their differences are selection alone.
+`compare.md` holds the table, `search.png` accuracy against tokens spent, `samples.jsonl`
+every chosen completion.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from posttrain.command_configs import SearchConfig
+from posttrain.config import SamplingParams
+from posttrain.config_file import to_dict
+from posttrain.envs import make_env
+from posttrain.eval.stats import bootstrap_ci
+from posttrain.models import load_checkpoint_model, load_tokenizer
+from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format, load_step_scorer
+from posttrain.roles.rollout import RolloutEngine
+from posttrain.runs.checkpoints import read_task
+from posttrain.runs.rundir import RunDir
+from posttrain.search.budget import Partial, Problem, sample_completions
+from posttrain.search.mcts import mcts
+from posttrain.search.methods import OracleStepScorer, beam_search, greedy, majority_vote, pick_highest
+from posttrain.seeds import derive_seed
+from posttrain.verifiers.steps import problem_of
+
+SEPARATORS = {"arithmetic": (",", "\n"), "newline": ("\n",)}  # where extend_steps stops a step
+
+
+def run_search(cfg: SearchConfig) -> dict[str, Any]:
+    """Every method at every budget on cfg.size problems; prints and writes the table."""
+    trained = read_task(Path(cfg.checkpoint))
+    env_cfg = trained.env if trained else cfg.env
+    env = make_env(env_cfg.name, **env_cfg.kwargs())
+    model = load_checkpoint_model(Path(cfg.checkpoint), None)
+    tokenizer = load_tokenizer(Path(cfg.checkpoint))
+    max_new = cfg.max_new_tokens or (trained.max_new_tokens if trained else 64)
+    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new))
+    examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
+    fmt = get_step_format(cfg.step_format)
+    separators = SEPARATORS[cfg.step_format]
+    scorers = {"ORM": load_step_scorer(cfg.orm) if cfg.orm else None,
+               "PRM": load_step_scorer(cfg.prm, cfg.aggregation) if cfg.prm else None}
+    oracle_steps = OracleStepScorer(examples) if all(problem_of(e) for e in examples) else None
+
+    def correct(example, partial: Partial | None) -> float:
+        return float(partial is not None and partial.done and env.score(example, partial.text)["reward"] >= 1.0)
+
+    def answer_of(text: str) -> str:  # the verifier's parse, when it reports one; else the last line
+        return str(env.score(examples[0], text)["details"].get("parsed", text.strip().split("\n")[-1]))
+
+    rows, samples = [], []
+
+    def record(method: str, budget: int, problems: list[Problem], answers: list[Partial | None]) -> None:
+        scores = [correct(p.example, a) for p, a in zip(problems, answers)]
+        ci = bootstrap_ci(scores)
+        spent = sum(p.budget.spent for p in problems) / len(problems)
+        rows.append({"method": method, "budget": budget, "accuracy": ci["mean"], "ci_low": ci["ci_low"],
+                     "ci_high": ci["ci_high"], "tokens_spent": spent, "n": len(problems)})
+        samples.extend({"method": method, "budget": budget, "id": p.example.id, "completion": a.text if a else None,
+                        "correct": s, "tokens": p.budget.spent} for p, a, s in zip(problems, answers, scores))
+
+    torch.manual_seed(cfg.seed)
+    budgets = cfg.budget_list()
+    problems = Problem.of(examples, tokenizer, max(budgets))
+    record("greedy", max_new, problems, greedy(engine, problems, max_new))
+    for budget in budgets:
+        generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "search", budget))
+        n = budget // max_new
+        if n >= 1:
+            problems = Problem.of(examples, tokenizer, budget)
+            drawn = sample_completions(engine, problems, n, max_new, generator)
+            record(f"majority vote ({n})", budget, problems, [majority_vote(c, answer_of) for c in drawn])
+            verdicts = [[correct(p.example, c) for c in cands] for p, cands in zip(problems, drawn)]
+            record(f"best-of-{n} (verifier)", budget, problems, [pick_highest(c, v) for c, v in zip(drawn, verdicts)])
+            for kind, scorer in scorers.items():
+                if scorer is not None:
+                    for name, select in selectors(kind, scorer).items():
+                        picked = [pick_highest(c, select([p.example.prompt] * len(c), [x.text for x in c]))
+                                  for p, c in zip(problems, drawn)]
+                        record(f"best-of-{n} ({name})", budget, problems, picked)
+        step_scorers = {"PRM": scorers["PRM"], "oracle steps": oracle_steps}
+        for name, scorer in step_scorers.items():
+            if scorer is None:
+                continue
+            problems = Problem.of(examples, tokenizer, budget)
+            answers = beam_search(engine, problems, scorer, fmt, separators, cfg.beam_width, cfg.expansions,
+                                  cfg.step_tokens, max_new, generator, aggregation=cfg.aggregation)
+            record(f"beam {cfg.beam_width}x{cfg.expansions} ({name})", budget, problems, answers)
+            if name == "PRM":
+                problems = Problem.of(examples, tokenizer, budget)
+                answers = mcts(engine, problems, scorer, fmt, separators, cfg.mcts_children, cfg.step_tokens,
+                               max_new, cfg.c_uct, generator, aggregation=cfg.aggregation)
+                record(f"MCTS ({name})", budget, problems, answers)
+    return write_results(cfg, env, rows, samples, max_new)
+
+
+def selectors(kind: str, scorer) -> dict[str, Callable]:
+    """How a scorer ranks whole completions: an ORM's one score; a PRM's step scores under
+    each aggregation (min, product, last)."""
+    if kind == "ORM":
+        return {"ORM": scorer.score_outcomes}
+    return {f"PRM {aggregation}": functools.partial(_aggregated, scorer, aggregation=aggregation)
+            for aggregation in AGGREGATIONS}
+
+
+def _aggregated(scorer, prompts: list[str], texts: list[str], aggregation: str) -> list[float]:
+    steps = [scorer.format.split(t) or [""] for t in texts]
+    return [AGGREGATIONS[aggregation](s) for s in scorer.score_steps(prompts, steps)]
+
+
+def write_results(cfg: SearchConfig, env, rows: list[dict], samples: list[dict], max_new: int) -> dict[str, Any]:
+    run = RunDir.create(cfg.out_dir, cfg.name)
+    run.write_json("config.json", to_dict(cfg))
+    run.write_meta({"loop": "B (search)", "spec_version": env.spec_version, "checkpoint": cfg.checkpoint,
+                    "dataset": {"split": cfg.split, "size": cfg.size, "seed": cfg.seed},
+                    "sampling": {"temperature": cfg.temperature, "max_new_tokens": max_new},
+                    "budget": "generated tokens per problem; prefill and scorer passes not counted"})
+    run.write_jsonl("samples.jsonl", samples)
+    table = markdown_table(rows)
+    (run.path / "compare.md").write_text(table + "\n", encoding="utf-8")
+    plot(rows, run.path / "search.png")
+    summary = {"rows": rows, "run_dir": str(run.path)}
+    run.write_json("summary.json", summary)
+    print_table(rows)
+    print(f"run directory: {run.path}")
+    return summary
+
+
+def markdown_table(rows: list[dict]) -> str:
+    lines = ["| budget (tokens/problem) | method | accuracy [95% CI] | tokens spent |", "|---:|---|---|---:|"]
+    for r in rows:
+        lines.append(f"| {r['budget']} | {r['method']} | {100 * r['accuracy']:.1f}% "
+                     f"[{100 * r['ci_low']:.1f}, {100 * r['ci_high']:.1f}] | {r['tokens_spent']:.1f} |")
+    return "\n".join(lines)
+
+
+def print_table(rows: list[dict]) -> None:
+    table = Table(title="test-time search at fixed token budgets")
+    for column in ("budget", "method", "accuracy [95% CI]", "tokens spent"):
+        table.add_column(column, justify="left" if column == "method" else "right")
+    for r in rows:
+        table.add_row(str(r["budget"]), r["method"], f"{100 * r['accuracy']:.1f}% [{100 * r['ci_low']:.1f}, "
+                      f"{100 * r['ci_high']:.1f}]", f"{r['tokens_spent']:.1f}")
+    Console().print(table)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Accuracy against mean tokens spent per problem, one line per method family."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    families: dict[str, list[dict]] = {}
+    for r in rows:  # "best-of-8 (ORM)" and "best-of-16 (ORM)" are one line; so are the votes
+        family = re.sub(r"majority vote \(\d+\)", "majority vote", re.sub(r"best-of-\d+", "best-of-N", r["method"]))
+        families.setdefault(family, []).append(r)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for family, points in families.items():
+        points = sorted(points, key=lambda r: r["tokens_spent"])
+        xs = [r["tokens_spent"] for r in points]
+        ax.errorbar(xs, [100 * r["accuracy"] for r in points],
+                    yerr=[[100 * (r["accuracy"] - r["ci_low"]) for r in points],
+                          [100 * (r["ci_high"] - r["accuracy"]) for r in points]],
+                    marker="o", capsize=3, label=family)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("generated tokens per problem (mean spent)")
+    ax.set_ylabel("accuracy (%)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
