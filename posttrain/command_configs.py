@@ -104,6 +104,10 @@ class StarConfig:
     # continue from the previous iteration's weights (RFT / ReST-style)
     restart: bool = True
     distinct: bool = True  # keep each distinct passing completion once per prompt (RFT's de-duplication)
+    # true: keep a passing completion only if every step of its chain checks too (verifiers/steps.py;
+    # arithmetic tasks only): the outcome verifier alone lets 1-4.5% right answers from wrong
+    # chains through, and every rationalised one (README); off = STaR's outcome-only filter
+    step_check: bool = False
     steps: int = 100  # fine-tuning steps per iteration (batches drawn with replacement from the kept data)
     batch_size: int = 32  # kept rationales per fine-tuning step
     lr: float = 1e-4  # fine-tuning an SFT policy: a tenth of from-scratch SFT's 1e-3, as RL's rl.lr

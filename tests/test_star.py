@@ -89,6 +89,21 @@ def test_only_verified_finished_distinct_rationales_are_kept(rationalize):
                                                       distinct=False)[0]] == ["ok one", "ok one", "ok two"]
 
 
+def test_step_check_drops_right_answers_from_wrong_chains():
+    env = make_env("arithmetic")
+    (problem,) = env.fixed_set("train", 1)
+    right = env.solution(problem)  # e.g. "7+5=12,12+9=21,...\nFinal: 25"
+    first, rest = right.split(",", 1)
+    a, b = first.split("=")[0].split("+")
+    wrong_step = f"{a}+{b}={int(a) + int(b) + 1}," + rest  # an off-by-one first sum, the right final answer
+    script = {problem.prompt: [(right, True), (wrong_step, True), ("Final: 0", True)]}
+    assert env.score(problem, wrong_step)["reward"] == 1.0  # the outcome verifier lets it through
+    outcome_only, _ = verified_rationales(ScriptedEngine(script), env, [problem], 3, None, False, True)
+    checked, stats = verified_rationales(ScriptedEngine(script), env, [problem], 3, None, False, True, step_check=True)
+    assert [e.completion for e in outcome_only] == [right, wrong_step]
+    assert [e.completion for e in checked] == [right] and stats["step_rejected"] == 1 and stats["kept"] == 1
+
+
 def test_answer_hint_is_a_line_after_the_prompt_and_ends_the_last_user_turn():
     assert HINT.format(answer=7) == "Answer: 7\n"
     assert with_answer_hint(Example("Q: 3+4", "7")).prompt == "Q: 3+4\nAnswer: 7\n"
@@ -155,6 +170,10 @@ def test_star_refuses_bad_settings_with_the_setting_named(tmp_path, capsys):
     assert "star.iterations=0" in capsys.readouterr().err
     assert main(["star", "--grpo.kl_coef", "0.1", "--out_dir", str(tmp_path)]) == 2
     assert "--grpo.kl_coef" in capsys.readouterr().err
+    assert main(["star", "--env.name", "tool_arithmetic", "--model.max_seq_len", "128",
+                 "--out_dir", str(tmp_path)]) == 2
+    assert "multi-turn" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # refused before any run directory was made
 
 
 def test_star_help_shows_every_setting_with_its_reason(capsys):

@@ -234,11 +234,12 @@ def cmd_star(argv: list[str]) -> int:
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.config_checks import check_types
     from posttrain.pipelines.run import start_run
-    from posttrain.pipelines.star import run_star
+    from posttrain.pipelines.star import check_star, run_star
     from posttrain.runs.console import console
 
     check_types(star, "star.")
     star.validate()
+    check_star(cfg, star)
     if not resumed:
         run = start_run(cfg, "star")
     with run, run.resumable(f"posttrain star --resume {run.path}"):  # holds the run's lock to the end

@@ -51,6 +51,7 @@ from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
 from posttrain.types import PROMPT_MESSAGES, Episode, Example
+from posttrain.verifiers.steps import arithmetic_step_labels, problem_of
 
 # The hint a rationalisation prompt carries: one line after the question stating the final
 # answer. For the arithmetic task, "Q: 7+5+9+3+1\n" becomes "Q: 7+5+9+3+1\nAnswer: 25\n";
@@ -73,37 +74,50 @@ def with_answer_hint(example: Example) -> Example:
     return dataclasses.replace(example, prompt=prompt + hint, meta=meta)
 
 
-def keep_verified(episodes: list[Episode], distinct: bool) -> list[Episode]:
+def steps_all_correct(episode: Episode) -> bool:
+    """Whether every step of an arithmetic chain checks (verifiers/steps.py: each running sum
+    right and following the problem), not only its final answer."""
+    steps, labels = arithmetic_step_labels(episode.example, episode.completion)
+    return bool(steps) and all(labels)
+
+
+def keep_verified(episodes: list[Episode], distinct: bool, step_check: bool = False) -> list[Episode]:
     """The episodes the verifier counts as solved and that ended on a stop token (a
     completion cut off by the budget would teach the model not to stop); with `distinct`,
-    each completion text once per prompt, the first drawn."""
+    each completion text once per prompt, the first drawn; with `step_check`, only those
+    whose every step checks too (`steps_all_correct`)."""
     kept, seen = [], set()
     for episode in episodes:
         key = (episode.example.id, episode.example.prompt, episode.completion)
-        if solved(episode) and episode.finished and not (distinct and key in seen):
+        if (solved(episode) and episode.finished and not (distinct and key in seen)
+                and (not step_check or steps_all_correct(episode))):
             kept.append(episode)
             seen.add(key)
     return kept
 
 
 def verified_rationales(engine: RolloutEngine, env, examples: list[Example], samples_per_prompt: int,
-                        generator: torch.Generator, rationalize: bool, distinct: bool) -> tuple[list[Episode], dict]:
+                        generator: torch.Generator, rationalize: bool, distinct: bool,
+                        step_check: bool = False) -> tuple[list[Episode], dict]:
     """One iteration's training set: (kept episodes, stats). Every kept episode was passed by
-    `env.score`; rationalised ones carry details["rationalized"] = True and the hint-free
-    prompt's example and prompt_ids (the hint was only how they were found)."""
+    `env.score` (and, with `step_check`, by the step checker); rationalised ones carry
+    details["rationalized"] = True and the hint-free prompt's example and prompt_ids (the
+    hint was only how they were found)."""
     episodes = score_episodes(env.score, engine.generate(examples, samples_per_prompt, generator))
-    kept = keep_verified(episodes, distinct)
+    kept = keep_verified(episodes, distinct, step_check)
     solved_groups = {e.group_id for e in kept}  # a prompt whose only pass was cut off is rationalised too
     stats = {"samples": len(episodes), "tokens": sum(len(e.response_ids) for e in episodes), "kept": len(kept),
              "prompts_solved": len(solved_groups) / max(1, len(examples)),
              "sampled_pass_rate": sum(solved(e) for e in episodes) / max(1, len(episodes)),
+             # passed by the verifier but dropped by the step checker: a right answer from a wrong chain
+             "step_rejected": len(keep_verified(episodes, distinct)) - len(kept) if step_check else 0,
              "rationalization_samples": 0, "rationalized": 0}
     unsolved = [ex for i, ex in enumerate(examples) if i not in solved_groups]
     if rationalize and unsolved:
         hinted = engine.generate([with_answer_hint(ex) for ex in unsolved], samples_per_prompt, generator)
         for episode in hinted:  # scored against the original problem: the hint is not part of it
             episode.example = unsolved[episode.group_id]
-        rescued = keep_verified(score_episodes(env.score, hinted), distinct)
+        rescued = keep_verified(score_episodes(env.score, hinted), distinct, step_check)
         for episode in rescued:  # trained without the hint: the original prompt's tokens
             episode.prompt_ids = example_prompt_ids(engine.tokenizer, episode.example)
             episode.details = {**episode.details, "rationalized": True}
@@ -157,15 +171,26 @@ def starting_policy(cfg: TrainConfig, run: RunDir, env):
     return policy, tokenizer, start
 
 
+def check_star(cfg: TrainConfig, star: StarConfig, env=None) -> None:
+    """What the task must allow before a run directory is made: single-turn episodes, and
+    with star.step_check, arithmetic chains the step checker can read."""
+    env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
+    if is_multi_turn(env):
+        raise ValueError(f"env.name={cfg.env.name!r} is a multi-turn environment; star samples single completions "
+                         "(train on it with `posttrain train`)")
+    probe = env.fixed_set("heldout", 1, seed=0)[0]
+    if star.step_check and problem_of(probe) is None:
+        raise ValueError(f"--star.step_check true checks arithmetic running sums, and env.name={cfg.env.name!r} "
+                         f"is not an arithmetic task (its prompt: {probe.prompt!r}); set it to false")
+
+
 def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env=None) -> dict:
     """The iterations; returns {"start": held-out CI, "iterations": [one record each]} (star_iterations.json)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
-    if is_multi_turn(env):
-        raise ValueError(f"env.name={cfg.env.name!r} is a multi-turn environment; star samples single completions "
-                         "(train on it with `posttrain train`)")
     run.write_json("star.json", dataclasses.asdict(star))
+    check_star(cfg, star, env)
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     policy, tokenizer, start = starting_policy(cfg, run, env)
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
@@ -187,7 +212,7 @@ def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env=None) -> dict:
             examples = env.sample("train", star.prompts, seed=derive_seed(cfg.seed, "star-prompts", i))
             kept, stats = verified_rationales(engine, env, examples, star.samples_per_prompt,
                                               generator_for(cfg.seed, "star-sample", i), star.rationalize,
-                                              star.distinct)
+                                              star.distinct, star.step_check)
             run.write_jsonl(data_file, [rationale_row(e) for e in kept])  # the exact data this iteration trains on
             run.write_json("star_data_stats.json", {**(run.read_json("star_data_stats.json") or {}), str(i): stats})
         kept = [rationale_episode(row, g) for g, row in enumerate(run.read_jsonl(data_file))]
