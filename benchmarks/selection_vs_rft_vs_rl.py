@@ -42,7 +42,12 @@ def training_commands(init: str, seed: int, out: Path, budget: dict) -> dict[str
                  "--rl.prompts_per_step", str(budget["grpo_prompts"]), "--rl.samples_per_prompt", str(budget["k"])],
         "STaR": [*star, "--name", "star", "--star.restart", "true"],
         "RFT": [*star, "--name", "rft", "--star.restart", "false"],
+        "RFT + step check": [*star, "--name", "rft-steps", "--star.restart", "false", "--star.step_check", "true"],
     }
+
+
+# the run directory's suffix of each trained method (<timestamp>-<name>)
+RUN_NAMES = {"GRPO": "grpo", "STaR": "star", "RFT": "rft", "RFT + step check": "rft-steps"}
 
 
 def run_command(args: list[str], log: Path) -> float:
@@ -59,8 +64,19 @@ def verdicts(path: Path) -> dict[str, float]:
     return {json.loads(line)["id"]: json.loads(line)["reward"] for line in path.read_text().splitlines()}
 
 
-def trained_row(method: str, run: Path, wall: float) -> dict:
-    """Held-out verdicts, samples and tokens of a finished star or train run."""
+def newest_run(folder: Path, method: str) -> Path:
+    """The newest run of `method` in a seed's folder: an earlier invocation's runs stay beside it."""
+    runs = sorted(p for p in folder.iterdir() if p.is_dir() and p.name.endswith(f"-{RUN_NAMES[method]}")
+                  and not p.name.startswith("."))
+    if not runs:
+        raise FileNotFoundError(f"no finished {method} run (*-{RUN_NAMES[method]}) in {folder}")
+    return runs[-1]
+
+
+def trained_row(method: str, run: Path) -> dict:
+    """Held-out verdicts, samples, tokens and time of a finished star or train run; the time
+    is the run's own (GRPO: its steps, dev evaluations included; star: its iterations, each
+    with its held-out evaluation), so rows measured apart compare alike."""
     if method == "GRPO":
         metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
         config = json.loads((run / "config.json").read_text())["rl"]
@@ -69,12 +85,14 @@ def trained_row(method: str, run: Path, wall: float) -> dict:
         samples = sum(rows * m.get("sampling_rounds", 1) for m in steps)
         tokens = sum(rows * m.get("sampling_rounds", 1) * m["response_length"] for m in steps)
         return {"method": method, "verdicts": verdicts(run / "eval_rl.jsonl"), "samples": samples,
-                "tokens": round(tokens), "wall_seconds": wall, "run": str(run)}
+                "tokens": round(tokens), "wall_seconds": sum(m.get("time/step", 0.0) for m in steps),
+                "run": str(run)}
     log = json.loads((run / "star_iterations.json").read_text())
     last = log["iterations"][-1]["iteration"]
     return {"method": method, "verdicts": verdicts(run / f"eval_star{last}.jsonl"),
             "samples": sum(r["samples"] + r["rationalization_samples"] for r in log["iterations"]),
-            "tokens": sum(r["tokens"] for r in log["iterations"]), "wall_seconds": wall, "run": str(run),
+            "tokens": sum(r["tokens"] for r in log["iterations"]),
+            "wall_seconds": sum(r["seconds"] for r in log["iterations"]), "run": str(run),
             "kept": [r["kept"] for r in log["iterations"]], "kept_wrong_chain": wrong_chains(run),
             "per_iteration": [r["heldout"]["mean"] for r in log["iterations"]]}
 
@@ -210,12 +228,12 @@ def main() -> None:
     args = parser.parse_args()
     out = Path(args.out_dir)
     if args.table_only:
+        # best-of-N from results.json (its samples were never saved); the trained runs read again from disk
         saved = json.loads((out / "results.json").read_text())
-        results = {int(seed): rows for seed, rows in saved["results"].items()}
-        for rows in results.values():
-            for row in rows:
-                if "kept" in row:
-                    row["kept_wrong_chain"] = wrong_chains(Path(row["run"]))
+        results = {int(seed): [r for r in rows if r.get("test_time")] + [trained_row(method, newest_run(
+                       out / f"seed{seed}", method)) for method in RUN_NAMES if method != "GRPO"]
+                   + [trained_row("GRPO", newest_run(out / f"seed{seed}", "GRPO"))]
+                   for seed, rows in saved["results"].items()}
         text = table(results, saved["start"], saved["budget"], saved.get("seconds", 0.0))
         (out / "table.md").write_text(text)
         (out / "results.json").write_text(json.dumps({**saved, "results": results}, indent=1))
@@ -244,19 +262,14 @@ def main() -> None:
         # best-of-N in this process while the training runs go
         bon = {seed: best_of_n_rows(args.init, seed, [args.k, args.samples // args.heldout], args.heldout)
                for seed in seeds}
-        walls = {key: future.result() for key, future in futures.items()}
+        for future in futures.values():
+            future.result()  # raises if the run failed
 
     results = {}
     for seed in seeds:
-        rows = list(bon[seed])
-        for method in ("STaR", "RFT", "GRPO"):
-            # the newest run of that name: an earlier invocation's runs stay beside it
-            run = sorted(p for p in (out / f"seed{seed}").iterdir()
-                         if p.is_dir() and p.name.endswith(f"-{method.lower()}") and not p.name.startswith("."))[-1]
-            rows.append(trained_row(method, run, walls[(seed, method)]))
-        results[seed] = rows
-    star_run = Path(results[seeds[0]][-3]["run"])
-    start = verdicts(star_run / "eval_start.jsonl")
+        trained = [m for m in RUN_NAMES if m != "GRPO"] + ["GRPO"]  # GRPO last: the rows compare to it
+        results[seed] = list(bon[seed]) + [trained_row(m, newest_run(out / f"seed{seed}", m)) for m in trained]
+    start = verdicts(newest_run(out / f"seed{seeds[0]}", "STaR") / "eval_start.jsonl")
     seconds = time.perf_counter() - started
     text = table(results, start, budget, seconds)
     (out / "table.md").write_text(text)
