@@ -6,7 +6,8 @@ Reasoning with LLMs" (RFT):
 
     1. sample K completions for each of P fresh training prompts from the current policy
        (the RL rollout engine, the RL sampling settings)
-    2. keep the completions the verifier passes (reward 1), each distinct one once per prompt
+    2. keep the completions the verifier passes (reward 1), each distinct one once per prompt;
+       with star.step_check, only those whose every step checks too (verifiers/steps.py)
     3. rationalise (optional): for each prompt with no passing sample, sample K more with the
        answer given as a hint in the prompt (`with_answer_hint`), and keep the passing ones,
        stored under the ORIGINAL prompt: the model is trained to produce the rationale
