@@ -26,7 +26,6 @@ import os
 import subprocess
 import sys
 import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,13 +114,9 @@ def wrong_chains(run: Path) -> list[int]:
 def majority_answer(episodes) -> object:
     """The episode whose parsed final answer is the most common among `episodes` (ties: the
     answer seen first); an unparsed answer never wins while a parsed one exists."""
-    answers = [e.details.get("parsed") for e in episodes]
-    counts = Counter(a for a in answers if a is not None)
-    if not counts:
-        return episodes[0]
-    best = max(counts.values())
-    winner = next(a for a in answers if a is not None and counts[a] == best)
-    return episodes[answers.index(winner)]
+    from posttrain.search.methods import majority_index
+
+    return episodes[majority_index([e.details.get("parsed") for e in episodes])]
 
 
 def best_of_n_rows(init: str, seed: int, ns: list[int], heldout: int) -> list[dict]:

@@ -63,16 +63,22 @@ def greedy(engine: RolloutEngine, problems: list[Problem], max_new_tokens: int) 
             for partials in sample_completions(engine, problems, 1, max_new_tokens, params=params)]
 
 
+def majority_index(answers: Sequence[str | None]) -> int:
+    """The index of the first answer among the most common ones; None (no answer: cut off,
+    unparsed) never wins while a real answer exists; 0 when none does."""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return 0
+    top = max(votes.values())
+    return next(k for k, a in enumerate(answers) if a is not None and votes[a] == top)
+
+
 def majority_vote(candidates: list[Partial], answer_of: Callable[[str], str]) -> Partial | None:
     """The first-drawn candidate whose final answer is the most common among the finished
     ones (ties: the answer drawn first). No scorer: the answers vote."""
-    finished = [c for c in candidates if c.done]
-    if not finished:
-        return candidates[0] if candidates else None
-    votes = Counter(answer_of(c.text) for c in finished)
-    top = max(votes.values())
-    winner = next(answer_of(c.text) for c in finished if votes[answer_of(c.text)] == top)
-    return next(c for c in finished if answer_of(c.text) == winner)
+    if not candidates:
+        return None
+    return candidates[majority_index([answer_of(c.text) if c.done else None for c in candidates])]
 
 
 def pick_highest(candidates: list[Partial], scores: list[float]) -> Partial | None:
