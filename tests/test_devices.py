@@ -194,6 +194,7 @@ def synthetic_batch() -> RolloutBatch:
     batch = RolloutBatch.collate(episodes, pad_id=0)
     batch.ref_logp = batch.old_logp - 0.1 * batch.response_mask
     batch.values = 0.3 * batch.response_mask
+    batch.process_rewards = 0.01 * batch.response_mask
     return batch
 
 

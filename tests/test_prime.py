@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import math
 
 import pytest
@@ -213,11 +214,11 @@ def test_the_prm_starts_at_zero_reward_and_learns_the_labels(tmp_path):
     batch = controller.collate(episodes)
     batch.ref_logp = controller.reference.logp(batch)
     assert 0 < batch.rewards.mean() < 1
-    prm = ImplicitPRM(policy, beta=0.5, lr=3e-3, update="after")
+    prm = ImplicitPRM(policy, beta=0.5, lr=5e-3, update="after")
     rewards, metrics = prm(batch)
     assert torch.equal(rewards, torch.zeros_like(rewards))  # π_φ = π_ref before its first update: r_t = 0 exactly
     assert metrics["prm/loss"] == pytest.approx(math.log(2), abs=1e-6)  # σ(0) = ½ against every label
-    for _ in range(30):
+    for _ in range(12):
         rewards, metrics = prm(batch)
     assert metrics["prm/loss"] < 0.2 and metrics["prm/accuracy"] == 1.0
     score = rewards.sum(dim=1)  # Σ_t r_t, the outcome logit: positive on the rows labelled 1
@@ -275,3 +276,24 @@ def test_config_refuses_what_the_prm_cannot_run_with():
         check_config(dataclasses.replace(cfg, dist=DistConfig(workers=2, topology="sync")))
     with pytest.raises(ConfigError, match="rl.reward='r1'.*outcome label in \\[0, 1\\]"):
         check_config(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward="r1")))
+
+
+def test_posttrain_train_algo_prime_from_the_command_line(tmp_path):
+    from tests.test_pipeline import TINY, only_run_dir, posttrain
+
+    proc = posttrain("train", *TINY, "--algo", "prime", "--prime.beta", "0.1", "--rl.steps", "3",
+                     "--out_dir", str(tmp_path))
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output
+    run = only_run_dir(tmp_path)
+    assert json.loads((run / "config.json").read_text())["rl"]["algo_params"] == {"beta": 0.1}
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl_rows = [r for r in rows if r["stage"] == "rl"]
+    assert [r["step"] for r in rl_rows] == [0, 1, 2]
+    for r in rl_rows:  # logged every step
+        assert 0 <= r["prm/accuracy"] <= 1 and math.isfinite(r["prm/process_reward_mean"])
+    assert "implicit PRM accuracy" in (run / "summary.md").read_text()
+    # the PRM's state is in the checkpoint (checkpoint_every 2)
+    latest = run / "checkpoints" / "rl" / (run / "checkpoints" / "rl" / "latest").read_text().strip()
+    state = torch.load(latest / "trainer_state.pt", weights_only=False)
+    assert set(state["process_reward"]) == {"model", "optimizer"}
