@@ -176,6 +176,11 @@ def test_prime_refuses_a_batch_without_process_rewards_and_bad_fields():
         make_algorithm("prime", prm_update="during")
     assert PRIME().uses_reference and PRIME().implicit_prm_settings() == {"beta": 0.05, "lr": 2e-4, "update": "before"}
     assert make_algorithm("grpo").implicit_prm_settings() is None
+    # process_coef 0 (the ablation) builds no PRM and needs no process rewards: RLOO, whitened, under the clip
+    ablation = make_algorithm("prime", process_coef=0.0, whiten_advantages=False)
+    assert ablation.implicit_prm_settings() is None
+    torch.testing.assert_close(ablation.compute_advantages(toy_batch(process=None))["advantages"],
+                               torch.tensor([[0, 1, 1, 0], [0, -1, -1, -1], [0, 0, 0, 0], [0, 0, 0, 0]]).float())
 
 
 def test_the_loss_is_the_clipped_surrogate_on_the_advantages():

@@ -143,16 +143,23 @@ class PRIME(RLOO):
         return True  # the implicit reward is a log-ratio to π_ref
 
     def implicit_prm_settings(self) -> dict | None:
+        """The PRM's settings; None with process_coef 0, when nothing reads its rewards (the
+        ablation: RLOO, whitened, under PPO's clip) and building and training it would be waste."""
+        if self.process_coef == 0:
+            return None
         return {"beta": self.beta, "lr": self.prm_lr, "update": self.prm_update}
 
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """outcome RLOO + process return per token (`prime_advantages`), whitened; 0 off the response."""
-        if batch.process_rewards is None:
+        process_rewards = batch.process_rewards
+        if process_rewards is None and self.process_coef == 0:
+            process_rewards = torch.zeros_like(batch.old_logp)  # (B, T) the ablation: no PRM, no process term
+        if process_rewards is None:
             raise ValueError("PRIME needs batch.process_rewards (B, T), the implicit PRM's per-token rewards: "
                              "the controller fills them with its process_reward role (rewards/implicit_prm.py)")
         mask = batch.response_mask
-        advantages = prime_advantages(batch.rewards, batch.process_rewards, mask, batch.group_ids,
+        advantages = prime_advantages(batch.rewards, process_rewards, mask, batch.group_ids,
                                       self.outcome_coef, self.process_coef)  # (B, T)
         if self.whiten_advantages:
             advantages = masked_whiten(advantages, mask)  # (B, T)
