@@ -32,8 +32,8 @@ PPO's ratio and clip instead of REINFORCE's plain −A · log π.
 Conventions: a group of one sample has no "others": its advantage is 0 (as RLOO's).
 Where the PRM's forward passes fit in a step (`prm_update`): "before" (the paper's
 default, verl's "double forward") updates π_φ on the batch, then scores it with the
-updated weights; "after" scores with the weights that sampled-time batch met, then
-updates, saving one forward pass.
+updated weights; "after" scores it with π_φ as it was before this batch, reusing the
+update's forward pass (one forward fewer).
 """
 
 from __future__ import annotations
