@@ -108,10 +108,12 @@ def _(rewards_text, torch):
                                      response_ids=[20] * (_n - 1) + [2], response_logp=[-1.0] * _n, reward=_r))
             _row += 1
     batch = RolloutBatch.collate(_episodes, pad_id=0)
-    # Stand-ins for the two roles this lesson does not run: the reference equals the sampler
-    # (KL 0), and PPO's critic is untrained (V = 0 everywhere).
+    # Stand-ins for the roles this lesson does not run: the reference equals the sampler
+    # (KL 0), PPO's critic is untrained (V = 0 everywhere), and PRIME's implicit PRM has not
+    # moved from the reference (every process reward 0: PRIME's advantages are RLOO's, whitened).
     batch.ref_logp = batch.old_logp.clone()
     batch.values = torch.zeros_like(batch.old_logp)
+    batch.process_rewards = torch.zeros_like(batch.old_logp)
     return batch, groups, parse_error
 
 

@@ -180,6 +180,7 @@ class RolloutBatch:
     advantages: torch.Tensor | None = None  # (B, T) float, per-token advantage
     returns: torch.Tensor | None = None  # (B, T) float, value targets (PPO)
     values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
+    process_rewards: torch.Tensor | None = None  # (B, T) float, per-token rewards of an implicit PRM (PRIME)
     # (B,) bool, False on rows the update may leave out (Algorithm.rows_with_gradient); None = train all
     rows_with_gradient: torch.Tensor | None = None
     # (B,) float, 1 / the rows its episode became (Episode.training_rows): the weight a group

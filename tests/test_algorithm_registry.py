@@ -23,7 +23,7 @@ POINTER = re.compile(r"`(posttrain/[\w/]+\.py)::([\w.]+)`")
 
 def random_batch(seed=0, B=6, T=9, K=3):
     """B rows in groups of K; prompts of 2-3 tokens, responses of 2-5, right padding;
-    ref_logp and values filled. Rewards in {0, 1} with every group mixed."""
+    ref_logp, values and process_rewards filled. Rewards in {0, 1} with every group mixed."""
     gen = torch.Generator().manual_seed(seed)
     response_mask = torch.zeros(B, T)
     attention_mask = torch.zeros(B, T)
@@ -46,6 +46,7 @@ def random_batch(seed=0, B=6, T=9, K=3):
         group_ids=torch.arange(B) // K,
         ref_logp=ref_logp,
         values=values,
+        process_rewards=torch.where(on, 0.05 * torch.randn(B, T, generator=gen), 0.0),  # an implicit PRM's (PRIME)
     )
 
 
@@ -122,6 +123,7 @@ def sgd_step_on_categorical(algo, rewards, group_ids, tokens_sampled):
         group_ids=torch.tensor(group_ids),
         ref_logp=old_logp.clone(),
         values=torch.zeros(B, 2),
+        process_rewards=torch.zeros(B, 2),
     )
     batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
     log_probs = torch.log_softmax(logits, -1)  # (V,)

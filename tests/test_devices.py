@@ -118,7 +118,7 @@ def test_ray_workers_and_data_parallel_ranks_refuse_what_they_cannot_follow(monk
 
 
 def controller_for(tmp_path, algo: str):
-    """A tiny controller (rollout, reference, trainer, critic for ppo) around a CPU gpt_mini."""
+    """A tiny controller (rollout, reference, trainer, critic for ppo, implicit PRM for prime) around a CPU gpt_mini."""
     cfg = tiny_config()
     cfg.rl = dataclasses.replace(cfg.rl, algo=algo)
     policy, tokenizer = tiny_policy()
@@ -129,7 +129,7 @@ def controller_for(tmp_path, algo: str):
     return controller, policy
 
 
-@pytest.mark.parametrize("algo", ["grpo", "ppo"])
+@pytest.mark.parametrize("algo", ["grpo", "ppo", "prime"])  # prime: its implicit PRM steps too
 def test_a_whole_rl_step_creates_no_tensor_on_the_default_device(tmp_path, algo):
     controller, policy = controller_for(tmp_path, algo)  # built with the CPU default: weights are real
     before = [p.detach().clone() for p in policy.parameters()]
@@ -194,6 +194,7 @@ def synthetic_batch() -> RolloutBatch:
     batch = RolloutBatch.collate(episodes, pad_id=0)
     batch.ref_logp = batch.old_logp - 0.1 * batch.response_mask
     batch.values = 0.3 * batch.response_mask
+    batch.process_rewards = 0.01 * batch.response_mask
     return batch
 
 

@@ -161,7 +161,7 @@ def test_declared_group_baselines_are_the_ones_whose_advantages_vanish_with_one_
     the algorithms that declare it give every token advantage 0."""
     declared = {name: make_algorithm(name, budget=16).needs_groups for name in ALGORITHMS}
     assert declared == {"reinforce": False, "rloo": True, "ppo": False, "reinforce_pp": False, "grpo": True,
-                        "dr_grpo": True, "dapo": True, "gspo": True, "cispo": True}
+                        "dr_grpo": True, "prime": True, "dapo": True, "gspo": True, "cispo": True}
     algos = [make_algorithm(name, budget=16) for name in ALGORITHMS] + [make_algorithm("reinforce", baseline="group_mean")]
     assert algos[-1].needs_groups
     for algo in algos:

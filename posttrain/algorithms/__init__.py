@@ -17,6 +17,7 @@ from posttrain.algorithms.dr_grpo import DrGRPO
 from posttrain.algorithms.grpo import GRPO
 from posttrain.algorithms.gspo import GSPO
 from posttrain.algorithms.ppo import PPO
+from posttrain.algorithms.prime import PRIME
 from posttrain.algorithms.reinforce import REINFORCE
 from posttrain.algorithms.reinforce_pp import ReinforcePP
 from posttrain.algorithms.rloo import RLOO
@@ -26,6 +27,7 @@ ALGORITHMS: dict[str, type] = {
     "reinforce": REINFORCE,  # the root: −(R − b) · log π
     "rloo": RLOO,  # REINFORCE, leave-one-out baseline
     "ppo": PPO,  # REINFORCE + critic, ratio and clip
+    "prime": PRIME,  # RLOO + an online implicit PRM's process returns, under PPO's clip
     "reinforce_pp": ReinforcePP,  # PPO without the critic, batch-whitened reward-to-go
     "grpo": GRPO,  # PPO's clip, group baseline instead of a critic
     "dr_grpo": DrGRPO,  # GRPO without /std and /|o|
@@ -58,6 +60,7 @@ __all__ = [
     "GRPO",
     "GSPO",
     "PPO",
+    "PRIME",
     "REINFORCE",
     "RLOO",
     "ReinforcePP",

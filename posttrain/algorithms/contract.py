@@ -43,6 +43,7 @@ class Algorithm:
     Per step, the controller calls::
 
         batch = algo.filter_batch(batch)          # which groups to train on (DAPO drops flat ones)
+        batch.process_rewards = prm(batch)        # only with implicit_prm_settings(): PRIME
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
         batch.rows_with_gradient = algo.rows_with_gradient(batch)  # rl.skip_inert_rows
         trainer.update(batch, algo)               # algo.compute_loss on each micro-batch
@@ -87,6 +88,13 @@ class Algorithm:
         """True when the algorithm trains a value head (PPO); it then reads `outputs.values`
         and `batch.values` / `batch.returns`."""
         return False
+
+    def implicit_prm_settings(self) -> dict | None:
+        """None, or the settings of an implicit process reward model the pipeline builds
+        beside the policy (PRIME: rewards/implicit_prm.py::ImplicitPRM's keyword arguments
+        beta, lr, update). The controller then has it fill `batch.process_rewards` (B, T)
+        before compute_advantages, and update itself online on each batch."""
+        return None
 
     def rows_with_gradient(self, batch: RolloutBatch) -> torch.Tensor | None:
         """(B,) bool, False on each row whose loss provably has zero gradient, or None when

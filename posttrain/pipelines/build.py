@@ -9,7 +9,7 @@ this runs is checked by pipelines/checks.py.)
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, critic, trainer (one process or
-                              data-parallel), reward, KL controller
+                              data-parallel), reward, KL controller, implicit PRM (PRIME)
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
 from posttrain.models.value_head import ValueHead
+from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.rubric import rule_based_rubric
@@ -129,6 +130,11 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     use_reference = algo.uses_reference or cfg.rl.track_kl
     reference = make_reference(policy, start_weights, cfg.rl.share_prompt) if use_reference else None
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
+    # PRIME's implicit PRM: a trainable copy of the starting policy, stepped once per batch by the controller
+    prm_settings = algo.implicit_prm_settings()
+    process_reward = (ImplicitPRM(policy, **prm_settings, grad_clip=cfg.rl.grad_clip,
+                                  micro_batch_size=cfg.rl.micro_batch_size, share_prompt=cfg.rl.share_prompt)
+                      if prm_settings is not None else None)
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
     if cfg.rl.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
@@ -142,4 +148,5 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     return Controller(rollout, make_reward(cfg.rl, env.score), algo, trainer, pad_id=tokenizer.pad_id,
                       prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
                       minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
-                      reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows)
+                      reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows,
+                      process_reward=process_reward)

@@ -166,6 +166,24 @@ def check_can_learn(rl: RLConfig, algo) -> None:
           "current best answer; use 1.0 (the policy's own distribution, the default) or e.g. 0.7 to explore less")
 
 
+def check_implicit_prm(cfg: TrainConfig) -> None:
+    """An algorithm with an implicit PRM (PRIME, rewards/implicit_prm.py) trains it in the
+    controller's process on outcome labels in [0, 1]: refuse the topologies it has not been
+    run with, and rewards that are not a probability's label."""
+    if is_preference(cfg.rl) or make_algorithm(cfg.rl).implicit_prm_settings() is None:
+        return
+    algo = f"rl.algo={cfg.rl.algo!r}"
+    check(cfg.dist.resolved_topology() == "colocated", "dist.topology", cfg.dist.topology,
+          f"'colocated' (--workers 0) with {algo}: its implicit PRM is stepped by the controller, and that has only "
+          "been tested with the rollout in the same process; drop --workers / --dist.topology")
+    check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
+          f"1 with {algo}: its implicit PRM trains in one process beside the policy, never data-parallel")
+    check(cfg.rl.reward in ("accuracy", "rubric") and cfg.rl.length_penalty == 0 and not cfg.rl.rm.path,
+          "rl.reward", cfg.rl.reward,
+          f"'accuracy' (or 'rubric'), with no rl.length_penalty and no rl.rm.path, for {algo}: its implicit PRM "
+          "learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
+
+
 def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
     """The device exists on this machine and the dtype can run there (models/device.py says
     what to pass instead). `dist`'s Ray workers and data-parallel ranks build their own CPU,
@@ -209,6 +227,7 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
     if env is None:
         env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     check_multi_turn(cfg, env)
+    check_implicit_prm(cfg)
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "

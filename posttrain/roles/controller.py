@@ -4,7 +4,8 @@ One RL step, in the order a paper's pseudocode gives it (`Controller.step`):
 
     1. sample    the rollout role draws K completions per prompt, capturing old_logp
     2. score     the environment's verifier (or a reward built on it) scores each completion
-    3. reference the frozen reference scores the same tokens (when the loss or the KL log reads it)
+    3. reference the frozen reference scores the same tokens (when the loss or the KL log reads it);
+                 an implicit PRM (PRIME) learns from this batch's outcomes and gives per-token rewards
     4. advantage the algorithm turns rewards into per-token advantages
     5. update    the trainer minimises the algorithm's loss, leaving out rows with no gradient
     6. sync      the fresh weights reach the rollout role, with a new version number
@@ -21,12 +22,11 @@ so a run resumed from a checkpoint makes exactly the draws an uninterrupted run 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 import time
 from collections import defaultdict
 from contextlib import contextmanager
 from typing import Any, Callable
-
-import torch
 
 from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
 from posttrain.roles.environment import score_episodes
@@ -45,14 +45,17 @@ class Controller:
     algorithm    compute_advantages, compute_loss (algorithms/contract.py)
     trainer      update(batch, loss, ...), values(batch) for a critic (roles/trainer.py)
     reference    logp(batch), or None when nothing reads π_ref (roles/reference.py)
+    process_reward  process_reward(batch) -> (per-token rewards, metrics), updating itself online;
+                 state_dict() / load_state_dict(); None unless the algorithm asks for one
+                 (PRIME's implicit PRM, rewards/implicit_prm.py)
     kl_controller  steers algorithm.kl_coef toward a target KL, or None (rewards/kl_control.py)
     """
 
     def __init__(self, rollout, reward: Scorer, algorithm, trainer, *, pad_id: int, prompts_per_step: int,
                  seed: int, epochs: int = 1, minibatches: int = 1, max_sampling_rounds: int = 1, reference=None,
-                 kl_controller=None, skip_inert_rows: bool = True):
+                 kl_controller=None, skip_inert_rows: bool = True, process_reward=None):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
-        self.reference, self.kl_controller = reference, kl_controller
+        self.reference, self.kl_controller, self.process_reward = reference, kl_controller, process_reward
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
         self.skip_inert_rows = skip_inert_rows  # leave rows with no gradient out of the update
@@ -74,6 +77,10 @@ class Controller:
                 batch.ref_logp = self.reference.logp(batch)
             if self.algorithm.uses_critic:
                 batch.values = self.trainer.values(batch)
+        process_metrics = {}
+        if self.process_reward is not None:  # PRIME: the implicit PRM steps on this batch, then scores it
+            with self.timed("process_reward"):
+                batch.process_rewards, process_metrics = self.process_reward(batch)
         with self.timed("train"):
             batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
             if self.skip_inert_rows:
@@ -85,7 +92,7 @@ class Controller:
         with self.timed("sync"):
             self.rollout.push()  # 6. sync
         metrics.update(**rollout_metrics(batch, episodes), **sampling_stats, **off_policy, **self.rollout.step_metrics(),
-                       **self.timings, weight_version=self.rollout.version)
+                       **process_metrics, **self.timings, weight_version=self.rollout.version)
         metrics["pass_rate"] = sum(e.details.get("reason") == "ok" for e in episodes) / len(episodes)
         if self.kl_controller is not None:  # steer β for the next step from this step's KL
             metrics["kl_coef"] = self.algorithm.kl_coef
@@ -142,6 +149,8 @@ class Controller:
                  "algorithm": self.algorithm.state_dict()}
         if self.kl_controller is not None:
             state["kl_controller"] = self.kl_controller.state_dict()
+        if self.process_reward is not None:
+            state["process_reward"] = self.process_reward.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -151,6 +160,8 @@ class Controller:
         if self.kl_controller is not None:
             self.kl_controller.load_state_dict(state["kl_controller"])
             self.algorithm.kl_coef = self.kl_controller.value
+        if self.process_reward is not None:
+            self.process_reward.load_state_dict(state["process_reward"])
 
     def close(self) -> None:
         self.rollout.close()  # stops the Ray workers (and the local cluster, if this run started it)
@@ -173,12 +184,12 @@ def rollout_metrics(batch: RolloutBatch, episodes: list[Episode]) -> dict[str, f
         optional["observed_episodes"] = sum(e.observed for e in multi_turn) / len(multi_turn)
     # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
     inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
-    rewards = torch.tensor([e.reward for e in episodes])  # (E,)
+    rewards = [e.reward for e in episodes]
     return {
         **optional,
         "skipped_rows": inert,
-        "reward_mean": rewards.mean().item(),
-        "reward_std": rewards.std().item() if len(episodes) > 1 else 0.0,
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.stdev(rewards) if len(rewards) > 1 else 0.0,
         "zero_variance_groups": zero_variance_group_fraction(batch.rewards, batch.group_ids),
         "response_length": batch.response_mask.sum().item() / len(episodes),  # model tokens per episode
         # cut off by max_new_tokens; a multi-turn episode: ended by a budget instead of its environment

@@ -21,6 +21,10 @@ PANELS = [
     # rl.sampling.weights int8 only: how far the int8 sampler is from the trained policy
     ("int8/logp_mismatch", "int8 sampler: mean |Δ log π| per token"),
     ("tis_clipped_fraction", "importance weights clipped at the cap"),
+    # PRIME only: the implicit PRM's mean per-token reward, and how often its outcome score
+    # called the verifier's verdict on rollouts it had not yet trained on
+    ("prm/process_reward_mean", "implicit PRM: mean process reward per token"),
+    ("prm/accuracy", "implicit PRM: outcome accuracy (before its update)"),
 ]
 
 
@@ -107,7 +111,9 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
                       f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
                       + (f"KL to reference {last['kl_ref']:.4f}" if "kl_ref" in last else
                          "KL to reference not measured (rl.track_kl false)")
-                      + f", entropy {last.get('entropy', 0.0):.3f}"]
+                      + f", entropy {last.get('entropy', 0.0):.3f}"
+                      + (f", implicit PRM accuracy {last['prm/accuracy']:.3f} and mean process reward "
+                         f"{last['prm/process_reward_mean']:+.5f} per token" if "prm/accuracy" in last else "")]
     warnings = collapse_warnings(rows)
     if warnings:
         summary["warnings"] = warnings

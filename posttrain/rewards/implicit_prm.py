@@ -1,0 +1,153 @@
+"""PRIME's implicit process reward model (Cui et al., arXiv:2502.01456; the implicit PRM
+itself: Yuan et al., "Free Process Rewards without Process Labels", arXiv:2412.01981).
+
+An implicit PRM is a causal LM π_φ, here a trainable copy of the starting (SFT) policy,
+read against the frozen reference π_ref (the same starting policy):
+
+    r_t       = β log π_φ(y_t | y_<t) / π_ref(y_t | y_<t)          the process reward of token t
+    logit(y)  = Σ_t r_t = β log π_φ(y) / π_ref(y)                  the outcome score
+    loss      = BCE( σ(logit(y)), outcome label ∈ [0, 1] )          what π_φ is trained on
+
+Only outcome labels are needed: the cross-entropy on the sequence-level sum decides how
+the evidence spreads over the tokens, and each token's share is its process reward. At the
+start π_φ = π_ref, so every r_t is exactly 0 and the outcome score is σ(0) = ½.
+
+The PRM is updated online, one optimizer step per rollout batch on that batch's verifier
+labels, so it keeps up with the policy that produced them (an offline PRM is soon gamed).
+The reference's log-probs are not recomputed: the reference role has already put them in
+`batch.ref_logp`.
+
+    implicit_process_rewards(prm_logp, ref_logp, mask, beta)   r_t, (B, T)
+    implicit_outcome_logits(prm_logp, ref_logp, mask, beta)    Σ_t r_t, (B,)
+    implicit_prm_loss(prm_logp, ref_logp, mask, labels, beta)  the BCE above
+    ImplicitPRM                                                 the model, its optimizer, one step per batch
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from posttrain.algorithms.core import masked_mean
+from posttrain.models.logprobs import response_logp
+from posttrain.types import RolloutBatch
+
+
+def implicit_process_rewards(prm_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                             beta: float) -> torch.Tensor:
+    """r_t = β (log π_φ(y_t | y_<t) − log π_ref(y_t | y_<t)) on response tokens, 0 elsewhere, (B, T).
+
+    Args:
+        prm_logp: (B, T) log π_φ of each token; ref_logp (B, T) log π_ref; mask (B, T) response mask.
+    """
+    return torch.where(mask != 0, beta * (prm_logp - ref_logp), 0.0)  # where: padding's values cannot leak
+
+
+def implicit_outcome_logits(prm_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor,
+                            beta: float) -> torch.Tensor:
+    """β log π_φ(y) / π_ref(y) = Σ_t r_t of each row, (B,): the logit of p(correct | y)."""
+    return implicit_process_rewards(prm_logp, ref_logp, mask, beta).sum(dim=1)
+
+
+def implicit_prm_loss(prm_logp: torch.Tensor, ref_logp: torch.Tensor, mask: torch.Tensor, labels: torch.Tensor,
+                      beta: float) -> torch.Tensor:
+    """Mean over rows of −[ l log σ(z) + (1 − l) log(1 − σ(z)) ], z = Σ_t r_t: the PRM's
+    cross-entropy on outcome labels l ∈ [0, 1] (B,). Computed from the logit z, never from
+    σ(z), so a confident PRM gives a finite loss and gradient."""
+    logits = implicit_outcome_logits(prm_logp, ref_logp, mask, beta)  # (B,)
+    return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+
+
+def outcome_labels(rewards: torch.Tensor) -> torch.Tensor:
+    """The batch's rewards as the PRM's labels, (B,); ValueError unless each is in [0, 1]."""
+    bad = ~((rewards >= 0) & (rewards <= 1))  # written so that NaN is bad too
+    if bad.any():
+        raise ValueError(f"the implicit PRM learns p(correct) from outcome labels in [0, 1], but the rewards include "
+                         f"{rewards[bad][:4].tolist()}: train PRIME on the verifier's 0/1 (--rl.reward accuracy, "
+                         "no --rl.length_penalty)")
+    return rewards
+
+
+class ImplicitPRM:
+    """π_φ, a trainable copy of the starting policy, with its own AdamW, updated once per
+    rollout batch. Called by the controller on each batch (after the reference has filled
+    `batch.ref_logp`): returns the batch's process rewards (B, T) and metrics.
+
+    update: "before" updates on the batch, then scores it with the updated weights (the
+    paper's default; two forward passes and one backward); "after" scores with the
+    weights before the update, reusing the update's forward pass.
+    """
+
+    def __init__(self, policy: torch.nn.Module, beta: float, lr: float, update: str = "before",
+                 grad_clip: float = 1.0, micro_batch_size: int = 0, share_prompt: bool = True):
+        if update not in ("before", "after"):
+            raise ValueError(f"ImplicitPRM update={update!r} is invalid; allowed: 'before' or 'after'")
+        self.model = copy.deepcopy(policy).train()
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        if not parameters:
+            raise ValueError("the implicit PRM is a copy of the policy, and the policy has no trainable parameters: "
+                             "build the PRM from the policy the trainer trains, not the rollout engine's frozen copy")
+        # AdamW with the trainer's β2 0.95 and no weight decay (verl's PRIME recipe: weight_decay 0,
+        # grad_clip 1.0, constant learning rate), so its state is only the moments
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+        self.beta, self.update, self.grad_clip = beta, update, grad_clip
+        self.micro_batch_size, self.share_prompt = micro_batch_size, share_prompt
+
+    def logp(self, batch: RolloutBatch) -> torch.Tensor:
+        """log π_φ of the batch's response tokens, (B, T), differentiable unless under no_grad."""
+        return response_logp(self.model, batch, self.share_prompt)
+
+    def micro_batches(self, batch: RolloutBatch) -> list[torch.Tensor]:
+        rows = torch.arange(batch.batch_size, device=batch.tokens.device)
+        return list(rows.split(self.micro_batch_size or batch.batch_size))
+
+    def __call__(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """One online step of the PRM on `batch`: (process rewards (B, T), metrics)."""
+        if batch.ref_logp is None:
+            raise ValueError("the implicit PRM reads batch.ref_logp (π_ref's log-probs): run the reference role first")
+        labels = outcome_labels(batch.rewards)  # (B,)
+        mask = batch.response_mask  # (B, T)
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logp_before = torch.zeros_like(batch.old_logp)  # (B, T) log π_φ before this step's update
+        loss_sum = 0.0
+        for rows in self.micro_batches(batch):
+            micro = batch.select(rows)
+            prm_logp = self.logp(micro)  # (b, T)
+            loss = implicit_prm_loss(prm_logp, micro.ref_logp, micro.response_mask, labels[rows], self.beta)
+            share = len(rows) / batch.batch_size  # the BCE is a mean over rows: weight each micro-batch by its rows
+            (loss * share).backward()
+            loss_sum += loss.item() * share
+            logp_before[rows] = prm_logp.detach()
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+
+        # the PRM's verdict on rollouts it has not trained on yet: a held-out accuracy, step by step
+        logits_before = implicit_outcome_logits(logp_before, batch.ref_logp, mask, self.beta)  # (B,)
+        accuracy = ((logits_before > 0) == (labels > 0.5)).float().mean().item()
+        if self.update == "before":
+            with torch.no_grad():
+                self.model.eval()
+                prm_logp = torch.cat([self.logp(batch.select(rows)) for rows in self.micro_batches(batch)])
+        else:
+            prm_logp = logp_before
+        process_rewards = implicit_process_rewards(prm_logp, batch.ref_logp, mask, self.beta)  # (B, T)
+        return process_rewards, {
+            "prm/loss": loss_sum,
+            "prm/accuracy": accuracy,
+            "prm/grad_norm": grad_norm.item(),
+            "prm/process_reward_mean": masked_mean(process_rewards, mask).item(),  # per response token
+            "prm/outcome_score_mean": process_rewards.sum(dim=1).mean().item(),  # Σ_t r_t per response
+        }
+
+    def state_dict(self) -> dict:
+        """The PRM's weights and optimizer moments: with them a resumed run scores and steps
+        exactly as an uninterrupted one."""
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
