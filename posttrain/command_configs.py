@@ -139,7 +139,9 @@ class SearchConfig:
     orm: str = ""  # an outcome reward model directory (`posttrain prm --kind orm`): ORM best-of-N
     aggregation: str = "min"  # a PRM's step scores to one score in beam search and MCTS: min, product or last
     step_format: str = "arithmetic"  # where steps end: arithmetic ("," and the Final line) or newline
-    beam_width: int = 4  # partial solutions kept per problem
+    # partial solutions kept per problem; 0 = as many as the budget pays for, budget // (max_new_tokens ×
+    # expansions), so that beam search, like the N-sample methods, grows with its budget
+    beam_width: int = 0
     expansions: int = 2  # next steps sampled per kept partial
     mcts_children: int = 3  # next steps sampled per expanded MCTS node
     c_uct: float = 1.0  # MCTS exploration: the weight of the UCT bonus
@@ -166,8 +168,9 @@ class SearchConfig:
                                   f"`posttrain prm --kind {name}`)")
         check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
         self.budget_list()
-        for name in ("size", "beam_width", "expansions", "mcts_children", "step_tokens"):
+        for name in ("size", "expansions", "mcts_children", "step_tokens"):
             check_positive(self, "", name)
+        check(self.beam_width >= 0, "beam_width", self.beam_width, "an integer >= 0 (0 = scale with the budget)")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
         check(self.temperature > 0, "temperature", self.temperature,
               "a number > 0: the sampled methods need distinct samples (greedy is always in the table)")

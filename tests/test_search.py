@@ -182,8 +182,8 @@ def test_the_command_writes_one_table_and_refuses_bad_settings(tmp_path):
     summary = run_search(cfg)
     methods = [(r["budget"], r["method"]) for r in summary["rows"]]
     assert methods == [(12, "greedy"), (24, "majority vote (2)"), (24, "best-of-2 (verifier)"),
-                       (24, "beam 4x2 (oracle steps)"), (48, "majority vote (4)"), (48, "best-of-4 (verifier)"),
-                       (48, "beam 4x2 (oracle steps)")]
+                       (24, "beam 1x2 (oracle steps)"), (48, "majority vote (4)"), (48, "best-of-4 (verifier)"),
+                       (48, "beam 2x2 (oracle steps)")]  # the beam as wide as each budget pays for
     assert all(r["tokens_spent"] <= r["budget"] for r in summary["rows"])
     run = tmp_path / "runs"
     out = next(run.iterdir())

@@ -9,7 +9,8 @@ tokens it actually spent (search/budget.py: it may stop short of B, never exceed
     best-of-N (verifier)     the same N samples, selected by the task's verifier: an oracle,
                              its accuracy is pass@N, the ceiling of selection
     best-of-N (ORM/PRM agg)  the same N samples, selected by --orm or --prm
-    beam (PRM), MCTS (PRM)   step-level search guided by --prm (search/methods.py, mcts.py)
+    beam (PRM), MCTS (PRM)   step-level search guided by --prm (search/methods.py, mcts.py); the
+                             beam is as wide as the budget pays for (--beam_width 0)
     beam (oracle steps)      beam search guided by the step checker itself (arithmetic only):
                              what a perfect PRM would buy
 
@@ -105,9 +106,10 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             if scorer is None:
                 continue
             problems = Problem.of(examples, tokenizer, budget)
-            answers = beam_search(engine, problems, scorer, fmt, separators, cfg.beam_width, cfg.expansions,
+            width = cfg.beam_width or max(1, budget // (max_new * cfg.expansions))
+            answers = beam_search(engine, problems, scorer, fmt, separators, width, cfg.expansions,
                                   cfg.step_tokens, max_new, generator, aggregation=cfg.aggregation)
-            record(f"beam {cfg.beam_width}x{cfg.expansions} ({name})", budget, problems, answers)
+            record(f"beam {width}x{cfg.expansions} ({name})", budget, problems, answers)
             if name == "PRM":
                 problems = Problem.of(examples, tokenizer, budget)
                 answers = mcts(engine, problems, scorer, fmt, separators, cfg.mcts_children, cfg.step_tokens,
