@@ -190,13 +190,25 @@ class VerifyConfig:
     size: int = 200  # problems
     seed: int = 0  # which problems, and the sampling seed
     prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`), verified beside the policy itself
-    threshold: float = 0.5  # a step scoring below it is flagged (the policy's confidence, a PRM's probability)
+    # a step scoring below a threshold is flagged (the policy's confidence, a PRM's probability); each
+    # threshold of this comma-separated list is one row per verifier: false positives against false negatives
+    thresholds: str = "0.5,0.9"
     max_revisions: int = 2  # regrowths from the first flagged step, per problem
     temperature: float = 1.0  # drafts and regrowths are sampled: greedy would regrow the same step
     max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
     step_tokens: int = 16  # a step's token cap
     out_dir: str = "runs"  # where the run directory is created
     name: str = "verify"  # the run directory's suffix
+
+    def threshold_list(self) -> list[float]:
+        try:
+            thresholds = [float(t) for t in self.thresholds.split(",")]
+        except ValueError:
+            raise ConfigError(f"thresholds={self.thresholds!r} is not allowed: expected numbers, comma-separated "
+                              "(e.g. '0.5,0.9')") from None
+        check(all(0 < t < 1 for t in thresholds), "thresholds", self.thresholds,
+              "probabilities strictly between 0 and 1")
+        return thresholds
 
     def validate(self) -> None:
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
@@ -207,7 +219,7 @@ class VerifyConfig:
         check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
         for name in ("size", "step_tokens"):
             check_positive(self, "", name)
-        check(0 < self.threshold < 1, "threshold", self.threshold, "a probability strictly between 0 and 1")
+        self.threshold_list()
         check(self.max_revisions >= 0, "max_revisions", self.max_revisions, "an integer >= 0 (0: verify, never revise)")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
         check(self.temperature > 0, "temperature", self.temperature, "a number > 0: a greedy regrowth repeats the step")

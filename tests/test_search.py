@@ -240,11 +240,13 @@ def test_the_verify_command_writes_its_table_and_refuses_bad_settings(tmp_path):
     cfg = VerifyConfig(checkpoint=str(tmp_path / "ckpt"), size=4, max_new_tokens=12, out_dir=str(tmp_path / "runs"))
     check_config(cfg)
     summary = run_verify(cfg)
-    assert [r["verifier"] for r in summary["rows"]] == ["self (policy confidence)", "oracle (step checker)"]
+    assert [(r["verifier"], r["threshold"]) for r in summary["rows"]] == [
+        ("self (policy confidence)", 0.5), ("oracle (step checker)", 0.5), ("self (policy confidence)", 0.9)]
     oracle = summary["rows"][1]
     assert oracle["false_positive_rate"] == 0.0 and oracle["wrong_steps"] > 0  # an untrained policy errs
     assert all(r["tokens"] <= 12 * 3 for r in summary["rows"])  # draft + 2 revisions at most
-    assert "| oracle (step checker) | 0.0% of" in (next((tmp_path / "runs").iterdir()) / "verify.md").read_text()
-    for bad, message in ((dict(threshold=1.0), "strictly between 0 and 1"), (dict(max_revisions=-1), ">= 0")):
+    assert "| oracle (step checker) | 0.5 | 0.0% of" in (next((tmp_path / "runs").iterdir()) / "verify.md").read_text()
+    for bad, message in ((dict(thresholds="0.5,1"), "strictly between 0 and 1"), (dict(thresholds="a"), "numbers"),
+                         (dict(max_revisions=-1), ">= 0")):
         with pytest.raises(ConfigError, match=message):
             check_config(VerifyConfig(**{**vars(cfg), **bad}))

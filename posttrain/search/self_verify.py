@@ -204,14 +204,18 @@ def run_verify(cfg: VerifyConfig) -> dict:
         return partial.done and env.score(problem.example, partial.text)["reward"] >= 1.0
 
     rows = []
-    for name, verifier in verifiers.items():
-        problems = Problem.of(examples, tokenizer, max_new * (1 + cfg.max_revisions))
-        generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "verify"))
-        result = verify_and_revise(engine, problems, verifier, fmt, (",", "\n"), cfg.threshold, cfg.max_revisions,
-                                   cfg.step_tokens, max_new, is_correct, generator)
-        draft, final = [float(c) for c in result.draft_correct], [float(c) for c in result.final_correct]
-        rows.append({"verifier": name, **audit(result), "draft": bootstrap_ci(draft), "revised": bootstrap_ci(final),
-                     "gain": paired_bootstrap_diff(final, draft), "tokens": mean(result.tokens)})
+    for threshold in cfg.threshold_list():
+        for name, verifier in verifiers.items():
+            if name.startswith("oracle") and threshold != cfg.threshold_list()[0]:
+                continue  # the oracle's scores are 0 or 1: every threshold gives the same row
+            problems = Problem.of(examples, tokenizer, max_new * (1 + cfg.max_revisions))
+            generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "verify"))  # the same drafts in every row
+            result = verify_and_revise(engine, problems, verifier, fmt, (",", "\n"), threshold, cfg.max_revisions,
+                                       cfg.step_tokens, max_new, is_correct, generator)
+            draft, final = [float(c) for c in result.draft_correct], [float(c) for c in result.final_correct]
+            rows.append({"verifier": name, "threshold": threshold, **audit(result), "draft": bootstrap_ci(draft),
+                         "revised": bootstrap_ci(final), "gain": paired_bootstrap_diff(final, draft),
+                         "tokens": mean(result.tokens)})
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "B (verify)", "spec_version": env.spec_version, "checkpoint": cfg.checkpoint,
@@ -231,14 +235,14 @@ def verify_table(rows: list[dict], cfg: VerifyConfig) -> str:
     def pct(ci: dict) -> str:
         return f"{100 * ci['mean']:.1f}% [{100 * ci['ci_low']:.1f}, {100 * ci['ci_high']:.1f}]"
 
-    lines = [f"threshold {cfg.threshold}, up to {cfg.max_revisions} revisions, {cfg.size} problems",
-             "", "| step verifier | false positives (wrong steps passed) | false negatives (right steps flagged) "
+    lines = [f"up to {cfg.max_revisions} revisions, {cfg.size} problems, a step flagged below the threshold",
+             "", "| step verifier | threshold | false positives (wrong steps passed) | false negatives (right steps flagged) "
              "| draft accuracy | after revision | revision's effect [95% CI] | revisions: fixed / broke / of | "
-             "tokens per problem |", "|---|---:|---:|---|---|---|---|---:|"]
+             "tokens per problem |", "|---|---:|---:|---:|---|---|---|---|---:|"]
     for r in rows:
         gain = r["gain"]
         lines.append(
-            f"| {r['verifier']} | {100 * r['false_positive_rate']:.1f}% of {r['wrong_steps']} "
+            f"| {r['verifier']} | {r['threshold']} | {100 * r['false_positive_rate']:.1f}% of {r['wrong_steps']} "
             f"| {100 * r['false_negative_rate']:.1f}% of {r['right_steps']} | {pct(r['draft'])} | {pct(r['revised'])} "
             f"| {100 * gain['mean_diff']:+.1f} [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}] "
             f"{gain['verdict']} | {r['fixed']} / {r['broke']} / {r['revisions']} | {r['tokens']:.1f} |")
