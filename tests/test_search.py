@@ -182,14 +182,14 @@ def test_the_command_writes_one_table_and_refuses_bad_settings(tmp_path):
     summary = run_search(cfg)
     methods = [(r["budget"], r["method"]) for r in summary["rows"]]
     assert methods == [(12, "greedy"), (24, "majority vote (2)"), (24, "best-of-2 (verifier)"),
-                       (24, "beam 1x2 (oracle steps)"), (48, "majority vote (4)"), (48, "best-of-4 (verifier)"),
-                       (48, "beam 2x2 (oracle steps)")]  # the beam as wide as each budget pays for
+                       (24, "best-of-2 (policy log-prob)"), (24, "beam 1x2 (oracle steps)"), (48, "majority vote (4)"),
+                       (48, "best-of-4 (verifier)"), (48, "best-of-4 (policy log-prob)"), (48, "beam 2x2 (oracle steps)")]  # the beam as wide as each budget pays for
     assert all(r["tokens_spent"] <= r["budget"] for r in summary["rows"])
     run = tmp_path / "runs"
     out = next(run.iterdir())
     assert (out / "search.png").stat().st_size > 0 and "| 48 | best-of-4 (verifier) |" in (out / "compare.md").read_text()
     samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
-    assert len(samples) == 7 * 4 and all(s["tokens"] <= max(s["budget"], 12) for s in samples)
+    assert len(samples) == 9 * 4 and all(s["tokens"] <= max(s["budget"], 12) for s in samples)
     for bad, message in ((dict(budgets="64,x"), "expected integers"), (dict(budgets="0"), "positive token counts"),
                          (dict(prm=str(tmp_path / "none")), "no such directory"),
                          (dict(checkpoint=""), "give --checkpoint DIR"), (dict(aggregation="mean"), "min, product")):

@@ -111,15 +111,22 @@ def sample_completions(engine: RolloutEngine, problems: list[Problem], n: int, m
     an even share of the problem's budget, in one batched call. A completion the cap cut
     short is returned unfinished (done False when it hit a budget share below
     max_new_tokens): it counts, it just cannot be right."""
-    params = params or engine.params
     rows = [(problem, Partial()) for problem in problems for _ in range(n)]
-    extended = _draw(engine, rows, _row_caps(rows, max_new_tokens, max_new_tokens), generator, params, (),
-                     max_new_tokens)
+    extended = finish(engine, rows, max_new_tokens, generator, params)
     by_problem = defaultdict(list)
     for (problem, _), partial in zip(rows, extended):
         if partial is not None:
             by_problem[id(problem)].append(partial)
     return [by_problem[id(problem)] for problem in problems]
+
+
+def finish(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], max_new_tokens: int,
+           generator: torch.Generator | None = None, params: SamplingParams | None = None) -> list[Partial | None]:
+    """Each (problem, partial) row continued to its end (end-of-sequence or max_new_tokens),
+    capped by its problem's budget shared among its rows in this call: MCTS's rollouts, and
+    whole samples from an empty partial. None for a row that got no tokens."""
+    params = params or engine.params
+    return _draw(engine, rows, _row_caps(rows, max_new_tokens, max_new_tokens), generator, params, (), max_new_tokens)
 
 
 def extend_steps(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], separators: tuple[str, ...],

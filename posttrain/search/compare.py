@@ -8,6 +8,8 @@ tokens it actually spent (search/budget.py: it may stop short of B, never exceed
     majority vote            N = B // max_new_tokens samples, the most common answer
     best-of-N (verifier)     the same N samples, selected by the task's verifier: an oracle,
                              its accuracy is pass@N, the ceiling of selection
+    best-of-N (policy log-prob)  the same N samples, the one the policy itself found most
+                             likely (mean log-prob per token): selection with no second model
     best-of-N (ORM/PRM agg)  the same N samples, selected by --orm or --prm
     beam (PRM), MCTS (PRM)   step-level search guided by --prm (search/methods.py, mcts.py); the
                              beam is as wide as the budget pays for (--beam_width 0)
@@ -22,6 +24,7 @@ every chosen completion.
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -95,6 +98,10 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
             record(f"majority vote ({n})", budget, problems, [majority_vote(c, answer_of) for c in drawn])
             verdicts = [[correct(p.example, c) for c in cands] for p, cands in zip(problems, drawn)]
             record(f"best-of-{n} (verifier)", budget, problems, [pick_highest(c, v) for c, v in zip(drawn, verdicts)])
+            # no second model: the policy's mean log-prob of its own tokens, as drawn
+            confidence = [[sum(c.logp) / len(c.logp) if c.logp else -math.inf for c in cands] for cands in drawn]
+            record(f"best-of-{n} (policy log-prob)", budget, problems,
+                   [pick_highest(c, v) for c, v in zip(drawn, confidence)])
             for kind, scorer in scorers.items():
                 if scorer is not None:
                     for name, select in selectors(kind, scorer).items():

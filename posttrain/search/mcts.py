@@ -2,21 +2,25 @@
 
 A node is a partial solution (search/budget.py::Partial); its children are `children`
 next steps sampled from the policy in one call. Each iteration, for every problem still
-searching (all problems in lockstep, one batched call):
+searching (all problems in lockstep, batched calls):
 
     select     from the root, follow the child with the highest UCT score
                    Q(c) + c_uct · sqrt(ln N(parent) / N(c))
                (Kocsis & Szepesvári 2006) through expanded nodes to one not yet expanded
     expand     sample its `children` next steps
-    evaluate   the PRM's aggregated score of each child's steps so far is its value: no
-               random rollout to the end, which would spend the budget on one line
+    simulate   roll each new child out to the end of a solution (sampled, one call)
+    evaluate   the PRM's aggregated score of the whole rolled-out solution is the child's
+               value; the rollout itself is kept as a candidate answer
     backup     each child's value is added to every node on its path (N += 1, W += v)
 
-A finished child (end of sequence) is a leaf that is never expanded; a node whose children
-are all closed is closed. A problem stops when its root closes or its budget is spent. Its
-answer is the finished solution with the highest mean value Q, an unfinished one if none
-finished. With a PRM that only ever says "right so far" this is best-first search; the
-UCT bonus spends some budget on less-visited siblings in case the PRM was wrong about them.
+The rollouts are what make it MCTS rather than best-first search: a node's value is an
+estimate of where the policy ends up from it, not a verdict on the steps so far, and every
+rollout is a finished solution, so the search has answers from its first iteration. They
+also cost most of its tokens (a rollout is the rest of a solution; a step is a few tokens).
+A finished child (end of sequence) is its own rollout and is never expanded; a node whose
+children are all closed is closed. A problem stops when its root closes or its budget is
+spent. Its answer is the finished solution (a rollout or a finished node) with the highest
+value, ties to the earliest found.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import torch
 from posttrain.config import SamplingParams
 from posttrain.rewards.process_reward_model import StepFormat
 from posttrain.roles.rollout import RolloutEngine
-from posttrain.search.budget import Partial, Problem, extend_steps
+from posttrain.search.budget import Partial, Problem, extend_steps, finish
 from posttrain.search.methods import Scorer, prefix_values
 
 
@@ -79,6 +83,7 @@ def mcts(engine: RolloutEngine, problems: list[Problem], scorer: Scorer, fmt: St
     if children < 1:
         raise ValueError(f"MCTS needs children >= 1 per expansion, got {children}")
     roots = [Node(Partial()) for _ in problems]
+    found: list[list[tuple[float, Partial]]] = [[] for _ in problems]  # finished solutions and their values
     searching = list(range(len(problems)))
     while searching:
         leaves = {i: select(roots[i], c_uct) for i in searching}
@@ -86,11 +91,21 @@ def mcts(engine: RolloutEngine, problems: list[Problem], scorer: Scorer, fmt: St
         rows = [(problems[i], leaves[i].partial) for i in searching for _ in range(children)]
         if not rows:
             break
-        drawn = extend_steps(engine, rows, separators, step_tokens, max_new_tokens, generator, params)
         owners = [i for i in searching for _ in range(children)]
+        drawn = extend_steps(engine, rows, separators, step_tokens, max_new_tokens, generator, params)
         grown = [(i, child) for i, child in zip(owners, drawn) if child is not None]
-        values = prefix_values(scorer, fmt, [problems[i].example.prompt for i, _ in grown],
-                               [c for _, c in grown], aggregation)
+        # simulate: each new child to the end of a solution (a finished child already is one)
+        open_children = [(problems[i], child) for i, child in grown if not child.done]
+        ends = iter(finish(engine, open_children, max_new_tokens, generator, params))
+        rollouts = [child if child.done else next(ends) for _, child in grown]
+        valued = [(k, r) for k, r in enumerate(rollouts) if r is not None]
+        values = [0.0] * len(grown)
+        scores = prefix_values(scorer, fmt, [problems[grown[k][0]].example.prompt for k, _ in valued],
+                               [r for _, r in valued], aggregation)
+        for (k, rollout), value in zip(valued, scores):
+            values[k] = value
+            if rollout.done:
+                found[grown[k][0]].append((value, rollout))
         for i in searching:
             leaves[i].expanded = True
         for (i, partial), value in zip(grown, values):
@@ -99,19 +114,14 @@ def mcts(engine: RolloutEngine, problems: list[Problem], scorer: Scorer, fmt: St
             backup(child, value)
         # a problem whose expansion drew nothing has spent its budget
         searching = [i for i in searching if any(owner == i for owner, _ in grown)]
-    return [best_answer(root) for root in roots]
+    return [max(candidates, key=lambda pair: pair[0])[1] if candidates else best_open(root)
+            for candidates, root in zip(found, roots)]
 
 
-def best_answer(root: Node) -> Partial | None:
-    """The finished node with the highest Q (ties: more visits, then drawing order); the
-    best open node when none finished; None for an empty tree."""
-    nodes, stack = [], [root]
-    while stack:
-        node = stack.pop(0)
-        nodes.append(node)
-        stack += node.children
-    order = {id(n): k for k, n in enumerate(nodes)}  # breadth-first: the drawing order within a depth
-    candidates = [n for n in nodes[1:] if n.partial.done] or nodes[1:]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda n: (n.q, n.visits, -order[id(n)])).partial
+def best_open(root: Node) -> Partial | None:
+    """No finished solution: the deepest-visited open node's partial (it cannot be right,
+    but it is what the search got to); None for an empty tree."""
+    node = root
+    while node.children:
+        node = max(node.children, key=lambda c: (c.visits, c.q))
+    return node.partial if node is not root else None
