@@ -219,6 +219,8 @@ def _accuracy_on(label: float):
 
 
 def _ci_text(value: dict, percent: bool = True) -> str:
+    if value["mean"] != value["mean"]:  # NaN: AUROC or a subset accuracy with one class absent
+        return "undefined: the held-out labels hold one class only"
     if percent:
         return f"{value['mean']:.1%} [{value['ci_low']:.1%}, {value['ci_high']:.1%}]"
     return f"{value['mean']:.3f} [{value['ci_low']:.3f}, {value['ci_high']:.3f}]"
