@@ -11,7 +11,9 @@
                   (prm) or outcomes (orm): rewards/process_reward_model.py
     4. report     on the held-out completions: step accuracy (prm), outcome AUROC (orm; prm
                   through each aggregation), ECE over 10 bins and the reliability table,
-                  each with a 95% bootstrap CI over completions (eval/calibration.py)
+                  each with a 95% bootstrap CI over completions (eval/calibration.py);
+                  beside them the untrained baseline, the policy's own step log-probability
+                  (policy_confidence), which a trained model has to beat to be worth its cost
 
 The run directory: config.json, meta.json, prm_train.jsonl / prm_heldout.jsonl (the
 labelled data, re-readable with --data), metrics.jsonl (one line per training step),
