@@ -11,7 +11,9 @@
                   (prm) or outcomes (orm): rewards/process_reward_model.py
     4. report     on the held-out completions: step accuracy (prm), outcome AUROC (orm; prm
                   through each aggregation), ECE over 10 bins and the reliability table,
-                  each with a 95% bootstrap CI over completions (eval/calibration.py)
+                  each with a 95% bootstrap CI over completions (eval/calibration.py);
+                  beside them the untrained baseline, the policy's own step log-probability
+                  (policy_confidence), which a trained model has to beat to be worth its cost
 
 The run directory: config.json, meta.json, prm_train.jsonl / prm_heldout.jsonl (the
 labelled data, re-readable with --data), metrics.jsonl (one line per training step),
@@ -219,6 +221,8 @@ def _accuracy_on(label: float):
 
 
 def _ci_text(value: dict, percent: bool = True) -> str:
+    if value["mean"] != value["mean"]:  # NaN: AUROC or a subset accuracy with one class absent
+        return "undefined: the held-out labels hold one class only"
     if percent:
         return f"{value['mean']:.1%} [{value['ci_low']:.1%}, {value['ci_high']:.1%}]"
     return f"{value['mean']:.3f} [{value['ci_low']:.3f}, {value['ci_high']:.3f}]"

@@ -217,9 +217,9 @@ def train_step_reward_model(
     0.5, on the batch's labelled entries), positive_rate, seconds; `on_step(step, metrics)`
     is called after each step (progress display).
 
-    lr 3e-4 with a body copied from the SFT policy: measured on arithmetic L3, 1e-3 reached
-    the same held-out step accuracy but with a worse calibration, and 1e-4 was still learning
-    at 300 steps (see the README's Process reward models section)."""
+    The default lr suits a small body copied from an SFT policy; `posttrain prm` measured
+    its own setting on arithmetic (command_configs.PrmConfig.lr, README "Process reward
+    models"). A large pretrained body wants ~1e-5, as the Bradley–Terry model does."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}; choose one of {KINDS} (orm: one score per completion, prm: one per step)")
     usable = [r for r in records if r.steps]

@@ -176,28 +176,32 @@ def print_table(rows: list[dict]) -> None:
 
 
 def plot(rows: list[dict], path: Path) -> None:
-    """Accuracy against mean tokens spent per problem, one line per method family."""
+    """Accuracy against mean tokens spent per problem, one line per method family. A method
+    that finished nothing at a budget (0%: it cannot afford one solution there) is left out
+    of the curve; the table keeps it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     families: dict[str, list[dict]] = {}
-    for r in rows:  # "best-of-8 (ORM)" and "best-of-16 (ORM)" are one line; so are the votes
-        family = re.sub(r"majority vote \(\d+\)", "majority vote", re.sub(r"best-of-\d+", "best-of-N", r["method"]))
-        families.setdefault(family, []).append(r)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for family, points in families.items():
+    for r in rows:  # "best-of-8 (ORM)" and "best-of-16 (ORM)" are one line; so are the votes and the beams
+        family = re.sub(r"best-of-\d+", "best-of-N", r["method"])
+        family = re.sub(r"majority vote \(\d+\)", "majority vote", re.sub(r"beam \d+x\d+", "beam", family))
+        if r["accuracy"] > 0:
+            families.setdefault(family, []).append(r)
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    markers = "os^vDP*Xh<>p"
+    for k, (family, points) in enumerate(families.items()):
         points = sorted(points, key=lambda r: r["tokens_spent"])
-        xs = [r["tokens_spent"] for r in points]
-        ax.errorbar(xs, [100 * r["accuracy"] for r in points],
+        ax.errorbar([r["tokens_spent"] for r in points], [100 * r["accuracy"] for r in points],
                     yerr=[[100 * (r["accuracy"] - r["ci_low"]) for r in points],
                           [100 * (r["ci_high"] - r["accuracy"]) for r in points]],
-                    marker="o", capsize=3, label=family)
+                    marker=markers[k % len(markers)], capsize=3, label=family, color=f"C{k % 10}", alpha=0.85)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("generated tokens per problem (mean spent)")
-    ax.set_ylabel("accuracy (%)")
-    ax.legend(fontsize=7)
+    ax.set_ylabel("accuracy (%, 95% CI)")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -18,8 +18,9 @@ truth (the arithmetic step checker, verifiers/steps.py), which plays the meta-ve
 
 Step verifiers (`STEP_VERIFIERS` in compare-style runs, search/compare.py):
 
-    self     the policy checks itself: a step's score is the probability the policy gave
-             its least likely token, as drawn (low confidence = suspect). No second model.
+    self     the policy checks itself: a step's score is exp of its mean token log-prob as
+             drawn, a running minimum over the steps (low confidence = suspect). No second
+             model; `posttrain prm` measured this ranking better than its trained PRM
     prm      a trained process reward model's probability that the step is right
     oracle   the step checker itself: FP = FN = 0, the ceiling of what revision can buy
              with this policy's regrowths
@@ -53,8 +54,18 @@ StepVerifier = Callable[[list[str], list[list[tuple[str, list[float]]]]], list[l
 
 
 def policy_confidence(prompts: list[str], rows: list[list[tuple[str, list[float]]]]) -> list[list[float]]:
-    """The policy as its own verifier: each step's least likely token's probability."""
-    return [[math.exp(min(logp)) if logp else 1.0 for _, logp in steps] for steps in rows]
+    """The policy as its own verifier: exp of each step's mean token log-prob, as drawn, as a
+    running minimum over the steps so far (once an unlikely step was written, every later one
+    is suspect too). The same rule as `posttrain prm`'s untrained baseline
+    (pipelines/prm.py::policy_confidence), read off the sampler instead of a second pass."""
+    out = []
+    for steps in rows:
+        lowest, scores = 0.0, []
+        for _, logp in steps:
+            lowest = min(lowest, sum(logp) / len(logp) if logp else 0.0)
+            scores.append(math.exp(lowest))
+        out.append(scores)
+    return out
 
 
 def step_texts(row: list[tuple[str, list[float]]], fmt: StepFormat) -> list[str]:
