@@ -219,8 +219,10 @@ def test_revision_from_the_first_flagged_step_and_the_audit_of_the_verifier():
     _, result = run(lambda prompts, rows: [[1.0] * len(r) for r in rows])
     assert result.final_correct == result.draft_correct and audit(result)["false_positive_rate"] == 1.0
     assert audit(result)["revisions"] == 0
-    # the policy's own confidence reads the drawn log-probs: the scripted ones are all 0 (probability 1)
-    assert policy_confidence(["q"], [[("1+2=4,", [0.0, -0.1]), ("Final: 4", [])]]) == [[pytest.approx(0.904837), 1.0]]
+    # the policy's own confidence: exp of each step's mean drawn log-prob, a running minimum over the steps
+    rows = [[("1+2=4,", [0.0, -0.1]), ("4+3=7\n", [-0.5, -0.5]), ("Final: 7", [-0.01])]]
+    assert policy_confidence(["q"], rows) == [[pytest.approx(0.951229), pytest.approx(0.606531)] * 1
+                                              + [pytest.approx(0.606531)]]
     # no revisions: verify only
     _, result = run(scorer_verifier(OracleStepScorer(EXAMPLES), FMT), revisions=0)
     assert result.final_correct == result.draft_correct and result.revisions == []
