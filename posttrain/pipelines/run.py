@@ -73,22 +73,13 @@ def run_pipeline(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return summary
 
 
-def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
-    """The pipeline itself; the summary it writes, as a dict."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
-    env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
-    heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
-    console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
-
+def starting_policy(cfg: TrainConfig, run: RunDir, env):
+    """(policy, tokenizer, start weights) on cfg.device: --init's checkpoint or model, or
+    the model built from cfg.model and SFT'd on env's demonstrations (sft.steps > 0)."""
     device = resolve_device(cfg.device)
-    if device.type == "cpu" and cfg.dtype != "float32":
-        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
-                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
-                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
     if cfg.init:  # a run's checkpoint or any transformers model (a directory, or a name in the local cache)
-        start_weights = resolve_model_dir(cfg.init)
-        policy, tokenizer = load_checkpoint_model(start_weights, cfg.model), load_tokenizer(start_weights, cfg.model)
+        start = resolve_model_dir(cfg.init)
+        policy, tokenizer = load_checkpoint_model(start, cfg.model), load_tokenizer(start, cfg.model)
         place(policy, device, cfg.dtype)  # loaded on the CPU; every role follows the policy from here
     else:
         torch.manual_seed(derive_seed(cfg.seed, "init"))
@@ -99,12 +90,28 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
         # built: a pretrained one from its own directory, gpt_mini's random init from a copy
         if cfg.sft.steps:  # without SFT no demonstrations are drawn: a task needs no solutions
             sft_stage(cfg, run, env, tokenizer, policy)
-            start_weights = latest_checkpoint(run, "sft")
-            policy.load_state_dict(load_checkpoint_weights(start_weights, policy.config).state_dict())
+            start = latest_checkpoint(run, "sft")
+            policy.load_state_dict(load_checkpoint_weights(start, policy.config).state_dict())
         elif is_pretrained(cfg.model):
-            start_weights = resolve_model_dir(cfg.model.name)
+            start = resolve_model_dir(cfg.model.name)
         else:
-            start_weights = latest_checkpoint(run, "init") or save_checkpoint(run, "init", 0, policy, tokenizer)
+            start = latest_checkpoint(run, "init") or save_checkpoint(run, "init", 0, policy, tokenizer)
+    return policy, tokenizer, start
+
+
+def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
+    """The pipeline itself; the summary it writes, as a dict."""
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
+    heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
+    console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
+
+    if resolve_device(cfg.device).type == "cpu" and cfg.dtype != "float32":
+        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
+                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
+                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
+    policy, tokenizer, start_weights = starting_policy(cfg, run, env)
 
     results = run.read_json("summary.json") or {}
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)

@@ -39,15 +39,12 @@ from posttrain.command_configs import StarConfig
 from posttrain.config import SFTConfig, TrainConfig
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import solved
-from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
-from posttrain.models.device import place, resolve_device
-from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.build import sampling_params
-from posttrain.pipelines.run import evaluate_and_log
-from posttrain.pipelines.sft import fine_tune, sft_stage
+from posttrain.pipelines.run import evaluate_and_log, starting_policy
+from posttrain.pipelines.sft import fine_tune
 from posttrain.roles.environment import is_multi_turn, score_episodes
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
-from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
+from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
@@ -149,27 +146,6 @@ def fine_tune_settings(star: StarConfig) -> SFTConfig:
     """The SFT settings of one iteration's fine-tuning."""
     return SFTConfig(steps=star.steps, batch_size=star.batch_size, lr=star.lr, warmup_steps=star.warmup_steps,
                      weight_decay=0.0)
-
-
-def starting_policy(cfg: TrainConfig, run: RunDir, env):
-    """(policy, tokenizer, start weights): --init's checkpoint, or SFT from scratch as `posttrain run` does it."""
-    device = resolve_device(cfg.device)
-    if cfg.init:
-        start = resolve_model_dir(cfg.init)
-        policy, tokenizer = load_checkpoint_model(start, cfg.model), load_tokenizer(start, cfg.model)
-        return place(policy, device, cfg.dtype), tokenizer, start
-    torch.manual_seed(derive_seed(cfg.seed, "init"))
-    policy, tokenizer = make_policy(cfg.model)
-    place(policy, device, cfg.dtype)
-    if cfg.sft.steps:
-        sft_stage(cfg, run, env, tokenizer, policy)
-        start = latest_checkpoint(run, "sft")
-        policy.load_state_dict(load_checkpoint_weights(start, policy.config).state_dict())
-    elif is_pretrained(cfg.model):
-        start = resolve_model_dir(cfg.model.name)
-    else:
-        start = latest_checkpoint(run, "init") or save_checkpoint(run, "init", 0, policy, tokenizer)
-    return policy, tokenizer, start
 
 
 def check_star(cfg: TrainConfig, star: StarConfig, env=None) -> None:

@@ -43,7 +43,6 @@ the first-error labels of verifiers/steps.py already means "all right so far").
 from __future__ import annotations
 
 import math
-import random
 import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -59,6 +58,7 @@ from posttrain.rewards.reward_model import (
     encode_for_reward,
     load_reward_model,
     save_reward_model,
+    shuffled_batches,
 )
 from posttrain.verifiers.steps import FINAL_PREFIX, newline_separators, split_steps, step_separators
 
@@ -238,17 +238,12 @@ def train_step_reward_model(
         targets = [[float(r.outcome)] for r in usable]
     torch.manual_seed(seed)
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    rng = random.Random(seed)
-    order: list[int] = []
+    batches = shuffled_batches(len(usable), batch_size, seed)
     history = []
     start = time.perf_counter()
     model.train()
     for _ in range(steps):
-        if len(order) < batch_size:
-            epoch = list(range(len(usable)))
-            rng.shuffle(epoch)
-            order += epoch
-        idx, order = order[:batch_size], order[batch_size:]
+        idx = next(batches)
         tokens, _ = collate_texts([encoded[i][0] for i in idx], tokenizer.pad_id)
         positions, mask = collate_positions([encoded[i][1] for i in idx])
         labels = torch.zeros(mask.shape)

@@ -49,7 +49,7 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.nn as nn
@@ -192,6 +192,20 @@ def default_reward_config(vocab_size: int) -> GPTMiniConfig:
     return GPTMiniConfig(vocab_size=vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=96, max_seq_len=96)
 
 
+def shuffled_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
+    """Indices of batch after batch, endlessly: each pass a fresh shuffle of range(n), the
+    next pass appended before the current one runs out, so every batch is full."""
+    rng = random.Random(seed)
+    order: list[int] = []
+    while True:
+        if len(order) < batch_size:
+            epoch = list(range(n))
+            rng.shuffle(epoch)
+            order += epoch
+        batch, order = order[:batch_size], order[batch_size:]
+        yield batch
+
+
 def train_reward_model(
     pairs: Sequence[PreferencePair],
     model: RewardModel | None = None,
@@ -233,17 +247,12 @@ def train_reward_model(
                if margin_key else None)
 
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    rng = random.Random(seed)
-    order: list[int] = []
+    batches = shuffled_batches(len(pairs), batch_size, seed)
     history = []
     start = time.perf_counter()
     model.train()
     for step in range(steps):
-        if len(order) < batch_size:
-            epoch = list(range(len(pairs)))
-            rng.shuffle(epoch)
-            order += epoch
-        idx, order = order[:batch_size], order[batch_size:]
+        idx = next(batches)
         # one forward pass over [chosen rows; rejected rows]
         tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
         r = model(tokens, lengths)  # (2B,)
