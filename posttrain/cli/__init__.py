@@ -39,25 +39,12 @@ from typing import Annotated, Any, Callable
 
 import tyro
 
-from posttrain.cli.flags import config_flag, description, flags_given, from_file, parse_flags, parse_train, value_of
-from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, StarConfig, VerifyConfig
+from posttrain.cli.flags import checked, flags_given, parse_simple, parse_train, value_of
+from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_verify
+from posttrain.command_configs import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
-
-
-def checked(cfg: Any, new_run: bool = True) -> Any:
-    """Values, then the names and files only the library knows, then (for a new run) where
-    its directory goes; before anything starts."""
-    # imported here for start-up time: pipelines/ loads torch and every role
-    from posttrain.pipelines.checks import check_config
-    from posttrain.runs.rundir import check_run_location
-
-    check_config(cfg)
-    if new_run:  # a resumed run writes into its own directory, wherever out_dir points now
-        check_run_location(cfg.out_dir, cfg.name)
-    return cfg
-
 
 RESUME_HELP = ("RUN_DIR: continue runs/<id> from its last checkpoint with its saved config.json (no other flag; to "
                "change settings, start a new run with --config runs/<id>/config.json); '' = a new run")
@@ -249,89 +236,12 @@ def cmd_star(argv: list[str]) -> int:
     return 0
 
 
-def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
-    """An EvalConfig or BonConfig from defaults < --config < flags, checked."""
-    base, _ = from_file(cls, argv)
-    fields = [config_flag(), ("settings", Annotated[cls, tyro.conf.arg(name="")], base)]
-    return checked(parse_flags(argv, prog, description(summary), fields).settings)
-
-
-def cmd_eval(argv: list[str]) -> int:
-    # parse_simple's steps, with the checkpoint's task chosen between parsing and the checks:
-    # the split size is checked against the task that will be scored
-    base, file = from_file(EvalConfig, argv)
-    fields = [config_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
-    cfg = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields).settings
-    source, note = "flags", ""
-    if cfg.checkpoint and os.path.isdir(cfg.checkpoint):  # not a directory: checked() says so
-        # imported here for start-up time: eval/ loads torch
-        from posttrain.eval.loop_a import choose_task
-
-        given = {flag.removeprefix("--env.") for flag in flags_given(argv) if flag.startswith("--env.")}
-        cfg, source, note = choose_task(cfg, given | set(file.get("env", {})))
-    cfg = checked(cfg)
-    if note:
-        print(note)
-    # imported here for start-up time: eval/ loads torch
-    if cfg.completions:
-        from posttrain.eval.completions import run_eval_file
-
-        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name)
-    else:
-        from posttrain.eval.loop_a import evaluate_checkpoint
-
-        evaluate_checkpoint(cfg, source)
-    return 0
-
-
-def cmd_bon(argv: list[str]) -> int:
-    cfg = parse_simple(BonConfig, argv, "posttrain bon", "Loop B: best-of-N selection")
-    # imported here for start-up time: search/ loads torch
-    from posttrain.search.best_of_n import run_bon
-
-    run_bon(cfg.pack, cfg.n, cfg.spec_version, cfg.out_dir, cfg.name, cfg.select_spec_version or None)
-    return 0
-
-
-def cmd_search(argv: list[str]) -> int:
-    # the comparison is what `search` does; a bare --compare (the spelling the issue and the docs use) is accepted
-    argv = [token for token in argv if token != "--compare"]
-    cfg = parse_simple(SearchConfig, argv, "posttrain search", "Loop B: test-time search at fixed token budgets")
-    # imported here for start-up time: search/ loads torch
-    from posttrain.search.compare import run_search
-
-    run_search(cfg)
-    return 0
-
-
-def cmd_verify(argv: list[str]) -> int:
-    cfg = parse_simple(VerifyConfig, argv, "posttrain verify", "Loop B: generate, verify, revise, audited")
-    # imported here for start-up time: search/ loads torch
-    from posttrain.search.self_verify import run_verify
-
-    run_verify(cfg)
-    return 0
-
-
 def cmd_prm(argv: list[str]) -> int:
     cfg = parse_simple(PrmConfig, argv, "posttrain prm", "an outcome or process reward model, trained and measured")
     # imported here for start-up time: pipelines/ loads torch
     from posttrain.pipelines.prm import run_prm
 
     run_prm(cfg)
-    return 0
-
-
-def cmd_diff(argv: list[str]) -> int:
-    # imported here for start-up time: eval/ loads torch
-    from posttrain.eval.completions import compare_runs
-
-    parser = argparse.ArgumentParser(prog="posttrain diff", description="paired comparison of two Loop A runs")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
-    parser.add_argument("--force", action="store_true", help="compare even when the spec versions differ")
-    args = parser.parse_args(argv)
-    compare_runs(args.run_a, args.run_b, force=args.force)
     return 0
 
 

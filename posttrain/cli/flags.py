@@ -217,3 +217,24 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
               *section_fields(algorithms)]
     args = parse_flags(argv, prog, description(summary, sections), fields)
     return ParsedTrain(args.settings, args, argv, defaults, file, algorithms)
+
+
+def checked(cfg: Any, new_run: bool = True) -> Any:
+    """Values, then the names and files only the library knows, then (for a new run) where
+    its directory goes; before anything starts."""
+    # imported here for start-up time: pipelines/ loads torch and every role
+    from posttrain.pipelines.checks import check_config
+    from posttrain.runs.rundir import check_run_location
+
+    check_config(cfg)
+    if new_run:  # a resumed run writes into its own directory, wherever out_dir points now
+        check_run_location(cfg.out_dir, cfg.name)
+    return cfg
+
+
+def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
+    """A command's settings that are not a TrainConfig (eval, bon, search, verify, prm, ...)
+    from defaults < --config < flags, checked."""
+    base, _ = from_file(cls, argv)
+    fields = [config_flag(), ("settings", Annotated[cls, tyro.conf.arg(name="")], base)]
+    return checked(parse_flags(argv, prog, description(summary), fields).settings)

@@ -1,0 +1,85 @@
+"""The commands that score rather than train (Loop A and Loop B): `posttrain eval`, `bon`,
+`search`, `verify` and `diff`. Each parses its settings (command_configs.py), checks them,
+and hands them to one job; the jobs are imported inside the command, for start-up time
+(they load torch)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Annotated
+
+import tyro
+
+from posttrain.cli.flags import checked, config_flag, description, flags_given, from_file, parse_flags, parse_simple
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+
+
+def cmd_eval(argv: list[str]) -> int:
+    # parse_simple's steps, with the checkpoint's task chosen between parsing and the checks:
+    # the split size is checked against the task that will be scored
+    base, file = from_file(EvalConfig, argv)
+    fields = [config_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
+    cfg = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields).settings
+    source, note = "flags", ""
+    if cfg.checkpoint and os.path.isdir(cfg.checkpoint):  # not a directory: checked() says so
+        # imported here for start-up time: eval/ loads torch
+        from posttrain.eval.loop_a import choose_task
+
+        given = {flag.removeprefix("--env.") for flag in flags_given(argv) if flag.startswith("--env.")}
+        cfg, source, note = choose_task(cfg, given | set(file.get("env", {})))
+    cfg = checked(cfg)
+    if note:
+        print(note)
+    # imported here for start-up time: eval/ loads torch
+    if cfg.completions:
+        from posttrain.eval.completions import run_eval_file
+
+        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name)
+    else:
+        from posttrain.eval.loop_a import evaluate_checkpoint
+
+        evaluate_checkpoint(cfg, source)
+    return 0
+
+
+def cmd_bon(argv: list[str]) -> int:
+    cfg = parse_simple(BonConfig, argv, "posttrain bon", "Loop B: best-of-N selection")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.best_of_n import run_bon
+
+    run_bon(cfg.pack, cfg.n, cfg.spec_version, cfg.out_dir, cfg.name, cfg.select_spec_version or None)
+    return 0
+
+
+def cmd_search(argv: list[str]) -> int:
+    # the comparison is what `search` does; a bare --compare (the spelling the issue and the docs use) is accepted
+    argv = [token for token in argv if token != "--compare"]
+    cfg = parse_simple(SearchConfig, argv, "posttrain search", "Loop B: test-time search at fixed token budgets")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.compare import run_search
+
+    run_search(cfg)
+    return 0
+
+
+def cmd_verify(argv: list[str]) -> int:
+    cfg = parse_simple(VerifyConfig, argv, "posttrain verify", "Loop B: generate, verify, revise, audited")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.self_verify import run_verify
+
+    run_verify(cfg)
+    return 0
+
+
+def cmd_diff(argv: list[str]) -> int:
+    # imported here for start-up time: eval/ loads torch
+    from posttrain.eval.completions import compare_runs
+
+    parser = argparse.ArgumentParser(prog="posttrain diff", description="paired comparison of two Loop A runs")
+    parser.add_argument("run_a")
+    parser.add_argument("run_b")
+    parser.add_argument("--force", action="store_true", help="compare even when the spec versions differ")
+    args = parser.parse_args(argv)
+    compare_runs(args.run_a, args.run_b, force=args.force)
+    return 0
