@@ -91,7 +91,7 @@ def test_eval_without_env_flags_scores_the_checkpoints_task_and_gets_the_runs_pa
     assert [r["id"] for r in rows] == list(trained)
     assert [r["completion"] for r in rows] == [trained[r["id"]]["completion"] for r in rows]
     run_pass = json.loads((level2_run / "summary.json").read_text())[stage]["mean"]
-    assert 0 < run_pass < 1
+    assert run_pass > 0  # (RL reaches 16/16 on some CPUs: the completions above are what carry the check)
     assert summary["eval"]["mean"] == run_pass
     assert summary["eval"]["n"] == 16
 

@@ -88,8 +88,11 @@ def test_preference_metrics_cover_accuracy_rewards_kl_length_and_held_out_pairs(
     for r in evaluated:
         assert r["kl_ref"] >= 0 and r["response_length"] > 0 and 0 <= r["reward_mean"] <= 1
         assert 0.0 <= r["dev_pref_accuracy"] <= 1.0 and "dev_pref_margin" in r
-    # step 0 starts at the reference: every implicit reward is exactly 0, so the loss is log 2
-    assert rows[0]["loss"] == pytest.approx(0.693147, abs=1e-5) and rows[0]["accuracy"] == 0.0
+    # step 0 starts at the reference: every implicit reward is 0 up to float rounding (the
+    # policy and the reference score a pair in differently shaped batches, and BLAS kernels
+    # round by shape), so the loss is log 2; "accuracy" there counts rounding noise, not learning
+    assert rows[0]["loss"] == pytest.approx(0.693147, abs=1e-5)
+    assert abs(rows[0]["rewards_chosen"]) < 1e-4 and abs(rows[0]["rewards_rejected"]) < 1e-4
     assert (uninterrupted / "pairs_dev.jsonl").stat().st_size > 0
 
 
