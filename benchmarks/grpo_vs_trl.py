@@ -12,6 +12,14 @@ reward is 0 and the reward curves could not differ. Each side runs in its own pr
 one after the other, so peak RSS is its own. Shape: 8 prompts × 8 completions × at most
 64 new tokens, float32, no reference model (β = 0), loss = mean over sequences of the
 per-token mean (TRL's loss_type="grpo").
+
+Time to accuracy (`--eval-every E`): each side stops its clock every E steps (and before the
+first) and scores its own current weights on the same held-out problems with one evaluator,
+posttrain's greedy pass@1 (`--eval-size` problems), so the evaluation is the same code on
+both sides and is never counted as training time. The summary gives, for the highest
+pass@1 both sides reach, the training seconds each took to first reach it.
+
+    ../.venv-bench/bin/python grpo_vs_trl.py --steps 60 --eval-every 10 --eval-size 200 --lr 1e-5
 """
 
 from __future__ import annotations
@@ -51,6 +59,26 @@ def arithmetic_batches(args):
     return env, [env.sample("train", args.prompts, seed=step) for step in range(args.steps)]
 
 
+def heldout_pass_at_1(hf_model, tokenizer, env, args) -> float:
+    """Greedy pass@1 of `hf_model` (a transformers causal LM, either side's) on the held-out
+    problems, by posttrain's evaluator: the same decoding and verifier for both sides."""
+    import torch
+
+    from posttrain.config import SamplingParams
+    from posttrain.eval.evaluate import evaluate_pass_at_1
+    from posttrain.models.hf import HFPolicy, HFTokenizer
+    from posttrain.roles.rollout import RolloutEngine
+
+    was_training = hf_model.training
+    with torch.no_grad():
+        engine = RolloutEngine(HFPolicy(hf_model), HFTokenizer(tokenizer, system_prompt=args.system),
+                               SamplingParams(temperature=0.0, max_new_tokens=args.max_new), shares_weights=True)
+        examples = env.fixed_set("heldout", args.eval_size, seed=0)
+        passed = evaluate_pass_at_1(engine, env, examples, batch_size=64)["pass@1"]
+    hf_model.train(was_training)
+    return passed
+
+
 def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
@@ -78,8 +106,11 @@ def run_posttrain(args) -> dict:
     sync = SharedWeights(policy, engine)
     algo = make_algorithm("grpo", max_len=args.max_new)
     trainer = Trainer(policy, lr=args.lr, total_steps=args.steps, grad_clip=1.0, micro_batch_size=args.micro_batch)
-    steps = []
+    steps, evals, trained_seconds = [], [], 0.0
     for step, examples in enumerate(batches):
+        if args.eval_every and step % args.eval_every == 0:  # the clock is stopped: steps' seconds only
+            evals.append({"step": step, "train_seconds": trained_seconds,
+                          "pass@1": heldout_pass_at_1(policy.hf, tokenizer.hf, env, args)})
         start = time.perf_counter()
         episodes = score_episodes(env.score, engine.generate(examples, args.group, torch.Generator().manual_seed(step)))
         sampled = time.perf_counter()
@@ -90,12 +121,16 @@ def run_posttrain(args) -> dict:
         trainer.update(batch, algo)
         sync.push()
         end = time.perf_counter()
+        trained_seconds += end - start
         steps.append({"seconds": end - start, "generate_seconds": sampled - start,
                       "reward": batch.rewards.mean().item(), "completion_tokens": batch.response_mask.sum().item(),
                       "trained_rows": (batch.batch_size if batch.rows_with_gradient is None
                                        else int(batch.rows_with_gradient.sum()))})
         print(f"posttrain step {step}: {steps[-1]}", file=sys.stderr, flush=True)
-    return {"steps": steps, "peak_rss_gb": peak_rss_gb()}
+    if args.eval_every:
+        evals.append({"step": len(batches), "train_seconds": trained_seconds,
+                      "pass@1": heldout_pass_at_1(policy.hf, tokenizer.hf, env, args)})
+    return {"steps": steps, "evals": evals, "peak_rss_gb": peak_rss_gb()}
 
 
 def run_trl(args) -> dict:
@@ -118,14 +153,24 @@ def run_trl(args) -> dict:
     def reward(completions, expected_answer, **_):
         return [env.score(Example("", answer), c[0]["content"])["reward"] for c, answer in zip(completions, expected_answer)]
 
-    steps = []
+    steps, evals = [], []
+
+    def evaluate(hf_model, step: int) -> None:
+        evals.append({"step": step, "train_seconds": sum(s["seconds"] for s in steps),
+                      "pass@1": heldout_pass_at_1(hf_model, tokenizer, env, args)})
 
     class StepTimer(TrainerCallback):
+        def on_train_begin(self, _args, _state, _control, model=None, **k):
+            if args.eval_every:
+                evaluate(model, 0)
+
         def on_step_begin(self, *a, **k):
             self.start = time.perf_counter()
 
-        def on_step_end(self, *a, **k):
-            steps.append({"seconds": time.perf_counter() - self.start})
+        def on_step_end(self, _args, state, _control, model=None, **k):
+            steps.append({"seconds": time.perf_counter() - self.start})  # before the evaluation: not timed
+            if args.eval_every and (state.global_step % args.eval_every == 0 or state.global_step == args.steps):
+                evaluate(model, state.global_step)
 
         def on_log(self, _args, _state, _control, logs=None, **k):
             if logs and "reward" in logs and steps:
@@ -142,7 +187,7 @@ def run_trl(args) -> dict:
     trainer = GRPOTrainer(model=model, reward_funcs=[reward], args=config, train_dataset=Dataset.from_list(rows),
                           processing_class=tokenizer, callbacks=[StepTimer()])
     trainer.train()
-    return {"steps": steps, "peak_rss_gb": peak_rss_gb(),
+    return {"steps": steps, "evals": evals, "peak_rss_gb": peak_rss_gb(),
             "settings": {"gradient_checkpointing": config.gradient_checkpointing}}
 
 
@@ -154,10 +199,27 @@ def summarise(name: str, result: dict) -> dict:
             "rewards": [round(r, 3) for r in rewards], "reward_mean": statistics.mean(rewards),
             # per-step means of 64 samples each: their spread is the sampling noise of one step
             "reward_sem": statistics.stdev(rewards) / len(rewards) ** 0.5 if len(rewards) > 1 else float("nan"),
-            "peak_rss_gb": result["peak_rss_gb"],
+            "peak_rss_gb": result["peak_rss_gb"], "evals": result.get("evals", []),
             # posttrain only: rows the update trained, of 64 (the rest had no gradient and were left out)
             **({"trained_rows": [s["trained_rows"] for s in result["steps"]]} if "trained_rows" in result["steps"][0]
                else {})}
+
+
+def time_to_accuracy(ours: list[dict], theirs: list[dict]) -> dict | None:
+    """For the highest held-out pass@1 both sides reach at an evaluation point, the training
+    seconds each took to first reach it, and their ratio (TRL's over posttrain's). None when
+    either side never rises above its start (a level reached at step 0 costs nothing and
+    says nothing about speed)."""
+    def first_reaching(evals, level):
+        return next(e for e in evals if e["pass@1"] >= level)
+
+    start = max(ours[0]["pass@1"], theirs[0]["pass@1"])
+    level = min(max(e["pass@1"] for e in ours), max(e["pass@1"] for e in theirs))
+    if level <= start:
+        return None
+    a, b = first_reaching(ours, level), first_reaching(theirs, level)
+    return {"level": level, "posttrain_seconds": a["train_seconds"], "posttrain_step": a["step"],
+            "trl_seconds": b["train_seconds"], "trl_step": b["step"], "ratio": b["train_seconds"] / a["train_seconds"]}
 
 
 def main() -> None:
@@ -178,6 +240,9 @@ def main() -> None:
                         help="system prompt, the same on both sides (match the SFT checkpoint's)")
     parser.add_argument("--lr", type=float, default=1e-6)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--eval-every", type=int, default=0,
+                        help="time to accuracy: score held-out pass@1 every E steps (clock stopped); 0 = off")
+    parser.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_vs_trl.json"))
     args = parser.parse_args()
     if args.side:
@@ -213,6 +278,15 @@ def main() -> None:
     print(f"posttrain {summary['posttrain']['seconds_per_step']:.1f} s/step, TRL {summary['trl']['seconds_per_step']:.1f} "
           f"s/step: {ratio:.2f}x; peak RSS {summary['posttrain']['peak_rss_gb']:.1f} GB vs "
           f"{summary['trl']['peak_rss_gb']:.1f} GB")
+    if args.eval_every:
+        for side in ("posttrain", "trl"):
+            print(f"{side} held-out pass@1 by step: " + ", ".join(
+                f"{e['step']}: {e['pass@1']:.1%} ({e['train_seconds']:.0f} s)" for e in summary[side]["evals"]))
+        reached = summary["time_to_accuracy"] = time_to_accuracy(ours["evals"], theirs["evals"])
+        print("time to accuracy: neither side rose above its start" if reached is None else
+              f"time to {reached['level']:.1%} held-out pass@1: posttrain {reached['posttrain_seconds']:.0f} s "
+              f"(step {reached['posttrain_step']}), TRL {reached['trl_seconds']:.0f} s (step {reached['trl_step']}): "
+              f"{reached['ratio']:.2f}x")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(summary, indent=2) + "\n")
 
