@@ -79,6 +79,26 @@ def heldout_pass_at_1(hf_model, tokenizer, env, args) -> float:
     return passed
 
 
+def useful_flops(batch, n_matmul_params: int) -> dict:
+    """The FLOPs a GRPO step cannot avoid (issue #18's bound): sampling prefills each
+    distinct prompt once and decodes every response token (2·N per token); the update runs
+    forward and backward (6·N per token) over the rows with a gradient and each of their
+    prompts once. N counts the matmul weights; attention's own FLOPs are left out (at ≤ 128
+    tokens they are ~1% of SmolLM2's)."""
+    import torch
+
+    prompt_len = (batch.attention_mask - batch.response_mask).sum(dim=1)  # (B,)
+    response_len = batch.response_mask.sum(dim=1)  # (B,)
+    trained = (batch.rows_with_gradient if batch.rows_with_gradient is not None
+               else torch.ones(batch.batch_size, dtype=torch.bool))
+    first_of_group = {int(g): b for b, g in reversed(list(enumerate(batch.group_ids.tolist())))}
+    prompts = sum(prompt_len[b].item() for b in first_of_group.values())
+    trained_prompts = sum(prompt_len[b].item() for g, b in first_of_group.items()
+                          if trained[batch.group_ids == g].any())
+    return {"rollout": 2 * n_matmul_params * (prompts + response_len.sum().item()),
+            "update": 6 * n_matmul_params * (trained_prompts + response_len[trained].sum().item())}
+
+
 def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # Linux: KiB
 
@@ -97,9 +117,12 @@ def run_posttrain(args) -> dict:
     from posttrain.roles.weight_sync import SharedWeights
     from posttrain.types import RolloutBatch
 
+    from ceilings import matmul_params
+
     torch.set_num_threads(args.threads)
     env, batches = arithmetic_batches(args)
     policy, tokenizer = HFPolicy.load(args.model, system_prompt=args.system)
+    n_matmul = matmul_params(policy)
     # colocated, as `posttrain train` runs: the engine samples from the trainer's own weights
     engine = RolloutEngine(policy, tokenizer, SamplingParams(temperature=1.0, max_new_tokens=args.max_new),
                            shares_weights=True)
@@ -124,6 +147,7 @@ def run_posttrain(args) -> dict:
         trained_seconds += end - start
         steps.append({"seconds": end - start, "generate_seconds": sampled - start,
                       "reward": batch.rewards.mean().item(), "completion_tokens": batch.response_mask.sum().item(),
+                      "useful_flops": useful_flops(batch, n_matmul),
                       "trained_rows": (batch.batch_size if batch.rows_with_gradient is None
                                        else int(batch.rows_with_gradient.sum()))})
         print(f"posttrain step {step}: {steps[-1]}", file=sys.stderr, flush=True)
@@ -202,7 +226,10 @@ def summarise(name: str, result: dict) -> dict:
             "peak_rss_gb": result["peak_rss_gb"], "evals": result.get("evals", []),
             # posttrain only: rows the update trained, of 64 (the rest had no gradient and were left out)
             **({"trained_rows": [s["trained_rows"] for s in result["steps"]]} if "trained_rows" in result["steps"][0]
-               else {})}
+               else {}),
+            **({"useful_gflop_per_step": statistics.mean(sum(s["useful_flops"].values()) for s in result["steps"][1:]
+                                                          or result["steps"]) / 1e9}
+               if "useful_flops" in result["steps"][0] else {})}
 
 
 def time_to_accuracy(ours: list[dict], theirs: list[dict]) -> dict | None:
@@ -275,6 +302,12 @@ def main() -> None:
     print(f"mean reward over the {args.steps} steps: posttrain {ours['reward_mean']:.3f}, TRL {theirs['reward_mean']:.3f}; "
           f"difference {difference:+.3f} ± {noise:.3f} (one standard error: "
           f"{'within' if abs(difference) <= 2 * noise else 'outside'} 2 standard errors)")
+    m = summary["machine"] = machine(m)  # the higher reading: a low one only means something else ran
+    bound = ours["useful_gflop_per_step"] / m["matmul_gflops"]
+    summary["useful_flop_bound_seconds"] = bound
+    print(f"useful-FLOP bound: {ours['useful_gflop_per_step']:.0f} GFLOP a step (each prompt once, rows with a "
+          f"gradient only) at {m['matmul_gflops']:.0f} GFLOP/s = {bound:.1f} s; posttrain at "
+          f"{bound / ours['seconds_per_step']:.0%} of it, TRL at {bound / theirs['seconds_per_step']:.0%}")
     print(f"posttrain {summary['posttrain']['seconds_per_step']:.1f} s/step, TRL {summary['trl']['seconds_per_step']:.1f} "
           f"s/step: {ratio:.2f}x; peak RSS {summary['posttrain']['peak_rss_gb']:.1f} GB vs "
           f"{summary['trl']['peak_rss_gb']:.1f} GB")
