@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from posttrain.systems.hardware import GB, Cluster
+from posttrain.systems.hardware import GB, Cluster, Device
 from posttrain.systems.kv_cache import kv_bytes_per_token, paged_vs_contiguous
 from posttrain.systems.memory import (PRECISIONS, activation_bytes, lora_parameter_count, lora_training_bytes,
                                       training_state_bytes)
@@ -21,8 +21,8 @@ from posttrain.systems.rl_memory import Fit, fits, rl_memory
 from posttrain.systems.roofline import crossover_rows
 from posttrain.systems.shapes import ModelShape, parameter_count
 from posttrain.systems.stragglers import expected_lengths, expected_max
-from posttrain.systems.throughput import (DEFAULT_LEVERS, LeverGain, RoleTimes, Workload, bottleneck, rank_levers,
-                                          roofline_role_times, step_seconds)
+from posttrain.systems.throughput import (DEFAULT_LEVERS, Lever, LeverGain, RoleTimes, Workload, bottleneck,
+                                          rank_levers, rollout_seconds, roofline_role_times, step_seconds)
 
 
 @dataclass(frozen=True)
@@ -38,7 +38,8 @@ class JobSettings:
     compute_efficiency: float = 0.5  # the fraction of peak FLOP/s real kernels reach
     memory_efficiency: float = 0.7  # the fraction of peak bandwidth decoding reaches
     usable_memory_fraction: float = 0.9  # of each GPU's memory: the rest is CUDA context and allocator slack
-    rollout_tensor_parallel: int = 0  # GPUs per rollout engine; 0 = the fewest whose share of the weights is <= a quarter of a GPU
+    # GPUs per rollout engine; 0 = the fewest whose share of the weights is at most a quarter of a GPU
+    rollout_tensor_parallel: int = 0
 
 
 def engine_tensor_parallel(parameters: float, weight_bytes: float, device_bytes: float, gpus: int) -> int:
@@ -74,8 +75,9 @@ def job_memory(shape: ModelShape, cluster: Cluster, job: JobSettings, w: Workloa
     if job.lora_r:
         lora = lora_training_bytes(parameters, lora_parameter_count(shape, job.lora_r), precision)
         lora = dataclasses.replace(lora, weights=lora.weights / (gpus if job.zero_stage == 3 else 1))
-    activations = activation_bytes(shape, job.micro_batch_rows, w.prompt_tokens + int(expected_max(w.rows, w.mean_response_tokens, w.response_cv)),
-                                   precision.weight_bytes, checkpointing=job.checkpointing)
+    longest = w.prompt_tokens + int(expected_max(w.rows, w.mean_response_tokens, w.response_cv))
+    activations = activation_bytes(shape, job.micro_batch_rows, longest, precision.weight_bytes,
+                                   checkpointing=job.checkpointing)
     # the rollout engines' caches: each of the cluster's engines holds its share of the rows, paged,
     # at full length (an upper bound: the short rows finish before the long ones end)
     lengths = [w.prompt_tokens + L for L in expected_lengths(w.rows, w.mean_response_tokens, w.response_cv)]
@@ -99,8 +101,8 @@ def first_fix(shape: ModelShape, cluster: Cluster, job: JobSettings, w: Workload
         return "fits with ZeRO-3 and LoRA rank 16 (--zero_stage 3 --lora_r 16)"
     weights_only = training_state_bytes(parameter_count(shape), PRECISIONS[job.precision], 3, cluster.gpus).total
     if weights_only > cluster.device.memory_bytes * job.usable_memory_fraction:
-        return (f"does not fit: even the policy's training state sharded over all {cluster.gpus} GPUs is "
-                f"{weights_only / GB:.1f} GB per GPU; add GPUs")
+        where = f"sharded over all {cluster.gpus} GPUs" if cluster.gpus > 1 else "on its one GPU"
+        return f"does not fit: even the policy's training state {where} is {weights_only / GB:.1f} GB per GPU; add GPUs"
     return "does not fit: activations or KV cache too large; fewer prompts per step, shorter responses, or more GPUs"
 
 
@@ -118,7 +120,23 @@ def plan(shape: ModelShape, cluster: Cluster, job: JobSettings, w: Workload) -> 
     return Plan(shape, parameter_count(shape), cluster, job, w, fit, "" if fit.fits else first_fix(shape, cluster, job, w),
                 times, expected_max(w.rows, w.mean_response_tokens, w.response_cv),
                 crossover_rows(shape, device, w.prompt_tokens + w.mean_response_tokens / 2, w.weight_bytes, w.kv_bytes),
-                rank_levers(times, "colocated", DEFAULT_LEVERS))
+                rank_levers(times, "colocated", levers_for(shape, device, w, cluster.gpus, tp)))
+
+
+CAP_TIMES_MEAN = 4  # the length cap the plan prices: 4 × the mean response, above 98% of a cv-1 log-normal
+
+
+def levers_for(shape: ModelShape, device: Device, w: Workload, gpus: int, tp: int) -> list[Lever]:
+    """DEFAULT_LEVERS, with the length cap's factor computed for this workload: its rollout
+    time with every response cut at CAP_TIMES_MEAN × the mean, over its time without."""
+    engines = max(1, gpus // tp)
+    cap = CAP_TIMES_MEAN * w.mean_response_tokens
+    factor = (rollout_seconds(shape, device, dataclasses.replace(w, cap_tokens=cap), engines)
+              / rollout_seconds(shape, device, w, engines))
+    capped = Lever(f"length cap at {cap:,.0f} tokens + overlong penalty", {"rollout": factor},
+                   note=f"the longest response {expected_max(w.rows, w.mean_response_tokens, w.response_cv):,.0f} → "
+                        f"{cap:,.0f} tokens (stragglers.overlong_penalty teaches the policy to stop before it)")
+    return [capped if lever.name.startswith("length cap") else lever for lever in DEFAULT_LEVERS]
 
 
 def _gb(x: float) -> str:

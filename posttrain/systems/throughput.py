@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from posttrain.systems.gantt import TOPOLOGIES, weight_sync
 from posttrain.systems.hardware import Device
 from posttrain.systems.roofline import decode_step, forward_pass, optimizer_step, prefill, train_pass
+from posttrain.systems.scheduling import speculative_decoding_factor
 from posttrain.systems.shapes import ModelShape, matmul_parameter_count, parameter_count
 from posttrain.systems.stragglers import expected_lengths
 
@@ -104,6 +105,7 @@ class Workload:
     verifier_seconds_per_sample: float = 0.0
     verifier_workers: int = 1  # processes scoring in parallel
     optimizer_bytes_per_parameter: float = 28  # AdamW's pass over its state (roofline.optimizer_step)
+    cap_tokens: float = 0  # a length cap: responses end there (0 = none, the log-normal's tail runs on)
 
     @property
     def rows(self) -> int:
@@ -120,6 +122,8 @@ def rollout_seconds(shape: ModelShape, device: Device, w: Workload, engines: int
     """Prefill and decode on the busiest of `engines` data-parallel engines: rows dealt out
     round-robin in length order, so one engine holds the longest row; finished rows leave."""
     lengths = expected_lengths(w.rows, w.mean_response_tokens, w.response_cv)
+    if w.cap_tokens:
+        lengths = [min(L, w.cap_tokens) for L in lengths]
     mine = sorted(lengths[engines - 1 :: engines] if engines <= w.rows else lengths[-1:])
     distinct = math.ceil(w.prompts / engines) if w.share_prompt else len(mine)
     seconds = prefill(shape, device, distinct, w.prompt_tokens, w.weight_bytes, w.kv_bytes).seconds
@@ -199,10 +203,11 @@ def rank_levers(times: RoleTimes, topology: str, levers: list[Lever], max_stalen
 # `posttrain systems` rank them for a run's own times.
 DEFAULT_LEVERS = [
     Lever("async, one step ahead", topology="async", note="overlaps rollout with the trainer side; staleness 1 (TIS)"),
-    Lever("speculative decoding", {"rollout": 0.5}, note="α≈0.7, γ=4 drafts: ~2× decode when bandwidth-bound"),
+    Lever("speculative decoding", {"rollout": speculative_decoding_factor(0.7, 4, 0.05)},
+          note="α = 0.7, γ = 4 drafts at 5% of a target step: 2.3× decode while bandwidth-bound"),
     Lever("low-precision rollout", {"rollout": 0.6}, note="int8 weights, SmolLM2 1 thread: 1.6× (BENCHMARKS.md)"),
     Lever("length cap + overlong penalty", {"rollout": 0.5},
-          note="the long tail cut: E[max] of 256 log-normal lengths (cv 1) is ~10× the mean"),
+          note="the long tail cut; `posttrain systems` computes the factor for its workload's lengths"),
     Lever("each prompt once per group", {"reference": 0.68, "train": 0.65},
           note="rl.share_prompt, SmolLM2: 1.47× reference, 1.54× update (BENCHMARKS.md)"),
     Lever("skip rows with no gradient", {"train": 0.55}, note="rl.skip_inert_rows: ~half the rows at mid training"),

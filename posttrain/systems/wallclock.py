@@ -109,10 +109,9 @@ def _why(binding: str, roles: RoleTimes, rows: list[dict], topology: str, comput
                    "prefix caching, speculative decoding or low-precision sampling (scheduling.py)")
     elif binding == "train":
         skipped = mean(rows, "skipped_rows")
-        out.append(f"the update trains {1 - skipped:.0%} of rows"
-                   + ("; rl.skip_inert_rows leaves out those with no gradient" if skipped == 0 else "")
-                   + ": its FLOPs are 6 × parameters × tokens; share each group's prompt (rl.share_prompt), "
-                     "train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
+        out.append(f"the update trains {1 - skipped:.0%} of rows (rl.skip_inert_rows leaves out those with no "
+                   "gradient): its FLOPs are 6 × parameters × tokens; share each group's prompt (rl.share_prompt), "
+                   "train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
     elif binding == "reference":
         out.append("the reference is a full forward pass per step: share the prompt (rl.share_prompt), or drop it "
                    "(β = 0 and rl.track_kl false), or compute ref log-probs in the rollout engine")
