@@ -1,6 +1,7 @@
 """The settings of the commands that score rather than train: `posttrain eval` (Loop A),
-`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B). Their sections and checks come from config.py, as the
-training commands' do."""
+`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B); and of `posttrain prm`,
+`posttrain star` and `posttrain systems` (the calculator). Their sections and checks come
+from config.py, as the training commands' do."""
 
 from __future__ import annotations
 
@@ -276,3 +277,60 @@ class PrmConfig:
               "arithmetic without --data: the policy's samples are arithmetic chains")
         if self.data and not Path(self.data).exists():
             raise ConfigError(f"data={self.data!r}: no such file or directory")
+
+
+@dataclass
+class SystemsConfig:
+    """`posttrain systems`: does a model fit on a cluster for an RL job, and where will a
+    step's time go (posttrain/systems/); with --run, where a run's time went."""
+
+    # a preset (gpt_mini, smollm2-135m, qwen2.5-0.5b/1.5b/7b/32b, gemma-2b, llama-2-7b, mistral-7b,
+    # llama-3-8b, llama-3-70b: published config numbers), a config.json, or a model directory holding
+    # one (its weights are never read); "" = smollm2-135m, or nothing when --run is given alone
+    model: str = ""
+    # a published device (h100-80gb, h200-141gb, a100-80gb, a100-40gb, l4-24gb), or cpu: this machine,
+    # its ceilings measured now (a float32 GEMM and a large copy, a few seconds)
+    gpu: str = "h100-80gb"
+    gpus: int = 8  # devices in the cluster: the trainer data-parallel over all, rollout engines on all
+    gpu_memory_gb: float = 0.0  # 0 = the device's own; another size for a variant (an H100 NVL has 94)
+    # which copies the job holds: ppo (policy, critic, reference, reward model), grpo (policy, reference;
+    # rloo, dr_grpo, dapo alike), dpo (offline: policy and reference, no rollout engine)
+    algo: str = "grpo"
+    # bytes per trained parameter: mixed (bf16 weights and grads, fp32 master and Adam: 16), mixed_fp32_grads
+    # (18), fp32 (16; what runs on this CPU)
+    precision: str = "mixed"
+    zero_stage: int = 3  # ZeRO/FSDP sharding over the gpus: 0 none, 1 optimizer, 2 + gradients, 3 + weights
+    lora_r: int = 0  # > 0: train rank-r adapters on every projection; the frozen base is also the reference
+    prompts: int = 64  # prompts per step
+    samples_per_prompt: int = 8  # K completions per prompt
+    prompt_tokens: int = 512  # tokens per prompt (chat template included)
+    response_tokens: float = 1024.0  # mean response length in tokens
+    # std / mean of response lengths (log-normal): ~1 for reasoning traces, whose longest of 512 is ~10×
+    # the mean; 0.3 for short answers
+    response_cv: float = 1.0
+    dtype: str = "bfloat16"  # the rollout engine's weights and KV cache (float32 on this CPU; fp8 halves both)
+    micro_batch_rows: int = 1  # rows per forward/backward on each GPU: long sequences train one at a time
+    checkpointing: bool = True  # activation checkpointing: each layer keeps its input only, +1/3 training FLOPs
+    # fractions of the device's peak that real kernels reach: training MFU is typically 40-60%,
+    # decode 60-80% of HBM bandwidth; on this CPU our update ran at ~65% of the GEMM ceiling
+    compute_efficiency: float = 0.5
+    memory_efficiency: float = 0.7
+    verifier_ms: float = 5.0  # milliseconds to score one completion (a regex: <1; a code sandbox: ~100s)
+    # a run directory (runs/<id>): also say where its RL steps' time went, from its metrics.jsonl
+    run: str = ""
+    threads: int = 1  # --gpu cpu: torch threads the ceilings are measured at (match the runs you compare)
+
+    def validate(self) -> None:
+        check_positive(self, "", "gpus", "prompts", "samples_per_prompt", "prompt_tokens", "micro_batch_rows",
+                       "threads")
+        check(self.response_tokens > 0, "response_tokens", self.response_tokens, "a mean length > 0")
+        check(self.response_cv >= 0, "response_cv", self.response_cv, "a number >= 0 (0 = every response as long)")
+        check(self.gpu_memory_gb >= 0, "gpu_memory_gb", self.gpu_memory_gb, "a size in GB >= 0 (0 = the device's)")
+        check(self.zero_stage in (0, 1, 2, 3), "zero_stage", self.zero_stage, "0, 1, 2 or 3")
+        check(self.lora_r >= 0, "lora_r", self.lora_r, "an integer >= 0 (0 = full fine-tuning)")
+        check(self.algo in ("ppo", "grpo", "dpo"), "algo", self.algo, "ppo, grpo or dpo (the memory families)")
+        for name in ("compute_efficiency", "memory_efficiency"):
+            check(0 < getattr(self, name) <= 1, name, getattr(self, name), "a fraction in (0, 1]")
+        check(self.verifier_ms >= 0, "verifier_ms", self.verifier_ms, "milliseconds >= 0")
+        if self.run and not (Path(self.run) / "metrics.jsonl").is_file():
+            raise ConfigError(f"run={self.run!r}: no metrics.jsonl there; give a run directory (runs/<id>)")

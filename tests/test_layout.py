@@ -28,6 +28,9 @@ RANKS = {
     "posttrain": 7, "posttrain.version": 0, "posttrain.command_configs": 0, "posttrain.sandbox_child": 1,
     "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_checks": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.processes": 0, "posttrain.seeds": 0, "posttrain.timed_calls": 0,
     "posttrain.algorithms": 1, "posttrain.models": 1, "posttrain.verifiers": 1, "posttrain.sandbox": 1,
+    # pure calculators and simulators (the curriculum's systems lessons read them): the standard
+    # library and torch only, so jobs and pre-run checks may import them too
+    "posttrain.systems": 1,
     "posttrain.envs": 2, "posttrain.rewards": 2, "posttrain.roles": 2,
     "posttrain.runs": 3, "posttrain.data": 3, "posttrain.eval": 3, "posttrain.search": 3, "posttrain.distributed": 3,
     "posttrain.pipelines": 4,

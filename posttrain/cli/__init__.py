@@ -17,6 +17,9 @@
     posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
+    posttrain systems [--model M --gpus N --gpu h100-80gb] [--run RUN_DIR]
+                                       does model M fit on the cluster for an RL job, where will a step's time
+                                       go; with --run, where a run's time went (time/* metrics)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
     posttrain check NN                 test your solution to lesson NN's code exercise (exercises/)
     posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo, sentiment_steering
@@ -41,6 +44,7 @@ import tyro
 
 from posttrain.cli.flags import checked, flags_given, parse_simple, parse_train, value_of
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_verify
+from posttrain.cli.systems import cmd_systems
 from posttrain.command_configs import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
@@ -312,6 +316,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,
+    "systems": cmd_systems,
     "demo": cmd_demo,
     "lessons": cmd_lessons,
     "check": cmd_check,

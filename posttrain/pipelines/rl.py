@@ -28,7 +28,9 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
         step_start = time.perf_counter()
         metrics, episodes = controller.step(step)
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
+            eval_start = time.perf_counter()
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
+            metrics["time/dev_eval"] = time.perf_counter() - eval_start  # inside time/step, outside the roles
         samples = [sample_row("rl", step, e) for e in episodes]
         run.append_jsonl("samples.jsonl", samples)
         run.trackers.log_samples("rl", step, samples)  # --report_to: a few of them as a table
