@@ -19,6 +19,7 @@ solutions). They are right for measuring a scorer (Loop A) and demonstrating sel
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -68,8 +69,18 @@ def pack_path(name_or_path: str | Path) -> Path:
 
 
 def file_sha256(path: str | Path) -> str:
-    """The dataset version recorded in run directories: change a byte, change the hash."""
+    """A file's version as run directories record it: change a byte, change the hash."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def problems_version(examples: list[Example]) -> str:
+    """The dataset version of a set of problems: a hash of each one's id, prompt, expected
+    answer and meta, in id order. Not of a file: two models' completions files of the same
+    problems differ in every completion, yet they measure on the same dataset, and the
+    comparison refuses only what changes the measurement (eval/comparison.py)."""
+    rows = sorted(([e.id, e.prompt, e.expected_answer, e.meta] for e in examples), key=lambda row: row[:3])
+    text = json.dumps(rows, sort_keys=True, default=str, ensure_ascii=False)
+    return "problems-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def read_jsonl_records(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:
