@@ -10,6 +10,9 @@ import pytest
 from posttrain.cli import main
 from posttrain.eval.comparison import (IncomparableRunsError, check_comparable, diff_line, instrument,
                                        instrument_differences, paired_change, paired_scores, solved_by_id)
+from posttrain.models import CharTokenizer, load_tokenizer
+from posttrain.models.smollm2 import default_cache_dir
+from posttrain.roles.rollout import prompt_template
 from posttrain.runs.rundir import RunDir
 
 GREEDY = {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": 64}
@@ -161,3 +164,13 @@ def test_paired_change_pairs_a_runs_before_and_after_or_declines():
     assert paired_change(nameless, nameless) is None  # pairing by id would pair the wrong items
     repeated = before + before[:1]
     assert paired_change(after, repeated) is None
+
+
+def test_the_prompt_template_shows_where_the_problem_text_goes():
+    assert prompt_template(CharTokenizer()) == "<bos>{prompt}"  # gpt_mini: the text after <bos>
+    directory = default_cache_dir()
+    if not (directory / "tokenizer.json").is_file():
+        pytest.skip(f"SmolLM2 is not converted at {directory} (the first `--model smollm2-135m` run converts it)")
+    template = prompt_template(load_tokenizer(directory))  # its chat template, with its default system turn
+    assert template.startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")
+    assert template.endswith("<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n")
