@@ -5,6 +5,8 @@ from the exercise's text, and fails on the classic mistakes with the case named.
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -50,6 +52,7 @@ INDEPENDENT = {
     "13": lambda lengths, max_len, cache: torch.zeros(len(lengths)) if cache == 0 else (
         ((max_len - cache) - lengths.float()) / cache).clamp(-1.0, 0.0),
     "14": lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / max_len).mean(),
+    "pick_best": lambda samples: sorted(samples, key=lambda s: (-s["reward"], s["id"]))[0],
 }
 
 
@@ -126,6 +129,49 @@ def test_a_crashing_solution_is_reported_not_raised():
 
     assert check.run_check("11", solution=broken, out=quiet(lines)) is False
     assert "RuntimeError: boom" in "\n".join(lines)
+
+
+def test_pick_best_that_depends_on_the_input_order_fails_on_the_reversed_tie():
+    lines = []
+    first_maximum = lambda samples: max(samples, key=lambda s: s["reward"])  # keeps the first maximum it meets
+    assert check.run_check("pick_best", solution=first_maximum, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'a tie at the top, the smallest id listed first'" in text  # right by luck of order
+    assert "FAIL  case 'the same tie listed in reverse order" in text
+    assert "picked 'c03' (reward 1.0), expected 'c00'" in text
+    assert "hint:" in text and "smallest id" in text
+
+
+def test_pick_best_by_the_smallest_completion_is_deterministic_but_not_the_rule():
+    lines = []
+    by_text = lambda samples: min(samples, key=lambda s: (-s["reward"], s["completion"]))
+    assert check.run_check("pick_best", solution=by_text, out=quiet(lines)) is False
+    assert "FAIL  case 'a tie whose smallest id has the larger completion" in "\n".join(lines)
+
+
+def test_pick_best_must_return_the_sample_unchanged_and_may_sort_its_own_copy():
+    lines = []
+    just_the_id = lambda samples: sorted(samples, key=lambda s: (-s["reward"], s["id"]))[0]["id"]
+    assert check.run_check("pick_best", solution=just_the_id, out=quiet(lines)) is False
+    assert "expected one of the samples" in "\n".join(lines)
+
+    def sorts_in_place(samples):
+        samples.sort(key=lambda s: (-s["reward"], s["id"]))
+        return samples[0]
+
+    assert check.run_check("pick_best", solution=sorts_in_place, out=quiet([]))
+
+
+def test_the_pick_best_stub_runs_on_the_pack_once_written(tmp_path):
+    # the stub's own demo block, with the reference rule filled in: runs and prints the pass rates
+    text = check.exercise_files()["pick_best"].read_text(encoding="utf-8")
+    solved = text.replace('raise NotImplementedError("exercise pick_best: write pick_best")',
+                          'return min(samples, key=lambda s: (-s["reward"], s["id"]))')
+    (tmp_path / "pick_best.py").write_text(solved)
+    run = subprocess.run([sys.executable, str(tmp_path / "pick_best.py")], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    # the pack's numbers, as `posttrain bon --n 8` reports them (README): 0.460 first, 0.760 best-of-8
+    assert "pass rate of the first sample 0.460, of your choice of 8 0.760" in run.stdout
 
 
 def test_cli_check_exit_codes(capsys):

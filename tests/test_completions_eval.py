@@ -1,11 +1,12 @@
 """Loop A on a completions file: the report's numbers, the run directory, and
-compare_runs' refusal across spec versions and its noise verdict."""
+compare_runs' refusal across spec versions and its noise verdicts."""
 
 import json
 
 import pytest
 
-from posttrain.eval.completions import compare_runs, run_eval_file, score_completions_file
+from posttrain.eval.comparison import IncomparableRunsError, compare_runs
+from posttrain.eval.completions import run_eval_file, score_completions_file
 from posttrain.eval.packs import load_pack
 from posttrain.runs.rundir import RunDir
 
@@ -80,16 +81,21 @@ def test_an_int_expected_answer_scores_like_its_string_and_a_hopeless_one_is_ref
                                "final_int/cot-v1")
 
 
-def test_compare_runs_refuses_other_spec_unless_forced(tmp_path):
+def test_compare_runs_refuses_other_spec_unless_allowed(tmp_path, capsys):
     path = write(tmp_path / "a.jsonl", items(30, 30))
     cot = run_eval_file(path, "final_int/cot-v1", str(tmp_path), "cot")["run_dir"]
     strict = run_eval_file(path, "final_int/strict-v1", str(tmp_path), "strict")["run_dir"]
-    mismatch = "scored with spec 'final_int/cot-v1' and run B with 'final_int/strict-v1'"
-    with pytest.raises(ValueError, match=mismatch):
+    mismatch = "scorer/spec version: spec_version = 'final_int/cot-v1' (A) vs 'final_int/strict-v1' (B)"
+    with pytest.raises(IncomparableRunsError, match=mismatch.replace("(", r"\(").replace(")", r"\)")):
         compare_runs(cot, strict)
-    diff = compare_runs(cot, strict, force=True)
+    capsys.readouterr()
+    diff = compare_runs(cot, strict, allow_different=True)
     assert diff["mean_diff"] == pytest.approx(0.5)  # 30/60 right under cot, 0 under strict
-    assert diff["verdict"] == "real"
+    assert diff["verdict"] == "real" and diff["differences"] == [mismatch]
+    out = " ".join(capsys.readouterr().out.split())
+    assert "comparing runs measured differently" in out and mismatch in out
+    # N = 60 < 100 and 50 points: the rule does not call it noise
+    assert diff["noise_rule"]["verdict"] == "over 5 points"
 
 
 def test_compare_runs_real_and_within_noise(tmp_path, capsys):
@@ -101,10 +107,13 @@ def test_compare_runs_real_and_within_noise(tmp_path, capsys):
     much_better = run(items(55, 5), "better")  # 0.92: every changed item improved
     one_more = run(items(31, 29), "one_more")  # 0.517: a single item flipped
     capsys.readouterr()
-    real = compare_runs(much_better, base)
+    real = compare_runs(much_better, base)  # three files of the same problems: one dataset version
     assert real["verdict"] == "real" and real["mean_diff"] == pytest.approx(25 / 60)
+    assert real["differences"] == [] and real["noise_rule"]["verdict"] == "over 5 points"
     assert "real difference" in capsys.readouterr().out
     noise = compare_runs(one_more, base)
     assert noise["verdict"] == "within noise" and noise["mean_diff"] == pytest.approx(1 / 60)
-    assert "difference within noise" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "difference within noise" in out
+    assert "noise rule: likely noise (N = 60 < 100 and |difference| = 1.7 <= 5 points)" in out
     assert noise["n_shared"] == 60

@@ -9,7 +9,7 @@ import pytest
 
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.eval import make_packs
-from posttrain.eval.packs import PACKS, PACKS_DIR, example_of, kata_scorer, load_pack, pack_path
+from posttrain.eval.packs import FAILURE_LABELS, PACKS, PACKS_DIR, example_of, kata_scorer, load_pack, pack_path
 
 
 def test_every_pack_is_shipped_inside_the_package():
@@ -83,7 +83,8 @@ def test_best_of_n_pack_shape_and_mix():
 def test_kata_rescoring_reproduces_every_case():
     kata = load_pack("kata")
     assert Counter(r["label"] for r in kata) == {
-        "model-wrong": 4, "verifier-wrong": 2, "spec-ambiguous": 2, "reward-hacked": 2}
+        "model-wrong": 4, "verifier-wrong": 2, "data-ambiguous": 1, "spec-unclear": 1, "reward-hacked": 2}
+    assert set(FAILURE_LABELS) == {r["label"] for r in kata}  # the course's taxonomy, every label used
     for record in kata:
         result = kata_scorer(record["spec_version"])(example_of(record), record["completion"])
         assert result["reward"] == record["reward"], record["id"]

@@ -53,8 +53,15 @@ def test_run_directory_has_everything(uninterrupted):
         assert set(summary[stage]) >= {"mean", "ci_low", "ci_high", "n"}
         assert summary[stage]["n"] == 16
         assert 0 <= summary[stage]["ci_low"] <= summary[stage]["mean"] <= summary[stage]["ci_high"] <= 1
+    # before/after, paired on the 16 held-out problems, with the noise rule beside the CI
+    paired = summary["rl_vs_sft"]
+    assert paired["n_shared"] == 16
+    assert paired["mean_diff"] == pytest.approx(summary["rl"]["mean"] - summary["sft"]["mean"])
+    assert paired["noise_rule"]["verdict"] in ("likely noise", "over 5 points")
+    assert "noise rule: " in (run / "summary.md").read_text()
     meta = json.loads((run / "meta.json").read_text())
     assert meta["spec_version"] == "final_int/cot-v1"
+    assert meta["prompt"] == {"template": "<bos>{prompt}"}  # gpt_mini: the problem's text after <bos>
     assert meta["seed"] == 0 and "git_commit" in meta and "torch" in meta["packages"]
     rows = metrics_without_timings(run)
     assert [r["step"] for r in rows if r["stage"] == "rl"] == list(range(30))

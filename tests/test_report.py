@@ -41,3 +41,18 @@ def test_summary_says_kl_was_not_measured_rather_than_nan(tmp_path):
                                         "kl_ref": 0.0214, "time/step": 2.0}])
     write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")
     assert "KL to reference 0.0214, entropy" in " ".join((run.path / "summary.md").read_text().split())
+
+
+def test_summary_puts_the_noise_rule_beside_the_paired_before_after(tmp_path):
+    run = RunDir.create(str(tmp_path), "r")
+    results = {"sft": {"mean": 0.50, "ci_low": 0.38, "ci_high": 0.62, "n": 64},
+               "rl": {"mean": 0.53, "ci_low": 0.41, "ci_high": 0.66, "n": 64},
+               # as eval/comparison.py's paired_scores gives it: two of 64 problems moved
+               "rl_vs_sft": {"mean_diff": 2 / 64, "ci_low": 0.0, "ci_high": 0.078, "verdict": "within noise",
+                             "n_shared": 64, "noise_rule": {"verdict": "likely noise", "reason":
+                                                            "N = 64 < 100 and |difference| = 3.1 <= 5 points"}}}
+    write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")
+    text = " ".join((run.path / "summary.md").read_text().split())
+    assert ("Paired over the 64 held-out problems both scored: +3.1 points (95% CI +0.0 to +7.8), within noise; "
+            "noise rule: likely noise (N = 64 < 100 and |difference| = 3.1 <= 5 points).") in text
+    assert json.loads((run.path / "summary.json").read_text())["rl_vs_sft"]["noise_rule"]["verdict"] == "likely noise"

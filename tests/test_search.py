@@ -247,7 +247,9 @@ def test_the_verify_command_writes_its_table_and_refuses_bad_settings(tmp_path):
     oracle = summary["rows"][1]
     assert oracle["false_positive_rate"] == 0.0 and oracle["wrong_steps"] > 0  # an untrained policy errs
     assert all(r["tokens"] <= 12 * 3 for r in summary["rows"])  # draft + 2 revisions at most
-    assert "| oracle (step checker) | 0.5 | 0.0% of" in (next((tmp_path / "runs").iterdir()) / "verify.md").read_text()
+    table = (next((tmp_path / "runs").iterdir()) / "verify.md").read_text()
+    assert "| oracle (step checker) | 0.5 | 0.0% of" in table
+    assert table.count("; noise rule: ") == 3  # 4 problems: every revision's effect gets the rule's verdict
     for bad, message in ((dict(thresholds="0.5,1"), "strictly between 0 and 1"), (dict(thresholds="a"), "numbers"),
                          (dict(max_revisions=-1), ">= 0")):
         with pytest.raises(ConfigError, match=message):

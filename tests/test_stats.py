@@ -7,7 +7,8 @@ from fractions import Fraction
 import pytest
 import torch
 
-from posttrain.eval.stats import bootstrap_ci, bootstrap_means, paired_bootstrap_diff, pass_at_k
+from posttrain.eval.stats import (bootstrap_ci, bootstrap_means, noise_rule, noise_rule_line, paired_bootstrap_diff,
+                                  pass_at_k)
 
 # --- pass@k -----------------------------------------------------------------------------
 
@@ -177,3 +178,33 @@ def test_paired_difference_of_a_small_mixed_change_is_within_noise():
 def test_paired_difference_needs_the_same_items():
     with pytest.raises(ValueError, match="a has 3 values and b has 2"):
         paired_bootstrap_diff([1.0, 0.0, 1.0], [1.0, 0.0])
+
+
+# --- the noise rule ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("diff, n, verdict", [
+    (0.03, 60, "likely noise"),  # the seed's example: 2-3 points on a small set
+    (-0.04, 50, "likely noise"),  # a drop is judged by its size too
+    (0.55 - 0.50, 99, "likely noise"),  # exactly 5 points (0.05000000000000004 in floats): not > 5
+    (0.0, 10, "likely noise"),
+    (0.06, 99, "over 5 points"),
+    (-0.25, 40, "over 5 points"),
+    (0.01, 100, "not applicable"),  # the rule is for N < 100
+    (0.30, 500, "not applicable"),
+])
+def test_noise_rule_on_hand_made_cases(diff, n, verdict):
+    assert noise_rule(diff, n)["verdict"] == verdict
+
+
+def test_noise_rule_line_says_why():
+    assert noise_rule_line(0.03, 60) == "noise rule: likely noise (N = 60 < 100 and |difference| = 3.0 <= 5 points)"
+    assert noise_rule_line(0.1, 500) == ("noise rule: not applicable (N = 500 >= 100: the noise rule is for small "
+                                         "sets; read the CI)")
+
+
+@pytest.mark.parametrize("diff, n, problem", [(0.1, 0, "positive int"), (0.1, True, "positive int"),
+                                               (0.1, 2.0, "positive int"), (float("nan"), 10, "finite")])
+def test_noise_rule_refuses_what_is_not_a_difference_on_items(diff, n, problem):
+    with pytest.raises(ValueError, match=problem):
+        noise_rule(diff, n)

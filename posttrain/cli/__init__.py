@@ -42,7 +42,7 @@ from typing import Annotated, Any, Callable
 
 import tyro
 
-from posttrain.cli.flags import checked, flags_given, parse_simple, parse_train, value_of
+from posttrain.cli.flags import checked, checked_parent, flags_given, parent_flag, parse_simple, parse_train, value_of
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_verify
 from posttrain.cli.systems import cmd_systems
 from posttrain.command_configs import PrmConfig, StarConfig
@@ -84,7 +84,7 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
     resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
     dry_run = ("dry_run", Annotated[bool, tyro.conf.arg(help=DRY_RUN_HELP)], False)
     defaults = rlhf_config() if command == "rlhf" else TrainConfig()
-    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume, dry_run])
+    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume, dry_run, parent_flag()])
     algo = parsed.cfg.rl.algo
     if command == "rlhf":
         # imported here for start-up time: the algorithms import torch
@@ -137,7 +137,7 @@ def cmd_train(argv: list[str], command: str) -> int:
     from posttrain.pipelines.run import run_pipeline, start_run
     from posttrain.runs.console import console
 
-    run = resumed[1] if resumed else start_run(cfg, command)
+    run = resumed[1] if resumed else start_run(cfg, command, parent=checked_parent(value_of(argv, "--parent") or ""))
     with run, run.resumable(f"posttrain {command} --resume {run.path}"):  # holds the run's lock to the end
         summary = run_pipeline(cfg, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
@@ -195,7 +195,7 @@ def cmd_rlhf(argv: list[str]) -> int:
     from posttrain.pipelines.run import start_run
     from posttrain.runs.console import console
 
-    run = resumed[1] if resumed else start_run(cfg, "rlhf")
+    run = resumed[1] if resumed else start_run(cfg, "rlhf", parent=checked_parent(value_of(argv, "--parent") or ""))
     with run, run.resumable(f"posttrain rlhf --resume {run.path}"):  # holds the run's lock to the end
         summary = run_rlhf(cfg, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
@@ -217,7 +217,7 @@ def cmd_star(argv: list[str]) -> int:
         resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
         parsed = parse_train(argv, "posttrain star", "STaR / rejection-sampling fine-tuning (expert iteration) "
                              "from --init or from SFT: sample K per prompt, keep what the verifier passes, fine-tune "
-                             "on it, repeat", TrainConfig(), [star_section, resume],
+                             "on it, repeat", TrainConfig(), [star_section, resume, parent_flag()],
                              sections="none of them (star fine-tunes with the SFT loss)")
         star = parsed.args.star
         cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it
@@ -232,7 +232,7 @@ def cmd_star(argv: list[str]) -> int:
     star.validate()
     check_star(cfg, star)
     if not resumed:
-        run = start_run(cfg, "star")
+        run = start_run(cfg, "star", parent=checked_parent(value_of(argv, "--parent") or ""))
     with run, run.resumable(f"posttrain star --resume {run.path}"):  # holds the run's lock to the end
         run_star(cfg, star, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")

@@ -110,6 +110,23 @@ def config_flag() -> tuple[str, Any, str]:
                              "defaults, and flags replace its values; '' = defaults only")], "")
 
 
+def parent_flag() -> tuple[str, Any, str]:
+    return ("parent", Annotated[str, tyro.conf.arg(
+        metavar="RUN_DIR", help="the run this one changes (runs/<id>): meta.json records it and the settings that "
+                                "differ from its config.json, and more than one changed setting is warned about "
+                                "(change one thing at a time); '' = no parent")], "")
+
+
+def checked_parent(parent: str) -> str:
+    """`parent` once it is known to be a run directory (runs/lineage.py), before anything runs."""
+    if parent:
+        # imported here for start-up time: runs/ loads torch for checkpoints
+        from posttrain.runs.lineage import read_parent
+
+        read_parent(parent)
+    return parent
+
+
 def description(summary: str, sections: str = "") -> str:
     """The text above the flags: what the command does, where values come from, and (with
     `sections`, which of them may be set) the short forms and the algorithm sections."""

@@ -11,16 +11,19 @@ from typing import Annotated
 
 import tyro
 
-from posttrain.cli.flags import checked, config_flag, description, flags_given, from_file, parse_flags, parse_simple
+from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
+                                 parent_flag, parse_flags, parse_simple)
 from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+from posttrain.config import ConfigError
 
 
 def cmd_eval(argv: list[str]) -> int:
     # parse_simple's steps, with the checkpoint's task chosen between parsing and the checks:
     # the split size is checked against the task that will be scored
     base, file = from_file(EvalConfig, argv)
-    fields = [config_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
-    cfg = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields).settings
+    fields = [config_flag(), parent_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
+    args = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields)
+    cfg, parent = args.settings, checked_parent(args.parent)
     source, note = "flags", ""
     if cfg.checkpoint and os.path.isdir(cfg.checkpoint):  # not a directory: checked() says so
         # imported here for start-up time: eval/ loads torch
@@ -35,11 +38,11 @@ def cmd_eval(argv: list[str]) -> int:
     if cfg.completions:
         from posttrain.eval.completions import run_eval_file
 
-        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name)
+        run_eval_file(cfg.completions, cfg.spec_version, cfg.out_dir, cfg.name, parent)
     else:
         from posttrain.eval.loop_a import evaluate_checkpoint
 
-        evaluate_checkpoint(cfg, source)
+        evaluate_checkpoint(cfg, source, parent)
     return 0
 
 
@@ -73,13 +76,21 @@ def cmd_verify(argv: list[str]) -> int:
 
 
 def cmd_diff(argv: list[str]) -> int:
-    # imported here for start-up time: eval/ loads torch
-    from posttrain.eval.completions import compare_runs
-
-    parser = argparse.ArgumentParser(prog="posttrain diff", description="paired comparison of two Loop A runs")
-    parser.add_argument("run_a")
-    parser.add_argument("run_b")
-    parser.add_argument("--force", action="store_true", help="compare even when the spec versions differ")
+    if "--force" in argv:
+        raise ConfigError("--force was renamed --allow-different: it compares runs measured differently (another "
+                          "spec, dataset, prompt template or sampling) and lists what differs beside the result")
+    parser = argparse.ArgumentParser(
+        prog="posttrain diff",
+        description="paired comparison of two Loop A runs on the items they share: the bootstrap CI of A - B, its "
+                    "verdict, and the noise rule's. Runs measured differently are refused, naming the difference.")
+    parser.add_argument("run_a", metavar="RUN_A")
+    parser.add_argument("run_b", metavar="RUN_B")
+    parser.add_argument("--allow-different", "--allow_different", dest="allow_different", action="store_true",
+                        help="compare even when the runs differ in scorer/spec version, dataset version, prompt "
+                             "template or sampling settings; each difference is listed beside the result")
     args = parser.parse_args(argv)
-    compare_runs(args.run_a, args.run_b, force=args.force)
+    # imported here for start-up time: eval/ loads torch
+    from posttrain.eval.comparison import compare_runs
+
+    compare_runs(args.run_a, args.run_b, allow_different=args.allow_different)
     return 0

@@ -15,9 +15,9 @@ mean. Averages hide reward hacking and spec bugs, so it also gives the reward
 distribution, the count of every reason code, and the raw strings behind the best and
 the worst scores.
 
-`compare_runs` answers "did it get better?" for two such runs: only if both were scored
-by the same spec version (a number from another instrument is another metric), and only
-as far as a paired bootstrap over the shared items says the difference is not noise.
+`posttrain diff` (eval/comparison.py) answers "did it get better?" for two such runs: only
+if both were measured the same way (a number from another instrument is another metric),
+and only as far as a paired bootstrap over the shared items says the difference is not noise.
 """
 
 from __future__ import annotations
@@ -29,8 +29,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
-from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
+from posttrain.eval.packs import example_of, file_sha256, pack_path, problems_version, read_jsonl_records
+from posttrain.eval.stats import NOISE_RULE_N, NOISE_RULE_POINTS, bootstrap_ci
+from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
 from posttrain.verifiers import get_verifier
 from posttrain.verifiers.contract import as_example, is_solved
@@ -149,6 +150,9 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
         f"n={result['n']}\npass rate {result['pass_rate']:.3f} "
         f"(95% CI {ci['ci_low']:.3f}-{ci['ci_high']:.3f})   mean reward {result['mean_reward']:.3f}"
     )
+    if result["n"] < NOISE_RULE_N:  # one number has no verdict, but what it can be compared with is worth saying
+        console.print(f"noise rule: n = {result['n']} < {NOISE_RULE_N}, so a difference of "
+                      f"{NOISE_RULE_POINTS:g} points or less from another run of this size is likely noise")
     dist = Table(title="reward distribution")
     dist.add_column("reward", justify="right")
     dist.add_column("count", justify="right")
@@ -174,54 +178,25 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
         console.print(table)
 
 
-def run_eval_file(path: str | Path, spec_version: str, out_dir: str, name: str) -> dict[str, Any]:
-    """Score a completions file, print the report, write a run directory; return the summary."""
+def run_eval_file(path: str | Path, spec_version: str, out_dir: str, name: str, parent: str = "") -> dict[str, Any]:
+    """Score a completions file, print the report, write a run directory; return the summary.
+    `parent`: the run directory this one changes; meta.json records the settings changed."""
     result = score_completions_file(path, spec_version)
     samples = result.pop("samples")
     run = RunDir.create(out_dir, name)
     run.write_json("config.json", {"path": result["path"], "spec_version": spec_version,
                                    "out_dir": str(out_dir), "name": name})
     run.write_meta({"loop": "A (eval)", "spec_version": spec_version,
-                    "dataset": {"file": result["path"], "sha256": file_sha256(result["path"]),
-                                "n": result["n"]},
+                    # the version is the problems' (what `diff` compares); the file's hash also covers its completions
+                    "dataset": {"version": problems_version([example_of(r) for r in samples]),
+                                "file": result["path"], "sha256": file_sha256(result["path"]), "n": result["n"]},
+                    "prompt": "as written in the file: the prompts are part of the dataset version",
                     "sampling": "none: completions read from a file"})
+    if parent:
+        print(describe_changes(record_parent(run, parent)))
     run.write_jsonl("samples.jsonl", samples)
     result["run_dir"] = str(run.path)
     run.write_json("summary.json", result)
     print_report(result)
     print(f"run directory: {run.path}")
     return result
-
-
-def compare_runs(run_a: str | Path, run_b: str | Path, force: bool = False,
-                 console: Console | None = None) -> dict[str, Any]:
-    """Paired comparison of two Loop A run directories on the items (ids) they share.
-
-    Refuses runs scored by different spec versions unless `force`: a change of instrument
-    is not a change of model. Verdict "real" when the 95% CI of mean(a) - mean(b) excludes
-    0, else "within noise"."""
-    console = console or Console()
-    runs = [RunDir.open(str(run_a)), RunDir.open(str(run_b))]
-    specs = [(run.read_json("meta.json") or {}).get("spec_version") for run in runs]
-    if specs[0] != specs[1]:
-        if not force:
-            raise ValueError(
-                f"run A was scored with spec {specs[0]!r} and run B with {specs[1]!r}: "
-                "different instruments measure different metrics. Re-score both with one "
-                "spec (run_eval_file on each file), or pass force=True to compare anyway"
-            )
-        console.print(f"[yellow]warning: comparing across spec versions {specs[0]} vs {specs[1]}[/yellow]")
-    rewards = [{s["id"]: s["reward"] for s in run.read_jsonl("samples.jsonl")} for run in runs]
-    shared = [i for i in rewards[0] if i in rewards[1]]  # run A's order
-    if not shared:
-        raise ValueError(f"runs {run_a} and {run_b} share no item ids; evaluate both on one file")
-    diff = paired_bootstrap_diff([rewards[0][i] for i in shared], [rewards[1][i] for i in shared])
-    diff.update({"spec_a": specs[0], "spec_b": specs[1], "n_shared": len(shared),
-                 "only_in_a": len(rewards[0]) - len(shared), "only_in_b": len(rewards[1]) - len(shared)})
-    verdict = "difference within noise" if diff["verdict"] == "within noise" else "real difference"
-    console.print(
-        f"A {diff['mean_a']:.3f} vs B {diff['mean_b']:.3f} on {len(shared)} shared items: "
-        f"A - B = {diff['mean_diff']:+.3f} (95% CI {diff['ci_low']:+.3f} to {diff['ci_high']:+.3f})"
-        f" -> [bold]{verdict}[/bold]"
-    )
-    return diff

@@ -28,11 +28,13 @@ from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records, summarise_scored
 from posttrain.eval.evaluate import evaluate_pass_at_k, sampler, solved
+from posttrain.eval.packs import problems_version
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import device_record, place, resolve_device
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
+from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_template
 from posttrain.runs.checkpoints import TASK_FILE, read_task
+from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
 
@@ -95,8 +97,9 @@ def choose_task(cfg: EvalConfig, given: set[str]) -> tuple[EvalConfig, str, str]
             f"warning: the checkpoint was trained on {was}; scoring on {now} as asked")
 
 
-def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
-    """Score cfg.checkpoint on cfg.env's problems; `task_source` (choose_task's) is recorded."""
+def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str = "") -> dict:
+    """Score cfg.checkpoint on cfg.env's problems; `task_source` (choose_task's) is recorded,
+    and so is `parent` (the run directory this one changes, if any) with the settings changed."""
     env = make_env(cfg.env.name, **cfg.env.kwargs())
     trained = read_task(Path(cfg.checkpoint))
     if task_source == "checkpoint" and trained is not None and trained.spec_version not in ("", env.spec_version):
@@ -129,11 +132,14 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags") -> dict:
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "A (eval)", "spec_version": env.spec_version, "checkpoint": str(cfg.checkpoint),
-                    "dataset": {"env": cfg.env.name, "level": cfg.env.level, "cot": cfg.env.cot, "path": cfg.env.path,
-                                "split": cfg.split, "size": cfg.size},
+                    "dataset": {"version": problems_version(examples), "env": cfg.env.name, "level": cfg.env.level,
+                                "cot": cfg.env.cot, "path": cfg.env.path, "split": cfg.split, "size": cfg.size},
+                    "prompt": {"template": prompt_template(tokenizer)},
                     "task": task,
                     "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)},
                     "device": device_record(cfg.device, cfg.dtype)})
+    if parent:
+        print(describe_changes(record_parent(run, parent)))
     run.write_jsonl("samples.jsonl", result.pop("samples"))
     summary = {**result, "eval": result["ci"], "task": task}
     print_report(result)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from posttrain.envs.arithmetic import ArithmeticEnv, Problem
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS
-from posttrain.eval.packs import PACKS, PACKS_DIR, example_of, kata_scorer
+from posttrain.eval.packs import FAILURE_LABELS, PACKS, PACKS_DIR, example_of, kata_scorer
 from posttrain.types import Example
 
 COT = "final_int/cot-v1"
@@ -266,11 +266,12 @@ def kata_records(examples: list[Example]) -> list[dict]:
          "the Final line miscopies the sum, but the substring scorer finds the right one in the chain",
          "compare the parsed integer exactly (cot-v1), never by substring"),
     ]
-    spec_ambiguous = [
-        (lambda p, a: f"{a}", COT, "spec-ambiguous",
+    # the seed's "2 ambiguous prompts/spec": one whose problem hides what is wanted, one the spec decides unreadably
+    ambiguous = [
+        (lambda p, a: f"{a}", COT, "data-ambiguous",
          "the prompt never states the 'Final: <int>' format, so a bare right number gets 0",
          "state the format in the prompt, or only evaluate models trained on it"),
-        (lambda p, a: f"{p.chain_of_thought()}\nFinal: +{a}", COT, "spec-ambiguous",
+        (lambda p, a: f"{p.chain_of_thought()}\nFinal: +{a}", COT, "spec-unclear",
          "'+<answer>' is the right integer; the spec bans the plus sign, a reader may not",
          "keep the ban but write it in the prompt and the spec's docstring, with a test"),
     ]
@@ -282,7 +283,7 @@ def kata_records(examples: list[Example]) -> list[dict]:
          "a wrong Final line hedged with the right number at the end",
          "score with cot-v1, which needs the Final line to be the whole last line"),
     ]
-    cases = model_wrong + verifier_wrong + spec_ambiguous + reward_hacked
+    cases = model_wrong + verifier_wrong + ambiguous + reward_hacked
     order = list(range(len(cases)))
     rng.shuffle(order)  # so the labels are not in a guessable order
     records = []
@@ -331,10 +332,11 @@ def check(packs: dict[str, list[dict]]) -> None:
         if not any(test(c) for c in correct_counts):
             raise AssertionError(f"best-of-N pack has no prompt with {wanted} correct candidates")
     labels = sorted(r["label"] for r in packs["kata"])
-    expected = sorted(["model-wrong"] * 4 + ["verifier-wrong"] * 2
-                      + ["spec-ambiguous"] * 2 + ["reward-hacked"] * 2)
-    if labels != expected:
-        raise AssertionError(f"kata labels {labels} are not 4/2/2/2")
+    expected = sorted(["model-wrong"] * 4 + ["verifier-wrong"] * 2 + ["data-ambiguous", "spec-unclear"]
+                      + ["reward-hacked"] * 2)
+    if labels != expected or not set(labels) <= set(FAILURE_LABELS):
+        raise AssertionError(f"kata labels {labels} are not 4 model-wrong, 2 verifier-wrong, 1 data-ambiguous, "
+                             f"1 spec-unclear, 2 reward-hacked, all in FAILURE_LABELS")
 
 
 def build_packs() -> dict[str, list[dict]]:

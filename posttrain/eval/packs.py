@@ -6,7 +6,7 @@ scorer checks run with no model and no network.
     exploits   golden_exploits.jsonl  completions that win a hackable spec and lose the honest ones
     frozen     frozen_rollouts.jsonl  ~100 scored-by-intent completions for Loop A (`eval`)
     bon        best_of_n.jsonl        8 candidates per prompt for Loop B (`bon`)
-    kata       kata.jsonl             10 scored cases to label: model / verifier / spec / hack
+    kata       kata.jsonl             10 scored cases to label with FAILURE_LABELS
 
 The fields of each file are described in `posttrain/data/packs/README.md`.
 `posttrain/eval/make_packs.py` rebuilds every file, byte for byte, from a seed.
@@ -19,6 +19,7 @@ solutions). They are right for measuring a scorer (Loop A) and demonstrating sel
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,19 @@ from posttrain.verifiers.final_int import parse_final_line
 # The packs live next to the code, not in the working directory, so an installed package
 # finds them too. pyproject.toml must list them as package data (see the README).
 PACKS_DIR = Path(__file__).resolve().parent.parent / "data" / "packs"
+
+# The failure taxonomy of the measurement course (docs/course/failure_taxonomy.md), as the
+# kata labels its cases: the seed's four ("model wrong / verifier wrong / data ambiguous /
+# spec unclear") and the one that only an optimiser produces, a reward that got hacked.
+FAILURE_LABELS: dict[str, str] = {
+    "model-wrong": "the scorer is right and the completion is wrong: a fact about the policy",
+    "verifier-wrong": "the scorer's reward is wrong for this completion (a parser bug, a loophole, a false negative)",
+    "data-ambiguous": "the problem as posed admits more than one reading, or hides what is wanted (a prompt that "
+                      "never states the answer format)",
+    "spec-unclear": "the spec does not say clearly what this case gets (no rule, or one a reader cannot find): "
+                    "write it down, with a test",
+    "reward-hacked": "a completion built to win the scorer rather than solve the problem, and it won",
+}
 
 PACKS: dict[str, str] = {
     "golden": "golden_correct.jsonl",
@@ -55,8 +69,18 @@ def pack_path(name_or_path: str | Path) -> Path:
 
 
 def file_sha256(path: str | Path) -> str:
-    """The dataset version recorded in run directories: change a byte, change the hash."""
+    """A file's version as run directories record it: change a byte, change the hash."""
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+def problems_version(examples: list[Example]) -> str:
+    """The dataset version of a set of problems: a hash of each one's id, prompt, expected
+    answer and meta, in id order. Not of a file: two models' completions files of the same
+    problems differ in every completion, yet they measure on the same dataset, and the
+    comparison refuses only what changes the measurement (eval/comparison.py)."""
+    rows = sorted(([e.id, e.prompt, e.expected_answer, e.meta] for e in examples), key=lambda row: row[:3])
+    text = json.dumps(rows, sort_keys=True, default=str, ensure_ascii=False)
+    return "problems-" + hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
 
 
 def read_jsonl_records(path: str | Path, required: tuple[str, ...] = ()) -> list[dict[str, Any]]:

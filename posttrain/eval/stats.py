@@ -4,6 +4,8 @@ difference between two runs real or noise?
     bootstrap_ci            percentile bootstrap CI of a mean over items
     paired_bootstrap_diff   CI of the mean difference of two runs scored on the same items
     pass_at_k               unbiased pass@k from n samples with c correct (Chen et al. 2021)
+    noise_rule              the course's rule of thumb for small sets: under 100 items, a
+                            difference of 5 points or less is likely noise
 
 The bootstrap (Efron 1979) treats the evaluated items as a sample from the population of
 items: resample them with replacement many times, recompute the mean each time, and read
@@ -134,3 +136,48 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     if n - c < k:
         return 1.0  # every choice of k samples includes a correct one
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
+
+
+# The noise rule of the measurement course (docs/course/MEASUREMENT_RULES.md): on fewer than
+# NOISE_RULE_N items a difference of 2-3 points is usually luck, and only one of more than
+# NOISE_RULE_POINTS points is treated as real. A rule of thumb, not a test: at N = 60 and a
+# pass rate near 50% one item is 1.7 points and the standard error of a difference of two
+# independent runs is about 9 points, so 5 points is well inside what a reshuffle can do.
+NOISE_RULE_N = 100
+NOISE_RULE_POINTS = 5.0
+
+
+def noise_rule(mean_diff: float, n: int) -> dict[str, str]:
+    """The noise rule's verdict on a difference of two rates (`mean_diff` as a fraction,
+    0.03 = 3 points) measured on `n` items: {"verdict", "reason"}, the verdict one of
+
+        "likely noise"       n < 100 and |difference| <= 5 points
+        "over 5 points"      n < 100 and |difference| > 5 points: the rule does not call it noise
+        "not applicable"     n >= 100: the rule is for small sets; the CI decides
+
+    It sits beside the bootstrap CI, never instead of it: the CI can call a 4-point paired
+    difference real (every item moved the same way) while the rule still calls it noise,
+    and then the honest report says both. Exactly 5 points counts as noise: the rule treats
+    an improvement as real only when it is larger than 5."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be the number of items compared (a positive int), got {n!r}")
+    if not math.isfinite(mean_diff):
+        raise ValueError(f"mean_diff must be a finite difference of two rates, got {mean_diff!r}")
+    points = 100 * abs(mean_diff)
+    if n >= NOISE_RULE_N:
+        return {"verdict": "not applicable",
+                "reason": f"N = {n} >= {NOISE_RULE_N}: the noise rule is for small sets; read the CI"}
+    # 1e-9: 0.55 - 0.50 is 0.05000000000000004 in floating point, and must count as 5 points
+    if points <= NOISE_RULE_POINTS + 1e-9:
+        return {"verdict": "likely noise",
+                "reason": f"N = {n} < {NOISE_RULE_N} and |difference| = {points:.1f} <= {NOISE_RULE_POINTS:g} points"}
+    return {"verdict": f"over {NOISE_RULE_POINTS:g} points",
+            "reason": f"N = {n} < {NOISE_RULE_N} but |difference| = {points:.1f} > {NOISE_RULE_POINTS:g} points: "
+                      "large enough for the rule; the CI says whether it is also more than luck"}
+
+
+def noise_rule_line(mean_diff: float, n: int) -> str:
+    """'noise rule: likely noise (N = 60 < 100 and |difference| = 1.7 <= 5 points)': the
+    verdict as printed beside a CI."""
+    rule = noise_rule(mean_diff, n)
+    return f"noise rule: {rule['verdict']} ({rule['reason']})"

@@ -11,6 +11,7 @@ import torch
 from posttrain.config import SamplingParams, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
+from posttrain.eval.comparison import paired_change
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import device_record, place, resolve_device
@@ -19,18 +20,20 @@ from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.sft import sft_stage
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.rollout import RolloutEngine, prompt_template
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
 from posttrain.runs.console import console
+from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.report import write_plots, write_summary
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.trackers import reporting
 from posttrain.seeds import derive_seed
 
 
-def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
+def start_run(cfg: TrainConfig, command: str, env=None, parent: str = "") -> RunDir:
     """A new run directory, locked for this process, with its config.json and meta.json.
-    `env`: an environment object to train on instead of the one cfg.env names (api.train)."""
+    `env`: an environment object to train on instead of the one cfg.env names (api.train).
+    `parent`: the run directory this one changes; meta.json records the settings changed."""
     run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))
@@ -50,6 +53,8 @@ def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
             # what --device auto chose, and the GPU's name: the same config gives different timings there
             "device": device_record(cfg.device, cfg.dtype),
         })
+        if parent:
+            console.print(describe_changes(record_parent(run, parent)), highlight=False, markup=False, soft_wrap=True)
     except BaseException:
         # nothing has run: a directory without its config and meta (a full disk) could never
         # be resumed, only mistaken for a run
@@ -112,6 +117,9 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
                       "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
                       "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
     policy, tokenizer, start_weights = starting_policy(cfg, run, env)
+    meta = run.read_json("meta.json") or {}
+    if "prompt" not in meta:  # known once the tokenizer is: the experiment log's prompt template
+        run.write_json("meta.json", {**meta, "prompt": {"template": prompt_template(tokenizer)}})
 
     results = run.read_json("summary.json") or {}
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
@@ -134,6 +142,10 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     if stage not in results:
         results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)
     results["final_stage"] = stage
+    # before/after on the same held-out problems: paired, with the noise rule beside the CI
+    change = paired_change(run.read_jsonl(f"eval_{stage}.jsonl"), run.read_jsonl("eval_sft.jsonl"))
+    if change is not None:
+        results[f"{stage}_vs_sft"] = change
     write_summary(run, results, cfg, env.spec_version)
     write_plots(run, stage)
     return run.read_json("summary.json")

@@ -110,6 +110,14 @@ def encode_prompt(tokenizer, prompt: str, messages: list[dict[str, str]] | None 
     return [tokenizer.bos_id] + tokenizer.encode(prompt)
 
 
+def prompt_template(tokenizer) -> str:
+    """How a problem's text reaches the model, with "{prompt}" where the text goes, special
+    tokens shown: "<bos>{prompt}" for gpt_mini, the chat template's turns and system prompt for
+    an instruct model. Run directories record it: the same weights behind another template
+    (another system prompt) are measured on another task."""
+    return tokenizer.decode(encode_prompt(tokenizer, "{prompt}"), skip_special_tokens=False)
+
+
 def example_prompt_ids(tokenizer, example: Example) -> list[int]:
     """`encode_prompt` of an Example: its conversation when it has one, else its text."""
     return encode_prompt(tokenizer, example.prompt, example.meta.get(PROMPT_MESSAGES))

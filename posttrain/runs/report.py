@@ -95,6 +95,13 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         summary["cis_overlap"] = not separated
         lines += ["", f"{final.upper()} changed held-out pass@1 by {100 * gain:+.1f} points; the two 95% CIs "
                       f"{'do not overlap' if separated else 'overlap (the difference may be noise)'}."]
+        paired = results.get(f"{final}_vs_sft")  # pipelines/run.py: eval/comparison.py's paired_scores
+        if paired:
+            rule = paired["noise_rule"]
+            lines += ["", f"Paired over the {paired['n_shared']} held-out problems both scored: "
+                          f"{100 * paired['mean_diff']:+.1f} points (95% CI {100 * paired['ci_low']:+.1f} to "
+                          f"{100 * paired['ci_high']:+.1f}), {paired['verdict']}; noise rule: {rule['verdict']} "
+                          f"({rule['reason']})."]
     used = [stage for stage in ("sft", final) if "observed_episodes" in results.get(stage, {})]
     if used:  # a multi-turn environment: did the policy use it (call the tool) more after RL?
         lines += ["", "| stage | held-out episodes with a tool call / observation (95% CI) |", "|---|---|"]

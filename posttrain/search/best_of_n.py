@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.eval.packs import example_of, file_sha256, pack_path, read_jsonl_records
-from posttrain.eval.stats import paired_bootstrap_diff, pass_at_k
+from posttrain.eval.stats import noise_rule, paired_bootstrap_diff, pass_at_k
 from posttrain.runs.rundir import RunDir
 from posttrain.types import Example
 from posttrain.verifiers import get_verifier
@@ -115,6 +115,7 @@ def summarize(rows: list[dict], n: int, oracle: bool) -> dict[str, Any]:
     pass_k = {k: sum(pass_at_k(n, r["n_correct"], k) for r in rows) / P for k in range(1, n + 1)}
     # paired over prompts: is what selection bought more than luck on this set of prompts?
     gain = paired_bootstrap_diff(chosen, first)
+    gain["noise_rule"] = noise_rule(gain["mean_diff"], P)
     by_count = Counter(r["n_correct"] for r in rows)
     return {
         "n_prompts": P,
@@ -143,6 +144,7 @@ def print_table(summary: dict[str, Any], console: Console | None = None) -> None
     gain = summary["selection_gain"]
     interval = f"[{gain['ci_low']:+.3f}, {gain['ci_high']:+.3f}]"
     table.add_row("selection gain vs first sample", f"{gain['mean_diff']:+.3f} {interval} {gain['verdict']}")
+    table.add_row(f"noise rule ({P} prompts)", gain["noise_rule"]["verdict"])
     console.print(table)
     counts = ", ".join(f"{c}: {m}" for c, m in summary["prompts_by_n_correct"].items())
     console.print(f"prompts by number of correct candidates -> {counts}")

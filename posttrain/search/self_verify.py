@@ -39,7 +39,7 @@ from posttrain.command_configs import VerifyConfig
 from posttrain.config import SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
-from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
+from posttrain.eval.stats import bootstrap_ci, noise_rule, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.rewards.process_reward_model import StepFormat, get_step_format, load_step_scorer
 from posttrain.roles.rollout import RolloutEngine
@@ -256,5 +256,6 @@ def verify_table(rows: list[dict], cfg: VerifyConfig) -> str:
             f"| {r['verifier']} | {r['threshold']} | {100 * r['false_positive_rate']:.1f}% of {r['wrong_steps']} "
             f"| {100 * r['false_negative_rate']:.1f}% of {r['right_steps']} | {pct(r['draft'])} | {pct(r['revised'])} "
             f"| {100 * gain['mean_diff']:+.1f} [{100 * gain['ci_low']:+.1f}, {100 * gain['ci_high']:+.1f}] "
-            f"{gain['verdict']} | {r['fixed']} / {r['broke']} / {r['revisions']} | {r['tokens']:.1f} |")
+            f"{gain['verdict']}; noise rule: {noise_rule(gain['mean_diff'], gain['n'])['verdict']} "
+            f"| {r['fixed']} / {r['broke']} / {r['revisions']} | {r['tokens']:.1f} |")
     return "\n".join(lines)

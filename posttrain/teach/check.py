@@ -1,6 +1,7 @@
 """`posttrain check NN`: test your solution to a lesson's code exercise.
 
     posttrain check 09          run exercises/09_*.py against the library, print PASS or FAIL
+    posttrain check pick_best   an exercise named for its function (exercises/pick_best.py)
     posttrain check --list      the exercises, one line each
 
 Each exercise is a stub in the repository's `exercises/` folder, marked `YOUR CODE HERE`,
@@ -14,6 +15,7 @@ outside the package on purpose: the library's tests never see them.
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import math
 import re
@@ -29,6 +31,7 @@ from posttrain.algorithms.core import agg_loss, clipped_surrogate, kl_k3, masked
 from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
+from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -43,6 +46,9 @@ class Exercise:
     cases: Callable[[], list[tuple[str, tuple]]]  # (case name, positional arguments)
     hint: str  # said on any failure
     grad_of_first: bool = False  # also compare ∂output/∂(first argument), for losses
+    # None if the learner's result matches the library's, else what is wrong; None = _close (tensors)
+    compare: Callable[[Any, Any], str | None] | None = None
+    source: str = ""  # where the library's version is, when no lesson names it
 
 
 # --------------------------------------------------------------------------------------
@@ -211,6 +217,13 @@ EXERCISES: dict[str, Exercise] = {
                    "Sum each row's masked losses, divide by the constant max_len (not by the row's "
                    "length), average over rows. NaN in padding must not leak: torch.where before summing.",
                    grad_of_first=True),
+    # the measurement course's exercise (docs/course/M0.5_selection.md), named for its function
+    "pick_best": Exercise("pick_best", "course M0.5", reference_pick_best, pick_best_cases,
+                          "Return the sample with the highest reward; among equal rewards, the one with the "
+                          "smallest id in string order, whatever order the list is in. max() by reward alone keeps "
+                          "whichever maximum comes first, so the same samples shuffled give another choice; the "
+                          "smallest completion is deterministic too, but it is not the rule `posttrain bon` logs.",
+                          compare=same_sample, source="posttrain/search/best_of_n.py, pick_best"),
 }
 
 
@@ -226,14 +239,19 @@ def exercise_files(directory: Path = EXERCISES_DIR) -> dict[str, Path]:
         match = EXERCISE_FILE.match(path.name)
         if match:
             found[match.group(1)] = path
+        elif path.stem in EXERCISES:  # an exercise named for its function: exercises/pick_best.py
+            found[path.stem] = path
     return found
 
 
 def resolve(number: str) -> str:
     key = number.strip()
+    if key in EXERCISES:
+        return key
     key = f"{int(key):02d}" if key.isdigit() else key[:2]
     if key not in EXERCISES:
-        raise ValueError(f"no exercise {number!r}; exercises exist for lessons {', '.join(EXERCISES)}")
+        raise ValueError(f"no exercise {number!r}; the exercises are {', '.join(EXERCISES)} (a lesson's number, or "
+                         "an exercise's name)")
     return key
 
 
@@ -242,7 +260,8 @@ def load_solution(number: str, directory: Path = EXERCISES_DIR) -> Callable:
     key = resolve(number)
     path = exercise_files(directory).get(key)
     if path is None:
-        raise FileNotFoundError(f"no exercises/{key}_*.py in {directory}; the exercises ship with the repository")
+        stub = f"{key}.py" if key.isidentifier() else f"{key}_*.py"
+        raise FileNotFoundError(f"no exercises/{stub} in {directory}; the exercises ship with the repository")
     spec = importlib.util.spec_from_file_location(f"exercise_{key}", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -253,14 +272,17 @@ def load_solution(number: str, directory: Path = EXERCISES_DIR) -> Callable:
 
 
 def _copy(args: tuple, grad: bool) -> tuple:
-    """Fresh copies of the arguments (a solution must not see the other's in-place edits);
-    the first becomes a leaf that requires grad when gradients are compared."""
+    """Fresh copies of the arguments (a solution must not see the other's in-place edits, a
+    list sorted in place included); the first becomes a leaf that requires grad when
+    gradients are compared."""
     out = []
     for i, a in enumerate(args):
         if isinstance(a, torch.Tensor):
             a = a.detach().clone()
             if i == 0 and grad:
                 a.requires_grad_(True)
+        else:
+            a = copy.deepcopy(a)
         out.append(a)
     return tuple(out)
 
@@ -311,7 +333,7 @@ def run_check(number: str, solution: Callable | None = None, out: Callable[[str]
             out(f"FAIL  case '{name}': {type(err).__name__}: {err}")
             failures += 1
             continue
-        problem = _close(got, want)
+        problem = (ex.compare or _close)(got, want)
         if problem is None and ex.grad_of_first:
             (want_grad,) = torch.autograd.grad(want, want_args[0], allow_unused=True)
             if not isinstance(got, torch.Tensor) or not got.requires_grad:
@@ -331,21 +353,23 @@ def run_check(number: str, solution: Callable | None = None, out: Callable[[str]
     if failures:
         out(f"FAIL  exercise {key} ({ex.function}): {failures} case(s) wrong.\n      hint: {ex.hint}")
         return False
+    where = ex.source or f"lesson {ex.lesson} names the file"
     out(f"PASS  exercise {key} ({ex.function}) matches the library on every case. Now read the library's "
-        f"version (lesson {ex.lesson} names the file) and compare.")
+        f"version ({where}) and compare.")
     return True
 
 
 def main(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="posttrain check", description=__doc__.split("\n\n")[0])
-    p.add_argument("exercise", nargs="?", help="the lesson number of the exercise, e.g. 09")
+    p.add_argument("exercise", nargs="?", help="the lesson number of the exercise, e.g. 09, or its name (pick_best)")
     p.add_argument("--list", action="store_true", help="list the exercises and exit")
     args = p.parse_args(argv)
     if args.list or not args.exercise:
         files = exercise_files()
+        width = max(map(len, EXERCISES))
         for key, ex in EXERCISES.items():
             where = files[key].relative_to(EXERCISES_DIR.parent) if key in files else "(missing)"
-            print(f"{key}  {ex.function:26s} {where}")
+            print(f"{key:{width}s}  {ex.function:26s} {where}")
         return 0
     try:
         return 0 if run_check(args.exercise) else 1
