@@ -122,6 +122,18 @@ def test_ipo_by_hand():
     assert loss.item() == pytest.approx(0.0, abs=1e-10)
 
 
+def test_length_normalised_ipo_is_a_per_token_margin():
+    # log-ratios +8 over 4 tokens and −6 over 3 tokens -> +2 and −2 per token, h = 4;
+    # β = 0.5 -> target 1/(2·0.5) = 1; loss = (4 − 1)² = 9. Summed: h = 14, (14 − 1)² = 169.
+    args = (t(2.0), t(-12.0), t(-6.0), t(-6.0), info((4.0,), (3.0,)))
+    loss, _ = call(make_preference_loss("ipo", beta=0.5, length_normalize=True), *args)
+    assert loss.item() == pytest.approx(9.0)
+    loss, _ = call(make_preference_loss("ipo", beta=0.5), *args)
+    assert loss.item() == pytest.approx(169.0)
+    with pytest.raises(ValueError, match="length_normalize"):
+        make_preference_loss("ipo", length_normalize="yes")
+
+
 def test_kto_by_hand_with_clamped_reference_point():
     # desirable log-ratio r_D = +2, undesirable r_U = −3: z = mean(2, −3) = −0.5, clamped to 0
     # desirable:   1 − σ(0.1 · (2 − 0))  = 1 − σ(0.2) = 1 − 0.549834 = 0.450166
