@@ -200,6 +200,12 @@ class RewardModelConfig:
         check(self.temperature > 0, f"{prefix}.temperature", self.temperature, "a number > 0")
 
 
+ON_ALERT = ("warn", "stop", "rollback")  # what rl.on_alert can name (posttrain/pipelines/rl.py)
+# the monitors rl.stop_on can name: posttrain/runs/monitors.py's, a test keeps the two equal
+MONITORS = ("proxy_gold_divergence", "kl_explosion", "length_blowup", "entropy_collapse", "no_learning_signal",
+            "sampler_mismatch")
+
+
 @dataclass
 class RLConfig:
     # an RL algorithm (posttrain/algorithms/) or a preference loss (dpo, ipo, kto, orpo,
@@ -286,6 +292,14 @@ class RLConfig:
     track_kl: bool = True
     eval_every: int = 25  # steps between dev-split pass@1 measurements
     dev_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
+    # what a hacking monitor's alert does (posttrain/runs/monitors.py): "warn" prints it and
+    # trains on; "stop" ends the RL stage at that step; "rollback" ends it and puts back the
+    # weights of the step where dev pass@1 was best. warn by default: a monitor detects, it
+    # does not diagnose, and a stop on a false alarm throws away a good run's remaining steps
+    on_alert: str = "warn"
+    # the monitors whose alerts rl.on_alert acts on, comma-separated: the two that mean the
+    # reward is being exploited (the others, e.g. length_blowup, are often benign)
+    stop_on: str = "proxy_gold_divergence,kl_explosion"
 
     def validate(self, prefix: str = "rl") -> None:
         check_positive(self, prefix, "prompts_per_step", "samples_per_prompt", "epochs", "minibatches", "eval_every",
@@ -296,6 +310,10 @@ class RLConfig:
         check(0 <= self.adam_beta2 < 1, f"{prefix}.adam_beta2", self.adam_beta2, "a number in [0, 1)")
         check_non_negative(self, prefix, "steps", "grad_clip", "micro_batch_size", "warmup_steps", "weight_decay",
                            "length_penalty", "length_free", "kl_target", "reward_timeout")
+        check(self.on_alert in ON_ALERT, f"{prefix}.on_alert", self.on_alert, f"one of {', '.join(ON_ALERT)}")
+        unknown = [name for name in self.stop_on.split(",") if name.strip() not in MONITORS]
+        check(not unknown, f"{prefix}.stop_on", self.stop_on,
+              f"monitor names joined by ',', each one of {', '.join(MONITORS)} (unknown: {', '.join(unknown)})")
         self.sampling.validate(f"{prefix}.sampling")
         self.rm.validate(f"{prefix}.rm")
 

@@ -7,10 +7,8 @@ from pathlib import Path
 
 from posttrain.config import TrainConfig
 from posttrain.eval.evaluate import evaluate_pass_at_1
+from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import build_controller
-from posttrain.runs.console import console
-from posttrain.runs.monitors import check_all
-from posttrain.runs.report import RUN_MONITORS
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
 
@@ -18,11 +16,12 @@ from posttrain.runs.stage import run_stage
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path) -> None:
     """RL from the policy as it is, against the environment's verifier (or the reward
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
-    every sample logged, the monitors watching, and checkpoints to resume from."""
+    every sample logged, the monitors watching (and acting, per rl.on_alert:
+    pipelines/alerts.py), and checkpoints to resume from."""
     controller = build_controller(cfg, env, tokenizer, policy, start_weights)
     engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
-    history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]  # for the live monitors
+    alerts = AlertPolicy(cfg.rl, run, "rl", policy, tokenizer)
 
     def rl_step(step: int) -> dict[str, float]:
         step_start = time.perf_counter()
@@ -35,23 +34,14 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
         run.append_jsonl("samples.jsonl", samples)
         run.trackers.log_samples("rl", step, samples)  # --report_to: a few of them as a table
         metrics["time/step"] = time.perf_counter() - step_start  # wall time; roles can overlap (async)
-        warn_as_it_happens(history, {"step": step, **metrics})
+        alerts.after_step(step, metrics)
         return metrics
 
     try:
-        run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, controller.trainer, cfg.checkpoint_every,
-                  on_resume=controller.load_state_dict, extra_state=controller.state_dict,
+        run_stage(run, "rl", alerts.last_step(cfg.rl.steps), rl_step, policy, tokenizer, controller.trainer, cfg.checkpoint_every,
+                  on_resume=controller.load_state_dict, extra_state=controller.state_dict, stop_after=alerts.should_stop,
                   show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                                  + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
     finally:
         controller.close()
-
-
-def warn_as_it_happens(history: list[dict], row: dict) -> None:
-    """Print a monitor's alert on the step it first fires (summary.md lists them all again)."""
-    history[:] = [r for r in history if r["step"] < row["step"]] + [row]
-    for alert in check_all(history, RUN_MONITORS):
-        if alert["step"] == row["step"]:
-            console.print(f"[bold red]warning[/] step {alert['step']}: {alert['message']}")
-
 

@@ -125,6 +125,15 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     if warnings:
         summary["warnings"] = warnings
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    stopped = run.read_json("early_stop.json")  # pipelines/alerts.py: rl.on_alert stop or rollback
+    if stopped:
+        summary["early_stop"] = stopped
+        restored = stopped.get("restored_step")
+        lines += ["", "## Stopped early", "",
+                  f"RL stopped after step {stopped['step']} of {cfg.rl.steps} (rl.on_alert={stopped['action']}), "
+                  f"on {stopped['monitor']}: {stopped['message']}"
+                  + (f" The policy evaluated above is step {restored}'s, the best dev pass@1 before the alert."
+                     if restored is not None else "")]
     run.write_json("summary.json", summary)
     (run.path / "summary.md").write_text("\n".join(lines) + "\n")
 

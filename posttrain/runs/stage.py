@@ -26,10 +26,12 @@ def run_stage(
     extra_state: Callable[[], dict] = lambda: {},
     show: Callable[[dict], str] = lambda m: "",
     checkpoint_also: Callable[[int], bool] = lambda step: False,
+    stop_after: Callable[[int], bool] = lambda step: False,
 ) -> None:
     """Run steps [start, steps) of a stage, where start follows the last checkpoint: each
     step's metrics are one line of metrics.jsonl, and a checkpoint follows every
-    checkpoint_every steps, the last step, and any step `checkpoint_also` names."""
+    checkpoint_every steps, the last step, and any step `checkpoint_also` names. A step
+    `stop_after` names (asked once its step_fn has run) is checkpointed and is the last."""
     start = 0
     checkpoint = latest_checkpoint(run, stage)
     if checkpoint is not None:
@@ -55,6 +57,9 @@ def run_stage(
             metrics = step_fn(step)
             run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
             trackers.log_metrics(stage, step, metrics)  # after the record: a tracker is its copy
-            if (step + 1) % checkpoint_every == 0 or step == steps - 1 or checkpoint_also(step):
+            stop = stop_after(step)
+            if (step + 1) % checkpoint_every == 0 or step == steps - 1 or checkpoint_also(step) or stop:
                 save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
             progress.update(task, advance=1, info=show(metrics))
+            if stop:
+                break
