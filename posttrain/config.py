@@ -173,10 +173,19 @@ class RewardModelConfig:
     """The learned reward of `posttrain rlhf`: a Bradley–Terry model trained on pairs of the
     SFT policy's samples that the verifier ranked (posttrain/pipelines/rlhf.py)."""
 
-    # a trained reward-model directory; "" = the verifier is the training reward. With a
-    # preference loss, the reward model ranks the policy's samples into pairs instead of the
-    # verifier: one pair per prompt, its best-scored sample against its worst
+    # a trained reward-model directory, or several joined by "," (an ensemble, combined by
+    # rl.rm.ensemble); "" = the verifier is the training reward. With a preference loss, the
+    # reward model ranks the policy's samples into pairs instead of the verifier: one pair per
+    # prompt, its best-scored sample against its worst. With an "rm" term in rl.reward it is
+    # that term's scorer, on top of the verifier, instead of replacing it
     path: str = ""
+    # how an ensemble's scores combine (rewards/ensemble.py): "mean", "min" (worst case) or
+    # "mean-minus-std" (disagreement charged); mean, the plain average, changes least
+    ensemble: str = "mean"
+    disagreement_coef: float = 1.0  # λ of mean-minus-std: one standard deviation of the members' scores
+    # reward models `posttrain rlhf` trains, each from its own seed (reward_model_0, _1, ...),
+    # then combined by rl.rm.ensemble; 1 trains the single model the README's runs used
+    ensemble_size: int = 1
     prompts: int = 1024  # training prompts whose samples make the pairs (held-out pairs: rl.dev_size dev prompts)
     temperature: float = 1.5  # the SFT policy is near-deterministic at T = 1: hotter samples give more distinct pairs
     # ~6 epochs of the ~1,700 pairs 1,024 prompts give; measured with pooling "loglik":
@@ -193,7 +202,10 @@ class RewardModelConfig:
     pooling: str = "loglik"
 
     def validate(self, prefix: str = "rl.rm") -> None:
-        check_positive(self, prefix, "prompts", "steps", "batch_size")
+        check_positive(self, prefix, "prompts", "steps", "batch_size", "ensemble_size")
+        check(self.ensemble in ("mean", "min", "mean-minus-std"), f"{prefix}.ensemble", self.ensemble,
+              "'mean', 'min' or 'mean-minus-std'")
+        check(self.disagreement_coef >= 0, f"{prefix}.disagreement_coef", self.disagreement_coef, "a number >= 0")
         check(self.pooling in ("last", "mean", "loglik"), f"{prefix}.pooling", self.pooling,
               "'last', 'mean' or 'loglik'")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")

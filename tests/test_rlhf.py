@@ -154,6 +154,26 @@ def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft
     assert dev and {p["meta"]["chosen_reward"] for p in dev} == {1.0}  # held-out pairs stay the verifier's
 
 
+def test_rlhf_trains_an_ensemble_each_member_on_its_own_bootstrap(sft, tmp_path):
+    assert main(["rlhf", *TINY_PREF, "--init", sft, "--rl.rm.prompts", "48", "--rl.rm.steps", "6",
+                 "--rl.rm.ensemble_size", "2", "--rl.rm.ensemble", "min", "--rl.steps", "2",
+                 "--out_dir", str(tmp_path)]) == 0
+    run = only_run(tmp_path)
+    members = [run / "reward_model_0", run / "reward_model_1"]
+    infos = [json.loads((m / "reward_model.json").read_text()) for m in members]
+    assert [i["member"] for i in infos] == [0, 1] and all(i["bootstrap"] for i in infos)
+    heads = [torch.load(m / "reward_head.pt", weights_only=True)["weight"] for m in members]
+    assert not torch.equal(*heads)  # different resamples and seeds: different models
+    config = json.loads((run / "config.json").read_text())
+    assert config["rl"]["rm"]["path"] == ",".join(str(m) for m in members)
+    samples = [s for s in rows_of(run, "samples.jsonl") if s["stage"] == "rl"]
+    # the training reward is the worse of the two members' scores, both kept
+    assert all(s["reward"] == pytest.approx(min(s["details"]["member_rewards"])) for s in samples)
+    report = json.loads((run / "rlhf.json").read_text())
+    assert report["reward_model"]["ensemble"] == "min" and len(report["reward_model"]["members"]) == 2
+    assert "an ensemble of 2, combined by min" in (run / "summary.md").read_text()
+
+
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     from posttrain.config import ConfigError, TrainConfig
     from posttrain.config_file import from_dict

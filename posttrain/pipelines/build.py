@@ -29,7 +29,8 @@ from posttrain.models import is_transformers_policy
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
-from posttrain.rewards.proxy import ProxyReward
+from posttrain.rewards.ensemble import LearnedReward
+from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
@@ -65,16 +66,26 @@ REWARD_PRESETS = {
 def reward_terms(rl: RLConfig) -> list:
     """The (weight, term) pairs rl.reward names, its functions imported; ValueError naming
     the term that cannot be used."""
-    return parse_reward(rl.reward, REWARD_PRESETS, timeout=rl.reward_timeout,
-                        rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
+    return parse_reward(rl.reward, {**REWARD_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]},
+                        timeout=rl.reward_timeout, rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
+
+
+def learned_reward(rl: RLConfig) -> LearnedReward:
+    """rl.reward's "rm" term: the reward model(s) of rl.rm.path as one layer of the stack."""
+    if not rl.rm.path:
+        raise ValueError("the term 'rm' is a learned reward and needs its model: set rl.rm.path to a reward-model "
+                         "directory (posttrain rlhf writes runs/<id>/reward_model), or several joined by ','")
+    return LearnedReward(load_reward_scorer(rl.rm.path, rl.rm.ensemble, rl.rm.disagreement_coef))
 
 
 def make_reward(rl: RLConfig, score):
-    """The training reward: the environment's scorer (or, with rl.rm.path, a reward model
-    with the scorer kept as the gold), plus the terms rl.reward and rl.length_penalty ask for."""
-    if rl.rm.path:  # the reward model scores; the verifier's verdict stays in details
-        score = ProxyReward.load(rl.rm.path, score)
+    """The training reward: the environment's scorer (or, with rl.rm.path and no "rm" term,
+    a reward model with the scorer kept as the gold), plus the terms rl.reward and
+    rl.length_penalty ask for."""
     terms = reward_terms(rl)
+    if rl.rm.path and not any(isinstance(term, LearnedReward) for _, term in terms):
+        # the reward model scores; the verifier's verdict stays in details
+        score = ProxyReward.load(rl.rm.path, score, rl.rm.ensemble, rl.rm.disagreement_coef)
     if rl.length_penalty > 0:
         terms.append((1.0, LinearLength(rl.length_free, rl.length_penalty)))
     if len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):

@@ -126,7 +126,8 @@ def check_rl(rl: RLConfig) -> None:
               "reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
     if rl.rm.path:
         try:
-            check_reward_model_dir(rl.rm.path)
+            for directory in rl.rm.path.split(","):
+                check_reward_model_dir(directory.strip())
         except ValueError as error:
             raise ConfigError(f"rl.rm.path={rl.rm.path!r} is not allowed: {error}") from None
         if preference:

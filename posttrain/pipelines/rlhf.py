@@ -83,28 +83,48 @@ def reward_model_pairs(cfg: TrainConfig, env, tokenizer, policy) -> tuple[list, 
     return train, heldout, {"train": train_stats, "heldout": heldout_stats}
 
 
-def train_and_save_reward_model(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> Path:
+def reward_model_dirs(cfg: TrainConfig, run: RunDir) -> list[Path]:
+    """Where `posttrain rlhf` keeps its reward model(s): reward_model/, or reward_model_<i>/
+    for each member of an rl.rm.ensemble_size ensemble."""
+    size = cfg.rl.rm.ensemble_size
+    return [run.path / "reward_model"] if size == 1 else [run.path / f"reward_model_{i}" for i in range(size)]
+
+
+def train_and_save_reward_models(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> list[Path]:
     """Fit r_φ to the SFT policy's verifier-ranked pairs, report its held-out accuracy,
-    save it to runs/<id>/reward_model/."""
+    save it to runs/<id>/reward_model/. An ensemble's members train on the same pairs, each
+    on its own bootstrap resample of them and its own seed (bagging: the cheapest way to
+    members whose errors differ; they still share the SFT body they start from)."""
 
     train, heldout, stats = reward_model_pairs(cfg, env, tokenizer, policy)
     save_preference_jsonl(train, run.path / "rm_pairs_train.jsonl")
     save_preference_jsonl(heldout, run.path / "rm_pairs_heldout.jsonl")
     console.print(f"reward model: {len(train)} training pairs, {len(heldout)} held-out pairs")
     rm = cfg.rl.rm
-    # InstructGPT initialises the reward model from the SFT model: the body already reads the task
-    model, history = train_reward_model(train, RewardModel.from_policy(policy, rm.pooling), tokenizer, steps=rm.steps,
-                                        lr=rm.lr, batch_size=rm.batch_size, seed=derive_seed(cfg.seed, "rm"))
     run.truncate_jsonl("metrics.jsonl", lambda row: row.get("stage") != "rm")  # a retry after a kill starts over
-    run.append_jsonl("metrics.jsonl", [{"stage": "rm", "step": i, **h} for i, h in enumerate(history)])
-    info = {"train_pairs": len(train), "heldout_pairs": len(heldout),
-            "train_accuracy": pairwise_accuracy(model, train, tokenizer),
-            "heldout_accuracy": pairwise_accuracy(model, heldout, tokenizer),
-            "pairs": stats, "steps": rm.steps, "lr": rm.lr, "batch_size": rm.batch_size, "pooling": rm.pooling,
-            "temperature": rm.temperature, "seconds": history[-1]["seconds"]}
-    console.print(f"[bold]reward model[/]: pairwise accuracy {info['train_accuracy']:.3f} on its training pairs, "
-                  f"{info['heldout_accuracy']:.3f} on {len(heldout)} held-out pairs (chance 0.5)")
-    return save_reward_model(model, run.path / "reward_model", tokenizer, info)
+    saved = []
+    for member, directory in enumerate(reward_model_dirs(cfg, run)):
+        seed = derive_seed(cfg.seed, "rm" if rm.ensemble_size == 1 else f"rm{member}")
+        pairs = train
+        if rm.ensemble_size > 1:
+            draw = torch.Generator().manual_seed(seed)
+            pairs = [train[i] for i in torch.randint(len(train), (len(train),), generator=draw).tolist()]
+        # InstructGPT initialises the reward model from the SFT model: the body already reads the task
+        model, history = train_reward_model(pairs, RewardModel.from_policy(policy, rm.pooling), tokenizer,
+                                            steps=rm.steps, lr=rm.lr, batch_size=rm.batch_size, seed=seed)
+        run.append_jsonl("metrics.jsonl", [{"stage": "rm", "member": member, "step": i, **h}
+                                           for i, h in enumerate(history)])
+        info = {"train_pairs": len(train), "heldout_pairs": len(heldout),
+                "train_accuracy": pairwise_accuracy(model, train, tokenizer),
+                "heldout_accuracy": pairwise_accuracy(model, heldout, tokenizer),
+                "pairs": stats, "steps": rm.steps, "lr": rm.lr, "batch_size": rm.batch_size, "pooling": rm.pooling,
+                "temperature": rm.temperature, "seconds": history[-1]["seconds"], "member": member,
+                "bootstrap": rm.ensemble_size > 1}
+        console.print(f"[bold]reward model[/]{f' {member}' if rm.ensemble_size > 1 else ''}: pairwise accuracy "
+                      f"{info['train_accuracy']:.3f} on its training pairs, {info['heldout_accuracy']:.3f} on "
+                      f"{len(heldout)} held-out pairs (chance 0.5)")
+        saved.append(save_reward_model(model, directory, tokenizer, info))
+    return saved
 
 
 # ---------------------------------------------------------------------------------------
@@ -119,9 +139,10 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     if not cfg.rl.rm.path:
-        rm_dir = run.path / "reward_model"
+        rm_dirs = reward_model_dirs(cfg, run)
         try:
-            check_reward_model_dir(rm_dir)
+            for directory in rm_dirs:
+                check_reward_model_dir(directory)
         except ValueError:  # not trained yet (or killed while training: it is short, so redo it)
             env = make_env(cfg.env.name, **cfg.env.kwargs())
             if cfg.init:  # a checkpoint or any transformers model, as run_pipeline reads it
@@ -136,9 +157,9 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
                     sft_stage(cfg, run, env, tokenizer, policy)
                     policy.load_state_dict(load_checkpoint_model(latest_checkpoint(run, "sft"),
                                                                  policy.config).state_dict())
-            train_and_save_reward_model(cfg, run, env, tokenizer, policy)
-        cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, rm=dataclasses.replace(cfg.rl.rm,
-                                                                                             path=str(rm_dir))))
+            train_and_save_reward_models(cfg, run, env, tokenizer, policy)
+        path = ",".join(str(directory) for directory in rm_dirs)
+        cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, rm=dataclasses.replace(cfg.rl.rm, path=path)))
         run.write_json("config.json", to_dict(cfg))  # a resumed run trains against this reward model
     summary = run_pipeline(cfg, run)
     return write_rlhf_report(run, cfg, summary)
@@ -163,7 +184,8 @@ def gold_trajectory(run: RunDir) -> list[dict]:
 
 def write_rlhf_report(run: RunDir, cfg: TrainConfig, summary: dict) -> dict:
 
-    _, info = load_reward_model(cfg.rl.rm.path)
+    infos = [load_reward_model(directory.strip())[1] for directory in cfg.rl.rm.path.split(",")]
+    info = infos[0] if len(infos) == 1 else ensemble_info(infos, cfg.rl.rm.ensemble)
     rows = gold_trajectory(run)
     if not rows:
         return summary
@@ -181,7 +203,9 @@ def write_rlhf_report(run: RunDir, cfg: TrainConfig, summary: dict) -> dict:
     run.write_json("rlhf.json", report)
     accuracy = info.get("heldout_accuracy", float("nan"))
     lines = ["## RLHF", "",
-             f"Reward model: pairwise accuracy {accuracy:.3f} on {info.get('heldout_pairs')} held-out pairs "
+             ("Reward model: " if "members" not in info else
+              f"Reward models (an ensemble of {len(info['members'])}, combined by {info['ensemble']}), mean ")
+             + f"pairwise accuracy {accuracy:.3f} on {info.get('heldout_pairs')} held-out pairs "
              f"(chance 0.5), {info.get('train_accuracy', float('nan')):.3f} on its {info.get('train_pairs')} "
              "training pairs.",
              "",
@@ -194,6 +218,13 @@ def write_rlhf_report(run: RunDir, cfg: TrainConfig, summary: dict) -> dict:
     text = (run.path / "summary.md").read_text().split("\n## RLHF\n")[0].rstrip("\n")
     (run.path / "summary.md").write_text(text + "\n\n" + "\n".join(lines) + "\n")
     return {**summary, "rlhf": {k: v for k, v in report.items() if k != "trajectory"}}
+
+
+def ensemble_info(infos: list[dict], how: str) -> dict:
+    """The report's reward-model line for an ensemble: its members' mean accuracies."""
+    mean = lambda key: sum(i.get(key, float("nan")) for i in infos) / len(infos)  # noqa: E731
+    return {**infos[0], "members": infos, "ensemble": how, "train_accuracy": mean("train_accuracy"),
+            "heldout_accuracy": mean("heldout_accuracy")}
 
 
 def moving_average(values: list[float], window: int = 10) -> list[float]:

@@ -5,7 +5,8 @@ verifier's verdict beside it as the gold reward.
 it plugs into the RL loop wherever a verifier does (`rl.rm.path`). Its reward is r_φ; its
 details are the verifier's own (so `details["reason"]`, the RL stage's `pass_rate`, and
 held-out pass@1 stay the verifier's) plus `gold_reward` and `proxy_reward`: the two curves
-whose divergence is reward over-optimisation (Gao, Schulman & Hilton 2022).
+whose divergence is reward over-optimisation (Gao, Schulman & Hilton 2022). Several
+reward-model directories make an ensemble (rewards/ensemble.py), each member's score kept.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from posttrain.models import load_tokenizer
+from posttrain.rewards.ensemble import RewardEnsemble
 from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model
 from posttrain.types import Example
 
@@ -34,19 +36,31 @@ class ProxyReward:
         self.gold = gold  # the environment's verifier
 
     @classmethod
-    def load(cls, directory: str | Path, gold: Callable[[Example, str], Scored]) -> ProxyReward:
-        model, _ = load_reward_model(directory)
-        try:
-            tokenizer = load_tokenizer(Path(directory))
-        except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters
-            tokenizer = None
-        return cls(RewardModelScorer(model, tokenizer), gold)
+    def load(cls, paths: str, gold: Callable[[Example, str], Scored], ensemble: str = "mean",
+             disagreement_coef: float = 1.0) -> ProxyReward:
+        return cls(load_reward_scorer(paths, ensemble, disagreement_coef), gold)
 
     def __call__(self, example: Example, completion: str) -> Scored:
         gold = self.gold(example, completion)
         proxy = self.scorer.score(example, completion)
         details = {**gold["details"], "gold_reward": float(gold["reward"]), "proxy_reward": proxy["reward"],
                    "reward_source": "reward_model", "truncated": proxy["details"]["truncated"]}
+        if "member_rewards" in proxy["details"]:  # an ensemble: each member's score and their spread
+            details.update(member_rewards=proxy["details"]["member_rewards"], member_std=proxy["details"]["member_std"])
         return {"reward": proxy["reward"], "details": details}
 
     score = __call__
+
+
+def load_reward_scorer(paths: str, ensemble: str = "mean", disagreement_coef: float = 1.0):
+    """A scorer from rl.rm.path: one reward-model directory, or several joined by ","
+    combined by `ensemble` (rewards/ensemble.py)."""
+    members = []
+    for directory in (p.strip() for p in str(paths).split(",")):
+        model, _ = load_reward_model(directory)
+        try:
+            tokenizer = load_tokenizer(Path(directory))
+        except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters
+            tokenizer = None
+        members.append(RewardModelScorer(model, tokenizer))
+    return members[0] if len(members) == 1 else RewardEnsemble(members, ensemble, disagreement_coef)
