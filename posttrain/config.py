@@ -215,7 +215,7 @@ class RewardModelConfig:
 ON_ALERT = ("warn", "stop", "rollback")  # what rl.on_alert can name (posttrain/pipelines/rl.py)
 # the monitors rl.stop_on can name: posttrain/runs/monitors.py's, a test keeps the two equal
 MONITORS = ("proxy_gold_divergence", "kl_explosion", "length_blowup", "entropy_collapse", "no_learning_signal",
-            "sampler_mismatch")
+            "sampler_mismatch", "chosen_likelihood_collapse")
 
 
 @dataclass

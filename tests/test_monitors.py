@@ -8,6 +8,7 @@ import pytest
 from posttrain.runs.monitors import (
     MonitorConfig,
     check_all,
+    chosen_likelihood_collapse,
     entropy_collapse,
     kl_explosion,
     length_blowup,
@@ -179,3 +180,16 @@ def test_a_zero_gradient_with_varied_rewards_is_named_as_such():
     (alert,) = no_learning_signal(rows)
     assert alert["step"] == 4 and "gradient was exactly 0" in alert["message"] and "LoRA" in alert["message"]
     assert check_all(rows, MonitorConfig(no_signal_steps=None)) == []
+
+
+# --- a preference loss making the chosen answers unlikely ------------------------------------
+
+
+def test_chosen_likelihood_collapse_fires_past_the_drop_and_again_after_recovery():
+    values = [-0.5, -0.7, -1.2, -0.8, -1.3, -1.0]  # drops from the first value: 0.2, 0.7, 0.3, 0.8, 0.5
+    rows = [{"step": s, "dev_pref_logps_chosen_per_token": v} for s, v in enumerate(values)]
+    alerts = chosen_likelihood_collapse(rows)
+    assert [a["step"] for a in alerts] == [2, 4]  # 0.5 exactly (step 5) is not past the line
+    assert alerts[0]["threshold"] == pytest.approx(-1.0) and "raise beta" in alerts[0]["message"]
+    assert [a["step"] for a in check_all(rows) if a["monitor"] == "chosen_likelihood_collapse"] == [2, 4]
+    assert check_all(rows, MonitorConfig(chosen_drop_max=None)) == []

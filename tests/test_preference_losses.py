@@ -134,6 +134,21 @@ def test_length_normalised_ipo_is_a_per_token_margin():
         make_preference_loss("ipo", length_normalize="yes")
 
 
+def test_preference_health_by_hand():
+    # chosen Σ log π = −4 over 2 tokens: −2 per token. DPO β 0.1, log-ratios +2 and −1, Δ = 3:
+    # the implicit reward's P(chosen ≻ rejected) = σ(0.3) = 0.574443; both orders, bins 5 and 4:
+    # ECE = (|1 − 0.574443| + |0 − 0.425557|) / 2 = 0.425557
+    logps = PreferenceLogps(t(-4.0), t(-7.0), t(2.0), t(3.0), t(-6.0), t(-6.0))
+    health = train_module.preference_health(logps, make_preference_loss("dpo", beta=0.1))
+    assert health["logps_chosen_per_token"] == pytest.approx(-2.0)
+    assert health["implicit_reward_ece"] == pytest.approx(0.425557, abs=1e-6)
+    # a margin of 0 says 50/50, and half of the symmetrised pairs are right: calibrated
+    even = PreferenceLogps(t(-4.0), t(-4.0), t(2.0), t(2.0), t(-4.0), t(-4.0))
+    assert train_module.preference_health(even, make_preference_loss("dpo"))["implicit_reward_ece"] == 0.0
+    # a reference-free loss has no implicit reward against a reference to calibrate
+    assert set(train_module.preference_health(logps, make_preference_loss("simpo"))) == {"logps_chosen_per_token"}
+
+
 def test_kto_by_hand_with_clamped_reference_point():
     # desirable log-ratio r_D = +2, undesirable r_U = −3: z = mean(2, −3) = −0.5, clamped to 0
     # desirable:   1 − σ(0.1 · (2 − 0))  = 1 − σ(0.2) = 1 − 0.549834 = 0.450166

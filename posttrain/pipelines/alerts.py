@@ -8,7 +8,7 @@ mitigations for reward hacking include stopping early on detection; this is that
     stop       the step an rl.stop_on monitor first fires is the stage's last: checkpointed,
                recorded in early_stop.json, then the held-out evaluation as usual
     rollback   as stop, and the policy is put back to the weights of the step where dev
-               pass@1 was best (kept in checkpoints/rl_best/ whenever a new best is logged),
+               pass@1 was best (kept in checkpoints/<stage>_best/ whenever a new best is logged),
                so the stage's last checkpoint, and everything evaluated from it, is the
                model from before the reward started paying for the wrong thing
 
@@ -26,16 +26,17 @@ from posttrain.runs.monitors import check_all
 from posttrain.runs.report import RUN_MONITORS
 from posttrain.runs.rundir import RunDir
 
-BEST_STAGE = "rl_best"  # checkpoints/rl_best/: the weights of the best dev pass@1 so far (rollback only)
 RECORD = "early_stop.json"
 
 
 class AlertPolicy:
-    """Watches one RL stage's metric rows as they come; `after_step` says whether to stop."""
+    """Watches one training stage's metric rows as they come (the RL stage's, or a
+    preference stage's); `should_stop` says whether the step just run is the last."""
 
     def __init__(self, rl: RLConfig, run: RunDir, stage: str, policy, tokenizer) -> None:
         self.action, self.stop_on = rl.on_alert, {name.strip() for name in rl.stop_on.split(",")}
         self.run, self.policy, self.tokenizer = run, policy, tokenizer
+        self.best_stage = f"{stage}_best"  # checkpoints/<stage>_best/: the best dev pass@1's weights (rollback)
         self.history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
         self.stopped_at: int | None = None
 
@@ -50,7 +51,7 @@ class AlertPolicy:
         if self.action == "rollback" and "dev_pass@1" in metrics:
             best = max((r["dev_pass@1"] for r in earlier if "dev_pass@1" in r), default=float("-inf"))
             if metrics["dev_pass@1"] > best:  # strictly: the monitor's peak is where the best was first reached
-                save_checkpoint(self.run, BEST_STAGE, step, self.policy, self.tokenizer, keep_last=1)
+                save_checkpoint(self.run, self.best_stage, step, self.policy, self.tokenizer, keep_last=1)
         self.history[:] = earlier + [{"step": step, **metrics}]
         fired = [a for a in check_all(self.history, RUN_MONITORS) if a["step"] == step]
         for alert in fired:
@@ -70,7 +71,7 @@ class AlertPolicy:
 
     def roll_back(self) -> dict:
         """Load the best-dev weights into the policy: what the stop step's checkpoint will hold."""
-        best = latest_checkpoint(self.run, BEST_STAGE)
+        best = latest_checkpoint(self.run, self.best_stage)
         if best is None:  # no dev pass@1 was logged before the alert (rl.eval_every too large)
             return {"restored_step": None, "restored_because": "no dev pass@1 was logged before the alert: the "
                     "policy is kept as it is (lower rl.eval_every to have a step to roll back to)"}

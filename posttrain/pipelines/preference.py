@@ -24,6 +24,7 @@ from posttrain.data.preference import (
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import model_device, place
+from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import make_reward, sampling_params, trainer_settings
 from posttrain.pipelines.preference_train import (
     batch_indices,
@@ -215,8 +216,11 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             started = time.perf_counter()
             row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
+        alerts.after_step(step, row)  # the monitors (chosen likelihood collapsing, ...), and rl.on_alert
         return row
 
-    run_stage(run, "pref", cfg.rl.steps, pref_step, policy, tokenizer, trainer, cfg.checkpoint_every,
+    alerts = AlertPolicy(cfg.rl, run, "pref", policy, tokenizer)
+    run_stage(run, "pref", alerts.last_step(cfg.rl.steps), pref_step, policy, tokenizer, trainer,
+              cfg.checkpoint_every, stop_after=alerts.should_stop,
               checkpoint_also=lambda step: step + 1 in round_start,  # the end of a round
               show=lambda m: f"loss {m['loss']:.3f}  acc {m['accuracy']:.2f}")

@@ -26,6 +26,7 @@ import torch
 
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
 from posttrain.data.preference import preference_episodes
+from posttrain.eval.calibration import expected_calibration_error
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps
 from posttrain.models.tokenizer import CharTokenizer
@@ -176,7 +177,29 @@ def evaluate_preference(
         part = PreferenceLogps.of_rows(sequence_logps(policy, batch), batch.response_lengths(), batch.rewards > 0, ref)
         logps = part if logps is None else logps.cat(part)
     policy.train(was_training)
-    return loss.loss(logps)[1]
+    return {**loss.loss(logps)[1], **preference_health(logps, loss)}
+
+
+def preference_health(logps: PreferenceLogps, loss) -> dict[str, float]:
+    """The checks that catch a preference loss going wrong where the training accuracy cannot:
+
+    logps_chosen_per_token   mean log π_θ(y_c) per token: DPO only needs the chosen response
+                             to beat the rejected one, and lowering both does that, so the
+                             chosen answers can become unlikely while accuracy climbs (the
+                             chosen_likelihood_collapse monitor watches this)
+    implicit_reward_ece      how calibrated the implicit reward's preference probability
+                             σ(β·Δ) is on held-out pairs (each pair in both orders, so a 0.9
+                             should be right 90% of the time); DPO's β sets the scale, and an
+                             overconfident policy has moved far from the reference
+                             (paired losses with a reference and a β: DPO, IPO)"""
+    health = {"logps_chosen_per_token": (logps.chosen / logps.chosen_lengths.clamp(min=1)).mean().item()}
+    beta = getattr(loss, "beta", None)
+    if loss.paired and loss.uses_reference and beta is not None and logps.chosen.numel():
+        margin = beta * ((logps.chosen - logps.ref_chosen) - (logps.rejected - logps.ref_rejected))  # (B,)
+        probs = torch.sigmoid(torch.cat([margin, -margin])).tolist()  # chosen ≻ rejected, and the reverse
+        labels = [1.0] * len(margin) + [0.0] * len(margin)
+        health["implicit_reward_ece"] = expected_calibration_error(probs, labels)
+    return health
 
 
 @torch.no_grad()

@@ -31,6 +31,9 @@ The monitors, each the signature of a failure seen in RL post-training:
     sampler_mismatch       the int8 sampler's log-probs are far from the trained policy's
                            (rl.sampling.weights int8): the importance correction is large
                            and truncated, so the update is biased
+    chosen_likelihood_collapse
+                           a preference loss is lowering the likelihood of the chosen answers
+                           on held-out pairs: it wins pairs by making both sides unlikely
 
 They detect; they do not diagnose. Read the samples at the step an alert names.
 """
@@ -233,6 +236,28 @@ def sampler_mismatch(rows: list[dict[str, Any]], mismatch_key: str = "int8/logp_
     ]
 
 
+def chosen_likelihood_collapse(rows: list[dict[str, Any]], key: str = "dev_pref_logps_chosen_per_token",
+                               max_drop: float = 0.5) -> list[Alert]:
+    """The held-out chosen answers' log-likelihood per token more than `max_drop` nats below
+    its first logged value (pipelines/preference_train.py, preference_health)."""
+    series = _series(rows, key)
+    if not series:
+        return []
+    start = series[0][1]
+    flags = [(step, not start - value <= max_drop, value) for step, value in series]
+    return [
+        _alert(
+            "chosen_likelihood_collapse", step,
+            f"{key} = {value:.3f} nats/token is more than {max_drop:g} below its first value {start:.3f}: "
+            "the loss is winning pairs by making the chosen answers unlikely too (a held-out accuracy that "
+            "rises while pass@1 falls is the same failure); raise beta, add --dpo.nll_coef, use IPO, or "
+            "lower the learning rate",
+            value, start - max_drop,
+        )  # fmt: skip
+        for step, value in _onsets(flags)
+    ]
+
+
 # ---------------------------------------------------------------------------------------
 # All at once
 # ---------------------------------------------------------------------------------------
@@ -273,6 +298,10 @@ class MonitorConfig:
     # gpt_mini's int8 copy is 0.001 away (weights within 1.001 of 1 at p01–p99, the cap
     # almost never reached); SmolLM2-135M's is 0.8 away (weights from ~0 to 43)
     mismatch_max: float | None = 0.05
+    # 0.5 nats/token: the chosen answers ~40% less likely per token than at the start, far
+    # past the drift of a healthy preference run, and the first sign of the likelihood
+    # collapse DPO shows on chains of thought (docs/algorithms/dpo.md)
+    chosen_drop_max: float | None = 0.5
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.baseline_steps < 1:
@@ -295,4 +324,6 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
         alerts += no_learning_signal(rows, c.no_signal_steps)
     if c.mismatch_max is not None:
         alerts += sampler_mismatch(rows, mismatch_max=c.mismatch_max)
+    if c.chosen_drop_max is not None:
+        alerts += chosen_likelihood_collapse(rows, max_drop=c.chosen_drop_max)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))

@@ -130,7 +130,8 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         summary["early_stop"] = stopped
         restored = stopped.get("restored_step")
         lines += ["", "## Stopped early", "",
-                  f"RL stopped after step {stopped['step']} of {cfg.rl.steps} (rl.on_alert={stopped['action']}), "
+                  f"{final.upper()} stopped after step {stopped['step']} of {cfg.rl.steps} "
+                  f"(rl.on_alert={stopped['action']}), "
                   f"on {stopped['monitor']}: {stopped['message']}"
                   + (f" The policy evaluated above is step {restored}'s, the best dev pass@1 before the alert."
                      if restored is not None else "")]
