@@ -140,6 +140,8 @@ def test_two_ranks_equal_one_rank(one_rank, two_ranks):
     assert all(r["time/allreduce"] > 0 for r in timings if r["stage"] == "rl")  # the cost is logged
 
 
+# slow: two ranks killed and resumed; two ranks = one rank and the async run's exact resume are in make test
+@pytest.mark.slow
 def test_killed_two_rank_run_resumes_exactly(two_ranks, tmp_path):
     proc = posttrain("train", *TINY, "--dist.trainer_ranks", "2", "--out_dir", str(tmp_path))
     deadline, followers = time.time() + 120, []

@@ -225,6 +225,8 @@ def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start
     assert rows[:3] == pref_rows(uninterrupted)[:3]  # round 0 is the same run either way
 
 
+# slow: the killed preference stage's exact resume is in make test
+@pytest.mark.slow
 def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sft, tmp_path, monkeypatch):
     from posttrain.pipelines import preference
 

@@ -243,6 +243,8 @@ def test_disk_full_is_one_clear_message_and_the_run_resumes_exactly(uninterrupte
         (uninterrupted / "summary.json").read_text())["rl"]
 
 
+# slow: a real tmpfs filled up; the simulated full disk (test_disk_full_is_one_clear_message...) runs in make test
+@pytest.mark.slow
 def test_a_real_full_disk_stops_cleanly_and_resumes_exactly(uninterrupted, tmp_path):
     """The same on a real 1 MB tmpfs (a whole run needs ~1.8 MB), in a private mount namespace."""
     disk = tmp_path / "disk"

@@ -283,6 +283,8 @@ def test_config_refuses_what_the_prm_cannot_run_with():
         check_config(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward="r1")))
 
 
+# slow: the CLI path; one PRIME step end to end and its exact resume run in make test
+@pytest.mark.slow
 def test_posttrain_train_algo_prime_from_the_command_line(tmp_path):
     from tests.test_pipeline import TINY, only_run_dir, posttrain
 

@@ -277,6 +277,8 @@ def ray_tmpdir():
     shutil.rmtree(path, ignore_errors=True)
 
 
+# slow: a local Ray cluster's start-up; the other orphan checks are in make test
+@pytest.mark.slow
 def test_a_local_ray_cluster_after_its_driver_is_killed(ray_tmpdir):
     # What connect()'s docstring states, measured: everything but Ray's two idle agents is
     # gone within seconds; the agents wait out a fixed 60 s before they exit (not checked

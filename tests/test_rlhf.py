@@ -186,6 +186,8 @@ def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
         check_config(from_dict(TrainConfig, {"rl": rl}))
 
 
+# slow: a transformers body; test_reward_model.py's transformers reward model and the gpt_mini RLHF run are in make test
+@pytest.mark.slow
 def test_rlhf_on_a_transformers_model_trains_a_transformers_reward_model(tmp_path):
     from posttrain.models.hf import HFPolicy
     from posttrain.models.tokenizer import CharTokenizer

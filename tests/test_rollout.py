@@ -230,6 +230,8 @@ def test_shared_weights_refuses_an_engine_with_its_own_copy():
         SharedWeights(policy, engine)
 
 
+# slow: torch.compile takes ~40 s; the eager sampler's exact old_logp is checked in make test
+@pytest.mark.slow
 def test_compiled_decode_samples_the_current_weights_with_exact_old_logp():
     """`SamplingParams(compile=True)`: old_logp still equals a teacher-forced pass, and
     after an optimizer step on the shared module the compiled sampler follows the new

@@ -134,6 +134,8 @@ def latest_rl_checkpoint(run: Path) -> int:
     return int(pointer.read_text().strip().removeprefix("step_")) if pointer.exists() else -1
 
 
+# slow: a kill timed mid-step, 12 steps; tracker copies of a resumed run are also checked by catch_up's unit tests
+@pytest.mark.slow
 def test_a_resumed_run_logs_no_step_twice(tmp_path):
     env = {**os.environ, "TRACKIO_DIR": str(tmp_path / "trackio")}
     args = ["--rl.steps", "12", "--checkpoint_every", "4", "--report_to", "tensorboard,trackio"]
