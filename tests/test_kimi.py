@@ -133,3 +133,19 @@ def group_batch() -> RolloutBatch:
     return RolloutBatch(tokens=torch.randint(0, 10, (B, T), generator=g), attention_mask=torch.ones(B, T),
                         response_mask=response_mask, old_logp=old_logp,
                         rewards=torch.tensor([1.0, 0.0, 0.0, 1.0, 1.0, 0.0]), group_ids=torch.arange(B) // 3)
+
+
+def test_a_short_run_trains_with_it_and_the_square_acts_from_the_second_minibatch(tmp_path):
+    import json
+
+    from posttrain.cli import main
+    from tests.test_pipeline import TINY
+
+    assert main(["train", *TINY, "--algo", "kimi", "--kimi.tau", "0.1", "--rl.steps", "2", "--rl.minibatches", "2",
+                 "--rl.sampling.temperature", "1.5", "--out_dir", str(tmp_path)]) == 0
+    (run,) = tmp_path.iterdir()
+    rl = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rl = [m for m in rl if m.get("stage") == "rl"]
+    assert len(rl) == 2 and all(m["skipped_rows"] == 0.0 for m in rl)  # never left out
+    # averaged over the two minibatches: the second one ran after the first step moved π
+    assert any(m["seq_log_ratio_abs"] > 0 and m["sq_loss"] > 0 for m in rl)
