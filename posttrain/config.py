@@ -295,6 +295,14 @@ class RLConfig:
     reward_timeout: float = 5.0
     length_penalty: float = 0.0  # c of −c·max(0, L − length_free), L in characters; 0 = off
     length_free: int = 0  # characters a completion may use before the length penalty starts
+    # weight of Kimi k1.5's length reward (arXiv:2501.12599, Sec. 2.3.3), relative to the
+    # prompt's other samples: from +0.5 for the group's shortest right answer to −0.5 for its
+    # longest, wrong answers only charged (rewards/stack.py::kimi_length_reward). 0 = off: on
+    # this task the chain of thought has one right length, and the reward can only shorten it
+    length_reward: float = 0.0
+    # the RL step from which the length reward is paid (Kimi k1.5 trained without it first:
+    # from the start it slowed early learning). 0 = from the first step
+    length_reward_start: int = 0
     # adaptive KL (Ziegler et al. 2019): steer the algorithm's kl_coef so that KL to the
     # reference (k3, per token) tracks this target; 0 keeps kl_coef fixed
     kl_target: float = 0.0
@@ -321,7 +329,8 @@ class RLConfig:
               "a number in [0, 1] (1 = constant after warmup)")
         check(0 <= self.adam_beta2 < 1, f"{prefix}.adam_beta2", self.adam_beta2, "a number in [0, 1)")
         check_non_negative(self, prefix, "steps", "grad_clip", "micro_batch_size", "warmup_steps", "weight_decay",
-                           "length_penalty", "length_free", "kl_target", "reward_timeout")
+                           "length_penalty", "length_free", "length_reward", "length_reward_start", "kl_target",
+                           "reward_timeout")
         check(self.on_alert in ON_ALERT, f"{prefix}.on_alert", self.on_alert, f"one of {', '.join(ON_ALERT)}")
         unknown = [name for name in self.stop_on.split(",") if name.strip() not in MONITORS]
         check(not unknown, f"{prefix}.stop_on", self.stop_on,

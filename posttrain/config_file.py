@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -52,12 +53,18 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", base: Any = Non
                 raise ConfigError(f"{prefix}{key} must be a section (a mapping), got {value!r}")
             kwargs[key] = from_dict(hint, value, f"{prefix}{key}.", None if base is None else getattr(base, key))
         else:
-            kwargs[key] = _coerce(value, hint, prefix + key)
+            kwargs[key] = coerce(value, hint, prefix + key)
     return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
 
 
-def _coerce(value: Any, hint: Any, name: str) -> Any:
-    """Convert a JSON value to the field's type, or say why not."""
+def coerce(value: Any, hint: Any, name: str) -> Any:
+    """Convert a JSON value (or the text of a flag) to the field's type, or say why not.
+    An optional field (`int | None`) takes null, or "none" / "null" as text."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in typing.get_args(hint):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            return None
+        inner = [arg for arg in typing.get_args(hint) if arg is not type(None)]
+        return coerce(value, inner[0], name) if len(inner) == 1 else value
     if hint is bool:
         if isinstance(value, bool):
             return value

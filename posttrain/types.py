@@ -186,6 +186,9 @@ class RolloutBatch:
     # (B,) float, 1 / the rows its episode became (Episode.training_rows): the weight a group
     # statistic gives the row, so an episode cut into one row per model turn counts once. None: 1
     row_weights: torch.Tensor | None = None
+    # (B,) bool, True on rows the generation budget cut off before a stop token (not
+    # Episode.finished): what overlong filtering drops from the loss. None: not recorded
+    truncated: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
 
     @property
@@ -264,6 +267,7 @@ class RolloutBatch:
             ref_logp=ref_logp,
             row_weights=(torch.tensor([1.0 / e.episode_rows for e in episodes], device=cpu)
                          if any(e.episode_rows != 1 for e in episodes) else None),
+            truncated=torch.tensor([not e.finished for e in episodes], dtype=torch.bool, device=cpu),
             episodes=list(episodes),
         )
 

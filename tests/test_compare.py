@@ -86,3 +86,108 @@ def test_compare_refuses_rows_it_cannot_run_before_training_anything(argv, messa
     assert main(["compare", *argv, "--out_dir", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())  # refused before SFT, not after
+
+
+# --- rows of any settings: --row NAME:KEY=VALUE,... ----------------------------------------------
+
+
+def flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        if isinstance(value, dict) and key != "algo_params":
+            out |= flat(value, f"{prefix}{key}.")
+        else:
+            out[prefix + key] = value
+    return out
+
+
+def test_a_row_changes_its_settings_and_only_those():
+    from posttrain.config import TrainConfig
+    from posttrain.config_file import to_dict
+    from posttrain.pipelines.compare_rows import parse_row, row_config
+
+    base = TrainConfig(seed=3)
+    cases = {
+        "same": ({}, {}),
+        "lr:rl.lr=2e-4,rl.sampling.max_new_tokens=40,seed=1": (
+            {"rl.lr": 2e-4, "rl.sampling.max_new_tokens": 40, "seed": 1}, {}),
+        "clip:grpo.clip_eps_high=0.28,grpo.overlong_filter=true": ({}, {"clip_eps_high": 0.28, "overlong_filter": True}),
+        "kimi:rl.algo=kimi,kimi.tau=0.1,rl.length_reward=0.5": ({"rl.algo": "kimi", "rl.length_reward": 0.5}, {"tau": 0.1}),
+        "start:init=runs/x/checkpoints/sft/step_000099,model.lora_r=4": (
+            {"init": "runs/x/checkpoints/sft/step_000099", "model.lora_r": 4}, {}),
+    }
+    before = flat(to_dict(base))
+    for text, (settings, params) in cases.items():
+        row = parse_row(text if ":" in text else text)
+        after = flat(to_dict(row_config(base, row)))
+        changed = {k: after[k] for k in after if after[k] != before[k]}
+        expected = dict(settings) | ({"rl.algo_params": params} if params else {})
+        assert changed == expected, text
+        assert all(isinstance(after[k], type(v)) for k, v in settings.items())  # read as the setting's type
+
+
+@pytest.mark.parametrize("row, message", [
+    ("x:rl.lrr=1", "valid ones: ['rl.adam_beta2', 'rl.algo'"),  # the section's keys, listed
+    ("x:learning_rate=1", "'heldout_size', 'init'"),  # the top-level keys and the algorithms
+    ("x:grpo.clip=0.3", "grpo's hyperparameters are ['adv_eps', 'adv_norm', 'clip_eps_high'"),
+    ("x:dapo.clip_eps_high=0.3", "the row trains rl.algo='grpo', so its hyperparameters are grpo.FIELD"),
+    ("x:model.dim=64", "would change the shared SFT start"),
+    ("x:out_dir=/tmp", "cannot be set per row"),
+    ("x:rl.lr=fast", "rl.lr='fast' is not allowed"),
+    ("x:rl.sampling=3", "must be a section"),
+    ("x:rl.lr", "is not KEY=VALUE"),
+    ("../x:rl.lr=1", "the row's name"),
+    ("x:rl.lr=1,rl.lr=2", "given twice"),
+])
+def test_a_row_it_cannot_apply_is_refused_naming_what_is_valid(row, message):
+    from posttrain.config import ConfigError, TrainConfig
+    from posttrain.pipelines.compare_rows import parse_row, row_config
+
+    with pytest.raises(ConfigError) as err:
+        row_config(TrainConfig(), parse_row(row))
+    assert message in str(err.value) and (row.startswith("..") or f"--row {row!r}" in str(err.value))
+
+
+def test_compare_rows_run_each_setting_from_one_start_in_one_table(tmp_path):
+    rows = ["grpo", "clip_higher:grpo.clip_eps_high=0.28", "lite:rl.algo=lite_ppo,rl.lr=2e-4",
+            "short:rl.sampling.max_new_tokens=30,grpo.overlong_filter=true"]
+    argv = ["compare", *TINY, "--rl.steps", "2", "--out_dir", str(tmp_path)]
+    for row in rows:
+        argv += ["--row", row]
+    assert main(argv) == 0
+    (root,) = tmp_path.iterdir()
+    results = json.loads((root / "compare.json").read_text())
+    assert [r["algo"] for r in results] == ["grpo", "clip_higher", "lite", "short"]
+    assert len({json.dumps(r["sft"]) for r in results}) == 1  # one start
+    configs = [json.loads((root / r["run"] / "config.json").read_text()) for r in results]
+    assert [c["rl"]["algo"] for c in configs] == ["grpo", "grpo", "lite_ppo", "grpo"]
+    assert [c["rl"]["algo_params"] for c in configs] == [{}, {"clip_eps_high": 0.28}, {},
+                                                         {"overlong_filter": True}]
+    assert [c["rl"]["lr"] for c in configs] == [1e-4, 1e-4, 2e-4, 1e-4]
+    assert [c["rl"]["sampling"]["max_new_tokens"] for c in configs] == [48, 48, 48, 30]
+    assert all(c["init"].endswith("step_000005") for c in configs)
+    for r in results[1:]:
+        assert r["vs_first"]["n"] == 16 and r["length_vs_first"]["n"] == 16
+        assert math.isclose(r["length_vs_first"]["mean_diff"],
+                            r["heldout_length"]["mean"] - results[0]["heldout_length"]["mean"], abs_tol=1e-9)
+    assert results[3]["heldout_length"]["mean"] <= 30  # the 30-token budget holds (EOS is not in the text)
+    table = (root / "compare.md").read_text()
+    assert "| row |" in table and "| clip_higher |" in table and "held-out length, chars" in table
+    assert "`clip_higher`: grpo.clip_eps_high=0.28" in table and "`grpo`: as shared" in table
+    saved = json.loads((root / "config.json").read_text())
+    assert saved["rows"] == rows
+    assert (root / "compare.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--algos", "grpo", "--row", "a"], "not both"),
+    (["--row", "a", "--row", "a:rl.lr=1e-3"], "must differ"),
+    (["--row", "a", "--row", "b:rl.nope=1"], "unknown setting"),
+    (["--row", "a", "--row", "b:rl.algo=kimi,kimi.tau=0"], "Kimi.tau=0.0"),  # checked as its run would be
+    (["--grpo.clip_eps_high", "0.3", "--row", "a", "--row", "k:rl.algo=kimi"], "clip_eps_high"),  # shared params
+    ([], "give --algos"),
+])
+def test_compare_refuses_rows_before_training_anything(argv, message, tmp_path, capsys):
+    assert main(["compare", *argv, "--out_dir", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())

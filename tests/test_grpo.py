@@ -30,18 +30,34 @@ def test_group_advantages_each_norm_by_hand():
     # groups {1, 0} and {1, 1}: group means 0.5 and 1 -> centred [.5, −.5, 0, 0]
     rewards = torch.tensor([1.0, 0.0, 1.0, 1.0])
     ids = torch.tensor([0, 0, 1, 1])
-    adv = {norm: group_advantages(rewards, ids, norm, 0.0) for norm in ("none", "batch", "hybrid")}
+    norms = ("none", "group-mean-batch-std", "group-mean-pooled-std", "batch-mean-batch-std")
+    adv = {norm: group_advantages(rewards, ids, norm, 0.0) for norm in norms}
     assert torch.allclose(adv["none"], torch.tensor([0.5, -0.5, 0.0, 0.0]))
     # group: std{1, 0} = √(0.5 / 1) = 0.7071 -> ±0.7071; std{1, 1} = 0 -> 0 / 0 would be
     # NaN, so this one case needs eps > 0
     adv_group = group_advantages(rewards, ids, "group", 1e-6)
     assert torch.allclose(adv_group, torch.tensor([math.sqrt(0.5), -math.sqrt(0.5), 0.0, 0.0]), atol=1e-5)
-    # batch: std of raw rewards [1, 0, 1, 1]: mean .75, squares .0625·3 + .5625 = .75, /3 = .25 -> 0.5
-    assert torch.allclose(adv["batch"], torch.tensor([1.0, -1.0, 0.0, 0.0]))
-    # hybrid: std of centred [.5, −.5, 0, 0]: mean 0, squares .5, /3 -> √(1/6) = 0.4082
-    assert torch.allclose(adv["hybrid"], torch.tensor([0.5, -0.5, 0.0, 0.0]) / math.sqrt(1 / 6))
-    with pytest.raises(ValueError, match="hybrid"):
+    # group mean, batch std (Lite PPO): std of raw rewards [1, 0, 1, 1]: mean .75, squares
+    # .0625·3 + .5625 = .75, /3 = .25 -> 0.5
+    assert torch.allclose(adv["group-mean-batch-std"], torch.tensor([1.0, -1.0, 0.0, 0.0]))
+    # group mean, pooled std: std of centred [.5, −.5, 0, 0]: mean 0, squares .5, /3 -> √(1/6) = 0.4082
+    assert torch.allclose(adv["group-mean-pooled-std"], torch.tensor([0.5, -0.5, 0.0, 0.0]) / math.sqrt(1 / 6))
+    # batch mean .75, batch std .5: [.25, −.75, .25, .25] / .5 -- the flat group {1, 1} is not 0
+    assert torch.allclose(adv["batch-mean-batch-std"], torch.tensor([0.5, -1.5, 0.5, 0.5]))
+    with pytest.raises(ValueError, match="group-mean-batch-std"):
         group_advantages(rewards, ids, "global", 1e-6)
+
+
+@pytest.mark.parametrize("old, new", [("hybrid", "group-mean-pooled-std"), ("batch", "group-mean-batch-std")])
+def test_the_old_ambiguous_names_are_refused_with_what_each_became(old, new):
+    """"hybrid" meant a pooled std here and group mean / batch std in the seed's notes; "batch"
+    meant Lite PPO's normalisation. Neither may silently mean something else now."""
+    with pytest.raises(ValueError) as err:
+        GRPO(adv_norm=old)
+    message = str(err.value)
+    assert f"'{old}' was renamed" in message and f"'{new}'" in message and "'group-mean-batch-std'" in message
+    with pytest.raises(ValueError, match="was renamed"):
+        make_algorithm("cispo", adv_norm=old)
 
 
 def _loop_group_advantages(rewards, group_ids, norm, eps):
@@ -65,7 +81,10 @@ def _loop_group_advantages(rewards, group_ids, norm, eps):
         return torch.tensor(centred)
     if norm == "group":
         return torch.tensor([c / (s + eps) for c, s in zip(centred, group_std)])
-    scale = stdev(r) if norm == "batch" else stdev(centred)
+    if norm == "batch-mean-batch-std":
+        mean = statistics.fmean(r)
+        return torch.tensor([(x - mean) / (stdev(r) + eps) for x in r])
+    scale = stdev(r) if norm == "group-mean-batch-std" else stdev(centred)
     return torch.tensor([c / (scale + eps) for c in centred])
 
 
@@ -89,10 +108,10 @@ def test_group_advantages_match_a_loop(seed, B, n_groups, norm, binary):
     assert torch.allclose(vec, loop, atol=1e-9)
 
 
-@pytest.mark.parametrize("norm", ["group", "hybrid", "none"])
+@pytest.mark.parametrize("norm", ["group", "group-mean-pooled-std", "none"])
 def test_shifting_rewards_within_a_group_changes_nothing(norm):
-    # adding c_g to every reward of group g: the group mean absorbs it. ("batch" is the
-    # exception by design: its std sees the spread between group means; next test.)
+    # adding c_g to every reward of group g: the group mean absorbs it. (The batch-std norms
+    # are the exception by design: the batch std sees the spread between group means; next test.)
     torch.manual_seed(0)
     ids = torch.arange(5).repeat_interleave(4)  # 5 groups of 4
     rewards = torch.randn(20, dtype=torch.float64)
@@ -105,9 +124,10 @@ def test_shifting_rewards_within_a_group_changes_nothing(norm):
 def test_batch_norm_does_see_between_group_offsets():
     ids = torch.tensor([0, 0, 1, 1])
     rewards = torch.tensor([1.0, 0.0, 1.0, 0.0])
-    a = group_advantages(rewards, ids, "batch", 1e-6)
-    b = group_advantages(rewards + torch.tensor([0.0, 0.0, 10.0, 10.0]), ids, "batch", 1e-6)
-    assert not torch.allclose(a, b)
+    for norm in ("group-mean-batch-std", "batch-mean-batch-std"):
+        a = group_advantages(rewards, ids, norm, 1e-6)
+        b = group_advantages(rewards + torch.tensor([0.0, 0.0, 10.0, 10.0]), ids, norm, 1e-6)
+        assert not torch.allclose(a, b)
 
 
 @pytest.mark.parametrize("norm", ADV_NORMS)
@@ -123,8 +143,9 @@ def test_scaling_rewards(norm):
     assert torch.allclose(b, c * a if norm == "none" else a, atol=1e-7)
 
 
-@pytest.mark.parametrize("norm", ADV_NORMS)
+@pytest.mark.parametrize("norm", [n for n in ADV_NORMS if n != "batch-mean-batch-std"])
 def test_singleton_and_all_equal_groups_get_zero_advantage(norm):
+    # (batch-mean-batch-std has no group baseline: a flat group keeps its offset from the batch mean)
     # group 9 has one sample (its own baseline); group 2 is all 1s (no signal)
     rewards = torch.tensor([0.3, 1.0, 1.0, 1.0, 0.0, 1.0])
     ids = torch.tensor([9, 2, 2, 2, 4, 4])

@@ -130,6 +130,7 @@ def test_the_check_can_fail_leaving_out_a_row_that_has_a_gradient_changes_it():
     ("cispo", {"entropy_coef": 0.01}),
     ("ppo", {}),  # the critic learns from every row's return
     ("reinforce_pp", {"kl_coef": 0.0}),  # not declared: its whitened advantages are never all 0
+    ("kimi", {}),  # τ/2 · ℓ² pulls on a row whose advantage is 0 once π has moved from π_old
 ])
 def test_it_never_applies_where_a_row_still_pulls_on_the_weights(name, params):
     algo = make_algorithm(name, budget=16, **params)
@@ -170,3 +171,64 @@ def test_a_sub_batch_runs_without_the_padding_of_rows_it_does_not_hold():
     assert trimmed.tokens.shape == (1, width) < short.tokens.shape
     assert torch.equal(trimmed.response_mask, short.response_mask[:, :width])
     assert batch.without_trailing_padding() is batch  # collate already cut the whole batch
+
+
+# --- what the pillars and Kimi's length reward add ---------------------------------------------
+
+
+def test_a_length_reward_makes_flat_groups_informative_and_skipping_stays_exact():
+    """All-right group 0 and all-wrong group 2 are inert under the verifier's reward; Kimi's
+    length reward ranks their samples by length, so their rows get advantages and train.
+    Whatever is left out must still give the full batch's gradient."""
+    from posttrain.rewards.stack import Accuracy, KimiLength, RewardStack
+
+    batch = grouped_batch()
+    episodes = batch.episodes
+    stack = RewardStack([(1.0, Accuracy())], group_terms=[(1.0, KimiLength())])
+    for e in episodes:
+        e.details = stack(e.example, "", {"reward": e.reward, "details": {}})["details"]
+    stack.score_groups(episodes, step=0)
+    shaped = RolloutBatch.collate(episodes, pad_id=0)
+    algo = make_algorithm("grpo")
+    kept = scored(algo, shaped, skip=True).rows_with_gradient
+    lengths = shaped.response_lengths()
+    for group in range(4):
+        rows = slice(3 * group, 3 * group + 3)
+        spread = lengths[rows].max() > lengths[rows].min()
+        # a row is left out only where its whole group got one reward
+        assert bool(kept[rows].any()) == bool(shaped.rewards[rows].max() > shaped.rewards[rows].min())
+        if group == 0 and spread:
+            assert kept[rows].any()  # all right, different lengths: no longer inert
+    whole, _, _ = update(algo, scored(algo, shaped, skip=False))
+    for size in (0, 2):
+        grads, _, _ = update(algo, scored(algo, shaped, skip=True), micro_batch_size=size)
+        torch.testing.assert_close(grads, whole, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("mode", LOSS_AGG_MODES)
+def test_overlong_filtered_rows_are_left_out_and_the_update_is_the_full_one(mode):
+    """A truncated row's mask is zeroed, so its advantage is 0 and it is skipped; leaving it
+    out changes nothing, at every aggregation and micro-batch size."""
+    episodes = grouped_batch().episodes
+    for i in (3, 10):  # one row of each mixed group was cut off
+        episodes[i].finished = False
+    batch = RolloutBatch.collate(episodes, pad_id=0)
+    algo = make_algorithm("grpo", overlong_filter=True, loss_agg=mode, budget=16)
+    skipping = scored(algo, batch, skip=True)
+    assert not skipping.rows_with_gradient[[3, 10]].any()
+    whole, _, _ = update(algo, scored(algo, batch, skip=False))
+    for size in (0, 1, 4):
+        grads, _, _ = update(algo, skipping, micro_batch_size=size)
+        torch.testing.assert_close(grads, whole, atol=1e-6, rtol=0)
+
+
+def test_kimi_is_never_skipped_and_its_flat_rows_move_the_weights_once_pi_has_moved():
+    algo = make_algorithm("kimi")
+    batch = grouped_batch()
+    batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
+    assert algo.rows_with_gradient(batch) is None
+    flat = batch.select(torch.tensor([0, 1, 2]))  # group 0: all right, advantage 0
+    assert flat.advantages.abs().sum() == 0
+    stale = dataclasses.replace(flat, old_logp=flat.old_logp - 0.3 * flat.response_mask)  # π moved since sampling
+    grads, _, _ = update(algo, stale)
+    assert grads.abs().max() > 1e-5

@@ -172,7 +172,7 @@ def test_group_statistics_count_episodes_not_the_rows_they_became():
         want = make_algorithm(name, **params).compute_advantages(plain)["advantages"][:, 0]
         torch.testing.assert_close(got, want[[0, 0, 0, 1, 2, 3]], msg=name)
         assert make_algorithm(name, **params).accepts_turn_rows
-    for norm in ("batch", "hybrid"):
+    for norm in ("group-mean-batch-std", "group-mean-pooled-std", "batch-mean-batch-std"):
         got = make_algorithm("grpo", adv_norm=norm).compute_advantages(rows)["advantages"][:, 0]
         want = make_algorithm("grpo", adv_norm=norm).compute_advantages(plain)["advantages"][:, 0]
         torch.testing.assert_close(got, want[[0, 0, 0, 1, 2, 3]], msg=norm)

@@ -16,6 +16,8 @@ from posttrain.algorithms.dapo import DAPO
 from posttrain.algorithms.dr_grpo import DrGRPO
 from posttrain.algorithms.grpo import GRPO
 from posttrain.algorithms.gspo import GSPO
+from posttrain.algorithms.kimi import Kimi
+from posttrain.algorithms.lite_ppo import LitePPO
 from posttrain.algorithms.ppo import PPO
 from posttrain.algorithms.prime import PRIME
 from posttrain.algorithms.reinforce import REINFORCE
@@ -26,11 +28,13 @@ from posttrain.algorithms.rloo import RLOO
 ALGORITHMS: dict[str, type] = {
     "reinforce": REINFORCE,  # the root: −(R − b) · log π
     "rloo": RLOO,  # REINFORCE, leave-one-out baseline
+    "kimi": Kimi,  # REINFORCE, group-mean baseline, + τ/2 · (log π(y) − log π_old(y))² (mirror descent)
     "ppo": PPO,  # REINFORCE + critic, ratio and clip
     "prime": PRIME,  # RLOO + an online implicit PRM's process returns, under PPO's clip
     "reinforce_pp": ReinforcePP,  # PPO without the critic, batch-whitened reward-to-go
     "grpo": GRPO,  # PPO's clip, group baseline instead of a critic
     "dr_grpo": DrGRPO,  # GRPO without /std and /|o|
+    "lite_ppo": LitePPO,  # GRPO with the group mean over the batch std, and token-mean
     "dapo": DAPO,  # GRPO + clip-higher, token-mean, overlong shaping, dynamic sampling
     "gspo": GSPO,  # GRPO with a sequence-level ratio
     "cispo": CISPO,  # GRPO's advantages, clipped stop-gradient IS weight instead of the clip
@@ -59,6 +63,8 @@ __all__ = [
     "DrGRPO",
     "GRPO",
     "GSPO",
+    "Kimi",
+    "LitePPO",
     "PPO",
     "PRIME",
     "REINFORCE",

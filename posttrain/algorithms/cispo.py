@@ -33,7 +33,7 @@ from posttrain.algorithms.core import (
     ratio_metrics,
 )
 from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
-from posttrain.algorithms.grpo import ADV_NORMS, group_advantages
+from posttrain.algorithms.grpo import check_adv_norm, group_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -89,7 +89,7 @@ class CISPO(Algorithm):
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", self.clip_eps_low >= 0.0, "a number >= 0 (>= 1 means no lower bound)")
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
-        check_field(self, "adv_norm", self.adv_norm in ADV_NORMS, f"one of {list(ADV_NORMS)}")
+        check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
 

@@ -53,8 +53,9 @@ class Algorithm:
 
     name: ClassVar[str]  # the registry key, e.g. "grpo"
     # True when the baseline is the other samples of the same prompt (GRPO and its family,
-    # RLOO; REINFORCE's group_mean, a property there): with one sample per prompt, or K
-    # identical ones, every advantage is 0 and nothing is learnt, so the run is refused
+    # RLOO; a property where a field decides it: REINFORCE's baseline, GRPO's adv_norm): with
+    # one sample per prompt, or K identical ones, every advantage is 0 and nothing is learnt,
+    # so the run is refused
     needs_groups: ClassVar[bool] = False
     # True when the loss is a policy-gradient surrogate with the advantage as a factor of
     # every term (GRPO's clipped ratio, CISPO's, GSPO's, REINFORCE's −A · log π): a row whose
@@ -113,8 +114,11 @@ class Algorithm:
         return batch
 
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """At least {"advantages": (B, T), zero off the response}; may add "returns" (B, T).
-        Runs without gradients: advantages are constants in the loss."""
+        """At least {"advantages": (B, T), zero off the response}; may add "returns" (B, T),
+        and "response_mask" (B, T): the tokens the loss reads from here on, a subset of the
+        sampled ones (GRPO's overlong_filter zeroes the rows the budget cut off, so every
+        loss term, aggregation and micro-batch share leaves them out). Runs without
+        gradients: advantages are constants in the loss."""
         raise NotImplementedError
 
     def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:

@@ -43,45 +43,77 @@ from posttrain.algorithms.core import (
 from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
-ADV_NORMS = ("group", "batch", "hybrid", "none")
+# What adv_norm subtracts and divides by, each named after both. Four of them centre on the
+# group mean; "batch-mean-batch-std" alone has no group baseline.
+ADV_NORMS = ("group", "group-mean-batch-std", "group-mean-pooled-std", "batch-mean-batch-std", "none")
+# Names that meant something else, or two things: refused with what each became. This
+# project's old "batch" is Lite PPO's normalisation; its old "hybrid" (a pooled std) is
+# NOT the seed's "hybrid" (local mean, global std), which is also Lite PPO's.
+RENAMED_ADV_NORMS = {
+    "batch": "'group-mean-batch-std' (what 'batch' meant here: group mean, std of all rewards, Lite PPO's); "
+             "'batch-mean-batch-std' is the batch mean and std",
+    "hybrid": "'group-mean-pooled-std' (what 'hybrid' meant here: std of r − group mean over the batch); the "
+              "'hybrid' of the Tricks-or-Traps notes (group mean, batch std) is 'group-mean-batch-std'",
+}
+
+
+def check_adv_norm(algo: object) -> None:
+    """`algo.adv_norm` is one of ADV_NORMS; a renamed one says what it became."""
+    norm = getattr(algo, "adv_norm")
+    renamed = f" ('{norm}' was renamed: use {RENAMED_ADV_NORMS[norm]})" if norm in RENAMED_ADV_NORMS else ""
+    check_field(algo, "adv_norm", norm in ADV_NORMS, f"one of {list(ADV_NORMS)}{renamed}")
 
 
 def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, eps: float,
                      weights: torch.Tensor | None = None) -> torch.Tensor:
-    """One advantage per sequence: its reward minus its group's mean, then scaled.
+    """One advantage per sequence: its reward minus a baseline, then scaled.
 
     Args:
         rewards:   (B,) float, one scalar reward per sequence.
         group_ids: (B,) long; the G samples of one prompt share an id.
-        norm:      what to divide the centred reward by, always as (r − mean) / (std + eps):
-            "group"   std of the rewards in the row's group: GRPO (arXiv:2402.03300, 4.1.2).
-            "batch"   std of all B rewards: the group mean with a batch-level std, the
-                      "Lite PPO" recipe (Liu et al., "Tricks or Traps? Part I",
-                      arXiv:2508.08221; TRL's scale_rewards="batch"). The batch std also
-                      counts the spread *between* prompts (easy vs hard).
-            "hybrid"  std over the batch of the centred rewards r − group mean: REINFORCE++
-                      with a group baseline (Hu et al., arXiv:2501.03262), which subtracts
-                      the group mean and then whitens over the global batch. This is the
-                      *within*-group spread pooled over all prompts, so one scale for the
-                      batch, but hard and easy prompts no longer inflate it.
-            "none"    no division: Dr. GRPO (arXiv:2503.20783), which argues the group std
-                      up-weights prompts that are nearly always right or always wrong.
+        norm:      what to subtract and divide by, always as (r − mean) / (std + eps):
+            "group"                 the group's mean and std: GRPO (arXiv:2402.03300,
+                                    4.1.2). The seed's "local" normalisation.
+            "group-mean-batch-std"  the group's mean, the std of all B rewards: Lite PPO
+                                    (Liu et al., "Tricks or Traps? Part I",
+                                    arXiv:2508.08221; TRL's scale_rewards="batch"), the
+                                    seed's "hybrid". The batch std also counts the spread
+                                    *between* prompts (easy vs hard), so one easy group
+                                    with tiny variance is not blown up.
+            "group-mean-pooled-std" the group's mean, the batch std of the centred rewards
+                                    r − group mean: REINFORCE++ with a group baseline (Hu
+                                    et al., arXiv:2501.03262). The *within*-group spread
+                                    pooled over all prompts: one scale for the batch, which
+                                    easy and hard prompts no longer inflate.
+            "batch-mean-batch-std"  the mean and std of all B rewards, no group baseline:
+                                    the seed's "global" normalisation (REINFORCE++ whitens
+                                    this way). A group whose K rewards are equal keeps a
+                                    non-zero advantage: all right on an easy prompt pushes
+                                    those answers up further.
+            "none"                  the group's mean, no division: Dr. GRPO
+                                    (arXiv:2503.20783), which argues the group std
+                                    up-weights prompts that are nearly always right or wrong.
         eps:       added to the std, so a zero-variance group gives 0 / eps = 0.
         weights:   (B,) or None: a row's share of its episode (RolloutBatch.row_weights), so
                    every statistic counts episodes, not rows (core.group_mean_std).
 
-    All stds are unbiased (Bessel, N − 1). A group of size 1 has std 0 and advantage 0:
-    it is its own baseline. A group whose rewards are all equal also gets 0 everywhere.
+    All stds are unbiased (Bessel, N − 1). A group of size 1 has std 0 and (under a group
+    mean) advantage 0: it is its own baseline. A group whose rewards are all equal also
+    gets 0 everywhere, except under "batch-mean-batch-std".
 
     Returns (B,) advantages.
     """
+    if norm == "batch-mean-batch-std":
+        everyone = torch.zeros_like(group_ids)  # the whole batch as one group
+        mean, std, _ = group_mean_std(rewards, everyone, weights)  # (B,) each, all equal
+        return (rewards - mean) / (std + eps)
     mean, group_std, _ = group_mean_std(rewards, group_ids, weights)  # (B,), (B,)
     centred = rewards - mean  # (B,)
     if norm == "group":
         std = group_std  # (B,)
-    elif norm == "batch":
+    elif norm == "group-mean-batch-std":
         std = _batch_std(rewards, weights)  # scalar
-    elif norm == "hybrid":
+    elif norm == "group-mean-pooled-std":
         std = _batch_std(centred, weights)  # scalar
     elif norm == "none":
         return centred
@@ -97,13 +129,28 @@ def _batch_std(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
     return x.std() if x.numel() > 1 else x.new_zeros(())
 
 
+def without_truncated_rows(response_mask: torch.Tensor, truncated: torch.Tensor | None) -> torch.Tensor:
+    """The response mask with every truncated row zeroed: overlong filtering. (B, T).
+
+    A row cut off by the generation budget (`truncated`, (B,) bool) is an unfinished
+    answer; its verifier reward (usually 0) says "too long", not "wrong". Filtering drops
+    such rows from the loss entirely (DAPO, arXiv:2503.14476, Sec. 3.4, tried it first;
+    "Tricks or Traps", arXiv:2508.08221, measures it as one of its four techniques), instead
+    of training on them as failures
+    (truncation, the default). Their rewards still count in the group's baseline: they are
+    what π_old did."""
+    if truncated is None:
+        raise ValueError("overlong_filter needs batch.truncated ((B,) bool, which rows the generation budget cut "
+                         "off): RolloutBatch.collate fills it from each Episode.finished")
+    return response_mask * (~truncated).to(response_mask.dtype)[:, None]  # (B, T)
+
+
 @dataclass
 class GRPO(Algorithm):
     """Group Relative Policy Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "grpo"
     zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
-    needs_groups: ClassVar[bool] = True  # the baseline is the prompt's group, whatever adv_norm divides by
     accepts_turn_rows: ClassVar[bool] = True  # the group baseline, weighted by episode; per-token loss
 
     clip_eps_low: float = 0.2  # PPO's ε = 0.2 (arXiv:1707.06347); DeepSeekMath does not state its ε
@@ -120,24 +167,38 @@ class GRPO(Algorithm):
     # The constant divisor of loss_agg="seq-mean-token-sum-norm" (unused otherwise): Dr. GRPO
     # divides by the generation budget, so set it to max_new_tokens.
     max_len: int | None = None
+    # overlong filtering: leave the rows the generation budget cut off out of the loss
+    # (without_truncated_rows). Off, as in the paper: a truncated answer is scored as it
+    # stands (reward 0) and trained on like any wrong one
+    overlong_filter: bool = False
+
+    @property
+    def needs_groups(self) -> bool:  # type: ignore[override]
+        """The baseline is the prompt's group under every adv_norm but batch-mean-batch-std."""
+        return self.adv_norm != "batch-mean-batch-std"
 
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", 0.0 <= self.clip_eps_low < 1.0, "0 <= value < 1")
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
         check_field(self, "kl_coef", self.kl_coef >= 0.0, "a number >= 0")
         check_field(self, "kl_estimator", self.kl_estimator in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}")
-        check_field(self, "adv_norm", self.adv_norm in ADV_NORMS, f"one of {list(ADV_NORMS)}")
+        check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
+        check_field(self, "overlong_filter", isinstance(self.overlong_filter, bool), "true or false")
         check_loss_fields(self)
 
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """Group-relative advantage of each sequence, copied onto each of its response
-        tokens (outcome supervision, arXiv:2402.03300 Sec. 4.1.2); 0 off the response."""
+        tokens (outcome supervision, arXiv:2402.03300 Sec. 4.1.2); 0 off the response.
+        With overlong_filter, also the response mask without the truncated rows, which is
+        then the mask the loss reads: their advantages are 0 and so is their every loss term."""
         adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps,
                                    batch.row_weights)  # (B,)
-        advantages = adv_seq[:, None] * batch.response_mask  # (B, T)
-        return {"advantages": advantages}
+        if not self.overlong_filter:
+            return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
+        mask = without_truncated_rows(batch.response_mask, batch.truncated)  # (B, T)
+        return {"advantages": adv_seq[:, None] * mask, "response_mask": mask}
 
     def compute_loss(
         self, outputs: PolicyOutputs, batch: RolloutBatch

@@ -6,6 +6,8 @@
     posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
     posttrain compare --algos dpo --online_rounds 1,20
                                        offline against online DPO on the same budget
+    posttrain compare --row grpo --row lite:rl.algo=lite_ppo --row clip:grpo.clip_eps_high=0.28
+                                       rows of any settings from one SFT checkpoint: an ablation in one command
     posttrain star --init CKPT         STaR / rejection-sampling fine-tuning: sample, keep verified, fine-tune, repeat
     posttrain rlhf                     SFT → reward model → PPO against it, proxy vs gold reward plotted
     posttrain eval --checkpoint DIR    held-out pass@1 of a checkpoint (Loop A)
@@ -151,22 +153,39 @@ def cmd_compare(argv: list[str]) -> int:
                           "on its own with `posttrain train --resume`)")
     extra = [("algos", Annotated[str, tyro.conf.arg(metavar="A,B,...", help=(
                   "the algorithms to compare, comma-separated (grpo,rloo,dr_grpo); each trains from the same SFT "
-                  "checkpoint with the same settings and rl.algo_params, so only the loss differs"))],
-              dataclasses.MISSING),
+                  "checkpoint with the same settings and rl.algo_params, so only the loss differs"))], ""),
              ("online_rounds", Annotated[str, tyro.conf.arg(metavar="N,N,...", help=(
                   "preference losses only: run each one once per round count on the same budget, e.g. 1,20 for "
-                  "offline against 20 online rounds; '' = one run each, with rl.online_rounds"))], "")]
-    parsed = parse_train(argv, "posttrain compare", "several algorithms from one SFT checkpoint", TrainConfig(), extra,
-                         sections="those of the algorithms in --algos, and every row gets them")
+                  "offline against 20 online rounds; '' = one run each, with rl.online_rounds"))], ""),
+             ("row", Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(
+                  metavar="NAME:KEY=VALUE,...", help=(
+                      "one row of the comparison, instead of --algos; give it once per row. The row is the shared "
+                      "settings (flags, --config) with its own on top: config.json keys (rl.lr=2e-4, seed=1, "
+                      "init=CHECKPOINT) or its algorithm's hyperparameters (grpo.clip_eps_high=0.28); e.g. --row "
+                      "grpo --row clip_higher:grpo.clip_eps_high=0.28 --row lite:rl.algo=lite_ppo"))], ())]
+    parsed = parse_train(argv, "posttrain compare", "several algorithms, or rows of any settings, from one SFT "
+                         "checkpoint", TrainConfig(), extra,
+                         sections="those of the algorithms in --algos (or the rows'), and every row gets them")
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.pipelines.compare import check_algos, compare
+    from posttrain.pipelines.compare_rows import parse_rows, row_algorithms
 
     cfg = parsed.cfg
+    given = flags_given(parsed.argv)
+    if parsed.args.row:
+        if parsed.args.algos or parsed.args.online_rounds:
+            raise ConfigError("give --algos (one row per algorithm) or --row (one row per setting), not both; an "
+                              "algorithm is a row's setting too: --row dapo:rl.algo=dapo")
+        rows = parse_rows(list(parsed.args.row))
+        cfg = checked(parsed.with_algo_params(cfg, row_algorithms(rows, cfg)))
+        compare(cfg, rows=rows)
+        return 0
     algos = [a.strip() for a in parsed.args.algos.split(",") if a.strip()]
+    if not algos:
+        raise ConfigError("give --algos A,B,... (one row per algorithm) or --row NAME:KEY=VALUE,... (once per row)")
     check_algos(algos)
     # the shared settings are checked as the first row will run them: its algorithm (so that
     # rl.algo_params are read as its fields) and, with --online_rounds, the most rounds
-    given = flags_given(parsed.argv)
     if "--rl.algo" not in given:
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, algo=algos[0]))
     rounds = None

@@ -112,8 +112,11 @@ def response_logp_and_entropy(
                                                use_reentrant=False) if chunked
              else logp_and_entropy(states[i : i + chunk], targets[i : i + chunk])
              for i in range(0, len(states), chunk)]
-    logp = torch.cat([p[0] for p in parts]) if parts else hidden.new_zeros(0)
-    entropy = torch.cat([p[1] for p in parts]) if parts else hidden.new_zeros(0)
+    if parts:
+        logp, entropy = torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts])
+    else:  # no response token at all (every row filtered out of the loss): keep the graph, so a
+        # loss on these rows is an exact 0 with a gradient of exact 0 for every parameter
+        logp, entropy = (x[:0] for x in logp_and_entropy(hidden[:1, 0], tokens[:1, 0]))
     index = (rows, cols + 1)
     # float32 whatever hidden's dtype (bf16 under autocast): the ratio exp(logp − old_logp)
     # and the KL read differences of log-probs that bf16's 3 significant digits would erase

@@ -3,8 +3,9 @@ never a config, so a setting is read in exactly one place. (What must hold befor
 this runs is checked by pipelines/checks.py.)
 
     make_algorithm(rl)        the RL algorithm, its generation budget filled in
-    make_reward(rl, score)    the training reward on top of the environment's verifier: presets
-                              and users' functions (rewards/user_function.py), weighted and summed
+    reward_stack(rl)          the terms of the training reward: presets, users' functions
+                              (rewards/user_function.py), length terms, weighted and summed
+    make_reward(rl, score)    that stack on top of the environment's verifier
     sampling_params(cfg)      the rollout's sampling settings
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
@@ -32,7 +33,7 @@ from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.ensemble import LearnedReward
 from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
-from posttrain.rewards.stack import Accuracy, LinearLength, RewardStack
+from posttrain.rewards.stack import Accuracy, KimiLength, LinearLength, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller
@@ -78,19 +79,28 @@ def learned_reward(rl: RLConfig) -> LearnedReward:
     return LearnedReward(load_reward_scorer(rl.rm.path, rl.rm.ensemble, rl.rm.disagreement_coef))
 
 
-def make_reward(rl: RLConfig, score):
-    """The training reward: the environment's scorer (or, with rl.rm.path and no "rm" term,
-    a reward model with the scorer kept as the gold), plus the terms rl.reward and
-    rl.length_penalty ask for."""
+def reward_stack(rl: RLConfig) -> RewardStack | None:
+    """The terms rl.reward, rl.length_penalty and rl.length_reward ask for, as one stack; None
+    when that is the verifier's own 1/0 alone (nothing stacked on it: `make run`'s reward)."""
     terms = reward_terms(rl)
-    if rl.rm.path and not any(isinstance(term, LearnedReward) for _, term in terms):
-        # the reward model scores; the verifier's verdict stays in details
-        score = ProxyReward.load(rl.rm.path, score, rl.rm.ensemble, rl.rm.disagreement_coef)
     if rl.length_penalty > 0:
         terms.append((1.0, LinearLength(rl.length_free, rl.length_penalty)))
-    if len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):
-        return score  # the verifier's own 1/0: nothing stacked on it
-    return stack_scorer(RewardStack(terms), score)
+    group_terms = [(rl.length_reward, KimiLength(rl.length_reward_start))] if rl.length_reward > 0 else []
+    if not group_terms and len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):
+        return None
+    return RewardStack(terms, group_terms)
+
+
+def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
+    """The training reward: the environment's scorer (or, with rl.rm.path and no "rm" term in
+    rl.reward, a reward model with the scorer kept as the gold), with `stack` (default:
+    reward_stack(rl)) on top. A stack's group terms (rl.length_reward) are added later, by
+    its score_groups."""
+    stack = reward_stack(rl) if stack is None else stack
+    learned_term = stack is not None and any(isinstance(term, LearnedReward) for _, term in stack.terms)
+    if rl.rm.path and not learned_term:  # the reward model scores; the verifier's verdict stays in details
+        score = ProxyReward.load(rl.rm.path, score, rl.rm.ensemble, rl.rm.disagreement_coef)
+    return score if stack is None else stack_scorer(stack, score)
 
 
 def sampling_params(cfg: TrainConfig) -> SamplingParams:
@@ -156,8 +166,11 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
                       "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
                       "update is the same")
     kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon) if cfg.rl.kl_target else None
-    return Controller(rollout, make_reward(cfg.rl, env.score), algo, trainer, pad_id=tokenizer.pad_id,
+    stack = reward_stack(cfg.rl)
+    # terms that score a sample against its group (rl.length_reward) run once a group is scored
+    group_reward = stack.score_groups if stack is not None and stack.group_terms else None
+    return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, pad_id=tokenizer.pad_id,
                       prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
                       minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
                       reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows,
-                      process_reward=process_reward)
+                      process_reward=process_reward, group_reward=group_reward)

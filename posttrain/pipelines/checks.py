@@ -133,12 +133,28 @@ def check_rl(rl: RLConfig) -> None:
         if preference:
             check(not rl.pairs, "rl.rm.path", rl.rm.path, "'' with rl.pairs: a pairs file is already ranked; the "
                   "reward model ranks the policy's own samples when there is no file")
+    if rl.length_reward > 0:
+        check_length_reward(rl, preference)
     if rl.kl_target > 0:
         check(not preference, "rl.kl_target", rl.kl_target,
               "0 for a preference loss (its beta already sets how close to the reference it stays)")
         check(algo.kl_coef > 0, "rl.kl_target", rl.kl_target,
               f"0 unless the algorithm has a KL term: set --{rl.algo}.kl_coef 0.04 "
               f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
+
+
+def check_length_reward(rl: RLConfig, preference: bool) -> None:
+    """Kimi's length reward compares the K right-or-wrong samples of one prompt: refuse the
+    settings where there is no such group, no verdict, or no step it would be paid on."""
+    setting = f"with rl.length_reward={rl.length_reward:g}"
+    check(not preference, "rl.algo", rl.algo, f"an RL algorithm {setting}: a preference loss trains on pairs, and "
+          "the length reward is paid to samples against their group in the RL loop; set rl.length_reward 0")
+    check(not rl.rm.path, "rl.rm.path", rl.rm.path, f"'' {setting}: the length reward pays right and wrong answers "
+          "differently, and a reward model's score is no verdict; set rl.length_reward 0 to train on the model")
+    check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
+          f"at least 2 {setting}: it ranks a sample's length among its prompt's samples, and alone it is always 0")
+    check(rl.length_reward_start < rl.steps, "rl.length_reward_start", rl.length_reward_start,
+          f"less than rl.steps={rl.steps} {setting}: it would never be paid")
 
 
 def check_can_learn(rl: RLConfig, algo) -> None:
@@ -179,10 +195,10 @@ def check_implicit_prm(cfg: TrainConfig) -> None:
           "been tested with the rollout in the same process; drop --workers / --dist.topology")
     check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
           f"1 with {algo}: its implicit PRM trains in one process beside the policy, never data-parallel")
-    check(cfg.rl.reward in ("accuracy", "rubric") and cfg.rl.length_penalty == 0 and not cfg.rl.rm.path,
-          "rl.reward", cfg.rl.reward,
-          f"'accuracy' (or 'rubric'), with no rl.length_penalty and no rl.rm.path, for {algo}: its implicit PRM "
-          "learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
+    check(cfg.rl.reward in ("accuracy", "rubric") and cfg.rl.length_penalty == 0 and cfg.rl.length_reward == 0
+          and not cfg.rl.rm.path, "rl.reward", cfg.rl.reward,
+          f"'accuracy' (or 'rubric'), with no rl.length_penalty, rl.length_reward or rl.rm.path, for {algo}: its "
+          "implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
 
 
 def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
@@ -374,8 +390,9 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
     check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo,
           f"an RL algorithm for the multi-turn environment {cfg.env.name!r}: the preference losses train on "
           "pairs of single completions, and a multi-turn episode is not one yet")
-    check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0, "rl.reward",
-          cfg.rl.reward, f"'accuracy', with no rl.rm.path and no rl.length_penalty, for the multi-turn environment "
+    check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0
+          and cfg.rl.length_reward == 0, "rl.reward", cfg.rl.reward,
+          f"'accuracy', with no rl.rm.path, rl.length_penalty or rl.length_reward, for the multi-turn environment "
           f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
           "one completion's text would be ignored; put the terms in the environment's step instead")
     thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)

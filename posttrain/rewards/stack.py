@@ -36,6 +36,13 @@ Cautions the terms carry (see each docstring):
 Terms are pure: each is a function of (example, completion, scored) alone, with no
 state, so a stack is as deterministic as the scorer under it.
 
+A group term scores a sample against the other samples of its prompt, so it runs once the
+whole group is scored (`RewardStack.score_groups`, which the controller calls each round):
+Kimi k1.5's length reward pays the shortest right answer of a group +0.5 and charges the
+longest −0.5. Its value lands in details["components"] and ["weighted"] like any term's:
+
+    stack = RewardStack([(1.0, Accuracy())], group_terms=[(1.0, KimiLength(start_step=50))])
+
 """
 
 from __future__ import annotations
@@ -44,7 +51,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
 
-from posttrain.types import Example
+from posttrain.types import Episode, Example
+from posttrain.verifiers.contract import is_solved
 
 Scored = dict[str, Any]  # a scorer's result: {"reward": float, "details": dict}
 
@@ -210,27 +218,91 @@ class RatioLength:
 
 
 # ---------------------------------------------------------------------------------------
+# Group terms: a sample against the other samples of its prompt
+# ---------------------------------------------------------------------------------------
+
+
+class GroupTerm(Protocol):
+    """A term whose value for a sample depends on its group (the K samples of one prompt):
+    a function of the group's response lengths (tokens) and verdicts, and of the RL step
+    (a term may switch on late). `name` and `spec` as RewardTerm's."""
+
+    name: str
+
+    @property
+    def spec(self) -> str: ...
+
+    def __call__(self, lengths: list[int], solved: list[bool], step: int) -> list[float]: ...
+
+
+def kimi_length_reward(lengths: list[int], solved: list[bool]) -> list[float]:
+    """Kimi k1.5's length reward for one group (arXiv:2501.12599, Sec. 2.3.3):
+
+        λ_i = 0.5 − (len_i − min_len) / (max_len − min_len)     min, max over the group
+        len_reward_i = λ_i             if sample i is right
+                     = min(0, λ_i)     if it is wrong
+
+    λ runs from +0.5 (the group's shortest) to −0.5 (its longest). A right answer is paid
+    for being short and charged for being long; a wrong one is only ever charged, so a
+    short wrong answer earns nothing for its brevity. All 0 when every length is equal."""
+    if len(lengths) != len(solved):
+        raise ValueError(f"{len(lengths)} lengths but {len(solved)} verdicts: give one of each per sample")
+    shortest, longest = min(lengths), max(lengths)
+    if longest == shortest:
+        return [0.0] * len(lengths)
+    lams = [0.5 - (length - shortest) / (longest - shortest) for length in lengths]
+    return [lam if right else min(0.0, lam) for lam, right in zip(lams, solved)]
+
+
+@dataclass(frozen=True)
+class KimiLength:
+    """`kimi_length_reward`, paid from RL step `start_step` on (0 before). Kimi k1.5 ran
+    without it first: switched on from the start it slowed early training, and a policy
+    that cannot yet solve a prompt is paid most for stopping early (Sec. 2.3.3)."""
+
+    start_step: int = 0
+    name: str = "length_kimi"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.start_step, bool) or not isinstance(self.start_step, int) or self.start_step < 0:
+            raise ValueError(f"start_step must be an int >= 0 (the RL step the length reward starts), "
+                             f"got {self.start_step!r}")
+
+    @property
+    def spec(self) -> str:
+        return f"{self.name}(from_step={self.start_step})"
+
+    def __call__(self, lengths: list[int], solved: list[bool], step: int) -> list[float]:
+        if step < self.start_step:
+            return [0.0] * len(lengths)
+        return kimi_length_reward(lengths, solved)
+
+
+# ---------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------
 
 
 class RewardStack:
-    """reward = Σ_i w_i · term_i(example, completion, scored).
+    """reward = Σ_i w_i · term_i(example, completion, scored) + Σ_j v_j · group_term_j.
 
     Every term's raw value goes to details["components"] and its weighted value to
     details["weighted"], under the term's name (names must be unique); the scorer's own
     details are kept alongside, so details["reason"] still says whether the answer was
-    right."""
+    right. Group terms are added by `score_groups`, once a prompt's samples are all scored;
+    until then a sample's reward is the per-sample terms' sum."""
 
-    def __init__(self, terms: list[tuple[float, RewardTerm]]) -> None:
+    def __init__(self, terms: list[tuple[float, RewardTerm]],
+                 group_terms: list[tuple[float, GroupTerm]] = ()) -> None:
         if not terms:
             raise ValueError("a RewardStack needs at least one (weight, term) pair, e.g. [(1.0, Accuracy())]")
-        names = [term.name for _, term in terms]
+        names = [term.name for _, term in [*terms, *group_terms]]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"term names must be unique, {duplicates} repeat; pass name=... to tell them apart")
         self.terms = [(float(w), term) for w, term in terms]
-        self.version = " + ".join(f"{w:g}*{term.spec}" for w, term in self.terms)
+        self.group_terms = [(float(w), term) for w, term in group_terms]
+        self.version = " + ".join(f"{w:g}*{term.spec}" for w, term in [*self.terms, *self.group_terms])
 
     def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
         components, term_details = {}, {}
@@ -244,7 +316,33 @@ class RewardStack:
         details.update(components=components, weighted=weighted, reward_spec=self.version)
         if term_details:
             details["term_details"] = term_details
+        if self.group_terms:  # the scorer's verdict, which a group term reads once the reward is a sum
+            details["solved"] = is_solved(scored["reward"], scored["details"])
         return {"reward": sum(weighted.values()), "details": details}
+
+    def score_groups(self, episodes: list[Episode], step: int) -> dict[str, float]:
+        """Add each group term to the reward of every episode, in place, group by group
+        (episodes sharing a group_id), after this stack scored them; the value goes to the
+        episode's components and weighted details. Returns each group term's mean weighted
+        value over the episodes, as "reward/<name>". Lengths are response tokens (EOS
+        included): what a sample cost to draw."""
+        groups: dict[int, list[Episode]] = {}
+        for episode in episodes:
+            if "solved" not in episode.details:
+                raise ValueError("score_groups adds to rewards this stack gave: score the episodes with it first "
+                                 f"(episode of group {episode.group_id} has details {sorted(episode.details)})")
+            groups.setdefault(episode.group_id, []).append(episode)
+        sums = {term.name: 0.0 for _, term in self.group_terms}
+        for members in groups.values():
+            lengths = [len(e.response_ids) for e in members]
+            solved = [bool(e.details["solved"]) for e in members]
+            for w, term in self.group_terms:
+                for episode, value in zip(members, term(lengths, solved, step)):
+                    episode.details["components"][term.name] = float(value)
+                    episode.details["weighted"][term.name] = w * value
+                    episode.reward += w * value
+                    sums[term.name] += w * value
+        return {f"reward/{name}": total / max(1, len(episodes)) for name, total in sums.items()}
 
     def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
         """A scorer-shaped function: run `scorer`, then this stack on its result."""

@@ -3,7 +3,9 @@
 One RL step, in the order a paper's pseudocode gives it (`Controller.step`):
 
     1. sample    the rollout role draws K completions per prompt, capturing old_logp
-    2. score     the environment's verifier (or a reward built on it) scores each completion
+    2. score     the environment's verifier (or a reward built on it) scores each completion;
+                 a reward that compares a sample with its group (Kimi's length reward) then
+                 scores each group
     3. reference the frozen reference scores the same tokens (when the loss or the KL log reads it);
                  an implicit PRM (PRIME) learns from this batch's outcomes and gives per-token rewards
     4. advantage the algorithm turns rewards into per-token advantages
@@ -42,6 +44,8 @@ class Controller:
     rollout      sample(step, round) -> episodes; push(); off_policy_correction(batch, trainer);
                  step_metrics(); version; state_dict() / load_state_dict() (distributed/backend.py)
     reward       score(example, completion) -> {reward, details}: the verifier or a reward on it
+    group_reward group_reward(episodes, step) -> metrics: adds the terms that score a sample
+                 against its group (rewards/stack.py::RewardStack.score_groups), or None
     algorithm    compute_advantages, compute_loss (algorithms/contract.py)
     trainer      update(batch, loss, ...), values(batch) for a critic (roles/trainer.py)
     reference    logp(batch), or None when nothing reads π_ref (roles/reference.py)
@@ -53,13 +57,15 @@ class Controller:
 
     def __init__(self, rollout, reward: Scorer, algorithm, trainer, *, pad_id: int, prompts_per_step: int,
                  seed: int, epochs: int = 1, minibatches: int = 1, max_sampling_rounds: int = 1, reference=None,
-                 kl_controller=None, skip_inert_rows: bool = True, process_reward=None):
+                 kl_controller=None, skip_inert_rows: bool = True, process_reward=None, group_reward=None):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
+        self.group_reward = group_reward
         self.reference, self.kl_controller, self.process_reward = reference, kl_controller, process_reward
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
         self.skip_inert_rows = skip_inert_rows  # leave rows with no gradient out of the update
         self.timings: dict[str, float] = defaultdict(float)  # wall time per role, reset every step
+        self.reward_metrics: dict[str, list[float]] = defaultdict(list)  # the group terms' means, per round
 
     @contextmanager
     def timed(self, role: str):
@@ -70,8 +76,9 @@ class Controller:
     def step(self, step: int) -> tuple[dict[str, float], list[Episode]]:
         """One RL step: (metrics, the episodes it trained on)."""
         self.timings.clear()
+        self.reward_metrics.clear()
         episodes, sampling_stats = self.informative_episodes(step)  # 1. sample and 2. score
-        batch = self.collate(episodes)
+        batch = sampled = self.collate(episodes)
         with self.timed("reference"):  # 3. reference (and the critic's values at sampling time)
             if self.reference is not None:
                 batch.ref_logp = self.reference.logp(batch)
@@ -91,8 +98,15 @@ class Controller:
                                           generator_for(self.seed, "rl-minibatch", step))
         with self.timed("sync"):
             self.rollout.push()  # 6. sync
-        metrics.update(**rollout_metrics(batch, episodes), **sampling_stats, **off_policy, **self.rollout.step_metrics(),
-                       **process_metrics, **self.timings, weight_version=self.rollout.version)
+        # lengths and KL of every sampled token: the loss's mask may be smaller (overlong filtering)
+        every_token = dataclasses.replace(batch, response_mask=sampled.response_mask)
+        metrics.update(**rollout_metrics(every_token, episodes), **sampling_stats, **off_policy,
+                       **self.rollout.step_metrics(), **process_metrics, **self.timings,
+                       weight_version=self.rollout.version,
+                       **{name: statistics.fmean(values) for name, values in self.reward_metrics.items()})
+        # the share of rows whose every token the algorithm took out of the loss (GRPO's overlong_filter)
+        metrics["loss_dropped_rows"] = ((sampled.response_mask.sum(1) > 0)
+                                        & (batch.response_mask.sum(1) == 0)).float().mean().item()
         metrics["pass_rate"] = sum(e.details.get("reason") == "ok" for e in episodes) / len(episodes)
         if self.kl_controller is not None:  # steer β for the next step from this step's KL
             metrics["kl_coef"] = self.algorithm.kl_coef
@@ -103,7 +117,11 @@ class Controller:
         with self.timed("rollout"):  # 1. sample
             episodes = self.rollout.sample(step, round)
         with self.timed("score"):  # 2. score
-            return score_episodes(self.reward, episodes)
+            episodes = score_episodes(self.reward, episodes)
+            if self.group_reward is not None:  # each group's terms, while group ids are this round's prompts
+                for name, value in self.group_reward(episodes, step).items():
+                    self.reward_metrics[name].append(value)
+            return episodes
 
     def collate(self, episodes: list[Episode]) -> RolloutBatch:
         """The training rows of `episodes`, padded: one per episode, or one per model turn of

@@ -377,4 +377,5 @@ def sample_row(stage: str, step: int, episode: Episode) -> dict:
     """One line of samples.jsonl (or eval_<stage>.jsonl): a completion, raw, with its reward and details."""
     return {"stage": stage, "step": step, "id": episode.example.id, "group": episode.group_id,
             "prompt": episode.example.prompt, "completion": episode.completion, "reward": episode.reward,
-            "details": episode.details, "weight_version": episode.weight_version}
+            "details": episode.details, "weight_version": episode.weight_version,
+            "finished": episode.finished}  # False: cut off by the generation budget
