@@ -353,3 +353,55 @@ def test_registry_and_make_algorithm_errors_are_actionable():
     with pytest.raises(ValueError) as err:
         make_algorithm("grpo", adv_norm="zscore")
     assert "'zscore'" in str(err.value) and "adv_norm='group'" in str(err.value)
+
+
+def _one_row(logp_old, logp_ref, rows=1, length=1):
+    """`rows` rows of `length` response tokens after one prompt token, each its own group of
+    one (advantage 0: the loss is the KL and entropy terms alone)."""
+    T = 1 + length
+    mask = torch.zeros(rows, T)
+    mask[:, 1:] = 1.0
+    return RolloutBatch(tokens=torch.zeros(rows, T, dtype=torch.long), attention_mask=torch.ones(rows, T),
+                        response_mask=mask, old_logp=torch.full((rows, T), logp_old) * mask,
+                        rewards=torch.ones(rows), group_ids=torch.arange(rows),
+                        ref_logp=torch.full((rows, T), logp_ref) * mask)
+
+
+def test_importance_weighted_kl_by_hand():
+    # log π_θ = −1.0, log π_old = −1.2, log π_ref = −1.5 on one token:
+    # k3 = e^(−0.5) + 0.5 − 1 = 0.106531; weight π_θ/π_old = e^0.2 = 1.221403 -> 0.130117
+    # d/d log π_θ: unweighted 1 − e^(−0.5) = 0.393469; weighted w·(k3 + 0.393469) = w·0.5 = 0.610701
+    for weighted, value, grad in ((False, 0.106531, 0.393469), (True, 0.130117, 0.610701)):
+        algo = GRPO(kl_coef=1.0, kl_importance_weight=weighted)
+        batch = _one_row(-1.2, -1.5)
+        batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
+        logp = torch.tensor([[0.0, -1.0]], requires_grad=True)
+        loss, metrics = algo.compute_loss(PolicyOutputs(logp=logp, entropy=torch.zeros(1, 2)), batch)
+        loss.backward()
+        assert loss.item() == pytest.approx(value, abs=1e-6)
+        assert logp.grad[0, 1].item() == pytest.approx(grad, abs=1e-6)
+    # on-policy (π_θ = π_old) the weight is 1 in value but not in gradient: k3 + 0.393469 = 0.5
+    algo = GRPO(kl_coef=1.0, kl_importance_weight=True)
+    batch = _one_row(-1.0, -1.5)
+    batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
+    logp = torch.tensor([[0.0, -1.0]], requires_grad=True)
+    loss, _ = algo.compute_loss(PolicyOutputs(logp=logp, entropy=torch.zeros(1, 2)), batch)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.106531, abs=1e-6) and logp.grad[0, 1].item() == pytest.approx(0.5, abs=1e-6)
+
+
+def test_entropy_agg_token_mean_ignores_the_loss_aggregation():
+    # rows of 1 and 3 response tokens, entropy 1.0 on the first and 0.5 on each of the others:
+    # token-mean (1 + 1.5) / 4 = 0.625; the loss's seq-mean-token-sum (1 + 1.5) / 2 = 1.25
+    batch = dataclasses.replace(_one_row(-1.0, -1.0, rows=2, length=3),
+                                response_mask=torch.tensor([[0, 1, 0, 0], [0, 1, 1, 1.0]]))
+    entropy = torch.tensor([[0, 1.0, 0, 0], [0, 0.5, 0.5, 0.5]])
+    for entropy_agg, bonus in (("loss_agg", 1.25), ("token-mean", 0.625)):
+        algo = GRPO(loss_agg="seq-mean-token-sum", entropy_coef=1.0, entropy_agg=entropy_agg)
+        ready = dataclasses.replace(batch, **algo.compute_advantages(batch))
+        loss, _ = algo.compute_loss(PolicyOutputs(logp=ready.old_logp.clone(), entropy=entropy), ready)
+        assert loss.item() == pytest.approx(-bonus)
+    with pytest.raises(ValueError, match="entropy_agg"):
+        GRPO(entropy_agg="sum")
+    with pytest.raises(ValueError, match="kl_importance_weight"):
+        GRPO(kl_importance_weight=1)

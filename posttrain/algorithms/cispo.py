@@ -84,6 +84,7 @@ class CISPO(Algorithm):
     adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0
     loss_agg: str = "token-mean"  # the paper's 1 / Σ_i |o_i|: every token of the batch weighs the same
     entropy_coef: float = 0.0  # the paper adds no entropy bonus
+    entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:

@@ -76,6 +76,7 @@ class Algorithm:
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
     kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)
     entropy_coef: float = 0.0  # weight of an entropy bonus; 0 = none
+    entropy_agg: str = "loss_agg"  # how the bonus aggregates: as the loss does, or "token-mean"
     max_len: int | None = None  # the generation budget, for loss_agg="seq-mean-token-sum-norm"
 
     @property
@@ -132,8 +133,11 @@ class Algorithm:
         entropy and the advantages' mean and std over response tokens."""
         mask = batch.response_mask  # (B, T)
         if self.entropy_coef > 0:
-            # a bonus for keeping the policy stochastic, so exploration does not collapse
-            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, self.loss_agg, self.max_len)
+            # a bonus for keeping the policy stochastic, so exploration does not collapse. Under
+            # entropy_agg="token-mean" (TRL's) entropy_coef means the same whatever loss_agg is;
+            # under "loss_agg" (ours) the bonus weighs each token as the policy loss weighs it
+            agg = "token-mean" if self.entropy_agg == "token-mean" else self.loss_agg
+            loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, agg, self.max_len)
         return loss, {"entropy": masked_mean(outputs.entropy.detach(), mask).item(),
                       **advantage_metrics(batch.advantages, mask)}
 
@@ -168,6 +172,8 @@ def check_loss_fields(algo: object) -> None:
     loss_agg = getattr(algo, "loss_agg")
     check_field(algo, "loss_agg", loss_agg in LOSS_AGG_MODES, f"one of {list(LOSS_AGG_MODES)}")
     check_field(algo, "entropy_coef", getattr(algo, "entropy_coef") >= 0.0, "a number >= 0")
+    check_field(algo, "entropy_agg", getattr(algo, "entropy_agg") in ("loss_agg", "token-mean"),
+                "'loss_agg' (aggregate the bonus as the loss) or 'token-mean'")
     if loss_agg == "seq-mean-token-sum-norm":
         max_len = getattr(algo, "max_len")
         check_field(algo, "max_len", isinstance(max_len, int) and max_len > 0,

@@ -37,6 +37,7 @@ from posttrain.algorithms.core import (
     agg_loss,
     clipped_surrogate,
     group_mean_std,
+    importance_ratio,
     kl_estimate,
     masked_mean,
 )
@@ -160,10 +161,16 @@ class GRPO(Algorithm):
     # is skipped entirely.
     kl_coef: float = 0.0
     kl_estimator: str = "k3"  # the paper's unbiased, non-negative estimator (Eq. 4)
+    # weight the KL term's per-token estimate by π_θ/π_old: the tokens were drawn from π_old,
+    # so an estimate of KL(π_θ ‖ π_ref) evaluated on them needs that importance weight to stay
+    # unbiased once π_θ moves (DeepSeek-V3.2's correction). Off, as in the GRPO paper; TRL
+    # 1.16 turns it on by default (use_bias_correction_kl)
+    kl_importance_weight: bool = False
     adv_norm: str = "group"  # divide by the group std, as in the paper (Sec. 4.1.2)
     adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0
     loss_agg: str = "seq-mean-token-mean"  # the paper's 1/G Σ_i 1/|o_i| Σ_t (Eq. 3)
     entropy_coef: float = 0.0  # the paper has no entropy bonus
+    entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     # The constant divisor of loss_agg="seq-mean-token-sum-norm" (unused otherwise): Dr. GRPO
     # divides by the generation budget, so set it to max_new_tokens.
     max_len: int | None = None
@@ -182,6 +189,7 @@ class GRPO(Algorithm):
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
         check_field(self, "kl_coef", self.kl_coef >= 0.0, "a number >= 0")
         check_field(self, "kl_estimator", self.kl_estimator in KL_ESTIMATORS, f"one of {list(KL_ESTIMATORS)}")
+        check_field(self, "kl_importance_weight", isinstance(self.kl_importance_weight, bool), "true or false")
         check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_field(self, "overlong_filter", isinstance(self.overlong_filter, bool), "true or false")
@@ -226,6 +234,8 @@ class GRPO(Algorithm):
             if batch.ref_logp is None:
                 raise ValueError("GRPO with kl_coef > 0 needs batch.ref_logp; run the reference role first")
             kl_mat = kl_estimate(outputs.logp, batch.ref_logp, self.kl_estimator)  # (B, T)
+            if self.kl_importance_weight:  # × π_θ/π_old, with its gradient (where its value is 1 too)
+                kl_mat = kl_mat * importance_ratio(outputs.logp, batch.old_logp, mask)[1]  # (B, T)
             kl = agg_loss(kl_mat, mask, self.loss_agg, self.max_len)
             loss = loss + self.kl_coef * kl  # the + β·KL term of Eq. 3, a loss, not a reward penalty
             metrics["kl"] = masked_mean(kl_mat.detach(), mask).item()

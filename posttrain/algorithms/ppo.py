@@ -170,6 +170,7 @@ class PPO(Algorithm):
     whiten_advantages: bool = True  # mean 0, std 1 per batch: the step size no longer tracks reward scale
     loss_agg: str = "token-mean"  # each token is a time step with its own advantage
     entropy_coef: float = 0.0  # LLM policies start with plenty of entropy
+    entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:

@@ -76,6 +76,7 @@ class REINFORCE(Algorithm):
     # Σ_t log π(y_t) is log π(y): the estimator exactly as derived, one term per sequence.
     loss_agg: str = "seq-mean-token-sum"
     entropy_coef: float = 0.0  # the estimator has no entropy bonus
+    entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:

@@ -57,6 +57,7 @@ class ReinforcePP(Algorithm):
     adv_eps: float = 1e-8  # inside the sqrt of the whitening, for an all-equal batch
     loss_agg: str = "token-mean"  # every token carries its own advantage
     entropy_coef: float = 0.0  # the paper adds no entropy bonus
+    entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
     def __post_init__(self) -> None:
