@@ -4,6 +4,7 @@ import json
 import math
 
 import pytest
+import torch
 
 from posttrain.cli import main
 from tests.test_online_dpo import TINY_PREF, sft  # noqa: F401  (sft: a module-scoped SFT checkpoint fixture)
@@ -191,3 +192,30 @@ def test_compare_refuses_rows_before_training_anything(argv, message, tmp_path, 
     assert main(["compare", *argv, "--out_dir", str(tmp_path)]) == 2
     assert message in capsys.readouterr().err
     assert not list(tmp_path.iterdir())
+
+
+def test_the_progressive_build_changes_one_setting_per_row():
+    from posttrain.algorithms.grpo import GRPO, group_advantages
+    from posttrain.config import TrainConfig
+    from posttrain.config_file import to_dict
+    from posttrain.pipelines.compare_rows import parse_rows, row_config
+
+    rows = parse_rows([], "progressive")
+    assert [r.label for r in rows] == ["vanilla", "baseline", "group_norm", "hybrid_norm", "ppo_clip"]
+    configs = [flat(to_dict(row_config(TrainConfig(), row))) for row in rows]
+    params = [c.pop("rl.algo_params") for c in configs]
+    for before, after, p_before, p_after in zip(configs, configs[1:], params, params[1:]):
+        changed = {k for k in after if after[k] != before[k]} | {k for k in p_after if p_after[k] != p_before.get(k)}
+        assert len(changed) == 1, changed  # one setting: adv_norm three times, then rl.minibatches
+    assert [p["adv_norm"] for p in params] == ["no-baseline", "none", "group", "group-mean-batch-std",
+                                               "group-mean-batch-std"]
+    assert configs[-1]["rl.minibatches"] == 4 and configs[-2]["rl.minibatches"] == 1
+    # the first row's advantage is the reward itself, and needs no groups
+    rewards, groups = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
+    assert torch.equal(group_advantages(rewards, groups, "no-baseline", 1e-6), rewards)
+    assert GRPO(adv_norm="no-baseline").needs_groups is False
+
+
+def test_an_unknown_row_set_is_refused_with_the_sets(capsys):
+    assert main(["compare", "--rows", "regressive"]) == 2
+    assert "--rows 'regressive' is not a set of rows; the sets: progressive" in capsys.readouterr().err

@@ -77,6 +77,8 @@ def _loop_group_advantages(rewards, group_ids, norm, eps):
             centred[i] = r[i] - mean
             group_std[i] = std
     stdev = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0  # noqa: E731
+    if norm == "no-baseline":
+        return torch.tensor(r)
     if norm == "none":
         return torch.tensor(centred)
     if norm == "group":
@@ -133,19 +135,20 @@ def test_batch_norm_does_see_between_group_offsets():
 @pytest.mark.parametrize("norm", ADV_NORMS)
 def test_scaling_rewards(norm):
     # r -> c·r with c > 0: the std scales by c too, so normalised advantages are unchanged
-    # (up to eps); with no std division ("none", Dr. GRPO) they scale by c.
+    # (up to eps); with no std division ("none", Dr. GRPO; "no-baseline") they scale by c.
     torch.manual_seed(1)
     ids = torch.arange(4).repeat_interleave(3)
     rewards = torch.randn(12, dtype=torch.float64)
     c = 7.5
     a = group_advantages(rewards, ids, norm, 1e-9)
     b = group_advantages(c * rewards, ids, norm, 1e-9)
-    assert torch.allclose(b, c * a if norm == "none" else a, atol=1e-7)
+    assert torch.allclose(b, c * a if norm in ("none", "no-baseline") else a, atol=1e-7)
 
 
-@pytest.mark.parametrize("norm", [n for n in ADV_NORMS if n != "batch-mean-batch-std"])
+@pytest.mark.parametrize("norm", [n for n in ADV_NORMS if n not in ("batch-mean-batch-std", "no-baseline")])
 def test_singleton_and_all_equal_groups_get_zero_advantage(norm):
-    # (batch-mean-batch-std has no group baseline: a flat group keeps its offset from the batch mean)
+    # (batch-mean-batch-std has no group baseline: a flat group keeps its offset from the batch
+    # mean; no-baseline none at all: every right answer is pushed up, in a flat group too)
     # group 9 has one sample (its own baseline); group 2 is all 1s (no signal)
     rewards = torch.tensor([0.3, 1.0, 1.0, 1.0, 0.0, 1.0])
     ids = torch.tensor([9, 2, 2, 2, 4, 4])
@@ -293,7 +296,7 @@ def _sgd_step_on_categorical(rewards, group_ids, tokens_sampled, **grpo_params):
     return before, after
 
 
-@pytest.mark.parametrize("adv_norm", ADV_NORMS)
+@pytest.mark.parametrize("adv_norm", [n for n in ADV_NORMS if n != "no-baseline"])
 def test_one_sgd_step_raises_the_rewarded_token_and_lowers_the_other(adv_norm):
     # one group: token 3 got reward 1 (advantage > 0), token 1 got reward 0 (advantage < 0)
     before, after = _sgd_step_on_categorical([1.0, 0.0], [0, 0], [3, 1], adv_norm=adv_norm)
@@ -303,6 +306,15 @@ def test_one_sgd_step_raises_the_rewarded_token_and_lowers_the_other(adv_norm):
     before, after = _sgd_step_on_categorical([0.0, 1.0], [0, 0], [3, 1], adv_norm=adv_norm)
     assert after[3] < before[3]
     assert after[1] > before[1]
+
+
+def test_without_a_baseline_a_wrong_answer_is_not_pushed_down():
+    # vanilla REINFORCE: A = r, so the reward-0 sample has advantage 0 and no gradient of its
+    # own; only the rewarded token is pushed (a baseline makes the wrong one's advantage < 0)
+    rewards = torch.tensor([1.0, 0.0])
+    assert torch.equal(group_advantages(rewards, torch.tensor([0, 0]), "no-baseline", 1e-6), rewards)
+    before, after = _sgd_step_on_categorical([1.0, 0.0], [0, 0], [3, 1], adv_norm="no-baseline")
+    assert after[3] > before[3]
 
 
 def test_a_zero_variance_group_produces_no_update():

@@ -45,8 +45,8 @@ from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fie
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 # What adv_norm subtracts and divides by, each named after both. Four of them centre on the
-# group mean; "batch-mean-batch-std" alone has no group baseline.
-ADV_NORMS = ("group", "group-mean-batch-std", "group-mean-pooled-std", "batch-mean-batch-std", "none")
+# group mean; "batch-mean-batch-std" has no group baseline, and "no-baseline" none at all.
+ADV_NORMS = ("group", "group-mean-batch-std", "group-mean-pooled-std", "batch-mean-batch-std", "none", "no-baseline")
 # Names that meant something else, or two things: refused with what each became. This
 # project's old "batch" is Lite PPO's normalisation; its old "hybrid" (a pooled std) is
 # NOT the seed's "hybrid" (local mean, global std), which is also Lite PPO's.
@@ -94,6 +94,12 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, 
             "none"                  the group's mean, no division: Dr. GRPO
                                     (arXiv:2503.20783), which argues the group std
                                     up-weights prompts that are nearly always right or wrong.
+            "no-baseline"           the reward itself, A = r: vanilla REINFORCE's
+                                    advantage, the first row of the progressive build
+                                    (`posttrain compare --rows progressive`). Unbiased, but
+                                    every right answer is pushed up by the same amount
+                                    whether its prompt is easy or hard: the variance a
+                                    baseline removes.
         eps:       added to the std, so a zero-variance group gives 0 / eps = 0.
         weights:   (B,) or None: a row's share of its episode (RolloutBatch.row_weights), so
                    every statistic counts episodes, not rows (core.group_mean_std).
@@ -104,6 +110,8 @@ def group_advantages(rewards: torch.Tensor, group_ids: torch.Tensor, norm: str, 
 
     Returns (B,) advantages.
     """
+    if norm == "no-baseline":
+        return rewards.clone()  # (B,)
     if norm == "batch-mean-batch-std":
         everyone = torch.zeros_like(group_ids)  # the whole batch as one group
         mean, std, _ = group_mean_std(rewards, everyone, weights)  # (B,) each, all equal
@@ -181,8 +189,9 @@ class GRPO(Algorithm):
 
     @property
     def needs_groups(self) -> bool:  # type: ignore[override]
-        """The baseline is the prompt's group under every adv_norm but batch-mean-batch-std."""
-        return self.adv_norm != "batch-mean-batch-std"
+        """The baseline is the prompt's group under every adv_norm but batch-mean-batch-std
+        and no-baseline."""
+        return self.adv_norm not in ("batch-mean-batch-std", "no-baseline")
 
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", 0.0 <= self.clip_eps_low < 1.0, "0 <= value < 1")

@@ -162,7 +162,10 @@ def cmd_compare(argv: list[str]) -> int:
                       "one row of the comparison, instead of --algos; give it once per row. The row is the shared "
                       "settings (flags, --config) with its own on top: config.json keys (rl.lr=2e-4, seed=1, "
                       "init=CHECKPOINT) or its algorithm's hyperparameters (grpo.clip_eps_high=0.28); e.g. --row "
-                      "grpo --row clip_higher:grpo.clip_eps_high=0.28 --row lite:rl.algo=lite_ppo"))], ())]
+                      "grpo --row clip_higher:grpo.clip_eps_high=0.28 --row lite:rl.algo=lite_ppo"))], ()),
+             ("rows", Annotated[str, tyro.conf.arg(metavar="NAME", help=(
+                  "a named set of rows, before any --row: 'progressive' is REINFORCE built up to PPO one change "
+                  "per row (vanilla, + baseline, + group std, + batch std, + PPO's minibatches and clip)"))], "")]
     parsed = parse_train(argv, "posttrain compare", "several algorithms, or rows of any settings, from one SFT "
                          "checkpoint", TrainConfig(), extra,
                          sections="those of the algorithms in --algos (or the rows'), and every row gets them")
@@ -172,11 +175,11 @@ def cmd_compare(argv: list[str]) -> int:
 
     cfg = parsed.cfg
     given = flags_given(parsed.argv)
-    if parsed.args.row:
+    if parsed.args.row or parsed.args.rows:
         if parsed.args.algos or parsed.args.online_rounds:
             raise ConfigError("give --algos (one row per algorithm) or --row (one row per setting), not both; an "
                               "algorithm is a row's setting too: --row dapo:rl.algo=dapo")
-        rows = parse_rows(list(parsed.args.row))
+        rows = parse_rows(list(parsed.args.row), parsed.args.rows)
         cfg = checked(parsed.with_algo_params(cfg, row_algorithms(rows, cfg)))
         compare(cfg, rows=rows)
         return 0

@@ -13,6 +13,9 @@ type ("3e-4" a number, "true" a bool). A value cannot contain ",KEY=" (the comma
 starts the next setting). Every row is built and checked before anything trains; a key
 that does not exist is refused with the valid ones beside it.
 
+`--rows NAME` runs a named set of rows (ROW_SETS), e.g. `progressive`: seed 000's
+REINFORCE → PPO build, each row one change on the row before.
+
 Rows share one SFT start unless they set `init`: so a row may not change what shapes that
 start (model.*, sft.*) without its own init, and never name or out_dir (compare names
 each row's run after the row, inside its own directory).
@@ -34,6 +37,21 @@ NOT_PER_ROW = {"name": "compare names each row's run after the row",
                "out_dir": "every row's run goes inside compare's own directory"}
 SHARED_START = ("model", "sft")  # the sections that shape the shared SFT start
 SETTING = re.compile(r",(?=\s*[A-Za-z_][\w.]*\s*=)")  # a comma that starts the next KEY=
+
+
+# Named sets of rows for --rows. "progressive" is seed 000's REINFORCE from scratch, each row
+# one setting away from the row before (tests/test_compare_rows.py checks it): vanilla
+# REINFORCE (A = r), + a baseline (the group mean), + the group's std (GRPO's
+# normalisation), + the hybrid's batch std (Lite PPO's), + PPO: each batch cut into 4
+# minibatches, so the policy moves between updates and the clip (inert in a single
+# on-policy update, where every ratio is 1) starts to bind.
+ROW_SETS = {
+    "progressive": ["vanilla:grpo.adv_norm=no-baseline",
+                    "baseline:grpo.adv_norm=none",
+                    "group_norm:grpo.adv_norm=group",
+                    "hybrid_norm:grpo.adv_norm=group-mean-batch-std",
+                    "ppo_clip:grpo.adv_norm=group-mean-batch-std,rl.minibatches=4"],
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,9 +87,12 @@ def parse_row(text: str) -> Row:
     return Row(label, settings)
 
 
-def parse_rows(texts: list[str]) -> list[Row]:
-    """Every --row, parsed; their names must differ."""
-    rows = [parse_row(text) for text in texts]
+def parse_rows(texts: list[str], row_set: str = "") -> list[Row]:
+    """The rows of the named set `row_set` (ROW_SETS; "" = none), then every --row, parsed;
+    their names must differ."""
+    if row_set and row_set not in ROW_SETS:
+        raise ConfigError(f"--rows {row_set!r} is not a set of rows; the sets: {', '.join(sorted(ROW_SETS))}")
+    rows = [parse_row(text) for text in [*ROW_SETS.get(row_set, []), *texts]]
     labels = [row.label for row in rows]
     repeated = sorted({label for label in labels if labels.count(label) > 1})
     if repeated:
