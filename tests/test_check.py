@@ -5,9 +5,12 @@ from the exercise's text, and fails on the classic mistakes with the case named.
 from __future__ import annotations
 
 import ast
+import math
+import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from posttrain.teach import check
 from posttrain.cli import main as cli_main
@@ -50,7 +53,20 @@ INDEPENDENT = {
     "13": lambda lengths, max_len, cache: torch.zeros(len(lengths)) if cache == 0 else (
         ((max_len - cache) - lengths.float()) / cache).clamp(-1.0, 0.0),
     "14": lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / max_len).mean(),
+    "15": lambda rc, rr, margin: -F.logsigmoid(rc - rr - margin).mean(),
+    "16": lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean(),
+    "17": lambda n, correct, k: torch.tensor([1.0 if n - int(c) < k else 1 - math.comb(n - int(c), k) / math.comb(n, k)
+                                              for c in correct]),
+    "18": lambda expected, completions: torch.tensor([_cot_v1(e, c) for e, c in zip(expected, completions)]),
 }
+
+
+def _cot_v1(expected: str, completion: str) -> float:
+    """final_int/cot-v1 from the exercise's text, by regular expression."""
+    lines = completion.strip(" \t\n\r\f\v").split("\n")
+    answer = re.fullmatch(r"Final: (-?(?:0|[1-9][0-9]*))", lines[-1])
+    one_final = sum(line.startswith("Final:") for line in lines) == 1
+    return float(one_final and answer is not None and answer.group(1) != "-0" and answer.group(1) == expected)
 
 
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
@@ -146,3 +162,48 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
     fn = check.load_solution("13", directory=tmp_path)
     lines = []
     assert check.run_check("13", solution=fn, out=quiet(lines)), "\n".join(lines)
+
+
+def test_log_of_sigmoid_fails_where_it_underflows():
+    lines = []
+    naive = lambda rc, rr, margin: -torch.log(torch.sigmoid(rc - rr - margin)).mean()  # log(0) = −inf
+    assert check.run_check("15", solution=naive, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'six pairs, no margin'" in text
+    assert "FAIL  case 'rewards 400 apart" in text
+    lines = []
+    naive_dpo = lambda pc, pr, rc, rr, beta: -torch.log(torch.sigmoid(beta * ((pc - rc) - (pr - rr)))).mean()
+    assert check.run_check("16", solution=naive_dpo, out=quiet(lines)) is False
+    assert "FAIL  case 'log-ratios thousands of nats apart" in "\n".join(lines)
+
+
+def test_a_dpo_without_the_reference_fails():
+    lines = []
+    no_ref = lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * (pc - pr)).mean()
+    assert check.run_check("16", solution=no_ref, out=quiet(lines)) is False
+
+
+@pytest.mark.parametrize("wrong", ["c / n", "with replacement"])
+def test_biased_pass_at_k_estimators_fail_beyond_k_1(wrong):
+    lines = []
+    if wrong == "c / n":
+        solution = lambda n, correct, k: correct.double() / n
+    else:
+        solution = lambda n, correct, k: 1 - (1 - correct.double() / n) ** k
+    assert check.run_check("17", solution=solution, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'n = 8, k = 1" in text and "FAIL  case 'n = 8, k = 4'" in text
+
+
+def test_a_lenient_verifier_fails_on_the_exploit_pack():
+    """The last number anywhere equal to the answer (hackable/last-number) passes every
+    right answer and is caught by the golden exploit pack."""
+    def last_number(expected, completions):
+        found = [re.findall(r"-?[0-9]+", c) for c in completions]
+        return torch.tensor([float(bool(f) and f[-1] == e) for e, f in zip(expected, found)])
+
+    lines = []
+    assert check.run_check("18", solution=last_number, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'the golden correct set" in text
+    assert "FAIL  case 'the golden exploit pack" in text

@@ -8,7 +8,8 @@ that you fill in. The check imports your function, calls it and the library's ow
 function on the same cases (including the awkward ones: padding that holds NaN, a group
 of one sample, a response longer than the budget), and compares the results — values and,
 for losses, gradients. On failure it names the case and gives a hint. The stubs live
-outside the package on purpose: the library's tests never see them.
+outside the package on purpose: the library's tests never see them. The exercises of
+lessons 03-14 are defined below, those of lessons 15-18 in check_part3.py.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from posttrain.algorithms.core import agg_loss, clipped_surrogate, kl_k3, masked
 from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
+from posttrain.teach.check_part3 import PART_III
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -212,6 +214,7 @@ EXERCISES: dict[str, Exercise] = {
                    "length), average over rows. NaN in padding must not leak: torch.where before summing.",
                    grad_of_first=True),
 }
+EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()})  # lessons 15-18
 
 
 # --------------------------------------------------------------------------------------
