@@ -168,12 +168,12 @@ def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, st
     The SFT policy scores {start['proxy']:+.2f} under the proxy and {start['gold']:+.2f} under the gold,
     spread over e^H = {start['distinct']:.0f} reviews.
 
-    | β | KL(π* ‖ π_ref) | proxy E[r_φ] | gold E[lexicon] | reviews it spreads over (e^H) |
+    | β | KL(π\\* ‖ π_ref) | proxy E[r_φ] | gold E[lexicon] | reviews it spreads over (e^H) |
     |---|---|---|---|---|
     {_rows}
-    ### What π* writes at β = {beta:g}: its five most likely reviews
+    ### What π\\* writes at β = {beta:g}: its five most likely reviews
 
-    | review | π_ref | π*_β | proxy r_φ | gold |
+    | review | π_ref | π\\*_β | proxy r_φ | gold |
     |---|---|---|---|---|
     {_reviews}
     """
@@ -232,7 +232,7 @@ def _(mo):
     1. Why must the reward model's head start at zero for the first loss to be exactly log 2?
        What would the first loss be with a random head?
     2. Show that adding the same constant to every reward leaves both the Bradley–Terry loss and
-       π*_β unchanged. Which other step of RLHF is unaffected by it, and which is not (think of
+       π\*_β unchanged. Which other step of RLHF is unaffected by it, and which is not (think of
        PPO's value function)?
     3. Code: `exercises/15_rlhf.py` asks for the Bradley–Terry loss with a margin; run
        `posttrain check 15`.

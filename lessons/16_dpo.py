@@ -132,17 +132,20 @@ def _(env, log_beta, model, problems, tok, torch):
 
 @app.cell
 def _(ANSWERS, beta, best_wrong, bt_of_rewards, dpo_at_optimum, math, mo, tables):
+    def _num(v) -> str:
+        return f"{float(v) if abs(float(v)) > 5e-5 else 0.0:+.4f}"  # no "-0.0000"
+
     def _one(t, w):
         c = int(t["r"].argmax())
         show = [c, w] + [i for i in t["ref"].argsort(descending=True).tolist() if i not in (c, w)][:2]
         rows = "".join(
             f"| `{ANSWERS[i]}` | {t['ref'][i].exp():.4f} | {t['r'][i]:g} | {t['star'][i].exp():.4f} | "
-            f"{t['implicit'][i]:+.4f} | {beta * t['log_z']:+.4f} | {t['implicit'][i] + beta * t['log_z']:+.4f} |\n"
+            f"{_num(t['implicit'][i])} | {_num(beta * t['log_z'])} | {_num(t['implicit'][i] + beta * t['log_z'])} |\n"
             for i in show)
         diff = (t["implicit"][c] - t["implicit"][w]).item()
         return (f"**{t['example'].prompt.strip()}** (the 19 answers hold {t['mass']:.1%} of π_ref's probability) · "
                 f"log Z(x) = {t['log_z']:.4f}\n\n"
-                "| y | π_ref(y) | r(y) | π*(y) | β log π*/π_ref | β log Z(x) | sum |\n|---|---|---|---|---|---|---|\n"
+                "| y | π_ref(y) | r(y) | π\\*(y) | β log π\\*/π_ref | β log Z(x) | sum |\n|---|---|---|---|---|---|---|\n"
                 + rows + f"\nRight minus likeliest wrong: β log-ratio difference = **{diff:+.4f}** = "
                 f"r(y_c) − r(y_r) = {t['r'][c] - t['r'][w]:+g}; β log Z(x) was {beta * t['log_z']:+.4f} on both sides.\n")
 
@@ -153,8 +156,8 @@ def _(ANSWERS, beta, best_wrong, bt_of_rewards, dpo_at_optimum, math, mo, tables
     {_one(tables[0], best_wrong[0])}
     {_one(tables[1], best_wrong[1])}
     The two prompts have different partition functions, so an implicit reward alone
-    (β log π*/π_ref) is off by a different constant for each prompt; inside one pair the constant
-    is the same and drops out. The DPO loss with π* as the policy, on these two pairs:
+    (β log π\\*/π_ref) is off by a different constant for each prompt; inside one pair the constant
+    is the same and drops out. The DPO loss with π\\* as the policy, on these two pairs:
     **{dpo_at_optimum:.6f}**; the Bradley–Terry loss of the true rewards on the same pairs:
     **{bt_of_rewards:.6f}** (= log(1 + e^−1) = {math.log(1 + math.exp(-1)):.6f}).
     """
@@ -211,7 +214,7 @@ def _(LOSSES, beta, heldout_pairs, mo, pairs, pass_before, results):
     _rows = "".join(
         f"| {n} | {results[n]['pass@1']:.3f} | {results[n]['d_chosen']:+.2f} | {results[n]['d_rejected']:+.2f} | "
         f"{results[n]['accuracy']:.2f} | {results[n]['heldout_accuracy']:.2f} | {results[n]['kl']:.3f} | "
-        f"`{', '.join(f'{k}={v:g}' for k, v in vars(results[n]['params']).items())}` |\n"
+        f"`{', '.join(f'{k}={v}' for k, v in vars(results[n]['params']).items())}` |\n"
         for n in LOSSES)
     mo.md(
         f"""
@@ -270,7 +273,7 @@ def _(mo):
     * `posttrain/algorithms/preference/core.py` — `PreferenceLogps`, the one input every loss reads
     * `posttrain/pipelines/preference_train.py` — `train_preference`, `evaluate_preference`, `mean_token_kl`
     * `posttrain/data/preference.py` — `pairs_from_verifier`, `response_episode`
-    * `posttrain/rewards/reward_model.py` — `bt_loss`, the loss DPO equals at π*
+    * `posttrain/rewards/reward_model.py` — `bt_loss`, the loss DPO equals at π\*
     * `docs/algorithms/dpo.md` — offline against online DPO, measured
 
     ## Exercises
