@@ -55,6 +55,10 @@ def _():
          "greedy, best-of-N (ORM, PRM), PRM beam search and MCTS at one token budget, with a reward model you can blur"),
         ("18_verifiers.py", "Environments and verifiers",
          "five verifier archetypes; a live reward hack against the hackable specs, proxy up while the gold falls"),
+        ("26_three_forces.py", "Why RL is shaping this way today",
+         "signal, estimator, cost: a simulator whose corners recover R1, RLHF, DPO and Tülu 3, and a verifier that fools it"),
+        ("27_missing_concepts.py", "Missing concepts",
+         "seventeen ideas this course does not develop, where each would go, the code for those posttrain has; off-policy correction live"),
     ]
     return LESSONS, Path, mo
 
@@ -79,7 +83,8 @@ def _(LESSONS, mo):
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
     each a small patch on its predecessor; 15–18 are where the reward comes from when there is
-    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked. Read them
+    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 26–27 step
+    back: the forces that shaped the field, and what the course leaves out. Read them
     in order; every lesson builds on the last. In each, find the setting that breaks things — the failures are the lesson.
 
     Most lessons end with a code exercise: a marked stub in `exercises/` (outside the library, so

@@ -58,6 +58,10 @@ INDEPENDENT = {
     "17": lambda n, correct, k: torch.tensor([1.0 if n - int(c) < k else 1 - math.comb(n - int(c), k) / math.comb(n, k)
                                               for c in correct]),
     "18": lambda expected, completions: torch.tensor([_cot_v1(e, c) for e, c in zip(expected, completions)]),
+    "26": lambda losses, weights: torch.tensor([sum(w * l for w, l in zip((weights / weights.sum()).tolist(), row))
+                                                + 0.001 * sum(row) for row in losses.tolist()]),
+    "27": lambda old, behaviour, mask, cap: torch.where(mask != 0, torch.minimum(
+        (old - behaviour).exp(), torch.tensor(cap)), torch.zeros_like(old)),
 }
 
 
@@ -207,3 +211,26 @@ def test_a_lenient_verifier_fails_on_the_exploit_pack():
     text = "\n".join(lines)
     assert "ok    case 'the golden correct set" in text
     assert "FAIL  case 'the golden exploit pack" in text
+
+
+def test_unnormalised_weights_or_no_tie_break_fail_the_scoring_rule():
+    lines = []
+    raw = lambda losses, weights: losses @ weights + 0.001 * losses.sum(dim=1)  # weights not normalised
+    assert check.run_check("26", solution=raw, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'eight designs, weights summing to 1'" in text
+    assert "FAIL  case 'weights that do not sum to 1" in text
+    lines = []
+    no_tie = lambda losses, weights: losses @ (weights / weights.sum())
+    assert check.run_check("26", solution=no_tie, out=quiet(lines)) is False
+
+
+@pytest.mark.parametrize("wrong", ["clamped from below too", "no mask"])
+def test_wrong_truncated_importance_weights_fail(wrong):
+    lines = []
+    if wrong == "clamped from below too":
+        solution = lambda old, beh, mask, cap: (old - beh).exp().clamp(1 / cap, cap) * mask
+    else:
+        solution = lambda old, beh, mask, cap: (old - beh).exp().clamp(max=cap)
+    assert check.run_check("27", solution=solution, out=quiet(lines)) is False
+    assert "ok    case 'on-policy: every weight is 1'" in "\n".join(lines)

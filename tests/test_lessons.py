@@ -439,6 +439,91 @@ def test_lesson_18_the_optimiser_finds_the_holes_that_pay(spec, restore_threads,
     assert (inflation["proxy"] > inflation["gold"]) == (spec != "final_int/cot-v1")
 
 
+def _lesson_26(tmp_path, spec: str | None = None, weights: tuple | None = None) -> dict:
+    path = LESSONS / "26_three_forces.py"
+    text = path.read_text(encoding="utf-8")
+    if spec is not None:
+        text = text.replace('value="final_int/cot-v1", label="the verifier"', f'value="{spec}", label="the verifier"')
+    if weights is not None:
+        for name, w in zip(("signal", "estimator", "cost"), weights):
+            text = re.sub(rf'("{name}": mo\.ui\.slider\(start=0\.0, stop=1\.0, step=0\.1, value=)[0-9.]+', rf"\g<1>{w}", text)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
+RECIPES_AT_THE_CORNERS = {
+    "all signal, every prompt checkable": "R1-Zero",
+    "all signal, a fifth of the prompts uncheckable": "R1",
+    "all estimator, nothing checkable": "RLHF (InstructGPT)",
+    "all cost": "DPO (Zephyr)",
+    "signal and cost, half the prompts checkable": "Tülu 3",
+}
+
+
+def test_lesson_26_the_corners_recover_the_recipes_and_a_leaky_verifier_fools_it(restore_threads, tmp_path):
+    defs = _lesson_26(tmp_path)
+    assert defs["point"] == (1.0, 0.0, 0.0) and defs["coverage"] == 1.0 and defs["fidelity"] == 1.0
+    assert defs["winner"].recipe == "R1-Zero" and defs["error"] is None
+    assert defs["recipes"] == RECIPES_AT_THE_CORNERS
+    noise = defs["noise"]  # the numbers the lesson's text quotes
+    assert noise["none"] == pytest.approx(2.35, abs=0.1) and noise["critic"] == pytest.approx(0.77, abs=0.05)
+    assert noise["group"] == pytest.approx(0.90, abs=0.06) and noise["grpo"] == pytest.approx(0.32, abs=0.05)
+    # the knob: 18 of 24 exploits refused looks like a 0.75 verifier, and the simulator still picks GRPO on it
+    leaky = _lesson_26(tmp_path, spec="hackable/multi-final")
+    assert leaky["fidelity"] == 0.75 and leaky["winner"].recipe == "R1-Zero"
+    assert leaky["recipes"]["signal and cost, half the prompts checkable"] == "DPO (Zephyr)"
+    assert _lesson_26(tmp_path, spec="hackable/substring")["winner"].recipe == "RLOO (back to basics)"
+    assert _lesson_26(tmp_path, weights=(0.0, 0.0, 1.0))["winner"].recipe == "DPO (Zephyr)"
+    nothing = _lesson_26(tmp_path, weights=(0.0, 0.0, 0.0))
+    assert nothing["winner"] is None and "weight 0" in nothing["error"]
+
+
+def test_lesson_27_every_concept_is_mapped_and_its_code_exists():
+    text = (LESSONS / "27_missing_concepts.py").read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    concepts = next(ast.literal_eval(n.value) for n in ast.walk(tree)
+                    if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "CONCEPTS")
+    assert len(concepts) == 17
+    listed = {"PRM training", "Reward-model internals", "RLAIF", "GAE (λ-returns)", "KL estimator choice",
+              "Entropy regularisation", "Off-policy correction", "FP8", "Mixture of experts", "KV-cache offload",
+              "Checkpointing and resume", "Multi-LoRA"}  # the twelve the course outline names
+    assert listed <= {c["concept"] for c in concepts}
+    series = {f"{n:02d}" for n in range(29)} | {"18a", "22a", "22b", "22c"}  # the full series' lesson numbers
+    for c in concepts:
+        assert c["after"] in series, c["concept"]
+        for path, name in c["code"]:
+            source = ROOT / path
+            assert source.is_file(), f"{c['concept']}: {path} does not exist"
+            defined = re.search(rf"^\s*(?:def |class )?{re.escape(name)}\b\s*[(:=]", source.read_text(encoding="utf-8"),
+                                re.MULTILINE)
+            assert defined, f"{c['concept']}: {path} does not define {name}"
+    assert sum(bool(c["code"]) for c in concepts) == 12
+
+
+def _lesson_27(tmp_path, drift: str) -> dict:
+    return run_with_setting(LESSONS / "27_missing_concepts.py", "step=0.25, value=1.0,", f"step=0.25, value={drift},",
+                            tmp_path)
+
+
+def test_lesson_27_truncation_helps_near_policy_and_nothing_rescues_a_distant_one(restore_threads, tmp_path):
+    defs = run_in_process(LESSONS / "27_missing_concepts.py")
+    r, cap = defs["results"], defs["CAP"]
+    ignore, full, tis = r["ignore it"], r["full importance sampling"], r[f"truncated, cap {cap:g}"]
+    assert defs["true_value"] == pytest.approx(0.40, abs=1e-6)
+    assert ignore["mean"] == pytest.approx(defs["pi_b_right"], abs=0.01)  # it estimates the sampler's value
+    assert ignore["bias"] < -0.18 and abs(full["bias"]) < 0.01 and abs(tis["bias"]) < 0.01
+    assert full["std"] == pytest.approx(2 * ignore["std"], rel=0.1) and tis["std"] <= full["std"]
+    assert full["max_w"] == pytest.approx(2.03, abs=0.01)
+    same = _lesson_27(tmp_path, "0.0")
+    assert same["ess"] == pytest.approx(1.0) and len({round(v["mean"], 9) for v in same["results"].values()}) == 1
+    far = _lesson_27(tmp_path, "3.0")["results"]
+    assert far["ignore it"]["mean"] < 0.05 and abs(far["full importance sampling"]["bias"]) < 0.02
+    assert far["full importance sampling"]["std"] > 0.35 and far["full importance sampling"]["max_w"] > 12
+    assert far[f"truncated, cap {cap:g}"]["mean"] < 0.08
+    assert min(v["rmse"] for v in far.values()) > 0.3
+
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

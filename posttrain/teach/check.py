@@ -9,7 +9,8 @@ function on the same cases (including the awkward ones: padding that holds NaN, 
 of one sample, a response longer than the budget), and compares the results — values and,
 for losses, gradients. On failure it names the case and gives a hint. The stubs live
 outside the package on purpose: the library's tests never see them. The exercises of
-lessons 03-14 are defined below, those of lessons 15-18 in check_part3.py.
+lessons 03-14 are defined below, those of lessons 15-18 in check_part3.py, those of
+lessons 26-27 in check_part5.py.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
 from posttrain.teach.check_part3 import PART_III
+from posttrain.teach.check_part5 import PART_V
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -215,6 +217,7 @@ EXERCISES: dict[str, Exercise] = {
                    grad_of_first=True),
 }
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()})  # lessons 15-18
+EXERCISES.update({key: Exercise(**fields) for key, fields in PART_V.items()})  # lessons 26-27
 
 
 # --------------------------------------------------------------------------------------
