@@ -157,6 +157,8 @@ def _(mo):
        set to 4 while responses are up to 48 tokens? (Read the module docstring.)
     3. Code: `exercises/14_dr_grpo.py` asks for the `seq-mean-token-sum-norm` aggregation; run
        `posttrain check 14`.
+
+    Next: lesson 15 asks where a reward comes from when no rule can check the answer (RLHF).
     """)
     return
 

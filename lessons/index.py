@@ -47,6 +47,18 @@ def _():
          "remove one of the four fixes and see exactly which numbers change on the same batch"),
         ("14_dr_grpo.py", "Dr. GRPO",
          "two divisors deleted: the length bias against a slider, and the std's difficulty bias"),
+        ("15_rlhf.py", "RLHF",
+         "train a Bradley–Terry reward model live, then optimise it exactly: proxy up, gold peaks, the KL anchor's two jobs"),
+        ("16_dpo.py", "DPO and its family",
+         "watch Z(x) cancel with real numbers; DPO, IPO, KTO, ORPO and SimPO on the same pairs, and when each wins"),
+        ("17_prm_search.py", "Process rewards and search",
+         "greedy, best-of-N (ORM, PRM), PRM beam search and MCTS at one token budget, with a reward model you can blur"),
+        ("18_verifiers.py", "Environments and verifiers",
+         "five verifier archetypes; a live reward hack against the hackable specs, proxy up while the gold falls"),
+        ("26_three_forces.py", "Why RL is shaping this way today",
+         "signal, estimator, cost: a simulator whose corners recover R1, RLHF, DPO and Tülu 3, and a verifier that fools it"),
+        ("27_missing_concepts.py", "Missing concepts",
+         "seventeen ideas this course does not develop, where each would go, the code for those posttrain has; off-policy correction live"),
     ]
     return LESSONS, Path, mo
 
@@ -70,8 +82,10 @@ def _(LESSONS, mo):
     |---|---|---|---|
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
-    each a small patch on its predecessor. Read them in order; every lesson builds on the
-    last. In each, find the setting that breaks things — the failures are the lesson.
+    each a small patch on its predecessor; 15–18 are where the reward comes from when there is
+    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 26–27 step
+    back: the forces that shaped the field, and what the course leaves out. Read them
+    in order; every lesson builds on the last. In each, find the setting that breaks things — the failures are the lesson.
 
     Most lessons end with a code exercise: a marked stub in `exercises/` (outside the library, so
     its tests stay green) that you fill in and check with `posttrain check 09`, which compares

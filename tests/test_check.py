@@ -7,9 +7,12 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
+import math
+import re
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from posttrain.teach import check
 from posttrain.cli import main as cli_main
@@ -53,7 +56,24 @@ INDEPENDENT = {
         ((max_len - cache) - lengths.float()) / cache).clamp(-1.0, 0.0),
     "14": lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / max_len).mean(),
     "pick_best": lambda samples: sorted(samples, key=lambda s: (-s["reward"], s["id"]))[0],
+    "15": lambda rc, rr, margin: -F.logsigmoid(rc - rr - margin).mean(),
+    "16": lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * ((pc - rc) - (pr - rr))).mean(),
+    "17": lambda n, correct, k: torch.tensor([1.0 if n - int(c) < k else 1 - math.comb(n - int(c), k) / math.comb(n, k)
+                                              for c in correct]),
+    "18": lambda expected, completions: torch.tensor([_cot_v1(e, c) for e, c in zip(expected, completions)]),
+    "26": lambda losses, weights: torch.tensor([sum(w * l for w, l in zip((weights / weights.sum()).tolist(), row))
+                                                + 0.001 * sum(row) for row in losses.tolist()]),
+    "27": lambda old, behaviour, mask, cap: torch.where(mask != 0, torch.minimum(
+        (old - behaviour).exp(), torch.tensor(cap)), torch.zeros_like(old)),
 }
+
+
+def _cot_v1(expected: str, completion: str) -> float:
+    """final_int/cot-v1 from the exercise's text, by regular expression."""
+    lines = completion.strip(" \t\n\r\f\v").split("\n")
+    answer = re.fullmatch(r"Final: (-?(?:0|[1-9][0-9]*))", lines[-1])
+    one_final = sum(line.startswith("Final:") for line in lines) == 1
+    return float(one_final and answer is not None and answer.group(1) != "-0" and answer.group(1) == expected)
 
 
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
@@ -192,3 +212,71 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
     fn = check.load_solution("13", directory=tmp_path)
     lines = []
     assert check.run_check("13", solution=fn, out=quiet(lines)), "\n".join(lines)
+
+
+def test_log_of_sigmoid_fails_where_it_underflows():
+    lines = []
+    naive = lambda rc, rr, margin: -torch.log(torch.sigmoid(rc - rr - margin)).mean()  # log(0) = −inf
+    assert check.run_check("15", solution=naive, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'six pairs, no margin'" in text
+    assert "FAIL  case 'rewards 400 apart" in text
+    lines = []
+    naive_dpo = lambda pc, pr, rc, rr, beta: -torch.log(torch.sigmoid(beta * ((pc - rc) - (pr - rr)))).mean()
+    assert check.run_check("16", solution=naive_dpo, out=quiet(lines)) is False
+    assert "FAIL  case 'log-ratios thousands of nats apart" in "\n".join(lines)
+
+
+def test_a_dpo_without_the_reference_fails():
+    lines = []
+    no_ref = lambda pc, pr, rc, rr, beta: -F.logsigmoid(beta * (pc - pr)).mean()
+    assert check.run_check("16", solution=no_ref, out=quiet(lines)) is False
+
+
+@pytest.mark.parametrize("wrong", ["c / n", "with replacement"])
+def test_biased_pass_at_k_estimators_fail_beyond_k_1(wrong):
+    lines = []
+    if wrong == "c / n":
+        solution = lambda n, correct, k: correct.double() / n
+    else:
+        solution = lambda n, correct, k: 1 - (1 - correct.double() / n) ** k
+    assert check.run_check("17", solution=solution, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'n = 8, k = 1" in text and "FAIL  case 'n = 8, k = 4'" in text
+
+
+def test_a_lenient_verifier_fails_on_the_exploit_pack():
+    """The last number anywhere equal to the answer (hackable/last-number) passes every
+    right answer and is caught by the golden exploit pack."""
+    def last_number(expected, completions):
+        found = [re.findall(r"-?[0-9]+", c) for c in completions]
+        return torch.tensor([float(bool(f) and f[-1] == e) for e, f in zip(expected, found)])
+
+    lines = []
+    assert check.run_check("18", solution=last_number, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'the golden correct set" in text
+    assert "FAIL  case 'the golden exploit pack" in text
+
+
+def test_unnormalised_weights_or_no_tie_break_fail_the_scoring_rule():
+    lines = []
+    raw = lambda losses, weights: losses @ weights + 0.001 * losses.sum(dim=1)  # weights not normalised
+    assert check.run_check("26", solution=raw, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'eight designs, weights summing to 1'" in text
+    assert "FAIL  case 'weights that do not sum to 1" in text
+    lines = []
+    no_tie = lambda losses, weights: losses @ (weights / weights.sum())
+    assert check.run_check("26", solution=no_tie, out=quiet(lines)) is False
+
+
+@pytest.mark.parametrize("wrong", ["clamped from below too", "no mask"])
+def test_wrong_truncated_importance_weights_fail(wrong):
+    lines = []
+    if wrong == "clamped from below too":
+        solution = lambda old, beh, mask, cap: (old - beh).exp().clamp(1 / cap, cap) * mask
+    else:
+        solution = lambda old, beh, mask, cap: (old - beh).exp().clamp(max=cap)
+    assert check.run_check("27", solution=solution, out=quiet(lines)) is False
+    assert "ok    case 'on-policy: every weight is 1'" in "\n".join(lines)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import math
 import os
 import re
 import subprocess
@@ -82,7 +83,7 @@ def run_in_process(path: Path) -> dict:
 
 
 def test_there_are_lessons():
-    assert [p.name[:2] for p in LESSON_FILES][:15] == [f"{n:02d}" for n in range(15)]
+    assert [p.name[:2] for p in LESSON_FILES][:19] == [f"{n:02d}" for n in range(19)]
 
 
 @pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=ids(ALL_NOTEBOOKS))
@@ -321,6 +322,206 @@ def test_lesson_14_length_bias_under_grpo_only(restore_threads):
     g, d, L = defs["per_token"]["grpo"], defs["per_token"]["dr_grpo"], defs["L"]
     assert (g[1] / g[2]).item() == pytest.approx(8 / L, rel=1e-4)
     assert (d[1] / d[2]).item() == pytest.approx(1.0, rel=1e-5)
+
+
+def test_lesson_15_the_proxy_only_rises_and_the_gold_peaks_then_falls(restore_threads, tmp_path):
+    path = LESSONS / "15_rlhf.py"
+    defs = run_in_process(path)
+    history, sweep = defs["history"], defs["sweep"]
+    assert history[0]["loss"] == pytest.approx(math.log(2), abs=1e-6)  # a zero head: σ(0) = 1/2 for every pair
+    assert sum(h["loss"] for h in history[-10:]) / 10 < 0.65 and defs["heldout_acc"] > 0.6
+    assert [row["beta"] for row in sweep] == sorted((row["beta"] for row in sweep), reverse=True)
+    for key in ("proxy", "kl"):  # more reward, more KL, whenever β falls: by construction
+        assert all(a[key] < b[key] for a, b in zip(sweep, sweep[1:])), key
+    assert all(a["distinct"] > b["distinct"] for a, b in zip(sweep, sweep[1:]))
+    assert defs["start"]["distinct"] > 300 and sweep[-1]["distinct"] < 3  # job 2: the policy narrows to ~one review
+    peak = max(sweep, key=lambda row: row["gold"])
+    assert sweep[0]["beta"] > peak["beta"] > sweep[-1]["beta"]  # the gold peaks at a moderate β ...
+    assert sweep[-1]["gold"] < 0 < peak["gold"] - 1  # ... and falls below zero: over-optimisation
+    assert defs["chosen"]["beta"] == 0.1 and defs["chosen"]["gold"] > peak["gold"] - 0.3  # the default sits near it
+    hard = run_with_setting(path, "step=0.25, value=-1.0, label=", "step=0.25, value=-2.5, label=", tmp_path)
+    assert hard["chosen"]["beta"] == pytest.approx(0.0032, abs=1e-4)
+    assert hard["chosen"]["proxy"] > defs["chosen"]["proxy"] and hard["chosen"]["gold"] < 0
+    top = int(hard["chosen"]["logp"].argmax())  # the reward model's blind spot: a negated compliment
+    assert hard["chosen"]["logp"][top].exp() > 0.5 and hard["gold"][top] < 0 and " not " in hard["texts"][top]
+    few = run_with_setting(path, "value=3000, label=", "value=30, label=", tmp_path)
+    assert few["train_acc"] > few["heldout_acc"] + 0.15  # 30 pairs: memorised, not learned
+
+
+def _lesson_16(tmp_path, x: str | None = None) -> dict:
+    path = LESSONS / "16_dpo.py"
+    default = "step=0.25, value=-1.0, label="
+    return run_in_process(path) if x is None else run_with_setting(path, default, f"step=0.25, value={x}, label=",
+                                                                 tmp_path)
+
+
+def test_lesson_16_z_cancels_and_only_orpo_keeps_the_chosen_answers(restore_threads, tmp_path):
+    defs = _lesson_16(tmp_path)
+    beta = defs["beta"]
+    assert beta == 0.1
+    for table in defs["tables"]:
+        # β log π*/π_ref + β log Z(x) is the reward, for every answer
+        torch.testing.assert_close(table["implicit"] + beta * table["log_z"], table["r"], atol=1e-4, rtol=0)
+    assert abs(defs["tables"][0]["log_z"] - defs["tables"][1]["log_z"]) > 0.5  # different prompts, different Z
+    # DPO's loss at π* is the Bradley–Terry loss of the true rewards (a margin of 1): Z is nowhere
+    assert defs["dpo_at_optimum"] == pytest.approx(defs["bt_of_rewards"], abs=1e-5)
+    assert defs["bt_of_rewards"] == pytest.approx(math.log(1 + math.exp(-1)), abs=1e-6)
+    results, before = defs["results"], defs["pass_before"]
+    assert results["orpo"]["d_chosen"] > 0 and results["orpo"]["pass@1"] >= before - 0.1
+    for name in ("dpo", "ipo", "kto", "simpo"):
+        assert results[name]["d_chosen"] < 0 < results[name]["d_chosen"] - results[name]["d_rejected"], name
+        assert results[name]["pass@1"] < before - 0.2, name
+    for name in results:
+        assert results[name]["accuracy"] > 0.6, name  # every loss ranks most of its training pairs
+    leashed = _lesson_16(tmp_path, "0.0")  # β = 1
+    for name in ("dpo", "ipo", "kto"):
+        assert leashed["results"][name]["kl"] < results[name]["kl"], name
+        assert leashed["results"][name]["pass@1"] > results[name]["pass@1"], name
+    for name in ("orpo", "simpo"):  # no reference, no leash: β does not reach them
+        assert leashed["results"][name]["pass@1"] == results[name]["pass@1"], name
+    loose = _lesson_16(tmp_path, "-2.0")  # β = 0.01: IPO's target margin is 50 nats
+    assert loose["results"]["ipo"]["kl"] > 1.5 * results["ipo"]["kl"]
+
+
+def _lesson_17(tmp_path, budget: str | None = None, noise: str | None = None) -> dict:
+    path = LESSONS / "17_prm_search.py"
+    text = path.read_text(encoding="utf-8")
+    if budget is not None:
+        text = text.replace("8 * MAX_NEW], value=4 * MAX_NEW,", f"8 * MAX_NEW], value={budget},")
+    if noise is not None:
+        text = text.replace('step=0.1, value=0.0, label="reward-model noise', f'step=0.1, value={noise}, label="reward-model noise')
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
+def test_lesson_17_search_pays_with_a_good_scorer_and_not_with_a_noisy_one(restore_threads, tmp_path):
+    defs = _lesson_17(tmp_path)
+    assert defs["budget"] == 112 and defs["n"] == 4 and defs["noise"] == 0.0
+    rows = defs["rows"]
+    greedy, oracle = rows["greedy"], rows["best-of-4, perfect verifier"]
+    beam, mcts, prm = rows["beam 2×2 (PRM)"], rows["MCTS (PRM)"], rows["best-of-4 (PRM, min)"]
+    assert rows["best-of-4 (ORM)"] == oracle  # a noiseless ORM is the verifier
+    assert oracle["accuracy"] >= greedy["accuracy"] + 0.15
+    assert beam["accuracy"] > greedy["accuracy"] and beam["tokens"] < oracle["tokens"]  # it stops wrong chains early
+    assert mcts["accuracy"] > greedy["accuracy"]
+    assert prm["chain_right"] > oracle["chain_right"]  # the outcome verifier pays right answers by wrong steps
+    for name, row in rows.items():
+        assert row["tokens"] <= defs["budget"] or name == "greedy", name  # budget.py never lets a method overspend
+    noisy = _lesson_17(tmp_path, noise="0.8")["rows"]
+    assert noisy["best-of-4 (ORM)"]["accuracy"] < oracle["accuracy"] - 0.1
+    for name in ("best-of-4 (PRM, min)", "beam 2×2 (PRM)", "MCTS (PRM)"):
+        assert noisy[name]["accuracy"] <= greedy["accuracy"] + 0.05, name
+    poor = _lesson_17(tmp_path, budget="MAX_NEW")
+    assert poor["n"] == 1
+    assert poor["rows"]["beam 1×2 (PRM)"]["accuracy"] == 0 and poor["rows"]["MCTS (PRM)"]["accuracy"] == 0
+
+
+@pytest.mark.parametrize("spec", ["hackable/substring", "hackable/multi-final", "hackable/last-number",
+                                  "hackable/case-insensitive-prefix", "final_int/cot-v1"])
+def test_lesson_18_the_optimiser_finds_the_holes_that_pay(spec, restore_threads, tmp_path):
+    path = LESSONS / "18_verifiers.py"
+    defs = run_with_setting(path, 'value="hackable/substring", label', f'value="{spec}", label', tmp_path)
+    honest, numbers, lines = defs["final_pi"]
+    curve, inflation = defs["curve"], defs["inflation"]
+    assert inflation["gold"] == 0.49  # the frozen rollouts under final_int/cot-v1
+    for kind, written_for, _, paid, gold in defs["pack_rows"]:
+        assert gold == 0.0, kind  # no exploit beats the honest spec ...
+        if written_for == spec:
+            assert paid == 1.0, kind  # ... and every one beats the spec it was written against
+    if spec in ("hackable/substring", "hackable/multi-final"):
+        assert honest < 0.05 and curve[-1]["proxy"] > 0.95 and curve[-1]["gold"] < 0.1
+        assert sum(c["gold"] for c in curve[:5]) / 5 > 0.2  # it started mostly honest
+        if spec == "hackable/multi-final":
+            assert lines > 0.9  # only the Final-lines exploit pays here
+    else:
+        assert honest > 0.99  # no exploit pays more than answering
+    assert (inflation["proxy"] > inflation["gold"]) == (spec != "final_int/cot-v1")
+
+
+def _lesson_26(tmp_path, spec: str | None = None, weights: tuple | None = None) -> dict:
+    path = LESSONS / "26_three_forces.py"
+    text = path.read_text(encoding="utf-8")
+    if spec is not None:
+        text = text.replace('value="final_int/cot-v1", label="the verifier"', f'value="{spec}", label="the verifier"')
+    if weights is not None:
+        for name, w in zip(("signal", "estimator", "cost"), weights):
+            text = re.sub(rf'("{name}": mo\.ui\.slider\(start=0\.0, stop=1\.0, step=0\.1, value=)[0-9.]+', rf"\g<1>{w}", text)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
+RECIPES_AT_THE_CORNERS = {
+    "all signal, every prompt checkable": "R1-Zero",
+    "all signal, a fifth of the prompts uncheckable": "R1",
+    "all estimator, nothing checkable": "RLHF (InstructGPT)",
+    "all cost": "DPO (Zephyr)",
+    "signal and cost, half the prompts checkable": "Tülu 3",
+}
+
+
+def test_lesson_26_the_corners_recover_the_recipes_and_a_leaky_verifier_fools_it(restore_threads, tmp_path):
+    defs = _lesson_26(tmp_path)
+    assert defs["point"] == (1.0, 0.0, 0.0) and defs["coverage"] == 1.0 and defs["fidelity"] == 1.0
+    assert defs["winner"].recipe == "R1-Zero" and defs["error"] is None
+    assert defs["recipes"] == RECIPES_AT_THE_CORNERS
+    noise = defs["noise"]  # the numbers the lesson's text quotes
+    assert noise["none"] == pytest.approx(2.35, abs=0.1) and noise["critic"] == pytest.approx(0.77, abs=0.05)
+    assert noise["group"] == pytest.approx(0.90, abs=0.06) and noise["grpo"] == pytest.approx(0.32, abs=0.05)
+    # the knob: 18 of 24 exploits refused looks like a 0.75 verifier, and the simulator still picks GRPO on it
+    leaky = _lesson_26(tmp_path, spec="hackable/multi-final")
+    assert leaky["fidelity"] == 0.75 and leaky["winner"].recipe == "R1-Zero"
+    assert leaky["recipes"]["signal and cost, half the prompts checkable"] == "DPO (Zephyr)"
+    assert _lesson_26(tmp_path, spec="hackable/substring")["winner"].recipe == "RLOO (back to basics)"
+    assert _lesson_26(tmp_path, weights=(0.0, 0.0, 1.0))["winner"].recipe == "DPO (Zephyr)"
+    nothing = _lesson_26(tmp_path, weights=(0.0, 0.0, 0.0))
+    assert nothing["winner"] is None and "weight 0" in nothing["error"]
+
+
+def test_lesson_27_every_concept_is_mapped_and_its_code_exists():
+    text = (LESSONS / "27_missing_concepts.py").read_text(encoding="utf-8")
+    tree = ast.parse(text)
+    concepts = next(ast.literal_eval(n.value) for n in ast.walk(tree)
+                    if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "CONCEPTS")
+    assert len(concepts) == 17
+    listed = {"PRM training", "Reward-model internals", "RLAIF", "GAE (λ-returns)", "KL estimator choice",
+              "Entropy regularisation", "Off-policy correction", "FP8", "Mixture of experts", "KV-cache offload",
+              "Checkpointing and resume", "Multi-LoRA"}  # the twelve the course outline names
+    assert listed <= {c["concept"] for c in concepts}
+    series = {f"{n:02d}" for n in range(29)} | {"18a", "22a", "22b", "22c"}  # the full series' lesson numbers
+    for c in concepts:
+        assert c["after"] in series, c["concept"]
+        for path, name in c["code"]:
+            source = ROOT / path
+            assert source.is_file(), f"{c['concept']}: {path} does not exist"
+            defined = re.search(rf"^\s*(?:def |class )?{re.escape(name)}\b\s*[(:=]", source.read_text(encoding="utf-8"),
+                                re.MULTILINE)
+            assert defined, f"{c['concept']}: {path} does not define {name}"
+    assert sum(bool(c["code"]) for c in concepts) == 12
+
+
+def _lesson_27(tmp_path, drift: str) -> dict:
+    return run_with_setting(LESSONS / "27_missing_concepts.py", "step=0.25, value=1.0,", f"step=0.25, value={drift},",
+                            tmp_path)
+
+
+def test_lesson_27_truncation_helps_near_policy_and_nothing_rescues_a_distant_one(restore_threads, tmp_path):
+    defs = run_in_process(LESSONS / "27_missing_concepts.py")
+    r, cap = defs["results"], defs["CAP"]
+    ignore, full, tis = r["ignore it"], r["full importance sampling"], r[f"truncated, cap {cap:g}"]
+    assert defs["true_value"] == pytest.approx(0.40, abs=1e-6)
+    assert ignore["mean"] == pytest.approx(defs["pi_b_right"], abs=0.01)  # it estimates the sampler's value
+    assert ignore["bias"] < -0.18 and abs(full["bias"]) < 0.01 and abs(tis["bias"]) < 0.01
+    assert full["std"] == pytest.approx(2 * ignore["std"], rel=0.1) and tis["std"] <= full["std"]
+    assert full["max_w"] == pytest.approx(2.03, abs=0.01)
+    same = _lesson_27(tmp_path, "0.0")
+    assert same["ess"] == pytest.approx(1.0) and len({round(v["mean"], 9) for v in same["results"].values()}) == 1
+    far = _lesson_27(tmp_path, "3.0")["results"]
+    assert far["ignore it"]["mean"] < 0.05 and abs(far["full importance sampling"]["bias"]) < 0.02
+    assert far["full importance sampling"]["std"] > 0.35 and far["full importance sampling"]["max_w"] > 12
+    assert far[f"truncated, cap {cap:g}"]["mean"] < 0.08
+    assert min(v["rmse"] for v in far.values()) > 0.3
 
 
 # --------------------------------------------------------------------------------------

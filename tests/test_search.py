@@ -16,7 +16,16 @@ from posttrain.rewards.process_reward_model import get_step_format
 from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine
 from posttrain.search.budget import Budget, Partial, Problem, extend_steps, sample_completions
 from posttrain.search.mcts import mcts
-from posttrain.search.methods import OracleStepScorer, beam_search, greedy, majority_vote, pick_highest
+from posttrain.search.methods import (
+    NoisyScorer,
+    OracleOutcomeScorer,
+    OracleStepScorer,
+    beam_search,
+    greedy,
+    majority_vote,
+    pick_highest,
+)
+from posttrain.verifiers.final_int import get_spec
 from posttrain.types import Example
 
 TOK = CharTokenizer()
@@ -112,6 +121,33 @@ def test_search_with_the_step_oracle_finds_the_right_chain_where_the_first_draw_
         assert all(correct(p, a) for p, a in zip(problems, answers))
     greedy_answers = greedy(ScriptedEngine(), Problem.of(EXAMPLES, TOK, 400), 48)  # the first draw: wrong
     assert not any(correct(p, a) for p, a in zip(problems, greedy_answers))
+
+
+def test_the_outcome_oracle_is_the_verifier_and_pays_a_right_answer_reached_by_wrong_steps():
+    orm, prm = OracleOutcomeScorer(EXAMPLES, get_spec("final_int/cot-v1")), OracleStepScorer(EXAMPLES)
+    lucky = "1+2=4,4+3=6\nFinal: 6"  # the right answer after a wrong first step
+    assert orm.score_outcomes([EXAMPLES[0].prompt] * 2, [lucky, "Final: 7"]) == [1.0, 0.0]
+    assert prm.score_steps([EXAMPLES[0].prompt], [FMT.split(lucky)]) == [[0.0, 0.0, 0.0]]
+
+
+def test_a_noisy_scorer_blends_in_a_fixed_hash_of_the_text():
+    prompts, chain = [EXAMPLES[0].prompt], ["1+2=3", "3+3=6", "Final: 6"]
+    exact = OracleStepScorer(EXAMPLES)
+    assert NoisyScorer(exact, 0.0).score_steps(prompts, [chain]) == [[1.0, 1.0, 1.0]]
+    half = NoisyScorer(exact, 0.5).score_steps(prompts, [chain])[0]
+    assert all(0.5 <= s < 1.0 for s in half) and len(set(half)) == 3  # 0.5·1 + 0.5·u, u different per prefix
+    # the same prefix scores the same in another completion and in another batch: a fixed
+    # mistake, as a trained model's would be, not a fresh draw
+    other = NoisyScorer(exact, 0.5).score_steps(prompts * 2, [chain[:2] + ["6+1=7"], chain[:1]])
+    assert other[0][:2] == half[:2] and other[1] == half[:1]
+    # noise 1 ignores the scorer: a right and a wrong step with the same text score alike
+    wrong = OracleStepScorer([Example(EXAMPLES[0].prompt, "7")])
+    assert NoisyScorer(exact, 1.0).score_steps(prompts, [chain]) == NoisyScorer(wrong, 1.0).score_steps(prompts, [chain])
+    assert NoisyScorer(exact, 0.5, seed=1).score_steps(prompts, [chain])[0] != half  # the seed picks the mistakes
+    outcome = NoisyScorer(OracleOutcomeScorer(EXAMPLES, get_spec("final_int/cot-v1")), 0.3)
+    assert outcome.score_outcomes(prompts, ["Final: 6"])[0] >= 0.7 > outcome.score_outcomes(prompts, ["Final: 5"])[0]
+    with pytest.raises(ValueError, match=r"noise must be in \[0, 1\].*got 1.5"):
+        NoisyScorer(exact, 1.5)
 
 
 @pytest.mark.parametrize("limit", [1, 7, 25, 60, 200])

@@ -349,9 +349,11 @@ def lexicon_sentiment(text: str) -> float:
 SUBJECTS = ("pizza", "hotel", "movie", "service", "coffee", "book", "room", "staff", "soup", "concert")
 
 
-def _review(rng: random.Random, subject: str) -> str:
-    """'The hotel was very good and slow.': one or two sentiment phrases, each with an
-    optional negation and intensifier."""
+def review(rng: random.Random, subject: str) -> str:
+    """'The hotel was very good and slow.': one or two sentiment phrases (one in two of
+    three reviews), each with a negation 15% of the time and an intensifier 30%, the word
+    uniform over LEXICON. The writer behind `sentiment_pairs`; lesson 15 samples it as the
+    policy RLHF starts from."""
     phrases = []
     for _ in range(rng.choice((1, 1, 2))):
         words = []
@@ -390,7 +392,7 @@ def sentiment_pairs(n: int, seed: int = 0, split: str = "train", min_gap: float 
     pairs = []
     while len(pairs) < n:
         subject = rng.choice(SUBJECTS)
-        a, b = _review(rng, subject), _review(rng, subject)
+        a, b = review(rng, subject), review(rng, subject)
         score_a, score_b = lexicon_sentiment(a), lexicon_sentiment(b)
         if score_a == score_b or abs(score_a - score_b) < min_gap:
             continue  # a tie is no preference; a near-tie a noisy one

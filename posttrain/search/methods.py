@@ -16,11 +16,14 @@ Scorers are anything with `score_outcomes(prompts, completions) -> [p]` and, for
 methods, `score_steps(prompts, steps) -> [[p, ...]]`: a trained ORM or PRM
 (rewards/process_reward_model.py::StepRewardScorer), or `OracleStepScorer`, the arithmetic
 step checker with the expected answer: what a perfect step verifier would buy, an upper
-bound that no test-time method has.
+bound that no test-time method has. `OracleOutcomeScorer` is its outcome counterpart (the
+task's verifier as a perfect ORM), and `NoisyScorer` makes either worse by a known amount,
+so a lesson can turn one knob from "perfect reward model" to "coin flip".
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from typing import Callable, Protocol, Sequence
 
@@ -54,6 +57,51 @@ class OracleStepScorer:
     def score_outcomes(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
         scores = self.score_steps(prompts, [split_steps(c) or [""] for c in completions])
         return [AGGREGATIONS["last"](s) for s in scores]
+
+
+class OracleOutcomeScorer:
+    """The task's verifier as an ORM: 1.0 for a completion it passes, else 0.0 (its own
+    reward otherwise). It reads the expected answers, so it is an oracle: best-of-N by it is
+    pass@N. Outcomes only: an outcome model has no opinion about steps."""
+
+    def __init__(self, examples: Sequence[Example], score: Callable[[Example, str], dict]):
+        self.examples = {e.prompt: e for e in examples}
+        self.score = score
+
+    def score_outcomes(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        return [float(self.score(self.examples[p], c)["reward"]) for p, c in zip(prompts, completions)]
+
+
+class NoisyScorer:
+    """`scorer` made worse by a known amount: every score s becomes (1 − noise)·s + noise·u,
+    u uniform in [0, 1). noise 0 is `scorer` itself, noise 1 a random ranking.
+
+    u is a hash of (seed, prompt, the text scored), not a random draw: the same prefix or
+    completion always gets the same score, whichever batch it comes in, as it would from a
+    reward model whose mistakes are its weights' and not the dice's. A step's u hashes the
+    steps up to it, so a PRM's mistake about a prefix follows every search that reaches it."""
+
+    def __init__(self, scorer, noise: float, seed: int = 0):
+        if not 0.0 <= noise <= 1.0:
+            raise ValueError(f"noise must be in [0, 1] (0: the scorer itself, 1: a random score), got {noise!r}")
+        self.scorer, self.noise, self.seed = scorer, noise, seed
+
+    def _u(self, prompt: str, text: str) -> float:
+        digest = hashlib.sha256(f"{self.seed}\0{prompt}\0{text}".encode()).digest()
+        return int.from_bytes(digest[:8], "big") / 2**64
+
+    def _blend(self, score: float, prompt: str, text: str) -> float:
+        return (1.0 - self.noise) * score + self.noise * self._u(prompt, text)
+
+    def score_outcomes(self, prompts: Sequence[str], completions: Sequence[str]) -> list[float]:
+        scores = self.scorer.score_outcomes(prompts, completions)
+        return [self._blend(s, p, c) for s, p, c in zip(scores, prompts, completions)]
+
+    def score_steps(self, prompts: Sequence[str], steps: Sequence[Sequence[str]]) -> list[list[float]]:
+        scores = self.scorer.score_steps(prompts, steps)
+        # "\x1f" (unit separator) between steps: two different step lists never hash alike
+        return [[self._blend(s, p, "\x1f".join(chain[: k + 1])) for k, s in enumerate(row)]
+                for row, p, chain in zip(scores, prompts, steps)]
 
 
 def greedy(engine: RolloutEngine, problems: list[Problem], max_new_tokens: int) -> list[Partial | None]:

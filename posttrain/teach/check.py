@@ -9,7 +9,9 @@ that you fill in. The check imports your function, calls it and the library's ow
 function on the same cases (including the awkward ones: padding that holds NaN, a group
 of one sample, a response longer than the budget), and compares the results — values and,
 for losses, gradients. On failure it names the case and gives a hint. The stubs live
-outside the package on purpose: the library's tests never see them.
+outside the package on purpose: the library's tests never see them. The exercises of
+lessons 03-14 are defined below, those of lessons 15-18 in check_part3.py, those of
+lessons 26-27 in check_part5.py.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
 from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
+from posttrain.teach.check_part3 import PART_III
+from posttrain.teach.check_part5 import PART_V
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -225,6 +229,8 @@ EXERCISES: dict[str, Exercise] = {
                           "smallest completion is deterministic too, but it is not the rule `posttrain bon` logs.",
                           compare=same_sample, source="posttrain/search/best_of_n.py, pick_best"),
 }
+EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()})  # lessons 15-18
+EXERCISES.update({key: Exercise(**fields) for key, fields in PART_V.items()})  # lessons 26-27
 
 
 # --------------------------------------------------------------------------------------

@@ -23,25 +23,30 @@ from posttrain.types import Episode, Example, PolicyOutputs, RolloutBatch
 BUDGET = SamplingParams().max_new_tokens
 
 
-def tiny_policy(sft_steps: int = 100, seed: int = 0):
-    """A tiny gpt_mini (dim 32, two layers, ~33k parameters) taught the `Final: <int>`
-    format of level-1 arithmetic by `sft_steps` steps of the real SFT path (Trainer +
-    sft_loss on demonstration_episodes), about 3 s on one thread.
+def tiny_policy(sft_steps: int = 100, seed: int = 0, level: int = 1, cot: bool = False, demos: int = 90):
+    """A tiny gpt_mini (dim 32, two layers, ~33k parameters) taught arithmetic by
+    `sft_steps` steps of the real SFT path (Trainer + sft_loss on demonstration_episodes)
+    on `demos` training problems of `level`, about 3 s per 100 steps on one thread.
+
+    The default is level 1 without a chain of thought ("Q: 3+4\n" -> "Final: 7"), which 100
+    steps teach to ~70% greedy pass@1. `level=2, cot=True` writes running sums
+    ("Q: 9+5+2\n" -> "9+5=14,14+2=16\nFinal: 16"), steps a search can check (lesson 17);
+    that needs ~250 steps for ~45-60%.
 
     Returns (model, tokenizer, env, sft_losses). The model is in eval mode."""
     torch.manual_seed(seed)
     tok = CharTokenizer()
-    env = ArithmeticEnv(level=1, cot=False)  # "Q: 3+4\n" -> "Final: 7"
+    env = ArithmeticEnv(level=level, cot=cot)
     model = GPTMini(GPTMiniConfig(vocab_size=tok.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=96,
                                   max_seq_len=48))
-    demos = demonstration_episodes(env, tok, env.fixed_set("train", 90))
+    examples = demonstration_episodes(env, tok, env.fixed_set("train", demos))
     # lr 1e-2: a tiny model and a format to learn fast; warmup keeps Adam's first steps sane
     trainer = Trainer(model, lr=1e-2, total_steps=sft_steps, warmup_steps=5)
     gen = torch.Generator().manual_seed(seed)
     losses = []
     for _ in range(sft_steps):
-        rows = torch.randint(len(demos), (16,), generator=gen)
-        losses.append(trainer.update(RolloutBatch.collate([demos[i] for i in rows.tolist()], tok.pad_id),
+        rows = torch.randint(len(examples), (16,), generator=gen)
+        losses.append(trainer.update(RolloutBatch.collate([examples[i] for i in rows.tolist()], tok.pad_id),
                                      sft_loss)["loss"])
     return model.eval(), tok, env, losses
 

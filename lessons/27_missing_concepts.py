@@ -1,0 +1,254 @@
+"""Lesson 27 · Missing concepts: what this curriculum does not develop, and where each would go.
+
+Run it:  posttrain lessons 27
+Headless: python lessons/27_missing_concepts.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # 4,000 batches of 32 one-token samples: one thread
+    return mo, torch
+
+
+@app.cell
+def _():
+    # The map. Each concept: where it would slot in (after which lesson of the full series),
+    # what it is, and where posttrain has it, as (file, name defined in it). Empty when
+    # posttrain does not implement it. tests/test_lessons.py checks that every file exists
+    # and defines the name.
+    CONCEPTS = [
+        {"concept": "PRM training", "after": "17",
+         "what": "labelling steps (by hand, or by rolling out from each prefix and checking the end) and training "
+                 "a model to score them",
+         "code": [("posttrain/rewards/monte_carlo_labels.py", "monte_carlo_step_labels"),
+                  ("posttrain/rewards/process_reward_model.py", "train_step_reward_model"),
+                  ("posttrain/pipelines/prm.py", "run_prm")]},
+        {"concept": "Reward-model internals", "after": "15",
+         "what": "the scalar head on a language model, the margin, calibration, pairwise accuracy, and the length "
+                 "bias a reward model learns",
+         "code": [("posttrain/rewards/reward_model.py", "RewardModel"),
+                  ("posttrain/rewards/reward_model.py", "pairwise_accuracy"),
+                  ("posttrain/eval/calibration.py", "expected_calibration_error")]},
+        {"concept": "RLAIF", "after": "16",
+         "what": "a model, not a person, labels the preferences or scores the answers (constitutional AI, self-"
+                 "critique)",
+         "code": [("posttrain/rewards/judge.py", "Judge"),
+                  ("posttrain/rewards/judge.py", "self_critique_rubric")]},
+        {"concept": "GAE (λ-returns)", "after": "10",
+         "what": "advantages as a λ-weighted sum of TD errors: λ = 0 trusts the critic, λ = 1 the Monte-Carlo "
+                 "return",
+         "code": [("posttrain/algorithms/ppo.py", "gae"),
+                  ("posttrain/algorithms/ppo.py", "explained_variance")]},
+        {"concept": "KL estimator choice", "after": "03",
+         "what": "k1, k2 or k3 per token, in the reward or in the loss: which are unbiased, which never go "
+                 "negative, which have a gradient that is the KL's",
+         "code": [("posttrain/algorithms/core.py", "kl_estimate"),
+                  ("posttrain/algorithms/reinforce_pp.py", "REWARD_KL_ESTIMATORS")]},
+        {"concept": "Entropy regularisation", "after": "13",
+         "what": "a bonus for the policy's entropy, and why RL for reasoning mostly watches entropy instead of "
+                 "paying for it",
+         "code": [("posttrain/algorithms/contract.py", "entropy_coef"),
+                  ("posttrain/models/logprobs.py", "token_entropy")]},
+        {"concept": "Off-policy correction", "after": "22c",
+         "what": "importance weights π_trainer / π_sampler for rollouts from stale or differently-computed "
+                 "weights, truncated so they cannot explode (the widget below)",
+         "code": [("posttrain/distributed/off_policy.py", "truncated_is_weights"),
+                  ("posttrain/distributed/off_policy.py", "sampler_mismatch")]},
+        {"concept": "FP8", "after": "22b",
+         "what": "8-bit floats for rollout (and training): twice the throughput, and a sampler whose log-probs "
+                 "differ from the trainer's",
+         "code": []},
+        {"concept": "Mixture of experts", "after": "22",
+         "what": "a router sends each token to a few experts: memory for all, compute for few, and routing that "
+                 "must agree between sampler and trainer",
+         "code": []},
+        {"concept": "KV-cache offload", "after": "20",
+         "what": "moving the KV cache of paused sequences to CPU memory, so long agentic rollouts fit",
+         "code": []},
+        {"concept": "Checkpointing and resume", "after": "24",
+         "what": "saving policy, optimizer and data order so a run killed at step 900 continues as if it had not "
+                 "been",
+         "code": [("posttrain/runs/checkpoints.py", "save_checkpoint"),
+                  ("posttrain/runs/checkpoints.py", "delete_and_resume")]},
+        {"concept": "Multi-LoRA", "after": "22",
+         "what": "many low-rank adapters over one frozen base, served and trained side by side",
+         "code": [("posttrain/models/lora_checkpoint.py", "save_adapters")]},
+        {"concept": "Implicit process rewards", "after": "17",
+         "what": "token-level rewards from a model trained only on outcomes: log π_prm − log π_ref per token "
+                 "(PRIME)",
+         "code": [("posttrain/rewards/implicit_prm.py", "implicit_process_rewards"),
+                  ("posttrain/algorithms/prime.py", "PRIME")]},
+        {"concept": "Sequence-level ratios", "after": "14",
+         "what": "one importance ratio per sequence (GSPO), or a clipped, detached weight on every token (CISPO)",
+         "code": [("posttrain/algorithms/gspo.py", "sequence_log_ratio"),
+                  ("posttrain/algorithms/cispo.py", "cispo_loss")]},
+        {"concept": "Data curation by pass rate", "after": "18a",
+         "what": "keep prompts the policy sometimes solves: a group all right or all wrong has no gradient",
+         "code": [("posttrain/algorithms/core.py", "zero_variance_group_fraction")]},
+        {"concept": "Model parallelism", "after": "22",
+         "what": "sharding weights and optimizer state (ZeRO, FSDP), tensors, or layers across devices, beyond "
+                 "data parallel",
+         "code": []},
+        {"concept": "On-policy distillation", "after": "23",
+         "what": "a teacher's log-probs on the student's own samples as a dense, per-token reward",
+         "code": []},
+    ]
+    return (CONCEPTS,)
+
+
+@app.cell
+def _(CONCEPTS, mo):
+    _rows = "".join(
+        f"| {c['concept']} | {c['after']} | {c['what']} | "
+        + ("<br>".join(f"`{path}` — `{name}`" for path, name in c["code"]) if c["code"] else "*not implemented*")
+        + " |\n" for c in CONCEPTS)
+    mo.md(
+        f"""
+    # 27 · Missing concepts
+
+    ## What this curriculum leaves out
+
+    The lessons so far follow one path through the field: the six roles, the algorithm
+    family from REINFORCE to Dr. GRPO, the preference lineage, search and verifiers, the
+    three forces. Many ideas were named on the way and never developed. Here are
+    {len(CONCEPTS)} of them, each with the lesson it would follow (numbers from the full
+    series, which includes the systems lessons 19-25 and 18a) and, when posttrain has it,
+    the code to read instead of a lesson. **{sum(bool(c['code']) for c in CONCEPTS)}** of the
+    {len(CONCEPTS)} are in the library. Of the rest, three need hardware or model shapes this
+    project does not have (an FP8 GPU, a mixture-of-experts model, several devices), and two
+    (KV-cache offload, on-policy distillation) are plain gaps.
+
+    | concept | after lesson | what it is | in posttrain |
+    |---|---|---|---|
+    {_rows}
+    ## One of them, live: off-policy correction
+
+    An RL step assumes its rollouts came from the policy being trained. They often did not:
+    an asynchronous sampler runs a few versions behind (lesson 22c), a quantized sampler
+    computes slightly different probabilities (lesson 22b, and posttrain's int8 rollout). A
+    sample drawn from the sampler's π_b but used to estimate something about the trainer's
+    π is off by the factor w = π / π_b. Three choices:
+
+    * **ignore it**: average the rewards as they come. Biased: it estimates π_b's value.
+    * **full importance sampling**: weight each sample by w. Unbiased, and its variance
+      grows without bound as the two policies part: a few samples get huge weights.
+    * **truncated importance sampling** (TIS): weight by min(w, C). A little bias where the
+      cap binds, bounded variance. This is what `truncated_is_weights` computes, and what
+      `sampler_mismatch` applies to a real batch when the sampler is int8 or stale.
+
+    The demo: six possible answers, one right; the trainer's π puts 0.40 on it. The sampler
+    is π_b = π pushed away from the right answer by the slider's distance in logits (how
+    stale, or how badly quantized). Each estimate of E_π[reward] = 0.40 uses 32 samples from
+    π_b; it is repeated 4,000 times to measure its bias and spread.
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    drift = mo.ui.slider(start=0.0, stop=3.0, step=0.25, value=1.0,
+                         label="how far the sampler is from the trainer (logits)", show_value=True)
+    drift
+    return (drift,)
+
+
+@app.cell
+def _(drift, torch):
+    from posttrain.distributed.off_policy import truncated_is_weights
+
+    CAP, N, TRIALS = 2.0, 32, 4_000
+    theta = torch.log(torch.tensor([0.40, 0.12, 0.12, 0.12, 0.12, 0.12]))  # (6,) the trainer's π; answer 0 is right
+    logp = torch.log_softmax(theta, dim=0)  # (6,)
+    behaviour = torch.log_softmax(theta - drift.value * torch.eye(6)[0], dim=0)  # (6,) the sampler's π_b
+    true_value = logp[0].exp().item()
+
+    gen = torch.Generator().manual_seed(0)
+    draws = torch.multinomial(behaviour.exp(), TRIALS * N, replacement=True, generator=gen).view(TRIALS, N)  # (T, N)
+    reward = (draws == 0).float()  # (T, N)
+    mask = torch.ones(TRIALS, N)  # (T, N) every sample is a response token here
+    weights = {
+        "ignore it": torch.ones(TRIALS, N),
+        "full importance sampling": truncated_is_weights(logp[draws], behaviour[draws], mask, float("inf")),
+        f"truncated, cap {CAP:g}": truncated_is_weights(logp[draws], behaviour[draws], mask, CAP),
+    }
+    results = {}
+    for name, w in weights.items():
+        est = (w * reward).mean(dim=1)  # (T,) one estimate per batch of 32
+        results[name] = {"mean": est.mean().item(), "bias": est.mean().item() - true_value, "std": est.std().item(),
+                         "rmse": ((est - true_value) ** 2).mean().sqrt().item(), "max_w": w.max().item()}
+    _w = weights["full importance sampling"]
+    ess = ((_w.sum(dim=1) ** 2) / (N * (_w ** 2).sum(dim=1))).mean().item()  # effective sample share, 1 = on-policy
+    pi_b_right = behaviour[0].exp().item()
+    return CAP, ess, pi_b_right, results, true_value
+
+
+@app.cell
+def _(drift, ess, mo, pi_b_right, results, true_value):
+    _rows = "".join(f"| {name} | {r['mean']:.3f} | {r['bias']:+.3f} | {r['std']:.3f} | {r['rmse']:.3f} | {r['max_w']:.2f} |\n"
+                    for name, r in results.items())
+    mo.md(
+        f"""
+    ### The sampler {drift.value:g} logits away
+
+    The trainer's π puts **{true_value:.2f}** on the right answer, the sampler's π_b
+    **{pi_b_right:.3f}**. Full importance weights leave an effective sample share of
+    **{ess:.2f}** (1 when on-policy: the batch of 32 is worth about {ess * 32:.0f} on-policy samples).
+
+    | estimator | mean estimate | bias | std | RMSE | largest weight |
+    |---|---|---|---|---|---|
+    {_rows}
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    * **0**: the sampler is the trainer; every weight is exactly 1 and the three rows agree.
+    * **1** (the default): the sampler puts 0.20 on the right answer, and ignoring the
+      mismatch estimates about 0.20 for a true 0.40. Full importance sampling is unbiased, at
+      twice the spread; TIS at cap 2 barely binds (the largest weight is 2.03) and matches it.
+    * **3**: the sampler almost never writes the right answer (0.03). Ignoring it estimates
+      about 0.03: a run that trusted it would believe its policy almost never answers right. Full IS is still unbiased on
+      average, but each right sample now carries a weight of about 12, so one batch's estimate
+      has a spread (about 0.39) as large as the value itself, and the effective sample share
+      is down to about half. TIS caps those weights at 2 and is biased low (about 0.06),
+      because the cap binds on every right answer: truncation helps while the policies are
+      close. Past that no reweighting rescues the batch (every RMSE is above 0.3); the fix is
+      fresher rollouts, a tighter staleness bound (lesson 22c), which is why
+      `posttrain/distributed/off_policy.py` also refuses batches staler than allowed
+      (`staleness_stats`).
+
+    ## Source files used here
+
+    * `posttrain/distributed/off_policy.py` — `truncated_is_weights` (the widget), `sampler_mismatch`, `staleness_stats`
+    * `posttrain/models/int8.py` — the int8 sampler whose log-probs differ from the trainer's
+    * every file in the table above; `tests/test_lessons.py` checks each exists and defines the name listed
+
+    ## Exercises
+
+    1. Pick a concept marked *not implemented*. Which role of lesson 00's six would it change,
+       and which test would you write first?
+    2. In the demo, what cap makes TIS's RMSE smallest at distance 1? At 3? Why does the
+       answer move?
+    3. Code: `exercises/27_missing_concepts.py` asks for `truncated_is_weights` itself;
+       `posttrain check 27` compares it with the library on ratios far above and below the cap.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()
