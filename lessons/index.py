@@ -48,6 +48,13 @@ def _():
         ("14_dr_grpo.py", "Dr. GRPO",
          "two divisors deleted: the length bias against a slider, and the std's difficulty bias"),
     ]
+    # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ----
+    LESSONS += [
+        ("22b_long_tail_rollouts.py", "Long-tail rollouts",
+         "a batch waits for its longest answer: the straggler tax, packing, a length cap, dynamic K, the int8 trap"),
+    ]
+    # ---- end of lessons 22b-28 ----
+    LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
     return LESSONS, Path, mo
 
 
@@ -55,7 +62,7 @@ def _():
 def _(LESSONS, mo):
     # In `posttrain lessons` (marimo run on this folder) "?file=NAME" opens a sibling notebook.
     _rows = "".join(
-        f"| {file[:2]} | [{title}](?file={file}) | {line} | `lessons/{file}` |\n"
+        f"| {file.split('_')[0]} | [{title}](?file={file}) | {line} | `lessons/{file}` |\n"
         for file, title, line in LESSONS
     )
     mo.md(

@@ -53,6 +53,17 @@ INDEPENDENT = {
 }
 
 
+# ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2): written from the stubs' docstrings ----
+
+
+INDEPENDENT.update({
+    "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
+                                             a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
+})
+
+# ---- end of lessons 22b-28 ----
+
+
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
     files = check.exercise_files()
     assert sorted(files) == sorted(NUMBERS)
@@ -146,3 +157,14 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
     fn = check.load_solution("13", directory=tmp_path)
     lines = []
     assert check.run_check("13", solution=fn, out=quiet(lines)), "\n".join(lines)
+
+
+# ---- lessons 22b, 22c, 24, 25, 28: the classic mistakes fail, with the case named ----
+
+
+def test_a_packed_batch_paying_for_every_row_to_the_end_fails():
+    lines = []
+    static_twice = lambda L, a, b, cap: torch.stack(  # noqa: E731
+        [(a + b * len(L)) * L.max()] * 2 + [(a + b * len(L)) * L.clamp(max=cap).max()])
+    assert check.run_check("22b", solution=static_twice, out=quiet(lines)) is False
+    assert "ok    case 'every row the same length" in "\n".join(lines)  # equal rows: the two agree

@@ -323,6 +323,32 @@ def test_lesson_14_length_bias_under_grpo_only(restore_threads):
     assert (d[1] / d[2]).item() == pytest.approx(1.0, rel=1e-5)
 
 
+# ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ------------------------------------
+
+
+def test_lesson_22b_the_tax_the_patches_and_the_trap(restore_threads, tmp_path):
+    path = LESSONS / "22b_long_tail_rollouts.py"
+    defs = run_in_process(path)  # 256 rows, cv 1, cap 4 × the mean, keep 0.9
+    assert defs["tax"] == pytest.approx(7.9, abs=0.1) and defs["monte_carlo"] == pytest.approx(defs["tax"], rel=0.05)
+    seconds = [p.seconds for p in defs["patches"]]
+    assert [p.patch.split(" ")[0] for p in defs["patches"]] == ["none", "packing", "length", "dynamic"]
+    assert all(later < earlier for earlier, later in zip(seconds, seconds[1:])) and seconds[0] > 3 * seconds[1]
+    assert 0.7 < defs["kept_mean"] / defs["MEAN"] < 0.8  # "~25 % shorter" even at keep = 0.9
+    assert defs["float_worst"] < 1e-5  # float32 sampler = trainer to rounding
+    assert 1e-3 < defs["int8_mismatch"].mean_abs_logp_diff < 2e-2  # "thousandths of a nat"
+    assert defs["speedups"][1] > 1.8 > 1.3 > defs["speedups"][256]  # int8 pays while the weights' read binds
+    short = run_with_setting(path, "step=0.05, value=0.9,", "step=0.05, value=0.5,", tmp_path)
+    assert short["kept_mean"] / short["MEAN"] < 0.45  # keep 0.5: answers at ~40 % of the policy's length
+    tight = run_with_setting(path, 'value=4.0, label="length cap', 'value=1.0, label="length cap', tmp_path)
+    assert tight["truncated"] > 0.3 and tight["penalty"] < -0.3  # "a third cut off", sharply negative
+    even = run_with_setting(path, 'value=1.0, label="spread', 'value=0.0, label="spread', tmp_path)
+    assert even["tax"] == pytest.approx(1.0, abs=1e-3)
+    assert even["patches"][1].seconds == pytest.approx(even["patches"][0].seconds)  # packing changes nothing
+    assert even["patches"][-1].seconds > even["patches"][-2].seconds  # dynamic K only adds work
+
+
+# ---- end of lessons 22b-28 ----
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

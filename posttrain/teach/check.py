@@ -29,6 +29,7 @@ from posttrain.algorithms.core import agg_loss, clipped_surrogate, kl_k3, masked
 from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
+from posttrain.teach.check_systems import SYSTEMS_EXERCISES
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -214,6 +215,11 @@ EXERCISES: dict[str, Exercise] = {
 }
 
 
+# the systems lessons (22b and after): their references and cases are in check_systems.py
+EXERCISES.update({number: Exercise(function, number, reference, cases, hint)
+                  for number, (function, reference, cases, hint) in SYSTEMS_EXERCISES.items()})
+
+
 # --------------------------------------------------------------------------------------
 # Running a check
 # --------------------------------------------------------------------------------------
@@ -230,8 +236,10 @@ def exercise_files(directory: Path = EXERCISES_DIR) -> dict[str, Path]:
 
 
 def resolve(number: str) -> str:
-    key = number.strip()
-    key = f"{int(key):02d}" if key.isdigit() else key[:2]
+    """The exercise `number` means: "9", "09", "13_dapo" and "22b" or "22B" (a lesson between two numbers)."""
+    key = number.strip().lower()
+    match = re.match(r"(\d+)([a-z]?)", key)
+    key = f"{int(match.group(1)):02d}{match.group(2)}" if match else key
     if key not in EXERCISES:
         raise ValueError(f"no exercise {number!r}; exercises exist for lessons {', '.join(EXERCISES)}")
     return key
@@ -345,7 +353,7 @@ def main(argv: list[str]) -> int:
         files = exercise_files()
         for key, ex in EXERCISES.items():
             where = files[key].relative_to(EXERCISES_DIR.parent) if key in files else "(missing)"
-            print(f"{key}  {ex.function:26s} {where}")
+            print(f"{key:<3}  {ex.function:26s} {where}")
         return 0
     try:
         return 0 if run_check(args.exercise) else 1
