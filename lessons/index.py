@@ -52,6 +52,8 @@ def _():
     LESSONS += [
         ("22b_long_tail_rollouts.py", "Long-tail rollouts",
          "a batch waits for its longest answer: the straggler tax, packing, a length cap, dynamic K, the int8 trap"),
+        ("22c_async_pipelining.py", "Async pipelining and weight sync",
+         "a Gantt chart of rollout, train and sync: the sum becomes a max, staleness, the freshness wall"),
     ]
     # ---- end of lessons 22b-28 ----
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in

@@ -56,9 +56,21 @@ INDEPENDENT = {
 # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2): written from the stubs' docstrings ----
 
 
+def _step_ends(rollout, train, sync, k):
+    published, ends, rollout_free, trainer_free = [0.0], [], 0.0, 0.0
+    for s, (r, t) in enumerate(zip(rollout, train)):
+        rollout_free = max(rollout_free, published[max(0, s - k)] if k else published[s]) + r
+        end = max(rollout_free, trainer_free) + t + sync
+        trainer_free = end
+        published.append(end)
+        ends.append(end)
+    return torch.tensor(ends, dtype=torch.float64)
+
+
 INDEPENDENT.update({
     "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
                                              a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
+    "22c": _step_ends,
 })
 
 # ---- end of lessons 22b-28 ----

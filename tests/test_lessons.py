@@ -326,6 +326,17 @@ def test_lesson_14_length_bias_under_grpo_only(restore_threads):
 # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ------------------------------------
 
 
+def run_with_settings(path: Path, replacements: dict[str, str], tmp_path: Path) -> dict:
+    """run_with_setting with several widget defaults replaced at once (a panel's knobs)."""
+    text = path.read_text(encoding="utf-8")
+    for default, setting in replacements.items():
+        assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
+        text = text.replace(default, setting)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
 def test_lesson_22b_the_tax_the_patches_and_the_trap(restore_threads, tmp_path):
     path = LESSONS / "22b_long_tail_rollouts.py"
     defs = run_in_process(path)  # 256 rows, cv 1, cap 4 × the mean, keep 0.9
@@ -345,6 +356,25 @@ def test_lesson_22b_the_tax_the_patches_and_the_trap(restore_threads, tmp_path):
     assert even["tax"] == pytest.approx(1.0, abs=1e-3)
     assert even["patches"][1].seconds == pytest.approx(even["patches"][0].seconds)  # packing changes nothing
     assert even["patches"][-1].seconds > even["patches"][-2].seconds  # dynamic K only adds work
+
+
+def test_lesson_22c_async_is_a_max_and_the_freshness_wall(restore_threads, tmp_path):
+    path = LESSONS / "22c_async_pipelining.py"
+    defs = run_in_process(path)  # async, k = 1, cv 0.5, updates of 3 s
+    chart, lockstep, wall = defs["chart"], defs["lockstep"], defs["wall"]
+    assert max(chart.staleness) == 1 and chart.makespan < lockstep.makespan / 1.4
+    assert wall[0][1] == pytest.approx(lockstep.makespan / 12) and wall[1][1] < wall[0][1]
+    totals = [s.total for _, s in defs["sync_steps"]]
+    assert all(later < earlier for earlier, later in zip(totals, totals[1:])) and 0.1 < totals[0] < 0.2
+    assert defs["across_nodes"].total > 5 * totals[0] and defs["bubbles"][1] == 0.75
+    slow_trainer = run_with_settings(path, {'value=1, label="async': 'value=4, label="async',
+                                            'value=3.0, label="seconds per update"': 'value=8.0, label="seconds per update"'},
+                                     tmp_path)
+    wall = slow_trainer["wall"]
+    assert wall[2][1] == pytest.approx(wall[4][1]) and wall[1][1] - wall[2][1] < 0.03 * wall[1][1]  # no speed past k = 1
+    assert wall[4][2] > 2.5 and max(slow_trainer["chart"].staleness) == 4  # only staleness
+    turns = run_with_setting(path, 'value="async", label="topology"', 'value="colocated", label="topology"', tmp_path)
+    assert turns["chart"].makespan == pytest.approx(turns["lockstep"].makespan)  # the sum, not the max
 
 
 # ---- end of lessons 22b-28 ----

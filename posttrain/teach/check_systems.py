@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from posttrain.systems import stragglers
+from posttrain.systems import gantt, stragglers
 
 
 def _ref_decode_by_patch(lengths, a, b, cap):
@@ -27,10 +27,32 @@ def _decode_cases():
     ]
 
 
+def _ref_step_ends(rollout, train, sync, max_staleness):
+    g = gantt.simulate("async" if max_staleness else "sync", rollout, train, sync, max_staleness or 1)
+    return torch.tensor(g.step_ends(), dtype=torch.float64)
+
+
+def _gantt_cases():
+    jumpy = [1.0, 6.0, 1.0, 6.0, 1.0, 6.0]
+    return [
+        ("sync, by hand: [3.5, 7.0]", ([2.0, 2.0], [1.0, 1.0], 0.5, 0)),
+        ("async one step ahead, by hand: [3.5, 5.5, 7.5]", ([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], 0.5, 1)),
+        ("async, rollouts that jump, k = 1", (jumpy, [3.0] * 6, 0.0, 1)),
+        ("async, rollouts that jump, k = 2 (a second batch in flight helps)", (jumpy, [3.0] * 6, 0.0, 2)),
+        ("async, the trainer is the slower lane, k = 3", ([2.0] * 4, [4.0] * 4, 0.5, 3)),
+    ]
+
+
 # lesson: (the stub's function, the library's answer, the cases, the hint said on any failure)
 SYSTEMS_EXERCISES = {
     "22b": ("decode_seconds_by_patch", _ref_decode_by_patch, _decode_cases,
         "static = (a + b·n)·max(L); packed = a·max(L) + b·ΣL; capped = packed on min(L, cap). "
         "Use lengths.max(), lengths.sum() and lengths.clamp(max=cap); return torch.stack or torch.tensor "
         "of the three. See straggler_patches in posttrain/systems/stragglers.py."),
+    "22c": ("step_end_times", _ref_step_ends, _gantt_cases,
+        "Keep three clocks: when each weight version was published (version 0 at 0), when the rollout "
+        "lane is free, when the trainer is free. Rollout s starts at max(rollout free, published[s]) for "
+        "sync, published[max(0, s − k)] for async; training starts at max(its batch sampled, trainer "
+        "free); the sync ends train_end + sync_seconds, which publishes version s + 1 and frees the "
+        "trainer. See simulate in posttrain/systems/gantt.py."),
 }
