@@ -54,6 +54,8 @@ def _():
          "a batch waits for its longest answer: the straggler tax, packing, a length cap, dynamic K, the int8 trap"),
         ("22c_async_pipelining.py", "Async pipelining and weight sync",
          "a Gantt chart of rollout, train and sync: the sum becomes a max, staleness, the freshness wall"),
+        ("24_rl_infra_engineer.py", "The RL infra engineer",
+         "three architectures on a real cluster: which GPU holds which copy, which wire each byte takes"),
     ]
     # ---- end of lessons 22b-28 ----
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in

@@ -67,10 +67,17 @@ def _step_ends(rollout, train, sync, k):
     return torch.tensor(ends, dtype=torch.float64)
 
 
+def _grpo_bytes(parameters, gpus, stage):
+    share = lambda k: gpus if stage >= k else 1  # noqa: E731
+    return torch.tensor([parameters * (2 / share(3) + 2 / share(2) + 12 / share(1)), parameters * 2 / share(3),
+                         parameters * 2.0], dtype=torch.float64)
+
+
 INDEPENDENT.update({
     "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
                                              a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
     "22c": _step_ends,
+    "24": _grpo_bytes,
 })
 
 # ---- end of lessons 22b-28 ----
@@ -172,6 +179,13 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
 
 
 # ---- lessons 22b, 22c, 24, 25, 28: the classic mistakes fail, with the case named ----
+
+
+def test_sharding_the_engine_with_zero_fails():
+    lines = []
+    sharded = lambda p, gpus, stage: _grpo_bytes(p, gpus, stage) / torch.tensor([1.0, 1.0, gpus if stage == 3 else 1])
+    assert check.run_check("24", solution=sharded, out=quiet(lines)) is False
+    assert "FAIL  case '8 GPUs, ZeRO stage 3'" in "\n".join(lines)
 
 
 def test_a_packed_batch_paying_for_every_row_to_the_end_fails():

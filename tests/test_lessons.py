@@ -377,6 +377,23 @@ def test_lesson_22c_async_is_a_max_and_the_freshness_wall(restore_threads, tmp_p
     assert turns["chart"].makespan == pytest.approx(turns["lockstep"].makespan)  # the sum, not the max
 
 
+def test_lesson_24_copies_paths_and_what_does_not_fit(restore_threads, tmp_path):
+    path = LESSONS / "24_rl_infra_engineer.py"
+    defs = run_in_process(path)  # colocated, llama-3-8b, 8 × H100, GRPO
+    placements = defs["placements"]
+    assert all(p.fit.fits for pl in placements.values() for p in pl.pools)
+    colocated = placements["colocated"]
+    assert colocated.path("collectives").bytes > colocated.path("weights").bytes
+    assert colocated.path("trajectories").bytes == 0
+    assert placements["async"].step_seconds < colocated.step_seconds < placements["disaggregated"].step_seconds
+    ppo = run_with_setting(path, 'value="grpo", label="algorithm"', 'value="ppo", label="algorithm"', tmp_path)
+    pools = {a: pl.pools for a, pl in ppo["placements"].items()}
+    assert pools["colocated"][0].fit.fits and not pools["disaggregated"][0].fit.fits  # the trainer pool overflows
+    assert pools["disaggregated"][0].memory.total_bytes / 1e9 == pytest.approx(76.7, abs=0.1)
+    big = run_with_setting(path, 'value="llama-3-8b", label="model', 'value="llama-3-70b", label="model', tmp_path)
+    assert not any(p.fit.fits for pl in big["placements"].values() for p in pl.pools if p.name != "rollout")
+
+
 # ---- end of lessons 22b-28 ----
 
 # --------------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 
 from posttrain.systems import gantt, stragglers
+from posttrain.systems.memory import MIXED_ADAMW
+from posttrain.systems.rl_memory import rl_memory
 
 
 def _ref_decode_by_patch(lengths, a, b, cap):
@@ -43,6 +45,16 @@ def _gantt_cases():
     ]
 
 
+def _ref_grpo_bytes(parameters, gpus, zero_stage):
+    memory = rl_memory("grpo", parameters, MIXED_ADAMW, zero_stage, gpus)
+    return torch.tensor([c.bytes_per_gpu for c in memory.copies], dtype=torch.float64)
+
+
+def _copies_cases():
+    return [(f"{gpus} GPU{'s' if gpus > 1 else ''}, ZeRO stage {stage}", (8e9, gpus, stage))
+            for gpus, stage in ((1, 0), (8, 0), (8, 1), (8, 2), (8, 3))]
+
+
 # lesson: (the stub's function, the library's answer, the cases, the hint said on any failure)
 SYSTEMS_EXERCISES = {
     "22b": ("decode_seconds_by_patch", _ref_decode_by_patch, _decode_cases,
@@ -55,4 +67,8 @@ SYSTEMS_EXERCISES = {
         "sync, published[max(0, s − k)] for async; training starts at max(its batch sampled, trainer "
         "free); the sync ends train_end + sync_seconds, which publishes version s + 1 and frees the "
         "trainer. See simulate in posttrain/systems/gantt.py."),
+    "24": ("grpo_bytes_per_gpu", _ref_grpo_bytes, _copies_cases,
+        "policy = 2/s3 + 2/s2 + 12/s1 bytes a parameter, where sK = gpus when zero_stage >= K (else 1); "
+        "reference = 2/s3; engine = 2, never sharded. See training_state_bytes in "
+        "posttrain/systems/memory.py and rl_memory in posttrain/systems/rl_memory.py."),
 }
