@@ -56,6 +56,8 @@ def _():
          "a Gantt chart of rollout, train and sync: the sum becomes a max, staleness, the freshness wall"),
         ("24_rl_infra_engineer.py", "The RL infra engineer",
          "three architectures on a real cluster: which GPU holds which copy, which wire each byte takes"),
+        ("25_kernels_for_rl.py", "Kernels for RL",
+         "six surfaces, paged attention first, and the silent bug: our sampler's log-probs against the trainer's"),
     ]
     # ---- end of lessons 22b-28 ----
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in

@@ -73,11 +73,19 @@ def _grpo_bytes(parameters, gpus, stage):
                          parameters * 2.0], dtype=torch.float64)
 
 
+def _mismatch(sampler, trainer, cap):
+    d = (trainer - sampler).double()
+    w = d.exp()
+    return torch.stack([d.abs().mean(), (w - 1 - d).mean(), (w > cap).double().mean(),
+                        w.sum() ** 2 / (len(w) * (w * w).sum())])
+
+
 INDEPENDENT.update({
     "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
                                              a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
     "22c": _step_ends,
     "24": _grpo_bytes,
+    "25": _mismatch,
 })
 
 # ---- end of lessons 22b-28 ----

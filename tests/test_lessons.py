@@ -394,6 +394,20 @@ def test_lesson_24_copies_paths_and_what_does_not_fit(restore_threads, tmp_path)
     assert not any(p.fit.fits for pl in big["placements"].values() for p in pl.pools if p.name != "rollout")
 
 
+def test_lesson_25_sampler_equals_trainer_until_its_kernels_change(restore_threads, tmp_path):
+    path = LESSONS / "25_kernels_for_rl.py"
+    defs = run_in_process(path)  # float32
+    assert defs["worst"] < 1e-5 and abs(defs["start_ratio"] - 1).max() < 1e-5
+    assert defs["cache"].contiguous_waste > 0.85 and defs["cache"].paged_waste < 0.01
+    assert defs["roi"][0].lever.name == "2× faster rollout" and defs["decode_share"] < 0.25
+    default = "value=\"float32: the trainer's own kernels\""
+    bf16 = run_with_setting(path, default, 'value="bfloat16 matmuls (autocast)"', tmp_path)
+    assert bf16["worst"] > 100 * 1e-5 and 1e-4 < bf16["stats"].mean_abs_logp_diff < 3e-3
+    int8 = run_with_setting(path, default, 'value="int8 weights (models/int8.py)"', tmp_path)
+    assert int8["worst"] > 1e-2 and int8["stats"].mean_abs_logp_diff > 2 * bf16["stats"].mean_abs_logp_diff
+    assert 0.01 < abs(int8["start_ratio"] - 1).max() < 0.05  # "up to 2 % either side of 1"
+
+
 # ---- end of lessons 22b-28 ----
 
 # --------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ each reference returns them as a float64 tensor, the shape the stub returns.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from posttrain.systems import gantt, stragglers
@@ -55,6 +57,26 @@ def _copies_cases():
             for gpus, stage in ((1, 0), (8, 0), (8, 1), (8, 2), (8, 3))]
 
 
+def _ref_mismatch(sampler_logp, trainer_logp, cap):
+    m = stragglers.logprob_mismatch(sampler_logp.tolist(), trainer_logp.tolist(), cap)
+    return torch.tensor([m.mean_abs_logp_diff, m.kl_k3, m.clipped_fraction, m.effective_sample_fraction],
+                        dtype=torch.float64)
+
+
+def _mismatch_cases():
+    g = torch.Generator().manual_seed(25)
+    sampler = -torch.rand(200, generator=g, dtype=torch.float64) * 3  # (n,) log-probs of sampled tokens
+    return [
+        ("the same kernels: every statistic at its ideal", (sampler, sampler.clone(), 2.0)),
+        ("int8-sized noise, 1e-3 nats", (sampler, sampler + 1e-3 * torch.randn(200, generator=g, dtype=torch.float64),
+                                        2.0)),
+        ("one token three times likelier under the trainer (w = 3 > cap)",
+         (torch.tensor([-1.0, -2.0], dtype=torch.float64), torch.tensor([-1.0, -2.0 + math.log(3)], dtype=torch.float64),
+          2.0)),
+        ("a sampler that favours its own tokens by 0.3 nats", (sampler, sampler - 0.3, 1.2)),
+    ]
+
+
 # lesson: (the stub's function, the library's answer, the cases, the hint said on any failure)
 SYSTEMS_EXERCISES = {
     "22b": ("decode_seconds_by_patch", _ref_decode_by_patch, _decode_cases,
@@ -71,4 +93,8 @@ SYSTEMS_EXERCISES = {
         "policy = 2/s3 + 2/s2 + 12/s1 bytes a parameter, where sK = gpus when zero_stage >= K (else 1); "
         "reference = 2/s3; engine = 2, never sharded. See training_state_bytes in "
         "posttrain/systems/memory.py and rl_memory in posttrain/systems/rl_memory.py."),
+    "25": ("mismatch_stats", _ref_mismatch, _mismatch_cases,
+        "d = trainer − sampler (in float64), w = exp(d): [d.abs().mean(), (w − 1 − d).mean(), "
+        "(w > cap).float().mean(), w.sum()**2 / (n · (w**2).sum())]. See logprob_mismatch in "
+        "posttrain/systems/stragglers.py."),
 }
