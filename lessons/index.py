@@ -58,6 +58,8 @@ def _():
          "three architectures on a real cluster: which GPU holds which copy, which wire each byte takes"),
         ("25_kernels_for_rl.py", "Kernels for RL",
          "six surfaces, paged attention first, and the silent bug: our sampler's log-probs against the trainer's"),
+        ("28_bottlenecks.py", "Bottlenecks and how to find them",
+         "the six-step playbook on two real runs, and an allocator that spends an optimization budget"),
     ]
     # ---- end of lessons 22b-28 ----
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
@@ -83,8 +85,10 @@ def _(LESSONS, mo):
     |---|---|---|---|
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
-    each a small patch on its predecessor. Read them in order; every lesson builds on the
-    last. In each, find the setting that breaks things — the failures are the lesson.
+    each a small patch on its predecessor; 22b–22c take a step's time apart, 24–25 are the
+    engineer's view (the architecture, the kernels) and 28 is the playbook that ends the course.
+    Read them in order; every lesson builds on the last. In each, find the setting that breaks
+    things — the failures are the lesson.
 
     Most lessons end with a code exercise: a marked stub in `exercises/` (outside the library, so
     its tests stay green) that you fill in and check with `posttrain check 09`, which compares

@@ -80,12 +80,21 @@ def _mismatch(sampler, trainer, cap):
                         w.sum() ** 2 / (len(w) * (w * w).sum())])
 
 
+def _saved(times, topology, levers):
+    def step(t):
+        rest = t["verifier"] + t["reference"] + t["train"] + t["sync"]
+        return max(t["rollout"], rest) if topology == "async" else t["rollout"] + rest
+
+    return torch.tensor([step(times) - step({r: v * f.get(r, 1.0) for r, v in times.items()}) for f in levers])
+
+
 INDEPENDENT.update({
     "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
                                              a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
     "22c": _step_ends,
     "24": _grpo_bytes,
     "25": _mismatch,
+    "28": _saved,
 })
 
 # ---- end of lessons 22b-28 ----
@@ -187,6 +196,14 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
 
 
 # ---- lessons 22b, 22c, 24, 25, 28: the classic mistakes fail, with the case named ----
+
+
+def test_an_async_step_summed_instead_of_maxed_fails_on_the_async_cases():
+    lines = []
+    summed = lambda times, topology, levers: _saved(times, "colocated", levers)  # noqa: E731
+    assert check.run_check("28", solution=summed, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'colocated" in text and "FAIL  case 'async, the rollout binds" in text
 
 
 def test_sharding_the_engine_with_zero_fails():

@@ -408,6 +408,27 @@ def test_lesson_25_sampler_equals_trainer_until_its_kernels_change(restore_threa
     assert 0.01 < abs(int8["start_ratio"] - 1).max() < 0.05  # "up to 2 % either side of 1"
 
 
+def test_lesson_28_the_allocator_on_real_runs(restore_threads, tmp_path):
+    path = LESSONS / "28_bottlenecks.py"
+    defs = run_in_process(path)  # our colocated run, budget 3
+    chosen = defs["chosen"]
+    assert [g.lever.name for g in chosen][0] == "async, one step ahead"
+    assert defs["before"] == pytest.approx(18.2, abs=0.1) and chosen[0].after_seconds == pytest.approx(10.6, abs=0.1)
+    assert defs["sampling"]["async"] > 2 * defs["sampling"]["colocated"]  # 2 shared cores: sampling stretches
+    assert all(abs(rmax - 1) < 1e-3 for _, rmax, *_ in defs["health"]["colocated"])
+    assert all(abs(w - 1) < 5e-3 and stale == 1 for _, _, _, stale, w, _ in defs["health"]["async"])
+    top = dict((key, share) for key, _, share in defs["profile_top"])
+    assert "aten::mm" in top and top["aten::mm"] < 0.5  # the matmuls are not most of a tiny decode
+    default = 'value="our colocated run (measured)", label'
+    stretched = run_with_setting(path, default, 'value="our async run, 2 Ray workers (measured)", label', tmp_path)
+    trainer_side = [g for g in stretched["alone"] if g.lever.factors and "rollout" not in g.lever.factors]
+    assert trainer_side and all(g.saved_seconds == 0 for g in trainer_side)  # the rollout binds
+    planned = run_with_settings(path, {default: 'value="Llama-3-8B GRPO on 8 H100s (planned)", label',
+                                       'value=3, label="optimizations': 'value=6, label="optimizations'}, tmp_path)
+    names = [g.lever.name.split(" ")[0] for g in planned["chosen"]]
+    assert names == ["speculative", "length", "async,", "low-precision", "skip"]  # the sixth slot stays unspent
+    assert [round(g.after_seconds) for g in planned["chosen"]] == [39, 25, 14, 11, 8]
+
 # ---- end of lessons 22b-28 ----
 
 # --------------------------------------------------------------------------------------

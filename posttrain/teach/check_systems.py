@@ -13,6 +13,7 @@ import torch
 from posttrain.systems import gantt, stragglers
 from posttrain.systems.memory import MIXED_ADAMW
 from posttrain.systems.rl_memory import rl_memory
+from posttrain.systems.throughput import RoleTimes, step_seconds
 
 
 def _ref_decode_by_patch(lengths, a, b, cap):
@@ -77,6 +78,23 @@ def _mismatch_cases():
     ]
 
 
+def _ref_seconds_saved(times, topology, levers):
+    t = RoleTimes(**times)
+    before = step_seconds(t, topology)
+    return torch.tensor([before - step_seconds(t.scaled(f), topology) for f in levers], dtype=torch.float64)
+
+
+def _lever_cases():
+    step = {"rollout": 6.0, "verifier": 0.5, "reference": 1.0, "train": 2.5, "sync": 0.5}
+    levers = [{"rollout": 0.5}, {"reference": 0.0}, {"train": 0.5, "reference": 0.5}, {"sync": 0.0}]
+    trainer_bound = {**step, "rollout": 3.0}
+    return [
+        ("colocated: every lever saves its own share", (step, "colocated", levers)),
+        ("async, the rollout binds: trainer-side levers save nothing", (step, "async", levers)),
+        ("async, the trainer side binds: the rollout lever saves nothing", (trainer_bound, "async", levers)),
+    ]
+
+
 # lesson: (the stub's function, the library's answer, the cases, the hint said on any failure)
 SYSTEMS_EXERCISES = {
     "22b": ("decode_seconds_by_patch", _ref_decode_by_patch, _decode_cases,
@@ -97,4 +115,8 @@ SYSTEMS_EXERCISES = {
         "d = trainer − sampler (in float64), w = exp(d): [d.abs().mean(), (w − 1 − d).mean(), "
         "(w > cap).float().mean(), w.sum()**2 / (n · (w**2).sum())]. See logprob_mismatch in "
         "posttrain/systems/stragglers.py."),
+    "28": ("seconds_saved", _ref_seconds_saved, _lever_cases,
+        "step(times) − step(times with the lever's factors multiplied in), one lever at a time, each on "
+        "the original times; step is the sum, or for async max(rollout, the other four summed). See "
+        "rank_levers and step_seconds in posttrain/systems/throughput.py."),
 }
