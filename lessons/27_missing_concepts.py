@@ -246,6 +246,9 @@ def _(mo):
        answer move?
     3. Code: `exercises/27_missing_concepts.py` asks for `truncated_is_weights` itself;
        `posttrain check 27` compares it with the library on ratios far above and below the cap.
+
+    Next: [28 · Bottlenecks, optimizations, and how to find them](?file=28_bottlenecks.py), the
+    playbook that closes the course.
     """)
     return
 

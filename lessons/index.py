@@ -60,6 +60,21 @@ def _():
         ("27_missing_concepts.py", "Missing concepts",
          "seventeen ideas this course does not develop, where each would go, the code for those posttrain has; off-policy correction live"),
     ]
+    # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ----
+    LESSONS += [
+        ("22b_long_tail_rollouts.py", "Long-tail rollouts",
+         "a batch waits for its longest answer: the straggler tax, packing, a length cap, dynamic K, the int8 trap"),
+        ("22c_async_pipelining.py", "Async pipelining and weight sync",
+         "a Gantt chart of rollout, train and sync: the sum becomes a max, staleness, the freshness wall"),
+        ("24_rl_infra_engineer.py", "The RL infra engineer",
+         "three architectures on a real cluster: which GPU holds which copy, which wire each byte takes"),
+        ("25_kernels_for_rl.py", "Kernels for RL",
+         "six surfaces, paged attention first, and the silent bug: our sampler's log-probs against the trainer's"),
+        ("28_bottlenecks.py", "Bottlenecks and how to find them",
+         "the six-step playbook on two real runs, and an allocator that spends an optimization budget"),
+    ]
+    # ---- end of lessons 22b-28 ----
+    LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
     return LESSONS, Path, mo
 
 
@@ -67,7 +82,7 @@ def _():
 def _(LESSONS, mo):
     # In `posttrain lessons` (marimo run on this folder) "?file=NAME" opens a sibling notebook.
     _rows = "".join(
-        f"| {file[:2]} | [{title}](?file={file}) | {line} | `lessons/{file}` |\n"
+        f"| {file.split('_')[0]} | [{title}](?file={file}) | {line} | `lessons/{file}` |\n"
         for file, title, line in LESSONS
     )
     mo.md(
@@ -83,9 +98,11 @@ def _(LESSONS, mo):
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
     each a small patch on its predecessor; 15–18 are where the reward comes from when there is
-    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 26–27 step
-    back: the forces that shaped the field, and what the course leaves out. Read them
-    in order; every lesson builds on the last. In each, find the setting that breaks things — the failures are the lesson.
+    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 22b–22c
+    take a step's time apart, 24–25 are the engineer's view (the architecture, the kernels);
+    26–27 step back: the forces that shaped the field, and what the course leaves out; 28 is the
+    playbook that ends the course. Read them in order; every lesson builds on the last. In each,
+    find the setting that breaks things — the failures are the lesson.
 
     Most lessons end with a code exercise: a marked stub in `exercises/` (outside the library, so
     its tests stay green) that you fill in and check with `posttrain check 09`, which compares

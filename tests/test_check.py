@@ -74,6 +74,51 @@ def _cot_v1(expected: str, completion: str) -> float:
     answer = re.fullmatch(r"Final: (-?(?:0|[1-9][0-9]*))", lines[-1])
     one_final = sum(line.startswith("Final:") for line in lines) == 1
     return float(one_final and answer is not None and answer.group(1) != "-0" and answer.group(1) == expected)
+# ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2): written from the stubs' docstrings ----
+
+
+def _step_ends(rollout, train, sync, k):
+    published, ends, rollout_free, trainer_free = [0.0], [], 0.0, 0.0
+    for s, (r, t) in enumerate(zip(rollout, train)):
+        rollout_free = max(rollout_free, published[max(0, s - k)] if k else published[s]) + r
+        end = max(rollout_free, trainer_free) + t + sync
+        trainer_free = end
+        published.append(end)
+        ends.append(end)
+    return torch.tensor(ends, dtype=torch.float64)
+
+
+def _grpo_bytes(parameters, gpus, stage):
+    share = lambda k: gpus if stage >= k else 1  # noqa: E731
+    return torch.tensor([parameters * (2 / share(3) + 2 / share(2) + 12 / share(1)), parameters * 2 / share(3),
+                         parameters * 2.0], dtype=torch.float64)
+
+
+def _mismatch(sampler, trainer, cap):
+    d = (trainer - sampler).double()
+    w = d.exp()
+    return torch.stack([d.abs().mean(), (w - 1 - d).mean(), (w > cap).double().mean(),
+                        w.sum() ** 2 / (len(w) * (w * w).sum())])
+
+
+def _saved(times, topology, levers):
+    def step(t):
+        rest = t["verifier"] + t["reference"] + t["train"] + t["sync"]
+        return max(t["rollout"], rest) if topology == "async" else t["rollout"] + rest
+
+    return torch.tensor([step(times) - step({r: v * f.get(r, 1.0) for r, v in times.items()}) for f in levers])
+
+
+INDEPENDENT.update({
+    "22b": lambda L, a, b, cap: torch.stack([(a + b * len(L)) * L.max(), a * L.max() + b * L.sum(),
+                                             a * L.clamp(max=cap).max() + b * L.clamp(max=cap).sum()]),
+    "22c": _step_ends,
+    "24": _grpo_bytes,
+    "25": _mismatch,
+    "28": _saved,
+})
+
+# ---- end of lessons 22b-28 ----
 
 
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
@@ -280,3 +325,27 @@ def test_wrong_truncated_importance_weights_fail(wrong):
         solution = lambda old, beh, mask, cap: (old - beh).exp().clamp(max=cap)
     assert check.run_check("27", solution=solution, out=quiet(lines)) is False
     assert "ok    case 'on-policy: every weight is 1'" in "\n".join(lines)
+# ---- lessons 22b, 22c, 24, 25, 28: the classic mistakes fail, with the case named ----
+
+
+def test_an_async_step_summed_instead_of_maxed_fails_on_the_async_cases():
+    lines = []
+    summed = lambda times, topology, levers: _saved(times, "colocated", levers)  # noqa: E731
+    assert check.run_check("28", solution=summed, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'colocated" in text and "FAIL  case 'async, the rollout binds" in text
+
+
+def test_sharding_the_engine_with_zero_fails():
+    lines = []
+    sharded = lambda p, gpus, stage: _grpo_bytes(p, gpus, stage) / torch.tensor([1.0, 1.0, gpus if stage == 3 else 1])
+    assert check.run_check("24", solution=sharded, out=quiet(lines)) is False
+    assert "FAIL  case '8 GPUs, ZeRO stage 3'" in "\n".join(lines)
+
+
+def test_a_packed_batch_paying_for_every_row_to_the_end_fails():
+    lines = []
+    static_twice = lambda L, a, b, cap: torch.stack(  # noqa: E731
+        [(a + b * len(L)) * L.max()] * 2 + [(a + b * len(L)) * L.clamp(max=cap).max()])
+    assert check.run_check("22b", solution=static_twice, out=quiet(lines)) is False
+    assert "ok    case 'every row the same length" in "\n".join(lines)  # equal rows: the two agree

@@ -524,6 +524,114 @@ def test_lesson_27_truncation_helps_near_policy_and_nothing_rescues_a_distant_on
     assert min(v["rmse"] for v in far.values()) > 0.3
 
 
+# ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ------------------------------------
+
+
+def run_with_settings(path: Path, replacements: dict[str, str], tmp_path: Path) -> dict:
+    """run_with_setting with several widget defaults replaced at once (a panel's knobs)."""
+    text = path.read_text(encoding="utf-8")
+    for default, setting in replacements.items():
+        assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
+        text = text.replace(default, setting)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
+def test_lesson_22b_the_tax_the_patches_and_the_trap(restore_threads, tmp_path):
+    path = LESSONS / "22b_long_tail_rollouts.py"
+    defs = run_in_process(path)  # 256 rows, cv 1, cap 4 × the mean, keep 0.9
+    assert defs["tax"] == pytest.approx(7.9, abs=0.1) and defs["monte_carlo"] == pytest.approx(defs["tax"], rel=0.05)
+    seconds = [p.seconds for p in defs["patches"]]
+    assert [p.patch.split(" ")[0] for p in defs["patches"]] == ["none", "packing", "length", "dynamic"]
+    assert all(later < earlier for earlier, later in zip(seconds, seconds[1:])) and seconds[0] > 3 * seconds[1]
+    assert 0.7 < defs["kept_mean"] / defs["MEAN"] < 0.8  # "~25 % shorter" even at keep = 0.9
+    assert defs["float_worst"] < 1e-5  # float32 sampler = trainer to rounding
+    assert 1e-3 < defs["int8_mismatch"].mean_abs_logp_diff < 2e-2  # "thousandths of a nat"
+    assert defs["speedups"][1] > 1.8 > 1.3 > defs["speedups"][256]  # int8 pays while the weights' read binds
+    short = run_with_setting(path, "step=0.05, value=0.9,", "step=0.05, value=0.5,", tmp_path)
+    assert short["kept_mean"] / short["MEAN"] < 0.45  # keep 0.5: answers at ~40 % of the policy's length
+    tight = run_with_setting(path, 'value=4.0, label="length cap', 'value=1.0, label="length cap', tmp_path)
+    assert tight["truncated"] > 0.3 and tight["penalty"] < -0.3  # "a third cut off", sharply negative
+    even = run_with_setting(path, 'value=1.0, label="spread', 'value=0.0, label="spread', tmp_path)
+    assert even["tax"] == pytest.approx(1.0, abs=1e-3)
+    assert even["patches"][1].seconds == pytest.approx(even["patches"][0].seconds)  # packing changes nothing
+    assert even["patches"][-1].seconds > even["patches"][-2].seconds  # dynamic K only adds work
+
+
+def test_lesson_22c_async_is_a_max_and_the_freshness_wall(restore_threads, tmp_path):
+    path = LESSONS / "22c_async_pipelining.py"
+    defs = run_in_process(path)  # async, k = 1, cv 0.5, updates of 3 s
+    chart, lockstep, wall = defs["chart"], defs["lockstep"], defs["wall"]
+    assert max(chart.staleness) == 1 and chart.makespan < lockstep.makespan / 1.4
+    assert wall[0][1] == pytest.approx(lockstep.makespan / 12) and wall[1][1] < wall[0][1]
+    totals = [s.total for _, s in defs["sync_steps"]]
+    assert all(later < earlier for earlier, later in zip(totals, totals[1:])) and 0.1 < totals[0] < 0.2
+    assert defs["across_nodes"].total > 5 * totals[0] and defs["bubbles"][1] == 0.75
+    slow_trainer = run_with_settings(path, {'value=1, label="async': 'value=4, label="async',
+                                            'value=3.0, label="seconds per update"': 'value=8.0, label="seconds per update"'},
+                                     tmp_path)
+    wall = slow_trainer["wall"]
+    assert wall[2][1] == pytest.approx(wall[4][1]) and wall[1][1] - wall[2][1] < 0.03 * wall[1][1]  # no speed past k = 1
+    assert wall[4][2] > 2.5 and max(slow_trainer["chart"].staleness) == 4  # only staleness
+    turns = run_with_setting(path, 'value="async", label="topology"', 'value="colocated", label="topology"', tmp_path)
+    assert turns["chart"].makespan == pytest.approx(turns["lockstep"].makespan)  # the sum, not the max
+
+
+def test_lesson_24_copies_paths_and_what_does_not_fit(restore_threads, tmp_path):
+    path = LESSONS / "24_rl_infra_engineer.py"
+    defs = run_in_process(path)  # colocated, llama-3-8b, 8 × H100, GRPO
+    placements = defs["placements"]
+    assert all(p.fit.fits for pl in placements.values() for p in pl.pools)
+    colocated = placements["colocated"]
+    assert colocated.path("collectives").bytes > colocated.path("weights").bytes
+    assert colocated.path("trajectories").bytes == 0
+    assert placements["async"].step_seconds < colocated.step_seconds < placements["disaggregated"].step_seconds
+    ppo = run_with_setting(path, 'value="grpo", label="algorithm"', 'value="ppo", label="algorithm"', tmp_path)
+    pools = {a: pl.pools for a, pl in ppo["placements"].items()}
+    assert pools["colocated"][0].fit.fits and not pools["disaggregated"][0].fit.fits  # the trainer pool overflows
+    assert pools["disaggregated"][0].memory.total_bytes / 1e9 == pytest.approx(76.7, abs=0.1)
+    big = run_with_setting(path, 'value="llama-3-8b", label="model', 'value="llama-3-70b", label="model', tmp_path)
+    assert not any(p.fit.fits for pl in big["placements"].values() for p in pl.pools if p.name != "rollout")
+
+
+def test_lesson_25_sampler_equals_trainer_until_its_kernels_change(restore_threads, tmp_path):
+    path = LESSONS / "25_kernels_for_rl.py"
+    defs = run_in_process(path)  # float32
+    assert defs["worst"] < 1e-5 and abs(defs["start_ratio"] - 1).max() < 1e-5
+    assert defs["cache"].contiguous_waste > 0.85 and defs["cache"].paged_waste < 0.01
+    assert defs["roi"][0].lever.name == "2× faster rollout" and defs["decode_share"] < 0.25
+    default = "value=\"float32: the trainer's own kernels\""
+    bf16 = run_with_setting(path, default, 'value="bfloat16 matmuls (autocast)"', tmp_path)
+    assert bf16["worst"] > 100 * 1e-5 and 1e-4 < bf16["stats"].mean_abs_logp_diff < 3e-3
+    int8 = run_with_setting(path, default, 'value="int8 weights (models/int8.py)"', tmp_path)
+    assert int8["worst"] > 1e-2 and int8["stats"].mean_abs_logp_diff > 2 * bf16["stats"].mean_abs_logp_diff
+    assert 0.01 < abs(int8["start_ratio"] - 1).max() < 0.05  # "up to 2 % either side of 1"
+
+
+def test_lesson_28_the_allocator_on_real_runs(restore_threads, tmp_path):
+    path = LESSONS / "28_bottlenecks.py"
+    defs = run_in_process(path)  # our colocated run, budget 3
+    chosen = defs["chosen"]
+    assert [g.lever.name for g in chosen][0] == "async, one step ahead"
+    assert defs["before"] == pytest.approx(18.2, abs=0.1) and chosen[0].after_seconds == pytest.approx(10.6, abs=0.1)
+    assert defs["sampling"]["async"] > 2 * defs["sampling"]["colocated"]  # 2 shared cores: sampling stretches
+    assert all(abs(rmax - 1) < 1e-3 for _, rmax, *_ in defs["health"]["colocated"])
+    assert all(abs(w - 1) < 5e-3 and stale == 1 for _, _, _, stale, w, _ in defs["health"]["async"])
+    top = dict((key, share) for key, _, share in defs["profile_top"])
+    assert "aten::mm" in top and top["aten::mm"] < 0.5  # the matmuls are not most of a tiny decode
+    default = 'value="our colocated run (measured)", label'
+    stretched = run_with_setting(path, default, 'value="our async run, 2 Ray workers (measured)", label', tmp_path)
+    trainer_side = [g for g in stretched["alone"] if g.lever.factors and "rollout" not in g.lever.factors]
+    assert trainer_side and all(g.saved_seconds == 0 for g in trainer_side)  # the rollout binds
+    planned = run_with_settings(path, {default: 'value="Llama-3-8B GRPO on 8 H100s (planned)", label',
+                                       'value=3, label="optimizations': 'value=6, label="optimizations'}, tmp_path)
+    names = [g.lever.name.split(" ")[0] for g in planned["chosen"]]
+    assert names == ["speculative", "length", "async,", "low-precision", "skip"]  # the sixth slot stays unspent
+    assert [round(g.after_seconds) for g in planned["chosen"]] == [39, 25, 14, 11, 8]
+
+# ---- end of lessons 22b-28 ----
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

@@ -9,8 +9,8 @@ from posttrain.cli import main
 from posttrain.systems.hardware import DEVICES, Cluster
 from posttrain.systems.plan import JobSettings, engine_tensor_parallel, job_memory, plan
 from posttrain.systems.shapes import PRESETS
-from posttrain.systems.throughput import Workload
-from posttrain.systems.wallclock import render, topology_of, where_time_goes
+from posttrain.systems.throughput import DEFAULT_LEVERS, Workload
+from posttrain.systems.wallclock import open_levers, render, topology_of, where_time_goes
 
 WORKLOAD = Workload(prompts=64, samples_per_prompt=8, prompt_tokens=512, mean_response_tokens=1024)
 
@@ -111,3 +111,19 @@ def test_command_reads_a_config_json_and_a_run(tmp_path, capsys):
 def test_command_refuses_bad_settings(flags, message, capsys):
     assert main(["systems", *flags]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_open_levers_leave_out_what_a_run_already_does():
+    rows = [rl_row(s, rollout=6.0, reference=1.0, train=2.5, step=9.6) for s in range(2)]
+    config = {"rl": {"share_prompt": True, "skip_inert_rows": False, "sampling": {"weights": "float32"}},
+              "dist": {"topology": "auto"}}
+    names = [lever.name for lever in open_levers(config, rows, DEFAULT_LEVERS)]
+    assert "each prompt once per group" not in names and "skip rows with no gradient" in names
+    assert "async, one step ahead" in names and "low-precision rollout" in names
+    assert not any(n.startswith("length cap") for n in names)  # nothing reached max_new_tokens: no tail to cut
+    for r in rows:
+        r["truncated_fraction"] = 0.3
+    config["dist"]["topology"], config["rl"]["sampling"]["weights"] = "async", "int8"
+    names = [lever.name for lever in open_levers(config, rows, DEFAULT_LEVERS)]
+    assert any(n.startswith("length cap") for n in names)
+    assert "async, one step ahead" not in names and "low-precision rollout" not in names

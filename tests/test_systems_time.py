@@ -13,8 +13,8 @@ from posttrain.systems.roofline import (crossover_rows, decode_seconds, decode_s
                                         low_precision_decode_speedup, optimizer_step, prefill,
                                         training_flops_per_token)
 from posttrain.systems.shapes import PRESETS, ModelShape, matmul_parameter_count
-from posttrain.systems.throughput import (DEFAULT_LEVERS, Lever, RoleTimes, Workload, bottleneck, rank_levers,
-                                          role_times_from_metrics, roofline_role_times, step_seconds)
+from posttrain.systems.throughput import (DEFAULT_LEVERS, Lever, RoleTimes, Workload, allocate_levers, bottleneck,
+                                          rank_levers, role_times_from_metrics, roofline_role_times, step_seconds)
 
 # 2 layers, width 8, 2 query heads sharing 1 KV head of 4, MLP 16, vocabulary 10
 TOY = ModelShape("toy", n_layers=2, hidden=8, n_heads=2, n_kv_heads=1, head_dim=4, intermediate=16, vocab=10,
@@ -200,3 +200,31 @@ def test_roofline_role_times_invariances():
     assert roofline_role_times(PRESETS["llama-3-8b"], DEVICES["h100-80gb"], dataclasses.replace(w, reference=False)
                                ).reference == 0
     assert one.sync < eight.sync  # one GPU gathers nothing; eight all-gather their shards
+
+
+# ---- lessons 22c and 28: the pipeline bubble and the lever allocator --------------------
+
+
+def test_pipeline_bubble_by_hand():
+    assert gantt.pipeline_bubble(4, 12) == pytest.approx(3 / 15)  # GPipe: (p − 1) / (m + p − 1)
+    assert gantt.pipeline_bubble(4, 1) == pytest.approx(3 / 4)  # one micro-batch of stragglers: 3 of 4 stages idle
+    assert gantt.pipeline_bubble(1, 5) == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        gantt.pipeline_bubble(0, 4)
+
+
+def test_allocate_levers_composes_greedily_by_hand():
+    t = RoleTimes(rollout=6, reference=1, train=3)  # 10 s colocated
+    levers = [Lever("fast decode", {"rollout": 0.5}), Lever("fast update", {"train": 0.5}),
+              Lever("async", topology="async")]
+    chosen = allocate_levers(t, "colocated", levers, budget=3)
+    # async first (10 → max(6, 4) = 6), then decode (→ max(3, 4) = 4), then the update (→ max(3, 2.5) = 3)
+    assert [(g.lever.name, g.before_seconds, g.after_seconds) for g in chosen] == [
+        ("async", 10, 6), ("fast decode", 6, 4), ("fast update", 4, 3)]
+    # alone, the update's lever would have saved 1.5 s of the colocated step; after async and
+    # the decode lever, 1 s; before the decode lever, nothing (the rollout side binds)
+    assert rank_levers(RoleTimes(rollout=6, reference=1, train=3), "async", levers[1:2])[0].saved_seconds == 0
+    assert [g.lever.name for g in allocate_levers(t, "colocated", levers, budget=1)] == ["async"]
+    assert allocate_levers(t, "colocated", [Lever("nothing", {"sync": 0.5})], budget=2) == []  # sync is 0 s already
+    with pytest.raises(ValueError, match="budget"):
+        allocate_levers(t, "colocated", levers, budget=-1)

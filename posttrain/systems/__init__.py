@@ -19,4 +19,6 @@ tests/test_systems_measured.py.
     throughput   τ_step from five terms by topology; per-role rooflines; levers ranked
     wallclock    "where is my wall-clock going": a decision tree over a run's time/* metrics
     plan         does model M fit on cluster C, and where will the time go (`posttrain systems`)
+    placement    colocated, disaggregated, async: which GPUs hold which copy, the bytes of
+                 the four paths (weights, trajectories, collectives, control), the step
 """

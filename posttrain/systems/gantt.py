@@ -155,3 +155,18 @@ def weight_sync(parameters: float, *, train_gpus: int, link_bytes_per_second: fl
     broadcast = 0.0 if colocated else latency_seconds + parameters * engine_bytes / link_bytes_per_second
     reshard = 2 * parameters * engine_bytes / engine_tensor_parallel / memory_bytes_per_second
     return WeightSync(gather, cast, broadcast, reshard)
+
+
+def pipeline_bubble(stages: int, micro_batches: int) -> float:
+    """The idle fraction of a pipeline-parallel pass (GPipe, Huang et al. 2019,
+    https://arxiv.org/abs/1811.06965): p stages and m micro-batches take m + p − 1 slots, in
+    each of which a stage works on at most one micro-batch, so each stage idles p − 1 of them:
+
+        bubble = (p − 1) / (m + p − 1)
+
+    RL meets it twice: the update wants many micro-batches (m ≫ p), and a pipelined rollout
+    engine decodes one token per row per pass, so once only the long tail's rows are left
+    (a single micro-batch of stragglers, m = 1) each pass idles (p − 1)/p of the GPUs."""
+    if stages < 1 or micro_batches < 1:
+        raise ValueError(f"stages={stages}, micro_batches={micro_batches}: both at least 1")
+    return (stages - 1) / (micro_batches + stages - 1)

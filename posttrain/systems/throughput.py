@@ -215,3 +215,26 @@ DEFAULT_LEVERS = [
     Lever("parallel verifier", {"verifier": 0.25}, note="score on 4 processes"),
     Lever("weight sync by broadcast", {"sync": 0.1}, note="NCCL/IPC instead of an object store"),
 ]
+
+
+def allocate_levers(times: RoleTimes, topology: str, levers: list[Lever], budget: int,
+                    max_staleness: int = 1) -> list[LeverGain]:
+    """Spend a budget of `budget` optimisations one at a time, each on the lever that saves
+    the most seconds of the step *as the levers already chosen left it* (lesson 28's
+    allocator). So every gain is measured after the ones before it: Amdahl's law shrinks a
+    second lever on a role the first has already cut, and once async makes the step a max,
+    a lever on the side that does not bind saves nothing. Stops early when no lever left
+    saves time. Returns the chosen levers in order, each with the step before and after."""
+    if budget < 0:
+        raise ValueError(f"budget={budget}: the number of optimisations to spend, >= 0")
+    chosen: list[LeverGain] = []
+    left = list(levers)
+    for _ in range(budget):
+        ranked = rank_levers(times, topology, left, max_staleness) if left else []
+        if not ranked or ranked[0].saved_seconds <= 0:
+            break
+        best = ranked[0]
+        chosen.append(best)
+        times, topology = times.scaled(best.lever.factors), best.lever.topology or topology
+        left.remove(best.lever)
+    return chosen

@@ -23,7 +23,8 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from posttrain.systems.throughput import ROLES, RoleTimes, bottleneck, role_times_from_metrics, step_seconds
+from posttrain.systems.throughput import (ROLES, Lever, RoleTimes, bottleneck, role_times_from_metrics,
+                                          step_seconds)
 
 
 @dataclass(frozen=True)
@@ -135,3 +136,35 @@ def render(clock: WallClock) -> str:
     lines.append(f"| outside the roles | {clock.outside_seconds:.3f} | {clock.outside_seconds / clock.step_seconds:.0%} |")
     lines += ["", *[f"- {f}" for f in clock.findings]]
     return "\n".join(lines)
+
+
+# A lever a run has already pulled: the config.json setting (dotted path) and its value that mean so
+PULLED = {
+    "async, one step ahead": ("dist.topology", "async"),
+    "low-precision rollout": ("rl.sampling.weights", "int8"),
+    "each prompt once per group": ("rl.share_prompt", True),
+    "skip rows with no gradient": ("rl.skip_inert_rows", True),
+}
+
+
+def _setting(config: dict, dotted: str):
+    for key in dotted.split("."):
+        config = config.get(key, {}) if isinstance(config, dict) else {}
+    return config
+
+
+def open_levers(config: dict, rows: list[dict], levers: list[Lever]) -> list[Lever]:
+    """The levers a run has not pulled yet (lesson 28's allocator spends only these): those
+    its config.json already sets (PULLED) are left out, and so is a length cap when almost
+    no response reached max_new_tokens (truncated_fraction under 1%): there is no tail for
+    it to cut."""
+    truncated = mean([r for r in rows if "time/step" in r] or [{}], "truncated_fraction")
+    out = []
+    for lever in levers:
+        pulled = PULLED.get(lever.name)
+        if pulled and _setting(config, pulled[0]) == pulled[1]:
+            continue
+        if lever.name.startswith("length cap") and truncated < 0.01:
+            continue
+        out.append(lever)
+    return out

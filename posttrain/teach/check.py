@@ -33,9 +33,10 @@ from posttrain.algorithms.core import agg_loss, clipped_surrogate, kl_k3, masked
 from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
-from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
 from posttrain.teach.check_part3 import PART_III
 from posttrain.teach.check_part5 import PART_V
+from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
+from posttrain.teach.check_systems import SYSTEMS_EXERCISES
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
@@ -233,6 +234,20 @@ EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()}) 
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_V.items()})  # lessons 26-27
 
 
+# the systems lessons (22b and after): their references and cases are in check_systems.py
+EXERCISES.update({number: Exercise(function, number, reference, cases, hint)
+                  for number, (function, reference, cases, hint) in SYSTEMS_EXERCISES.items()})
+
+
+def lesson_order(key: str) -> tuple:
+    """Lessons by number (22 < 22b < 23), then the named exercises."""
+    match = re.fullmatch(r"(\d+)([a-z]?)", key)
+    return (0, int(match.group(1)), match.group(2)) if match else (1, 0, key)
+
+
+EXERCISES = dict(sorted(EXERCISES.items(), key=lambda item: lesson_order(item[0])))
+
+
 # --------------------------------------------------------------------------------------
 # Running a check
 # --------------------------------------------------------------------------------------
@@ -251,10 +266,14 @@ def exercise_files(directory: Path = EXERCISES_DIR) -> dict[str, Path]:
 
 
 def resolve(number: str) -> str:
+    """The exercise `number` means: "9", "09", "13_dapo", "22b" or "22B" (a lesson between two
+    numbers), or an exercise's name ("pick_best")."""
     key = number.strip()
     if key in EXERCISES:
         return key
-    key = f"{int(key):02d}" if key.isdigit() else key[:2]
+    key = key.lower()
+    match = re.match(r"(\d+)([a-z]?)", key)
+    key = f"{int(match.group(1)):02d}{match.group(2)}" if match else key
     if key not in EXERCISES:
         raise ValueError(f"no exercise {number!r}; the exercises are {', '.join(EXERCISES)} (a lesson's number, or "
                          "an exercise's name)")

@@ -1,0 +1,321 @@
+"""Lesson 28 · Bottlenecks, optimizations, and how to find them: the playbook, on real runs.
+
+Run it:  posttrain lessons 28
+Headless: python lessons/28_bottlenecks.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import dataclasses
+    import json
+
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # the profiled sampler is a sub-million-parameter model: one thread
+    return dataclasses, json, mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 28 · Bottlenecks, optimizations, and how to find them
+
+    ## Where the wall-clock goes
+
+    On GPUs, published RL systems report the same split again and again: the rollout takes
+    most of the step (60–80 %), the update 10–25 %, and the reference, the verifier and the
+    weight sync share what is left. Lesson 22a wrote the step as five terms, 22b and 22c took
+    the rollout and the sync apart, and 25 ranked the kernels. This lesson is the procedure
+    you run on a *real* run to decide what to change first.
+
+    ## The playbook, in six steps
+
+    1. **Wall-clock attribution.** Average each role's logged time (`time/*` in
+       `metrics.jsonl`) and walk a decision tree: is the time in the roles at all, which term
+       binds, why is it large, what would the topology buy (`posttrain/systems/wallclock.py`,
+       `posttrain systems --run`).
+    2. **Is the device busy?** `nvidia-smi` on a GPU: a rollout at 30 % utilisation waits on
+       something else. Here: compare a worker's own sampling time with the controller's wait.
+    3. **Profile the binding role** (`torch.profiler`): which operations take its time.
+    4. **Memory peak**: what limits the batch, and so the throughput of decode.
+    5. **Kernel timeline** (Nsight Systems on a GPU): gaps between kernels, launches, syncs.
+    6. **The ρ-histogram**: once it is fast, is it still right? The ratios π_θ/π_old and the
+       importance weights at the start of each step show stale or mismatched data.
+
+    ## The per-role optimization menu
+
+    | role | levers (each from a lesson) |
+    |---|---|
+    | rollout | continuous batching, prefix caching, paged KV (21, 25); a length cap, packing, dynamic K (22b); speculative decoding; low-precision weights with the mismatch corrected (22b, 25); async overlap (22c) |
+    | reference | share each group's prompt (`rl.share_prompt`); drop it when β = 0 and nothing logs the KL; compute ref log-probs in the engine |
+    | train | leave out rows with no gradient (`rl.skip_inert_rows`); share the prompt; fewer epochs; LoRA (less optimizer work, not fewer FLOPs) |
+    | verifier | score in parallel processes, or while the next batch samples; bound its tail with timeouts |
+    | sync | colocate (read in place), send bf16, send LoRA adapters only, NCCL instead of an object store (22c) |
+
+    ## The widget: an optimization-budget allocator
+
+    You can afford a few optimizations. Which, in which order? The allocator
+    (`throughput.allocate_levers`) spends the budget one lever at a time, each time on the one
+    that saves the most seconds **of the step as the previous levers left it**: after a big
+    rollout win, the next rollout lever is worth less (Amdahl), and once the step is async's
+    max, a lever on the side that does not bind is worth nothing. It spends only the levers a
+    run has not already pulled (`wallclock.open_levers` reads its `config.json`).
+
+    Three steps to choose from: two real run directories made on this machine (make run's
+    gpt_mini, 12 GRPO steps of 32 prompts × 8; colocated, and async with 2 Ray workers;
+    `lessons/data/28_runs/README.md` has the commands), and Llama-3-8B GRPO on 8 H100s as
+    `posttrain systems` plans it.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    STEPS = {
+        "our colocated run (measured)": "colocated",
+        "our async run, 2 Ray workers (measured)": "async",
+        "Llama-3-8B GRPO on 8 H100s (planned)": "plan",
+    }
+    controls = mo.ui.dictionary({
+        "step": mo.ui.dropdown(options=STEPS, value="our colocated run (measured)", label="whose step"),
+        "budget": mo.ui.slider(start=0, stop=6, step=1, value=3, label="optimizations you can afford",
+                               show_value=True),
+    })
+    controls.vstack()  # the panel's controls, one per line (their values stay in `controls`)
+    return STEPS, controls
+
+
+@app.cell
+def _(json):
+    from posttrain.runs.rundir import read_jsonl
+    from posttrain.teach.lessons import LESSONS_DIR
+
+    RUNS = LESSONS_DIR / "data" / "28_runs"  # the repository's lessons/, wherever this notebook runs from
+    runs = {name: (json.loads((RUNS / name / "config.json").read_text(encoding="utf-8")),
+                   read_jsonl(RUNS / name / "metrics.jsonl")) for name in ("colocated", "async")}
+    return (runs,)
+
+
+@app.cell
+def _(controls, dataclasses, runs):
+    from posttrain.systems.hardware import DEVICES, Cluster
+    from posttrain.systems.plan import JobSettings, plan
+    from posttrain.systems.shapes import PRESETS
+    from posttrain.systems.throughput import DEFAULT_LEVERS, Workload, allocate_levers, rank_levers, step_seconds
+    from posttrain.systems.wallclock import open_levers, render, where_time_goes
+
+    source, budget = controls.value["step"], controls.value["budget"]
+    if source == "plan":
+        _planned = plan(PRESETS["llama-3-8b"], Cluster(DEVICES["h100-80gb"], 8), JobSettings(),
+                        Workload(prompts=64, samples_per_prompt=8, prompt_tokens=512, mean_response_tokens=1024))
+        clock = None
+        times, topology = _planned.times, "colocated"
+        levers = [g.lever for g in _planned.levers]  # DEFAULT_LEVERS with the length cap priced for this workload
+    else:
+        _config, _rows = runs[source]
+        clock = where_time_goes([r for r in _rows if r.get("stage") == "rl"])
+        topology = clock.topology
+        # under async the step is the longer of the workers' own sampling and the trainer side
+        times = dataclasses.replace(clock.roles, rollout=clock.rollout_compute_seconds) if topology == "async" \
+            else clock.roles
+        levers = open_levers(_config, _rows, DEFAULT_LEVERS)
+    chosen = allocate_levers(times, topology, levers, budget)
+    alone = rank_levers(times, topology, levers)
+    before = step_seconds(times, topology)
+    report = render(clock) if clock else ""
+    return alone, before, budget, chosen, clock, report, source, times, topology
+
+
+@app.cell
+def _(STEPS, alone, before, budget, chosen, mo, report, source, times, topology):
+    _terms = " · ".join(f"{role} {s:.2f} s" for role, s in times.as_dict().items())
+    _after = chosen[-1].after_seconds if chosen else before
+    _spent = "".join(f"| {i + 1} | {g.lever.name} | {g.before_seconds:.2f} → {g.after_seconds:.2f} | "
+                     f"{g.saved_seconds:.2f} | {before / g.after_seconds:.2f}× | {g.lever.note} |\n"
+                     for i, g in enumerate(chosen))
+    _alone = "".join(f"| {g.lever.name} | {g.saved_seconds:.2f} |\n" for g in alone)
+    _step1 = (f"**Step 1, wall-clock attribution** (`wallclock.where_time_goes` on its `metrics.jsonl`):\n\n{report}"
+              if report else "**Step 1** for a planned job is the plan itself: the five terms at the devices' "
+                             "derated ceilings (`posttrain systems`).")
+    mo.md(
+        f"""
+    ### {next(label for label, key in STEPS.items() if key == source)}: {topology}, {before:.2f} s a step by the throughput equation
+
+    {_step1}
+
+    The terms the allocator reads: {_terms}.
+
+    #### A budget of {budget}: spent one lever at a time
+
+    | # | lever | step (s) | saved (s) | speed-up so far | why this factor |
+    |---|---|---|---|---|---|
+    {_spent}
+    **{before:.2f} → {_after:.2f} s a step, {before / _after:.2f}×.** Each lever *alone*, on the step as it
+    is now (what a one-at-a-time ranking would tell you):
+
+    | lever | saved alone (s) |
+    |---|---|
+    {_alone}
+    """
+    )
+    return
+
+
+@app.cell
+def _(before, chosen):
+    import matplotlib.pyplot as plt
+
+    _labels = ["as it is"] + [g.lever.name for g in chosen]
+    _values = [before] + [g.after_seconds for g in chosen]
+    _fig, _ax = plt.subplots(figsize=(7.5, 0.5 + 0.4 * len(_values)))
+    _ax.barh(range(len(_values)), _values, color=["#7f8c8d"] + ["#2e86c1"] * len(chosen))
+    _ax.set_yticks(range(len(_values)), _labels, fontsize=8)
+    _ax.invert_yaxis()
+    _ax.set_xlabel("seconds a step, after each lever on top of the ones above")
+    _fig.tight_layout()
+    _fig
+    return
+
+
+@app.cell
+def _(runs, torch):
+    from posttrain.config import SamplingParams
+    from posttrain.envs.arithmetic import ArithmeticEnv
+    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.teach.sampler_mismatch import make_run_policy
+
+    # step 2: the workers' own sampling against the same sampling done in the trainer's process
+    sampling = {name: sum(r.get("time/rollout_compute", r["time/rollout"]) for r in rows if "time/step" in r)
+                / sum(1 for r in rows if "time/step" in r) for name, (_, rows) in runs.items()}
+    # step 3: profile the binding role, our sampler, on make run's gpt_mini shape. The autograd
+    # profiler records the same operator times as torch.profiler without starting its tracer
+    # (measured here: 0.1 s of CPU against 3 s), and a lesson has 30 s
+    _model, _tok = make_run_policy()
+    _engine = RolloutEngine(_model, _tok, SamplingParams(max_new_tokens=8))
+    _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
+    _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
+    with torch.autograd.profiler.profile() as _prof:
+        _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))
+    _ops = sorted(_prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    _total = sum(e.self_cpu_time_total for e in _ops)
+    profile_top = [(e.key, e.count, e.self_cpu_time_total / _total) for e in _ops[:6]]
+    # step 6: the ratios and importance weights each step started from
+    health = {name: [(r["step"], r["ratio_max"], r["clipfrac"], r.get("staleness_max", 0), r.get("tis_weight_mean", 1.0),
+                      r.get("behaviour_kl", 0.0)) for r in rows if r.get("stage") == "rl"][-4:]
+              for name, (_, rows) in runs.items()}
+    return health, profile_top, sampling
+
+
+@app.cell
+def _(health, mo, profile_top, sampling):
+    _ops = "".join(f"| `{key}` | {count} | {share:.0%} |\n" for key, count, share in profile_top)
+    _health = "".join(f"| {name} | {s} | {rmax:.4f} | {clip:.3f} | {stale} | {w:.4f} | {kl:.1e} |\n"
+                      for name, rows in health.items() for s, rmax, clip, stale, w, kl in rows)
+    mo.md(
+        f"""
+    ## The other five steps, on the same runs
+
+    **Step 2, is the device busy?** Sampling took **{sampling["colocated"]:.1f} s a step** in the
+    colocated run and **{sampling["async"]:.1f} s** on the async run's workers: the same batch size, the same
+    starting model. On a GPU cluster the two sides of async are separate devices; on these 2 shared cores
+    the workers and the trainer compete for the same cores, so sampling stretches to fill what
+    the trainer leaves. `nvidia-smi` (or `top` here) answers the question the metrics cannot: is
+    the hardware the overlap assumes actually there?
+
+    **Step 3, profile the binding role.** PyTorch's operator profiler on one call of our sampler (make
+    run's gpt_mini shape, 2 prompts × 2 answers × ≤ 8 tokens), the operations with the most
+    CPU time of their own:
+
+    | operation | calls | share of the CPU time |
+    |---|---|---|
+    {_ops}
+    The matrix multiplies themselves (`aten::mm`) take a quarter or so; the rest is spread over
+    hundreds of small operations per token (views, transposes, concatenations, elementwise): at
+    this size a decode step is paid for in per-operation overhead, the $a$ of lesson 22b, which
+    batching more rows amortises and compiling the decode step (`rl.sampling.compile`, 17 % faster
+    on make run's batch, BENCHMARKS.md) partly removes.
+
+    **Step 4, the memory peak.** `posttrain systems` adds up the copies, activations and KV cache
+    (lesson 24); on this machine the envelope of a SmolLM2 GRPO step came within 5 % of its
+    measured peak RSS (`tests/test_systems_measured.py`). The peak decides the largest decode
+    batch, and so where decode stops being bandwidth-bound.
+
+    **Step 5, the kernel timeline.** Nsight Systems shows gaps between GPU kernels (launch
+    overhead, host syncs, a Python loop between steps). On a CPU, `prof.export_chrome_trace` of
+    the profile above gives the same picture in a browser.
+
+    **Step 6, the ρ-histogram.** Fast is worthless if the update is wrong. The last steps of
+    both runs, as logged: the largest ratio π_θ/π_old and the clipped share *at the first
+    minibatch*, the staleness, and the async run's importance weights:
+
+    | run | step | ratio max | clipfrac | staleness | TIS weight mean | behaviour KL |
+    |---|---|---|---|---|---|---|
+    {_health}
+    Colocated, every step starts on-policy (ratio 1, nothing clipped). Async, every batch is one
+    update stale, and the importance weights stay within a fraction of a percent of 1: the
+    correction is small and trustworthy. A mean weight drifting from 1, a growing clipped share
+    or a behaviour KL rising step by step is the alarm.
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    * **Our colocated run, budget 1.** The allocator's first pick is async one step ahead,
+      hiding the 7.6 s rollout behind the 10.6 s trainer side. (Its second, dropping the
+      reference, costs this run only its KL log, since GRPO's default β is 0; with a KL term
+      in the loss it would change the algorithm. Not every lever is free.) The async run made with exactly
+      that change took **longer** a step (20.3 s against 19.6 s): the lever's factor assumes the
+      rollout gets its own hardware, and on 2 shared cores it does not (step 2 above). A lever is
+      a hypothesis about your hardware; measure after each one.
+    * **Our async run, any budget.** The workers' sampling binds (17.4 s against a 13.7 s trainer
+      side), so the reference and update levers save exactly nothing, however good they are —
+      until the rollout levers bring sampling under the trainer side, and only then do they
+      start to count. Read the "saved alone" table: zeros.
+    * **The planned GPU job, budget 6.** Speculative decoding and the length cap halve the
+      step twice (76 → 39 → 25 s), and async one step ahead hides the trainer under the
+      rollout (→ 14 s). Now the step is a max, and the binding side switches as you spend: the
+      fourth lever has to be on the rollout (int8, → 11 s), which brings it under the trainer
+      side, so the fifth has to be on the trainer (skip inert rows, → 8 s), and then the rollout
+      binds again with no rollout lever left: the sixth slot stays unspent. A ranking made once,
+      before you start, would have told you none of this.
+
+    ## Source files used here
+
+    * `posttrain/systems/wallclock.py` — `where_time_goes` (the decision tree), `open_levers`
+    * `posttrain/systems/throughput.py` — `allocate_levers`, `rank_levers`, `DEFAULT_LEVERS`, `step_seconds`
+    * `posttrain/systems/plan.py` — `plan`: the GPU job's terms and its priced length cap
+    * `posttrain/roles/controller.py` — where each `time/*` is measured
+    * `posttrain/distributed/off_policy.py` — the staleness and importance-weight metrics of step 6
+    * `lessons/data/28_runs/README.md` — the two run directories and the commands that made them
+
+    ## Exercises
+
+    1. Run `posttrain systems --run lessons/data/28_runs/async`. Which finding tells you the
+       reference lever is worthless for that run, and what would have to change first for it
+       to count?
+    2. In the colocated run, the reference takes 4.3 s against the update's 6.3 s, though the
+       update does three times the FLOPs per token. Look at `skipped_rows` in its
+       `metrics.jsonl`: what explains it?
+    3. Code: `exercises/28_levers.py` asks for the seconds each lever saves alone, colocated and
+       async; run `posttrain check 28`.
+
+    Previous: [27 · Missing concepts](?file=27_missing_concepts.py).
+    Back to the start: [the index](?file=index.py).
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()
