@@ -167,8 +167,9 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
                       "update is the same")
     kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon) if cfg.rl.kl_target else None
     stack = reward_stack(cfg.rl)
-    # terms that score a sample against its group (rl.length_reward) run once a group is scored
-    group_reward = stack.score_groups if stack is not None and stack.group_terms else None
+    # terms that score a sample against its group (rl.length_reward), and weights that depend on
+    # the step (rl.reward's START->END@STEPS), apply once a group is scored
+    group_reward = stack.score_groups if stack is not None and stack.needs_groups else None
     return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, pad_id=tokenizer.pad_id,
                       prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
                       minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,

@@ -47,6 +47,7 @@ longest −0.5. Its value lands in details["components"] and ["weighted"] like a
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol
@@ -279,6 +280,46 @@ class KimiLength:
 
 
 # ---------------------------------------------------------------------------------------
+# Weights that change with the RL step
+# ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A term's weight over training: `start` at step 0, linear to `end` at step `steps`,
+    `end` after. Written "START->END@STEPS" in rl.reward ("1->0.2@100*accuracy").
+
+    Seed 000's production stack weighs its layers dynamically: trust the verifier more
+    early, when the learned rewards have not been probed by the policy yet, and shift weight
+    as training goes (or the other way round: a format bonus that helps early and should
+    fade once every sample is formatted)."""
+
+    start: float
+    end: float
+    steps: int
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.start) and math.isfinite(self.end)):
+            raise ValueError(f"a schedule's weights must be finite numbers, got {self.start!r} -> {self.end!r}")
+        if isinstance(self.steps, bool) or not isinstance(self.steps, int) or self.steps < 1:
+            raise ValueError(f"a schedule needs a whole number of steps >= 1 to go from start to end, "
+                             f"got {self.steps!r}")
+
+    def at(self, step: int) -> float:
+        return self.start + (self.end - self.start) * min(step, self.steps) / self.steps
+
+    def scaled(self, factor: float) -> Schedule:
+        return Schedule(factor * self.start, factor * self.end, self.steps)
+
+    def __str__(self) -> str:
+        return f"{self.start:g}->{self.end:g}@{self.steps}"
+
+
+def weight_at(weight: float | Schedule, step: int) -> float:
+    return weight.at(step) if isinstance(weight, Schedule) else weight
+
+
+# ---------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------
 
@@ -292,7 +333,7 @@ class RewardStack:
     right. Group terms are added by `score_groups`, once a prompt's samples are all scored;
     until then a sample's reward is the per-sample terms' sum."""
 
-    def __init__(self, terms: list[tuple[float, RewardTerm]],
+    def __init__(self, terms: list[tuple[float | Schedule, RewardTerm]],
                  group_terms: list[tuple[float, GroupTerm]] = ()) -> None:
         if not terms:
             raise ValueError("a RewardStack needs at least one (weight, term) pair, e.g. [(1.0, Accuracy())]")
@@ -300,38 +341,52 @@ class RewardStack:
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"term names must be unique, {duplicates} repeat; pass name=... to tell them apart")
-        self.terms = [(float(w), term) for w, term in terms]
+        self.terms = [(w if isinstance(w, Schedule) else float(w), term) for w, term in terms]
         self.group_terms = [(float(w), term) for w, term in group_terms]
-        self.version = " + ".join(f"{w:g}*{term.spec}" for w, term in [*self.terms, *self.group_terms])
+        self.scheduled = [(w, term) for w, term in self.terms if isinstance(w, Schedule)]
+        self.version = " + ".join(f"{w:g}*{term.spec}" if not isinstance(w, Schedule) else f"({w})*{term.spec}"
+                                  for w, term in [*self.terms, *self.group_terms])
+
+    @property
+    def needs_groups(self) -> bool:
+        """True when score_groups must follow scoring: group terms, or weights that depend on the step."""
+        return bool(self.group_terms or self.scheduled)
 
     def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
+        """The stack on one sample; a scheduled weight is its step-0 value here, and
+        score_groups, which knows the step, puts in the step's."""
         components, term_details = {}, {}
         for _, term in self.terms:
             value = term(example, completion, scored)
             if isinstance(value, dict):  # a term with its own details (RewardTerm's declared second form)
                 term_details[term.name], value = value["details"], value["reward"]
             components[term.name] = float(value)
-        weighted = {term.name: w * components[term.name] for w, term in self.terms}
+        weighted = {term.name: weight_at(w, 0) * components[term.name] for w, term in self.terms}
         details = dict(scored["details"])
         details.update(components=components, weighted=weighted, reward_spec=self.version)
         if term_details:
             details["term_details"] = term_details
-        if self.group_terms:  # the scorer's verdict, which a group term reads once the reward is a sum
+        if self.needs_groups:  # the scorer's verdict, which a group term reads once the reward is a sum
             details["solved"] = is_solved(scored["reward"], scored["details"])
         return {"reward": sum(weighted.values()), "details": details}
 
     def score_groups(self, episodes: list[Episode], step: int) -> dict[str, float]:
-        """Add each group term to the reward of every episode, in place, group by group
-        (episodes sharing a group_id), after this stack scored them; the value goes to the
-        episode's components and weighted details. Returns each group term's mean weighted
-        value over the episodes, as "reward/<name>". Lengths are response tokens (EOS
-        included): what a sample cost to draw."""
+        """After this stack scored the episodes: each scheduled term reweighted to this
+        step's weight, then each group term added, in place, group by group (episodes
+        sharing a group_id); values go to the episodes' components and weighted details.
+        Returns each group term's mean weighted value as "reward/<name>" and each scheduled
+        weight as "reward_weight/<name>". Lengths are response tokens (EOS included): what a
+        sample cost to draw."""
         groups: dict[int, list[Episode]] = {}
         for episode in episodes:
             if "solved" not in episode.details:
                 raise ValueError("score_groups adds to rewards this stack gave: score the episodes with it first "
                                  f"(episode of group {episode.group_id} has details {sorted(episode.details)})")
             groups.setdefault(episode.group_id, []).append(episode)
+            for w, term in self.scheduled:  # the step-0 weight the sample was scored with, replaced
+                now = w.at(step) * episode.details["components"][term.name]
+                episode.reward += now - episode.details["weighted"][term.name]
+                episode.details["weighted"][term.name] = now
         sums = {term.name: 0.0 for _, term in self.group_terms}
         for members in groups.values():
             lengths = [len(e.response_ids) for e in members]
@@ -342,7 +397,8 @@ class RewardStack:
                     episode.details["weighted"][term.name] = w * value
                     episode.reward += w * value
                     sums[term.name] += w * value
-        return {f"reward/{name}": total / max(1, len(episodes)) for name, total in sums.items()}
+        return {**{f"reward/{name}": total / max(1, len(episodes)) for name, total in sums.items()},
+                **{f"reward_weight/{term.name}": w.at(step) for w, term in self.scheduled}}
 
     def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
         """A scorer-shaped function: run `scorer`, then this stack on its result."""

@@ -3,14 +3,17 @@
 `rl.reward` is a sum of weighted terms (posttrain/pipelines/build.py reads it):
 
     reward  := term ( "+" term )*
-    term    := [ weight "*" ] source          weight: a finite number, 1 if left out
+    term    := [ weight "*" ] source          weight: a finite number, 1 if left out, or
+                                              START->END@STEPS: linear from START at step 0
+                                              to END at step STEPS, then END (stack.Schedule)
     source  := a preset ("accuracy", "r1",     the verifier's 1/0; accuracy + 0.2 × format;
                          "rubric")             rule-based criteria (rewards/rubric.py)
              | MODULE:FUNCTION                 imported like `python -m` would: the current
                                                directory first, then sys.path
              | PATH.py:FUNCTION                a file (relative to the current directory)
 
-e.g. "accuracy + 0.5*my_rewards:brevity", "./rewards.py:correct", "accuracy + -0.1*m:f"
+e.g. "accuracy + 0.5*my_rewards:brevity", "./rewards.py:correct", "accuracy + -0.1*m:f",
+"accuracy + 0.5->0@100*r1" (a format bonus that fades over 100 steps)
 (a negative weight is written with its sign: "-" is not an operator, paths may hold one).
 
 The function's parameter names say which of three signatures it has:
@@ -49,7 +52,7 @@ import warnings
 from typing import Any, Callable
 
 from posttrain.rewards.function_source import import_source, where_raised
-from posttrain.rewards.stack import RewardStack, RewardTerm, Scored
+from posttrain.rewards.stack import RewardStack, RewardTerm, Schedule, Scored
 from posttrain.timed_calls import CallThread, FunctionTimeout, finish
 from posttrain.types import PROMPT_MESSAGES, Example
 from posttrain.verifiers.contract import shown
@@ -87,15 +90,10 @@ def parse_reward(text: str, presets: dict[str, Callable[[], list[tuple[float, Re
         weight, source = 1.0, term
         if "*" in term:
             written, _, source = (part.strip() for part in term.partition("*"))
-            try:
-                weight = float(written)
-            except ValueError:
-                weight = math.nan
-            if not math.isfinite(weight):
-                raise ValueError(f"term {term!r}: the weight {written!r} is not a finite number; write "
-                                 f"WEIGHT*SOURCE, e.g. 0.5*{source or 'mod:f'} (a negative weight: + -0.5*mod:f)")
+            weight = parse_weight(written, term, source)
         if source in presets:
-            terms += [(weight * w, preset_term) for w, preset_term in presets[source]()]
+            terms += [(weight.scaled(w) if isinstance(weight, Schedule) else weight * w, preset_term)
+                      for w, preset_term in presets[source]()]
         elif ":" in source:
             terms.append((weight, UserFunction.load(source, timeout, rows_per_step)))
         else:
@@ -107,6 +105,26 @@ def parse_reward(text: str, presets: dict[str, Callable[[], list[tuple[float, Re
         raise ValueError(f"{repeated} appear more than once (a preset counts its own terms: r1 holds accuracy); "
                          "give each term once, with the weight you want")
     return terms
+
+
+SCHEDULE = re.compile(r"(?P<start>[^>]+)->(?P<end>[^@]+)@(?P<steps>[0-9]+)")
+
+
+def parse_weight(written: str, term: str, source: str) -> float | Schedule:
+    """A term's weight: a finite number, or START->END@STEPS (a Schedule)."""
+    schedule = SCHEDULE.fullmatch(written.replace(" ", ""))
+    how = (f"write WEIGHT*SOURCE, e.g. 0.5*{source or 'mod:f'} (a negative weight: + -0.5*mod:f), or "
+           f"START->END@STEPS*SOURCE, e.g. 1->0.2@100*{source or 'mod:f'}")
+    try:
+        if schedule:
+            return Schedule(float(schedule["start"]), float(schedule["end"]), int(schedule["steps"]))
+        weight = float(written)
+    except ValueError as error:
+        raise ValueError(f"term {term!r}: the weight {written!r} is not a finite number or a schedule "
+                         f"({error}); {how}") from None
+    if not math.isfinite(weight):
+        raise ValueError(f"term {term!r}: the weight {written!r} is not a finite number; {how}")
+    return weight
 
 
 def signature_of(source: str, fn: Any) -> str:
