@@ -47,6 +47,8 @@ def _():
          "remove one of the four fixes and see exactly which numbers change on the same batch"),
         ("14_dr_grpo.py", "Dr. GRPO",
          "two divisors deleted: the length bias against a slider, and the std's difficulty bias"),
+        ("19_system_topology.py", "System topology",
+         "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
     ]
     return LESSONS, Path, mo
 

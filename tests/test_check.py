@@ -52,6 +52,20 @@ INDEPENDENT = {
     "14": lambda loss_mat, mask, max_len: (_where(loss_mat, mask).sum(dim=1) / max_len).mean(),
 }
 
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1): written from the stubs' docstrings ----
+
+
+def _sync_parts(P, n, link, memory, master=4, engine=2, colocated=False, tp=1):
+    gather = (n - 1) / n * P * master / link
+    cast = 0.0 if master == engine else P * (master + engine) / memory
+    broadcast = 0.0 if colocated else P * engine / link
+    return torch.tensor([gather, cast, broadcast, 2 * P * engine / tp / memory], dtype=torch.float64)
+
+
+INDEPENDENT.update({
+    "19": _sync_parts,
+})
+
 
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
     files = check.exercise_files()
@@ -146,3 +160,16 @@ def test_check_reloads_the_file_so_edits_count(tmp_path, monkeypatch):
     fn = check.load_solution("13", directory=tmp_path)
     lines = []
     assert check.run_check("13", solution=fn, out=quiet(lines)), "\n".join(lines)
+
+
+def test_a_sync_that_broadcasts_to_colocated_engines_fails_that_case():
+    lines = []
+    always = lambda P, n, link, memory, master=4, engine=2, colocated=False, tp=1: _sync_parts(
+        P, n, link, memory, master, engine, False, tp)
+    assert check.run_check("19", solution=always, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case '8 trainers" in text and "FAIL  case 'colocated: no broadcast'" in text
+
+
+def test_resolve_accepts_a_lesson_between_two_numbers():
+    assert check.resolve("19") == check.resolve("19_weight_sync") == "19"

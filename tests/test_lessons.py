@@ -323,6 +323,28 @@ def test_lesson_14_length_bias_under_grpo_only(restore_threads):
     assert (d[1] / d[2]).item() == pytest.approx(1.0, rel=1e-5)
 
 
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1) ------------------------------------
+
+
+def test_lesson_19_placement_costs_idle_time_or_memory(restore_threads, tmp_path):
+    path = LESSONS / "19_system_topology.py"
+    defs = run_in_process(path)  # split 4 + 4, async, NVLink
+    times = defs["times"]
+    assert defs["step"] == pytest.approx(times.rollout) and times.rollout > times.trainer_side  # the rollout binds
+    assert defs["fits"] and 0.3 < defs["idle"] / (8 * defs["step"]) < 0.4
+    colocated = run_with_setting(path, 'value="split, async"', 'value="colocated"', tmp_path)
+    assert colocated["idle"] == 0 and colocated["step"] == pytest.approx(sum(colocated["times"].as_dict().values()))
+    assert defs["step"] < colocated["step"] < 1.2 * defs["step"]
+    lockstep = run_with_setting(path, 'value="split, async"', 'value="split, lockstep"', tmp_path)
+    assert lockstep["idle"] == pytest.approx(4 * lockstep["step"])  # equal pools: exactly half the node waits
+    assert lockstep["step"] > colocated["step"]
+    alone = run_with_setting(path, 'value=4, label="split', 'value=1, label="split', tmp_path)
+    assert not alone["fits"] and alone["per_gpu_gb"]["trainer"] > 122  # 16 bytes × 7.6 B on one GPU
+    slow = run_with_setting(path, 'value="NVLink, 450 GB/s", label=', 'value="25 Gb Ethernet, 3.1 GB/s", label=',
+                            tmp_path)
+    assert slow["times"].sync > 10 and slow["step"] == pytest.approx(defs["step"])  # hidden behind the rollout
+
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

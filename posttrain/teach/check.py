@@ -31,6 +31,11 @@ from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
 from posttrain.teach.widgets import BUDGET, synthetic_batch
 
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1): their references read posttrain/systems ----
+from posttrain.systems import gantt
+
+# ---- end of lessons 19-22a's imports ----
+
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 EXERCISE_FILE = re.compile(r"^(\d\d[a-z]?)_\w+\.py$")
 
@@ -214,6 +219,39 @@ EXERCISES: dict[str, Exercise] = {
 }
 
 
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1) -------------------------------------
+# The library's answers are plain Python numbers; the stubs return them as a float64 tensor.
+
+
+def _ref_sync_parts(parameters, train_gpus, link, memory, master_bytes=4, engine_bytes=2, colocated=False, tp=1):
+    s = gantt.weight_sync(parameters, train_gpus=train_gpus, link_bytes_per_second=link,
+                          memory_bytes_per_second=memory, master_bytes=master_bytes, engine_bytes=engine_bytes,
+                          colocated=colocated, engine_tensor_parallel=tp)
+    return torch.tensor([s.all_gather, s.cast, s.broadcast, s.reshard], dtype=torch.float64)
+
+
+def _sync_cases():
+    P, nvlink, hbm = 7.6e9, 450e9, 3.35e12  # Qwen2.5-7B, an H100's NVLink and HBM
+    return [
+        ("8 trainers, NVLink, fp32 master to bf16 engines", (P, 8, nvlink, hbm)),
+        ("one trainer: nothing to gather", (P, 1, nvlink, hbm)),
+        ("colocated: no broadcast", (P, 8, nvlink, hbm, 4, 2, True)),
+        ("bf16 master and engine: no cast", (P, 4, 50e9, hbm, 2, 2)),
+        ("an engine over 4 GPUs (tensor-parallel 4)", (P, 8, 3.125e9, hbm, 4, 2, False, 4)),
+    ]
+
+
+EXERCISES.update({
+    "19": Exercise("weight_sync_parts", "19", _ref_sync_parts, _sync_cases,
+                   "all_gather = (n − 1)/n · P · master_bytes / link (0 when n = 1); cast = P · (master_bytes + "
+                   "engine_bytes) / memory (0 when they are equal); broadcast = P · engine_bytes / link (0 when "
+                   "colocated); reshard = 2 · P · engine_bytes / tp / memory. See weight_sync in "
+                   "posttrain/systems/gantt.py."),
+})
+
+# ---- end of lessons 19-22a ---------------------------------------------------------------
+
+
 # --------------------------------------------------------------------------------------
 # Running a check
 # --------------------------------------------------------------------------------------
@@ -230,8 +268,10 @@ def exercise_files(directory: Path = EXERCISES_DIR) -> dict[str, Path]:
 
 
 def resolve(number: str) -> str:
+    """The exercise `number` means: "9", "09", "13_dapo" and "22a" (a lesson between two numbers)."""
     key = number.strip()
-    key = f"{int(key):02d}" if key.isdigit() else key[:2]
+    match = re.match(r"(\d+)([a-z]?)", key)
+    key = f"{int(match.group(1)):02d}{match.group(2)}" if match else key
     if key not in EXERCISES:
         raise ValueError(f"no exercise {number!r}; exercises exist for lessons {', '.join(EXERCISES)}")
     return key
@@ -345,7 +385,7 @@ def main(argv: list[str]) -> int:
         files = exercise_files()
         for key, ex in EXERCISES.items():
             where = files[key].relative_to(EXERCISES_DIR.parent) if key in files else "(missing)"
-            print(f"{key}  {ex.function:26s} {where}")
+            print(f"{key:<3}  {ex.function:26s} {where}")
         return 0
     try:
         return 0 if run_check(args.exercise) else 1
