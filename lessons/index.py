@@ -49,6 +49,8 @@ def _():
          "two divisors deleted: the length bias against a slider, and the std's difficulty bias"),
         ("19_system_topology.py", "System topology",
          "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
+        ("20_kv_cache.py", "The KV cache and PagedAttention",
+         "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, and our sampler's cache measured"),
     ]
     return LESSONS, Path, mo
 

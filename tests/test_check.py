@@ -62,8 +62,15 @@ def _sync_parts(P, n, link, memory, master=4, engine=2, colocated=False, tp=1):
     return torch.tensor([gather, cast, broadcast, 2 * P * engine / tp / memory], dtype=torch.float64)
 
 
+def _cache_bytes(lengths, reserved, block, per_token):
+    blocks = sum(-(-int(n) // block) for n in lengths)
+    return torch.tensor([float(lengths.sum()) * per_token, len(lengths) * reserved * per_token,
+                         blocks * block * per_token], dtype=torch.float64)
+
+
 INDEPENDENT.update({
     "19": _sync_parts,
+    "20": _cache_bytes,
 })
 
 
@@ -173,3 +180,12 @@ def test_a_sync_that_broadcasts_to_colocated_engines_fails_that_case():
 
 def test_resolve_accepts_a_lesson_between_two_numbers():
     assert check.resolve("19") == check.resolve("19_weight_sync") == "19"
+
+
+def test_paging_by_the_mean_length_instead_of_each_sequence_fails():
+    lines = []
+    by_mean = lambda lengths, reserved, block, per_token: torch.tensor(
+        [float(lengths.sum()) * per_token, len(lengths) * reserved * per_token,
+         len(lengths) * -(-int(lengths.float().mean()) // block) * block * per_token], dtype=torch.float64)
+    assert check.run_check("20", solution=by_mean, out=quiet(lines)) is False
+    assert "FAIL  case 'three sequences, blocks of 4, by hand'" in "\n".join(lines)

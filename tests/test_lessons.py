@@ -345,6 +345,23 @@ def test_lesson_19_placement_costs_idle_time_or_memory(restore_threads, tmp_path
     assert slow["times"].sync > 10 and slow["step"] == pytest.approx(defs["step"])  # hidden behind the rollout
 
 
+def test_lesson_20_paging_wastes_under_a_block_and_contiguous_the_reservation(restore_threads, tmp_path):
+    path = LESSONS / "20_kv_cache.py"
+    defs = run_in_process(path)  # Llama-3-8B, max_new_tokens 8192, blocks of 16
+    assert defs["measured_bytes"] == defs["formula_bytes"]  # our sampler's cache is the formula, byte for byte
+    assert defs["per_token"] == 2 * 32 * 8 * 128 * 2  # 128 KiB
+    alloc = defs["alloc"]
+    assert alloc.contiguous_waste > 0.8 and alloc.paged_waste < 16 / (256 + 1024)  # under one block a sequence
+    assert defs["in_flight_paged"] > 6 * defs["in_flight_contiguous"]
+    longer = run_with_setting(path, "value=8192, label", "value=16384, label", tmp_path)
+    assert longer["alloc"].contiguous_waste > 0.9 and longer["in_flight_contiguous"] == defs["in_flight_contiguous"] // 2
+    assert longer["in_flight_paged"] == pytest.approx(defs["in_flight_paged"], abs=2)  # paging does not care
+    big = run_with_setting(path, 'value="16", label', 'value="1024", label', tmp_path)
+    assert big["alloc"].paged_waste > 0.2 and big["shared"].saved_fraction < 0  # the partial block, copied per sample
+    mha = run_with_setting(path, 'value="llama-3-8b (GQA 4:1)"', 'value="llama-2-7b (MHA)"', tmp_path)
+    assert mha["per_token"] == 4 * defs["per_token"]
+
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

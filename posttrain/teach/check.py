@@ -33,6 +33,8 @@ from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 # ---- lessons 19, 20, 21, 22, 22a (systems, part 1): their references read posttrain/systems ----
 from posttrain.systems import gantt
+from posttrain.systems.kv_cache import paged_vs_contiguous
+from posttrain.systems.shapes import ModelShape
 
 # ---- end of lessons 19-22a's imports ----
 
@@ -241,12 +243,34 @@ def _sync_cases():
     ]
 
 
+def _ref_cache_bytes(lengths, reserved_tokens, block_tokens, bytes_per_token):
+    # a one-layer, one-head, width-1 shape: 2 · bytes_per_element bytes a token
+    one = ModelShape("one", 1, 1, 1, 1, 1, 1, 1, False, 1)
+    a = paged_vs_contiguous(one, lengths.tolist(), reserved_tokens, block_tokens, bytes_per_token / 2)
+    return torch.tensor([a.used_bytes, a.contiguous_bytes, a.paged_bytes], dtype=torch.float64)
+
+
+def _cache_cases():
+    llama3 = 131072.0  # Llama-3-8B in bf16: 2 · 32 layers · 8 KV heads · 128 · 2 bytes
+    return [
+        ("three sequences, blocks of 4, by hand", (torch.tensor([5, 8, 1]), 10, 4, 1.0)),
+        ("blocks of one token: paged holds exactly the tokens", (torch.tensor([3, 7, 2, 9]), 12, 1, 2.0)),
+        ("every sequence at its full reservation", (torch.tensor([16, 16]), 16, 16, 3.0)),
+        ("a GRPO batch of Llama-3-8B, blocks of 16", (torch.tensor([300, 1800, 257, 4100, 900, 8448]), 8448, 16,
+                                                       llama3)),
+    ]
+
+
 EXERCISES.update({
     "19": Exercise("weight_sync_parts", "19", _ref_sync_parts, _sync_cases,
                    "all_gather = (n − 1)/n · P · master_bytes / link (0 when n = 1); cast = P · (master_bytes + "
                    "engine_bytes) / memory (0 when they are equal); broadcast = P · engine_bytes / link (0 when "
                    "colocated); reshard = 2 · P · engine_bytes / tp / memory. See weight_sync in "
                    "posttrain/systems/gantt.py."),
+    "20": Exercise("cache_bytes", "20", _ref_cache_bytes, _cache_cases,
+                   "used = Σ lengths · bytes_per_token; contiguous = B · reserved_tokens · bytes_per_token; paged = "
+                   "Σ ceil(length / block_tokens) · block_tokens · bytes_per_token (integer ceiling: "
+                   "(length + block − 1) // block). See paged_vs_contiguous in posttrain/systems/kv_cache.py."),
 })
 
 # ---- end of lessons 19-22a ---------------------------------------------------------------
