@@ -5,6 +5,7 @@ from the exercise's text, and fails on the classic mistakes with the case named.
 from __future__ import annotations
 
 import ast
+import dataclasses
 
 import pytest
 import torch
@@ -68,9 +69,19 @@ def _cache_bytes(lengths, reserved, block, per_token):
                          blocks * block * per_token], dtype=torch.float64)
 
 
+def _decode_times(shape, device, rows, ctx, wb, kvb):
+    n = shape.hidden * shape.vocab  # the output head, then every layer's projections
+    n += shape.n_layers * (shape.hidden * (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
+                           + shape.n_heads * shape.head_dim * shape.hidden + shape.mlp_matrices * shape.hidden * shape.intermediate)
+    flops = rows * (2 * n + 4 * shape.n_layers * shape.n_heads * shape.head_dim * (ctx + 1))
+    moved = n * wb + rows * (ctx + 1) * 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * kvb
+    return torch.tensor([flops / device.flops_per_second, moved / device.bytes_per_second], dtype=torch.float64)
+
+
 INDEPENDENT.update({
     "19": _sync_parts,
     "20": _cache_bytes,
+    "22": _decode_times,
 })
 
 
@@ -189,3 +200,12 @@ def test_paging_by_the_mean_length_instead_of_each_sequence_fails():
          len(lengths) * -(-int(lengths.float().mean()) // block) * block * per_token], dtype=torch.float64)
     assert check.run_check("20", solution=by_mean, out=quiet(lines)) is False
     assert "FAIL  case 'three sequences, blocks of 4, by hand'" in "\n".join(lines)
+
+
+def test_a_cache_counted_with_the_query_heads_fails_on_gqa():
+    lines = []
+    mha_cache = lambda shape, device, rows, ctx, wb, kvb: _decode_times(
+        dataclasses.replace(shape, n_kv_heads=shape.n_heads), device, rows, ctx, wb, kvb)
+    assert check.run_check("22", solution=mha_cache, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'Llama-2-7B (MHA)" in text and "FAIL  case 'Qwen2.5-7B, one row" in text

@@ -362,6 +362,24 @@ def test_lesson_20_paging_wastes_under_a_block_and_contiguous_the_reservation(re
     assert mha["per_token"] == 4 * defs["per_token"]
 
 
+def test_lesson_22_sixteen_bytes_zero_and_a_memory_bound_decode(restore_threads, tmp_path):
+    path = LESSONS / "22_memory_and_throughput.py"
+    defs = run_in_process(path)  # Qwen2.5-7B, ZeRO-3 over 8 GPUs, 64 rows at 1280 tokens
+    P, state = defs["P"], defs["state"]
+    assert state.total == pytest.approx(16 * P / 8) and defs["fits"]
+    held, trained = defs["held"], defs["trained"]  # measured: float32 AdamW holds 4 + 4 + 8 bytes a parameter
+    assert (held["weights"], held["grads"], held["optimizer"]) == (4 * trained, 4 * trained, 8 * trained)
+    assert defs["saved"] == pytest.approx(defs["saved_formula"], rel=0.2)
+    assert defs["step"].bound == "memory" and defs["crossover"] == float("inf")
+    replicated = run_with_setting(path, 'value=3, label="ZeRO', 'value=0, label="ZeRO', tmp_path)
+    assert replicated["state"].total == pytest.approx(16 * P) and not replicated["fits"]
+    one = run_with_setting(path, 'value=64, label="decode', 'value=1, label="decode', tmp_path)
+    assert defs["step"].seconds < 1.5 * one["step"].seconds  # 64 rows for a third more time
+    assert defs["tokens_per_second"] > 40 * one["tokens_per_second"]
+    big = run_with_setting(path, 'value="qwen2.5-7b",', 'value="llama-3-70b",', tmp_path)
+    assert not big["fits"] and big["state"].total > 0.9 * 80e9  # ZeRO-3 on 8 GPUs is not enough
+
+
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)
 # --------------------------------------------------------------------------------------

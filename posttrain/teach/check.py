@@ -33,8 +33,10 @@ from posttrain.teach.widgets import BUDGET, synthetic_batch
 
 # ---- lessons 19, 20, 21, 22, 22a (systems, part 1): their references read posttrain/systems ----
 from posttrain.systems import gantt
+from posttrain.systems.hardware import DEVICES
 from posttrain.systems.kv_cache import paged_vs_contiguous
-from posttrain.systems.shapes import ModelShape
+from posttrain.systems.roofline import decode_step
+from posttrain.systems.shapes import PRESETS, ModelShape
 
 # ---- end of lessons 19-22a's imports ----
 
@@ -261,6 +263,22 @@ def _cache_cases():
     ]
 
 
+def _ref_decode_times(shape, device, rows, context_tokens, weight_bytes, kv_bytes):
+    step = decode_step(shape, device, rows, context_tokens, weight_bytes, kv_bytes)
+    return torch.tensor([step.compute_seconds, step.memory_seconds], dtype=torch.float64)
+
+
+def _decode_roofline_cases():
+    h100, l4 = DEVICES["h100-80gb"], DEVICES["l4-24gb"]
+    return [
+        ("Qwen2.5-7B, one row, bf16 (the weights' read binds)", (PRESETS["qwen2.5-7b"], h100, 1, 1280, 2, 2)),
+        ("Qwen2.5-7B, 1024 rows, no context (compute binds)", (PRESETS["qwen2.5-7b"], h100, 1024, 0, 2, 2)),
+        ("Llama-2-7B (MHA), 64 rows of 4096, on an L4", (PRESETS["llama-2-7b"], l4, 64, 4096, 2, 2)),
+        ("Gemma-2B (MQA, head_dim 256), int8 weights, fp8 cache", (PRESETS["gemma-2b"], h100, 256, 2048, 1, 1)),
+        ("gpt_mini in float32", (PRESETS["gpt_mini"], h100, 32, 40, 4, 4)),
+    ]
+
+
 EXERCISES.update({
     "19": Exercise("weight_sync_parts", "19", _ref_sync_parts, _sync_cases,
                    "all_gather = (n − 1)/n · P · master_bytes / link (0 when n = 1); cast = P · (master_bytes + "
@@ -271,6 +289,10 @@ EXERCISES.update({
                    "used = Σ lengths · bytes_per_token; contiguous = B · reserved_tokens · bytes_per_token; paged = "
                    "Σ ceil(length / block_tokens) · block_tokens · bytes_per_token (integer ceiling: "
                    "(length + block − 1) // block). See paged_vs_contiguous in posttrain/systems/kv_cache.py."),
+    "22": Exercise("decode_step_times", "22", _ref_decode_times, _decode_roofline_cases,
+                   "N = matmul_parameter_count(shape); flops = rows · (2N + 4 · layers · n_heads · head_dim · (ctx + 1)) "
+                   "(n_heads, the query heads, not the KV heads); bytes = N · weight_bytes + rows · (ctx + 1) · 2 · "
+                   "layers · n_kv_heads · head_dim · kv_bytes. See decode_step in posttrain/systems/roofline.py."),
 })
 
 # ---- end of lessons 19-22a ---------------------------------------------------------------

@@ -5,8 +5,11 @@ posttrain/systems/, and what tests/test_systems_measured.py checks those formula
                             prompt's prefill is copied out to its K rows (kv_cache.sampler_kv_bytes)
     saved_activation_bytes  the bytes autograd keeps for backward in one forward pass
                             (memory.activation_bytes)
+    training_state_held     the bytes a Trainer holds per piece of training state after a step:
+                            weights, gradients, AdamW's moments (memory.training_state_bytes)
 
-They call the library's real objects (RolloutEngine, the models) and only watch.
+They call the library's real objects (RolloutEngine, the models, the Trainer's
+optimizer) and only watch.
 """
 
 from __future__ import annotations
@@ -69,3 +72,21 @@ def saved_activation_bytes(model, input_ids: torch.Tensor) -> int:
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model.hidden_states(input_ids)
     return sum(saved.values())
+
+
+def training_state_held(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, int]:
+    """Bytes the training state holds now: {"weights", "grads", "optimizer"} (the moments,
+    tensors shaped like their parameter) and "optimizer other" (AdamW's step counters, one
+    scalar per tensor). Call it after a step, once the optimizer's state exists."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    nbytes = lambda t: t.numel() * t.element_size()  # noqa: E731
+    moments = other = 0
+    for p in params:
+        for value in optimizer.state.get(p, {}).values():
+            if isinstance(value, torch.Tensor) and value.shape == p.shape:
+                moments += nbytes(value)
+            elif isinstance(value, torch.Tensor):
+                other += nbytes(value)
+    return {"weights": sum(nbytes(p) for p in params),
+            "grads": sum(nbytes(p.grad) for p in params if p.grad is not None),
+            "optimizer": moments, "optimizer other": other}
