@@ -53,6 +53,8 @@ def _():
          "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, and our sampler's cache measured"),
         ("22_memory_and_throughput.py", "Memory and throughput math",
          "16 bytes a parameter and ZeRO's stages; the decode roofline and why long contexts never turn compute-bound"),
+        ("22a_throughput_equation.py", "The throughput equation",
+         "an RL step's five terms, summed or maxed by topology: which one binds, and where a speed-up pays"),
     ]
     return LESSONS, Path, mo
 

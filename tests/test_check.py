@@ -82,6 +82,12 @@ INDEPENDENT.update({
     "19": _sync_parts,
     "20": _cache_bytes,
     "22": _decode_times,
+    "22a": lambda t, topology: torch.tensor(
+        [max(t["rollout"], sum(t.values()) - t["rollout"]) if topology == "async" else sum(t.values()),
+         ["rollout", "verifier", "reference", "train", "sync"].index(
+             "rollout" if topology == "async" and 2 * t["rollout"] >= sum(t.values())
+             else max(t if topology != "async" else [r for r in t if r != "rollout"], key=t.get))],
+        dtype=torch.float64),
 })
 
 
@@ -209,3 +215,12 @@ def test_a_cache_counted_with_the_query_heads_fails_on_gqa():
     assert check.run_check("22", solution=mha_cache, out=quiet(lines)) is False
     text = "\n".join(lines)
     assert "ok    case 'Llama-2-7B (MHA)" in text and "FAIL  case 'Qwen2.5-7B, one row" in text
+
+
+def test_an_async_bottleneck_off_the_binding_side_fails():
+    lines = []
+    largest = lambda t, topology: torch.tensor(
+        [max(t["rollout"], sum(t.values()) - t["rollout"]) if topology == "async" else sum(t.values()),
+         ["rollout", "verifier", "reference", "train", "sync"].index(max(t, key=t.get))], dtype=torch.float64)
+    assert check.run_check("22a", solution=largest, out=quiet(lines)) is False
+    assert "FAIL  case 'async, the trainer side binds by its update'" in "\n".join(lines)

@@ -187,6 +187,17 @@ def run_with_setting(path: Path, default: str, setting: str, tmp_path: Path) -> 
     return run_in_process(copy)
 
 
+def run_with_settings(path: Path, replacements: dict[str, str], tmp_path: Path) -> dict:
+    """run_with_setting with several widget defaults replaced at once (a panel's knobs)."""
+    text = path.read_text(encoding="utf-8")
+    for default, setting in replacements.items():
+        assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
+        text = text.replace(default, setting)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
 def test_lesson_05_a_small_lr_keeps_the_policy_and_a_large_one_breaks_it(restore_threads, tmp_path):
     path = LESSONS / "05_trainer.py"
     defs = run_in_process(path)
@@ -378,6 +389,20 @@ def test_lesson_22_sixteen_bytes_zero_and_a_memory_bound_decode(restore_threads,
     assert defs["tokens_per_second"] > 40 * one["tokens_per_second"]
     big = run_with_setting(path, 'value="qwen2.5-7b",', 'value="llama-3-70b",', tmp_path)
     assert not big["fits"] and big["state"].total > 0.9 * 80e9  # ZeRO-3 on 8 GPUs is not enough
+
+
+def test_lesson_22a_a_sum_or_a_max_and_where_it_binds(restore_threads, tmp_path):
+    path = LESSONS / "22a_throughput_equation.py"
+    defs = run_in_process(path)  # colocated, mean response 1024, regex verifier
+    times = defs["times"]
+    assert defs["step"] == pytest.approx(sum(times.as_dict().values())) and defs["binding"] == "rollout"
+    assert defs["rollout_share"] > 0.8 > 0.3 > defs["decode_share"]  # most of the time, a fifth of the FLOPs
+    overlapped = run_with_setting(path, 'value="colocated", label', 'value="async", label', tmp_path)
+    assert overlapped["step"] == pytest.approx(overlapped["times"].rollout) and overlapped["step"] < defs["step"]
+    scored = run_with_settings(path, {'value="colocated", label': 'value="async", label',
+                                      'value="regex, 0 s", label': 'value="sandboxed tests, 2 s", label'}, tmp_path)
+    assert scored["binding"] == "verifier" and scored["times"].verifier == pytest.approx(512 * 2.0 / 8)
+    assert scored["step"] == pytest.approx(scored["times"].trainer_side)
 
 
 # --------------------------------------------------------------------------------------

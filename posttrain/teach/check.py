@@ -37,6 +37,7 @@ from posttrain.systems.hardware import DEVICES
 from posttrain.systems.kv_cache import paged_vs_contiguous
 from posttrain.systems.roofline import decode_step
 from posttrain.systems.shapes import PRESETS, ModelShape
+from posttrain.systems.throughput import ROLES, RoleTimes, bottleneck, step_seconds
 
 # ---- end of lessons 19-22a's imports ----
 
@@ -279,6 +280,24 @@ def _decode_roofline_cases():
     ]
 
 
+def _ref_step_and_bottleneck(times, topology):
+    t = RoleTimes(**times)
+    return torch.tensor([step_seconds(t, topology), ROLES.index(bottleneck(t, topology))], dtype=torch.float64)
+
+
+def _step_cases():
+    step = {"rollout": 57.0, "verifier": 0.0, "reference": 2.0, "train": 6.0, "sync": 0.1}
+    slow_verifier = {**step, "verifier": 128.0}
+    return [
+        ("colocated: the sum", (step, "colocated")),
+        ("sync (split, lockstep): also the sum", (slow_verifier, "sync")),
+        ("async, the rollout binds", (step, "async")),
+        ("async, a slow verifier binds the trainer side", (slow_verifier, "async")),
+        ("async, the trainer side binds by its update", ({"rollout": 3.0, "verifier": 0.5, "reference": 1.0,
+                                                          "train": 2.5, "sync": 0.5}, "async")),
+    ]
+
+
 EXERCISES.update({
     "19": Exercise("weight_sync_parts", "19", _ref_sync_parts, _sync_cases,
                    "all_gather = (n − 1)/n · P · master_bytes / link (0 when n = 1); cast = P · (master_bytes + "
@@ -293,6 +312,11 @@ EXERCISES.update({
                    "N = matmul_parameter_count(shape); flops = rows · (2N + 4 · layers · n_heads · head_dim · (ctx + 1)) "
                    "(n_heads, the query heads, not the KV heads); bytes = N · weight_bytes + rows · (ctx + 1) · 2 · "
                    "layers · n_kv_heads · head_dim · kv_bytes. See decode_step in posttrain/systems/roofline.py."),
+    "22a": Exercise("step_and_bottleneck", "22a", _ref_step_and_bottleneck, _step_cases,
+                    "τ = sum of the five, or for async max(rollout, the other four summed). Bottleneck: "
+                    "max(ROLES, key=times.get) for a sum; under async 'rollout' if rollout ≥ the other side, "
+                    "else the largest of the other four. See step_seconds and bottleneck in "
+                    "posttrain/systems/throughput.py."),
 })
 
 # ---- end of lessons 19-22a ---------------------------------------------------------------
