@@ -51,6 +51,8 @@ def _():
          "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
         ("20_kv_cache.py", "The KV cache and PagedAttention",
          "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, and our sampler's cache measured"),
+        ("21_scheduling_tricks.py", "Scheduling tricks",
+         "continuous batching, prefix caching, chunked prefill, speculative decoding: gains that compose, and one that loses"),
         ("22_memory_and_throughput.py", "Memory and throughput math",
          "16 bytes a parameter and ZeRO's stages; the decode roofline and why long contexts never turn compute-bound"),
         ("22a_throughput_equation.py", "The throughput equation",

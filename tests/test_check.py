@@ -81,6 +81,8 @@ def _decode_times(shape, device, rows, ctx, wb, kvb):
 INDEPENDENT.update({
     "19": _sync_parts,
     "20": _cache_bytes,
+    "21": lambda a, g, c: torch.tensor([sum(a ** i for i in range(g + 1)), (1 + g * c) / sum(a ** i for i in range(g + 1))],
+                                       dtype=torch.float64),
     "22": _decode_times,
     "22a": lambda t, topology: torch.tensor(
         [max(t["rollout"], sum(t.values()) - t["rollout"]) if topology == "async" else sum(t.values()),
@@ -224,3 +226,12 @@ def test_an_async_bottleneck_off_the_binding_side_fails():
          ["rollout", "verifier", "reference", "train", "sync"].index(max(t, key=t.get))], dtype=torch.float64)
     assert check.run_check("22a", solution=largest, out=quiet(lines)) is False
     assert "FAIL  case 'async, the trainer side binds by its update'" in "\n".join(lines)
+
+
+def test_forgetting_the_targets_own_token_fails():
+    lines = []
+    drafts_only = lambda a, g, c: torch.tensor([sum(a ** i for i in range(1, g + 1)),
+                                                (1 + g * c) / max(sum(a ** i for i in range(1, g + 1)), 1e-9)],
+                                               dtype=torch.float64)
+    assert check.run_check("21", solution=drafts_only, out=quiet(lines)) is False
+    assert "FAIL  case 'α = 0: every draft rejected" in "\n".join(lines)

@@ -373,6 +373,24 @@ def test_lesson_20_paging_wastes_under_a_block_and_contiguous_the_reservation(re
     assert mha["per_token"] == 4 * defs["per_token"]
 
 
+def test_lesson_21_tricks_compose_and_speculation_can_lose(restore_threads, tmp_path):
+    path = LESSONS / "21_scheduling_tricks.py"
+    defs = run_in_process(path)  # 64 rows, α = 0.7, γ = 4
+    steps = defs["steps"]
+    assert [s.trick for s in steps] == ["none", "continuous batching", "prefix caching", "chunked prefill",
+                                        "speculative decoding"]
+    assert all(b.time.total <= a.time.total for a, b in zip(steps, steps[1:]))
+    assert steps[1].time.decode == pytest.approx(steps[0].time.decode * 1024 / defs["longest"])
+    assert steps[2].time.prefill == pytest.approx(steps[1].time.prefill / 8)  # 8 samples, one prefill
+    assert defs["per_pass"] == pytest.approx((1 - 0.7 ** 5) / 0.3)
+    assert defs["compute_fraction"] < 0.5  # 64 rows: bandwidth-bound, where speculation pays
+    losing = run_with_settings(path, {"value=0.7, label": "value=0.3, label", "value=4, label": "value=10, label"},
+                               tmp_path)
+    assert losing["spec_factor"] > 1 and losing["steps"][-1].time.decode > losing["steps"][-2].time.decode
+    full = run_with_setting(path, 'value="64", label', 'value="512", label', tmp_path)
+    assert full["compute_fraction"] > 0.9  # the formula's bandwidth-bound assumption no longer holds
+
+
 def test_lesson_22_sixteen_bytes_zero_and_a_memory_bound_decode(restore_threads, tmp_path):
     path = LESSONS / "22_memory_and_throughput.py"
     defs = run_in_process(path)  # Qwen2.5-7B, ZeRO-3 over 8 GPUs, 64 rows at 1280 tokens

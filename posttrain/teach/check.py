@@ -36,6 +36,7 @@ from posttrain.systems import gantt
 from posttrain.systems.hardware import DEVICES
 from posttrain.systems.kv_cache import paged_vs_contiguous
 from posttrain.systems.roofline import decode_step
+from posttrain.systems.scheduling import speculative_decoding_factor, speculative_tokens_per_pass
 from posttrain.systems.shapes import PRESETS, ModelShape
 from posttrain.systems.throughput import ROLES, RoleTimes, bottleneck, step_seconds
 
@@ -298,6 +299,21 @@ def _step_cases():
     ]
 
 
+def _ref_speculative(acceptance, draft_tokens, draft_cost):
+    return torch.tensor([speculative_tokens_per_pass(acceptance, draft_tokens),
+                         speculative_decoding_factor(acceptance, draft_tokens, draft_cost)], dtype=torch.float64)
+
+
+def _speculative_cases():
+    return [
+        ("α = 0.7, γ = 4, c = 0.05", (0.7, 4, 0.05)),
+        ("α = 0: every draft rejected, one token a pass", (0.0, 3, 0.05)),
+        ("a free draft (c = 0)", (0.5, 6, 0.0)),
+        ("α = 0.3, γ = 10: speculation costs more than it yields", (0.3, 10, 0.05)),
+        ("α = 0.95, γ = 10", (0.95, 10, 0.1)),
+    ]
+
+
 EXERCISES.update({
     "19": Exercise("weight_sync_parts", "19", _ref_sync_parts, _sync_cases,
                    "all_gather = (n − 1)/n · P · master_bytes / link (0 when n = 1); cast = P · (master_bytes + "
@@ -308,6 +324,10 @@ EXERCISES.update({
                    "used = Σ lengths · bytes_per_token; contiguous = B · reserved_tokens · bytes_per_token; paged = "
                    "Σ ceil(length / block_tokens) · block_tokens · bytes_per_token (integer ceiling: "
                    "(length + block − 1) // block). See paged_vs_contiguous in posttrain/systems/kv_cache.py."),
+    "21": Exercise("speculative", "21", _ref_speculative, _speculative_cases,
+                   "tokens = Σ_{i=0..γ} α^i = (1 − α^(γ+1)) / (1 − α) (the i = 0 term is the target's own token, "
+                   "so it is 1 at α = 0); factor = (1 + γ·c) / tokens. See speculative_tokens_per_pass in "
+                   "posttrain/systems/scheduling.py."),
     "22": Exercise("decode_step_times", "22", _ref_decode_times, _decode_roofline_cases,
                    "N = matmul_parameter_count(shape); flops = rows · (2N + 4 · layers · n_heads · head_dim · (ctx + 1)) "
                    "(n_heads, the query heads, not the KV heads); bytes = N · weight_bytes + rows · (ctx + 1) · 2 · "
