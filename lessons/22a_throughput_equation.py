@@ -142,8 +142,9 @@ def _(mo):
 
     ## Exercises
 
-    1. From a run directory of your own (`posttrain grpo ... --out runs/x`), read `time/*` from
-       `metrics.jsonl` and check that `time/step` is their sum. Then run `posttrain systems --run runs/x`.
+    1. Run a few steps of your own (`posttrain train --algo grpo --rl.steps 3`, which writes
+       `runs/<id>/metrics.jsonl`), read the `time/*` terms and check that `time/step` is close to
+       their sum (the rest is logging and bookkeeping). Then run `posttrain systems --run runs/<id>`.
     2. Under async with the 2 s verifier, how many verifier workers make the rollout bind again?
     3. Code: `exercises/22a_step_time.py` asks for τ_step and the bottleneck; run
        `posttrain check 22a`.
