@@ -217,6 +217,9 @@ def _(mo):
     3. Code: `exercises/18_verifiers.py` asks for the honest spec itself, `final_int/cot-v1`;
        `posttrain check 18` runs it on the golden correct set (everything must pass), the
        golden exploit pack (nothing may) and the frozen rollouts.
+
+    Next: lesson 19 leaves the reward for the machines that compute it, starting with where
+    the roles sit: [19 · System topology](?file=19_system_topology.py).
     """)
     return
 

@@ -59,6 +59,16 @@ def _():
          "signal, estimator, cost: a simulator whose corners recover R1, RLHF, DPO and Tülu 3, and a verifier that fools it"),
         ("27_missing_concepts.py", "Missing concepts",
          "seventeen ideas this course does not develop, where each would go, the code for those posttrain has; off-policy correction live"),
+        ("19_system_topology.py", "System topology",
+         "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
+        ("20_kv_cache.py", "The KV cache and PagedAttention",
+         "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, and our sampler's cache measured"),
+        ("21_scheduling_tricks.py", "Scheduling tricks",
+         "continuous batching, prefix caching, chunked prefill, speculative decoding: gains that compose, and one that loses"),
+        ("22_memory_and_throughput.py", "Memory and throughput math",
+         "16 bytes a parameter and ZeRO's stages; the decode roofline and why long contexts never turn compute-bound"),
+        ("22a_throughput_equation.py", "The throughput equation",
+         "an RL step's five terms, summed or maxed by topology: which one binds, and where a speed-up pays"),
     ]
     # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ----
     LESSONS += [

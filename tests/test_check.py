@@ -5,10 +5,11 @@ from the exercise's text, and fails on the classic mistakes with the case named.
 from __future__ import annotations
 
 import ast
-import subprocess
-import sys
+import dataclasses
 import math
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -66,6 +67,45 @@ INDEPENDENT = {
     "27": lambda old, behaviour, mask, cap: torch.where(mask != 0, torch.minimum(
         (old - behaviour).exp(), torch.tensor(cap)), torch.zeros_like(old)),
 }
+
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1): written from the stubs' docstrings ----
+
+
+def _sync_parts(P, n, link, memory, master=4, engine=2, colocated=False, tp=1):
+    gather = (n - 1) / n * P * master / link
+    cast = 0.0 if master == engine else P * (master + engine) / memory
+    broadcast = 0.0 if colocated else P * engine / link
+    return torch.tensor([gather, cast, broadcast, 2 * P * engine / tp / memory], dtype=torch.float64)
+
+
+def _cache_bytes(lengths, reserved, block, per_token):
+    blocks = sum(-(-int(n) // block) for n in lengths)
+    return torch.tensor([float(lengths.sum()) * per_token, len(lengths) * reserved * per_token,
+                         blocks * block * per_token], dtype=torch.float64)
+
+
+def _decode_times(shape, device, rows, ctx, wb, kvb):
+    n = shape.hidden * shape.vocab  # the output head, then every layer's projections
+    n += shape.n_layers * (shape.hidden * (shape.n_heads + 2 * shape.n_kv_heads) * shape.head_dim
+                           + shape.n_heads * shape.head_dim * shape.hidden + shape.mlp_matrices * shape.hidden * shape.intermediate)
+    flops = rows * (2 * n + 4 * shape.n_layers * shape.n_heads * shape.head_dim * (ctx + 1))
+    moved = n * wb + rows * (ctx + 1) * 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * kvb
+    return torch.tensor([flops / device.flops_per_second, moved / device.bytes_per_second], dtype=torch.float64)
+
+
+INDEPENDENT.update({
+    "19": _sync_parts,
+    "20": _cache_bytes,
+    "21": lambda a, g, c: torch.tensor([sum(a ** i for i in range(g + 1)), (1 + g * c) / sum(a ** i for i in range(g + 1))],
+                                       dtype=torch.float64),
+    "22": _decode_times,
+    "22a": lambda t, topology: torch.tensor(
+        [max(t["rollout"], sum(t.values()) - t["rollout"]) if topology == "async" else sum(t.values()),
+         ["rollout", "verifier", "reference", "train", "sync"].index(
+             "rollout" if topology == "async" and 2 * t["rollout"] >= sum(t.values())
+             else max(t if topology != "async" else [r for r in t if r != "rollout"], key=t.get))],
+        dtype=torch.float64),
+})
 
 
 def _cot_v1(expected: str, completion: str) -> float:
@@ -349,3 +389,52 @@ def test_a_packed_batch_paying_for_every_row_to_the_end_fails():
         [(a + b * len(L)) * L.max()] * 2 + [(a + b * len(L)) * L.clamp(max=cap).max()])
     assert check.run_check("22b", solution=static_twice, out=quiet(lines)) is False
     assert "ok    case 'every row the same length" in "\n".join(lines)  # equal rows: the two agree
+
+
+def test_a_sync_that_broadcasts_to_colocated_engines_fails_that_case():
+    lines = []
+    always = lambda P, n, link, memory, master=4, engine=2, colocated=False, tp=1: _sync_parts(
+        P, n, link, memory, master, engine, False, tp)
+    assert check.run_check("19", solution=always, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case '8 trainers" in text and "FAIL  case 'colocated: no broadcast'" in text
+
+
+def test_resolve_accepts_a_lesson_between_two_numbers():
+    assert check.resolve("19") == check.resolve("19_weight_sync") == "19"
+
+
+def test_paging_by_the_mean_length_instead_of_each_sequence_fails():
+    lines = []
+    by_mean = lambda lengths, reserved, block, per_token: torch.tensor(
+        [float(lengths.sum()) * per_token, len(lengths) * reserved * per_token,
+         len(lengths) * -(-int(lengths.float().mean()) // block) * block * per_token], dtype=torch.float64)
+    assert check.run_check("20", solution=by_mean, out=quiet(lines)) is False
+    assert "FAIL  case 'three sequences, blocks of 4, by hand'" in "\n".join(lines)
+
+
+def test_a_cache_counted_with_the_query_heads_fails_on_gqa():
+    lines = []
+    mha_cache = lambda shape, device, rows, ctx, wb, kvb: _decode_times(
+        dataclasses.replace(shape, n_kv_heads=shape.n_heads), device, rows, ctx, wb, kvb)
+    assert check.run_check("22", solution=mha_cache, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "ok    case 'Llama-2-7B (MHA)" in text and "FAIL  case 'Qwen2.5-7B, one row" in text
+
+
+def test_an_async_bottleneck_off_the_binding_side_fails():
+    lines = []
+    largest = lambda t, topology: torch.tensor(
+        [max(t["rollout"], sum(t.values()) - t["rollout"]) if topology == "async" else sum(t.values()),
+         ["rollout", "verifier", "reference", "train", "sync"].index(max(t, key=t.get))], dtype=torch.float64)
+    assert check.run_check("22a", solution=largest, out=quiet(lines)) is False
+    assert "FAIL  case 'async, the trainer side binds by its update'" in "\n".join(lines)
+
+
+def test_forgetting_the_targets_own_token_fails():
+    lines = []
+    drafts_only = lambda a, g, c: torch.tensor([sum(a ** i for i in range(1, g + 1)),
+                                                (1 + g * c) / max(sum(a ** i for i in range(1, g + 1)), 1e-9)],
+                                               dtype=torch.float64)
+    assert check.run_check("21", solution=drafts_only, out=quiet(lines)) is False
+    assert "FAIL  case 'α = 0: every draft rejected" in "\n".join(lines)

@@ -188,6 +188,17 @@ def run_with_setting(path: Path, default: str, setting: str, tmp_path: Path) -> 
     return run_in_process(copy)
 
 
+def run_with_settings(path: Path, replacements: dict[str, str], tmp_path: Path) -> dict:
+    """run_with_setting with several widget defaults replaced at once (a panel's knobs)."""
+    text = path.read_text(encoding="utf-8")
+    for default, setting in replacements.items():
+        assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
+        text = text.replace(default, setting)
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
 def test_lesson_05_a_small_lr_keeps_the_policy_and_a_large_one_breaks_it(restore_threads, tmp_path):
     path = LESSONS / "05_trainer.py"
     defs = run_in_process(path)
@@ -527,17 +538,6 @@ def test_lesson_27_truncation_helps_near_policy_and_nothing_rescues_a_distant_on
 # ---- lessons 22b, 22c, 24, 25, 28 (systems, part 2) ------------------------------------
 
 
-def run_with_settings(path: Path, replacements: dict[str, str], tmp_path: Path) -> dict:
-    """run_with_setting with several widget defaults replaced at once (a panel's knobs)."""
-    text = path.read_text(encoding="utf-8")
-    for default, setting in replacements.items():
-        assert text.count(default) == 1, f"{default!r} should occur exactly once in {path.name}"
-        text = text.replace(default, setting)
-    copy = tmp_path / path.name
-    copy.write_text(text, encoding="utf-8")
-    return run_in_process(copy)
-
-
 def test_lesson_22b_the_tax_the_patches_and_the_trap(restore_threads, tmp_path):
     path = LESSONS / "22b_long_tail_rollouts.py"
     defs = run_in_process(path)  # 256 rows, cv 1, cap 4 × the mean, keep 0.9
@@ -631,6 +631,97 @@ def test_lesson_28_the_allocator_on_real_runs(restore_threads, tmp_path):
     assert [round(g.after_seconds) for g in planned["chosen"]] == [39, 25, 14, 11, 8]
 
 # ---- end of lessons 22b-28 ----
+
+
+
+# ---- lessons 19, 20, 21, 22, 22a (systems, part 1) ------------------------------------
+
+
+def test_lesson_19_placement_costs_idle_time_or_memory(restore_threads, tmp_path):
+    path = LESSONS / "19_system_topology.py"
+    defs = run_in_process(path)  # split 4 + 4, async, NVLink
+    times = defs["times"]
+    assert defs["step"] == pytest.approx(times.rollout) and times.rollout > times.trainer_side  # the rollout binds
+    assert defs["fits"] and 0.3 < defs["idle"] / (8 * defs["step"]) < 0.4
+    colocated = run_with_setting(path, 'value="split, async"', 'value="colocated"', tmp_path)
+    assert colocated["idle"] == 0 and colocated["step"] == pytest.approx(sum(colocated["times"].as_dict().values()))
+    assert defs["step"] < colocated["step"] < 1.2 * defs["step"]
+    lockstep = run_with_setting(path, 'value="split, async"', 'value="split, lockstep"', tmp_path)
+    assert lockstep["idle"] == pytest.approx(4 * lockstep["step"])  # equal pools: exactly half the node waits
+    assert lockstep["step"] > colocated["step"]
+    alone = run_with_setting(path, 'value=4, label="split', 'value=1, label="split', tmp_path)
+    assert not alone["fits"] and alone["per_gpu_gb"]["trainer"] > 122  # 16 bytes × 7.6 B on one GPU
+    slow = run_with_setting(path, 'value="NVLink, 450 GB/s", label=', 'value="25 Gb Ethernet, 3.1 GB/s", label=',
+                            tmp_path)
+    assert slow["times"].sync > 10 and slow["step"] == pytest.approx(defs["step"])  # hidden behind the rollout
+
+
+def test_lesson_20_paging_wastes_under_a_block_and_contiguous_the_reservation(restore_threads, tmp_path):
+    path = LESSONS / "20_kv_cache.py"
+    defs = run_in_process(path)  # Llama-3-8B, max_new_tokens 8192, blocks of 16
+    assert defs["measured_bytes"] == defs["formula_bytes"]  # our sampler's cache is the formula, byte for byte
+    assert defs["per_token"] == 2 * 32 * 8 * 128 * 2  # 128 KiB
+    alloc = defs["alloc"]
+    assert alloc.contiguous_waste > 0.8 and alloc.paged_waste < 16 / (256 + 1024)  # under one block a sequence
+    assert defs["in_flight_paged"] > 6 * defs["in_flight_contiguous"]
+    longer = run_with_setting(path, "value=8192, label", "value=16384, label", tmp_path)
+    assert longer["alloc"].contiguous_waste > 0.9 and longer["in_flight_contiguous"] == defs["in_flight_contiguous"] // 2
+    assert longer["in_flight_paged"] == pytest.approx(defs["in_flight_paged"], abs=2)  # paging does not care
+    big = run_with_setting(path, 'value="16", label', 'value="1024", label', tmp_path)
+    assert big["alloc"].paged_waste > 0.2 and big["shared"].saved_fraction < 0  # the partial block, copied per sample
+    mha = run_with_setting(path, 'value="llama-3-8b (GQA 4:1)"', 'value="llama-2-7b (MHA)"', tmp_path)
+    assert mha["per_token"] == 4 * defs["per_token"]
+
+
+def test_lesson_21_tricks_compose_and_speculation_can_lose(restore_threads, tmp_path):
+    path = LESSONS / "21_scheduling_tricks.py"
+    defs = run_in_process(path)  # 64 rows, α = 0.7, γ = 4
+    steps = defs["steps"]
+    assert [s.trick for s in steps] == ["none", "continuous batching", "prefix caching", "chunked prefill",
+                                        "speculative decoding"]
+    assert all(b.time.total <= a.time.total for a, b in zip(steps, steps[1:]))
+    assert steps[1].time.decode == pytest.approx(steps[0].time.decode * 1024 / defs["longest"])
+    assert steps[2].time.prefill == pytest.approx(steps[1].time.prefill / 8)  # 8 samples, one prefill
+    assert defs["per_pass"] == pytest.approx((1 - 0.7 ** 5) / 0.3)
+    assert defs["compute_fraction"] < 0.5  # 64 rows: bandwidth-bound, where speculation pays
+    losing = run_with_settings(path, {"value=0.7, label": "value=0.3, label", "value=4, label": "value=10, label"},
+                               tmp_path)
+    assert losing["spec_factor"] > 1 and losing["steps"][-1].time.decode > losing["steps"][-2].time.decode
+    full = run_with_setting(path, 'value="64", label', 'value="512", label', tmp_path)
+    assert full["compute_fraction"] > 0.9  # the formula's bandwidth-bound assumption no longer holds
+
+
+def test_lesson_22_sixteen_bytes_zero_and_a_memory_bound_decode(restore_threads, tmp_path):
+    path = LESSONS / "22_memory_and_throughput.py"
+    defs = run_in_process(path)  # Qwen2.5-7B, ZeRO-3 over 8 GPUs, 64 rows at 1280 tokens
+    P, state = defs["P"], defs["state"]
+    assert state.total == pytest.approx(16 * P / 8) and defs["fits"]
+    held, trained = defs["held"], defs["trained"]  # measured: float32 AdamW holds 4 + 4 + 8 bytes a parameter
+    assert (held["weights"], held["grads"], held["optimizer"]) == (4 * trained, 4 * trained, 8 * trained)
+    assert defs["saved"] == pytest.approx(defs["saved_formula"], rel=0.2)
+    assert defs["step"].bound == "memory" and defs["crossover"] == float("inf")
+    replicated = run_with_setting(path, 'value=3, label="ZeRO', 'value=0, label="ZeRO', tmp_path)
+    assert replicated["state"].total == pytest.approx(16 * P) and not replicated["fits"]
+    one = run_with_setting(path, 'value=64, label="decode', 'value=1, label="decode', tmp_path)
+    assert defs["step"].seconds < 1.5 * one["step"].seconds  # 64 rows for a third more time
+    assert defs["tokens_per_second"] > 40 * one["tokens_per_second"]
+    big = run_with_setting(path, 'value="qwen2.5-7b",', 'value="llama-3-70b",', tmp_path)
+    assert not big["fits"] and big["state"].total > 0.9 * 80e9  # ZeRO-3 on 8 GPUs is not enough
+
+
+def test_lesson_22a_a_sum_or_a_max_and_where_it_binds(restore_threads, tmp_path):
+    path = LESSONS / "22a_throughput_equation.py"
+    defs = run_in_process(path)  # colocated, mean response 1024, regex verifier
+    times = defs["times"]
+    assert defs["step"] == pytest.approx(sum(times.as_dict().values())) and defs["binding"] == "rollout"
+    assert defs["rollout_share"] > 0.8 > 0.3 > defs["decode_share"]  # most of the time, a fifth of the FLOPs
+    overlapped = run_with_setting(path, 'value="colocated", label', 'value="async", label', tmp_path)
+    assert overlapped["step"] == pytest.approx(overlapped["times"].rollout) and overlapped["step"] < defs["step"]
+    scored = run_with_settings(path, {'value="colocated", label': 'value="async", label',
+                                      'value="regex, 0 s", label': 'value="sandboxed tests, 2 s", label'}, tmp_path)
+    assert scored["binding"] == "verifier" and scored["times"].verifier == pytest.approx(512 * 2.0 / 8)
+    assert scored["step"] == pytest.approx(scored["times"].trainer_side)
+
 
 # --------------------------------------------------------------------------------------
 # posttrain lessons (no server is started here)

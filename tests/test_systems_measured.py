@@ -38,41 +38,9 @@ from posttrain.systems.memory import activation_bytes
 from posttrain.systems.rl_memory import colocated_step_peak
 from posttrain.systems.shapes import PRESETS, parameter_count, shape_from_config
 from posttrain.systems.throughput import role_times_from_metrics, step_seconds
+from posttrain.teach.measure import sampler_cache_bytes, saved_activation_bytes
 
 TOKENIZER = CharTokenizer()
-
-
-def held_cache_bytes(cache) -> int:
-    """Bytes of the keys and values a sampler's cache holds: GPTMini's KVCache or the
-    preallocated layers of a transformers Cache (models/hf.py)."""
-    if isinstance(getattr(cache, "keys", None), list):
-        return sum(t.numel() * t.element_size() for t in cache.keys + cache.values)
-    return sum(layer.key_buffer.numel() * layer.key_buffer.element_size() * 2 for layer in cache.layers
-               if layer.is_initialized)
-
-
-def sampler_cache_bytes(model, tokenizer, examples, samples_per_prompt: int, max_new_tokens: int) -> int:
-    """Sample with the real engine and record what its cache holds once each prompt's
-    prefill has been copied out to its K rows (its first batch_select_indices)."""
-    held, new_cache = [], model.new_cache
-
-    def recording(*args, **kwargs):
-        cache = new_cache(*args, **kwargs)
-        select = cache.batch_select_indices
-
-        def select_and_record(indices):
-            select(indices)
-            held.append(held_cache_bytes(cache))
-        cache.batch_select_indices = select_and_record
-        return cache
-
-    model.new_cache = recording
-    try:
-        RolloutEngine(model, tokenizer, SamplingParams(max_new_tokens=max_new_tokens)).generate(
-            examples, samples_per_prompt, torch.Generator().manual_seed(0))
-    finally:
-        model.new_cache = new_cache
-    return held[0]
 
 
 def longest_prompt(tokenizer, examples) -> int:
@@ -111,23 +79,6 @@ def test_smollm2_sampler_cache_is_the_formula():
     examples = ArithmeticEnv().fixed_set("dev", 2)
     got = sampler_cache_bytes(model, tokenizer, examples, 4, 8)
     assert got == sampler_kv_bytes(PRESETS["smollm2-135m"], 2, 4, longest_prompt(tokenizer, examples), 8, 4)
-
-
-def saved_activation_bytes(model, input_ids) -> int:
-    """Bytes autograd saves for backward in a forward pass, each storage once, the model's
-    own parameters and buffers left out."""
-    own = {t.untyped_storage().data_ptr() for t in [*model.parameters(), *model.buffers()]}
-    saved = {}
-
-    def pack(t):
-        key = t.untyped_storage().data_ptr()
-        if key not in own:
-            saved[key] = t.untyped_storage().nbytes()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        model.hidden_states(input_ids)
-    return sum(saved.values())
 
 
 @pytest.mark.parametrize("kind", ["gpt_mini", "llama"])

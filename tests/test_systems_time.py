@@ -14,7 +14,8 @@ from posttrain.systems.roofline import (crossover_rows, decode_seconds, decode_s
                                         training_flops_per_token)
 from posttrain.systems.shapes import PRESETS, ModelShape, matmul_parameter_count
 from posttrain.systems.throughput import (DEFAULT_LEVERS, Lever, RoleTimes, Workload, allocate_levers, bottleneck,
-                                          rank_levers, role_times_from_metrics, roofline_role_times, step_seconds)
+                                          rank_levers, role_times_from_metrics, rollout_seconds, roofline_role_times,
+                                          step_seconds)
 
 # 2 layers, width 8, 2 query heads sharing 1 KV head of 4, MLP 16, vocabulary 10
 TOY = ModelShape("toy", n_layers=2, hidden=8, n_heads=2, n_kv_heads=1, head_dim=4, intermediate=16, vocab=10,
@@ -228,3 +229,10 @@ def test_allocate_levers_composes_greedily_by_hand():
     assert allocate_levers(t, "colocated", [Lever("nothing", {"sync": 0.5})], budget=2) == []  # sync is 0 s already
     with pytest.raises(ValueError, match="budget"):
         allocate_levers(t, "colocated", levers, budget=-1)
+def test_the_busiest_engine_holds_the_longest_row_whatever_the_engine_count():
+    # 512 rows on 6 engines (6 does not divide 512): the engine dealt the longest row binds,
+    # so more engines never make the rollout slower, and never faster than the longest row alone
+    w = Workload(prompts=64, samples_per_prompt=8, prompt_tokens=256, mean_response_tokens=1024.0)
+    seconds = {n: rollout_seconds(PRESETS["qwen2.5-7b"], DEVICES["h100-80gb"], w, n) for n in (1, 2, 4, 6, 8, 512)}
+    assert all(seconds[a] >= seconds[b] for a, b in zip(seconds, list(seconds)[1:]))
+    assert seconds[6] > 0.9 * seconds[8]  # the longest row decodes for as long on either

@@ -124,7 +124,8 @@ def rollout_seconds(shape: ModelShape, device: Device, w: Workload, engines: int
     lengths = expected_lengths(w.rows, w.mean_response_tokens, w.response_cv)
     if w.cap_tokens:
         lengths = [min(L, w.cap_tokens) for L in lengths]
-    mine = sorted(lengths[engines - 1 :: engines] if engines <= w.rows else lengths[-1:])
+    # the engine dealt the last (longest) row: rows (rows − 1) mod engines, + engines, ...
+    mine = sorted(lengths[(len(lengths) - 1) % engines :: engines] if engines <= w.rows else lengths[-1:])
     distinct = math.ceil(w.prompts / engines) if w.share_prompt else len(mine)
     seconds = prefill(shape, device, distinct, w.prompt_tokens, w.weight_bytes, w.kv_bytes).seconds
     alive = len(mine)

@@ -37,7 +37,9 @@ from posttrain.teach.check_part3 import PART_III
 from posttrain.teach.check_part5 import PART_V
 from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
 from posttrain.teach.check_systems import SYSTEMS_EXERCISES
+from posttrain.teach.check_systems_basics import SYSTEMS_BASICS
 from posttrain.teach.widgets import BUDGET, synthetic_batch
+
 
 EXERCISES_DIR = Path(__file__).resolve().parents[2] / "exercises"
 EXERCISE_FILE = re.compile(r"^(\d\d[a-z]?)_\w+\.py$")
@@ -234,9 +236,10 @@ EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()}) 
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_V.items()})  # lessons 26-27
 
 
-# the systems lessons (22b and after): their references and cases are in check_systems.py
+# the systems lessons: their references and cases are in check_systems_basics.py (19-22a) and
+# check_systems.py (22b and after)
 EXERCISES.update({number: Exercise(function, number, reference, cases, hint)
-                  for number, (function, reference, cases, hint) in SYSTEMS_EXERCISES.items()})
+                  for number, (function, reference, cases, hint) in {**SYSTEMS_BASICS, **SYSTEMS_EXERCISES}.items()})
 
 
 def lesson_order(key: str) -> tuple:
@@ -246,6 +249,8 @@ def lesson_order(key: str) -> tuple:
 
 
 EXERCISES = dict(sorted(EXERCISES.items(), key=lambda item: lesson_order(item[0])))
+
+
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,199 @@
+"""Lesson 20 · The KV cache and PagedAttention: what decoding keeps per token, and how to allocate it.
+
+Run it:  posttrain lessons 20
+Headless: python lessons/20_kv_cache.py
+"""
+
+import marimo
+
+__generated_with = "0.25.2"
+app = marimo.App(width="medium")
+
+
+@app.cell
+def _():
+    import marimo as mo
+    import torch
+
+    torch.set_num_threads(1)  # a tiny model: one thread
+    return mo, torch
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    # 20 · The KV cache and PagedAttention
+
+    ## Why decoding keeps memory per token
+
+    To sample token $t+1$, attention needs the keys and values of tokens $1..t$ in every layer.
+    Recomputing them each step would make decoding quadratic, so the sampler keeps them: the
+    **KV cache**. Lesson 02's sampler does this (`posttrain/roles/rollout.py`); so does every
+    inference engine. Its size is set by the architecture alone:
+
+    $$
+    \text{bytes per token} = 2\,(K\text{ and }V) \times n_{\text{layers}} \times n_{\text{kv heads}} \times d_{\text{head}} \times \text{bytes per element}
+    $$
+
+    Grouped-query attention (GQA) lets several query heads share one key/value head, so the cache
+    shrinks by $n_{\text{heads}} / n_{\text{kv heads}}$; multi-query attention (MQA) keeps a
+    single one.
+
+    ## Where it goes wrong: reservation
+
+    A sampler does not know how long a response will be. The simple answer — ours, and every
+    server's before vLLM — is to reserve prompt + `max_new_tokens` for every sequence up front,
+    in one contiguous tensor. RL makes this bad: a reasoning model's responses have a long tail
+    (most short, a few near the budget), so the budget is set by the tail and nearly every
+    reservation is mostly empty. **PagedAttention** (Kwon et al., 2023) borrows the operating
+    system's answer: the cache is a pool of fixed blocks of $B$ tokens, a sequence takes a new
+    block only when it fills the last, and a block table maps positions to blocks. At most one
+    partly filled block per sequence is wasted. With a **prefix tree** (SGLang's RadixAttention),
+    the $K$ samples of one GRPO prompt also share the prompt's blocks.
+
+    Below: a GRPO batch of 64 prompts × 8 samples, 256-token prompts, responses of 1024 tokens on
+    average (log-normal, cv 1, cut at the budget), in bf16, and how many sequences an 80 GB H100
+    keeps in flight once the weights are loaded.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    cache = mo.ui.dictionary({
+        "model": mo.ui.dropdown(options=["llama-2-7b (MHA)", "llama-3-8b (GQA 4:1)", "gemma-2b (MQA)"],
+                                value="llama-3-8b (GQA 4:1)", label="model"),
+        "max_new": mo.ui.slider(start=1024, stop=16384, step=1024, value=8192, label="max_new_tokens (the reservation)",
+                                show_value=True),
+        "block": mo.ui.dropdown(options=["1", "16", "128", "1024"], value="16", label="paged: tokens per block"),
+    })
+    cache.vstack()
+    return (cache,)
+
+
+@app.cell
+def _(cache):
+    from posttrain.systems.hardware import GB, device_named
+    from posttrain.systems.kv_cache import (kv_bytes_per_token, max_cached_tokens, paged_vs_contiguous,
+                                            prefix_sharing)
+    from posttrain.systems.memory import inference_weight_bytes
+    from posttrain.systems.shapes import PRESETS, parameter_count
+    from posttrain.systems.stragglers import expected_lengths
+
+    PROMPTS, K, PROMPT_TOKENS, MEAN_RESPONSE = 64, 8, 256, 1024.0
+    shape = PRESETS[cache.value["model"].split(" ")[0]]
+    max_new, block = cache.value["max_new"], int(cache.value["block"])
+
+    per_token = kv_bytes_per_token(shape, 2)
+    responses = [min(round(L), max_new) for L in expected_lengths(PROMPTS * K, MEAN_RESPONSE, 1.0)]
+    truncated = sum(L == max_new for L in responses) / len(responses)
+    lengths = [PROMPT_TOKENS + L for L in responses]
+    alloc = paged_vs_contiguous(shape, lengths, PROMPT_TOKENS + max_new, block, 2)
+    shared = prefix_sharing(shape, PROMPTS, K, PROMPT_TOKENS, sum(responses) / len(responses), 2, block_tokens=block)
+
+    # sequences in flight on one H100: what is left of 90% of its memory after the bf16 weights
+    _free = 0.9 * device_named("h100-80gb").memory_bytes - inference_weight_bytes(parameter_count(shape), 2)
+    room_tokens = max_cached_tokens(shape, _free, 2)
+    in_flight_contiguous = room_tokens // (PROMPT_TOKENS + max_new)
+    in_flight_paged = int(room_tokens // (alloc.paged_bytes / per_token / len(lengths)))
+    return (GB, alloc, block, in_flight_contiguous, in_flight_paged, max_new, per_token, room_tokens, shape, shared,
+            truncated)
+
+
+@app.cell
+def _(torch):
+    # This machine: our own sampler's cache, measured, against the formula (gpt_mini, float32)
+    from posttrain.envs.arithmetic import ArithmeticEnv
+    from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+    from posttrain.models.tokenizer import CharTokenizer
+    from posttrain.roles.rollout import example_prompt_ids
+    from posttrain.systems.kv_cache import sampler_kv_bytes
+    from posttrain.systems.shapes import PRESETS as _PRESETS
+    from posttrain.teach.measure import sampler_cache_bytes
+
+    _tok = CharTokenizer()
+    _examples = ArithmeticEnv().fixed_set("dev", 4)
+    torch.manual_seed(0)
+    _model = GPTMini(GPTMiniConfig(vocab_size=len(_tok.itos)))
+    measured_bytes = sampler_cache_bytes(_model, _tok, _examples, 8, 20)
+    _longest = max(len(example_prompt_ids(_tok, e)) for e in _examples)
+    formula_bytes = sampler_kv_bytes(_PRESETS["gpt_mini"], 4, 8, _longest, 20, 4)
+    return formula_bytes, measured_bytes
+
+
+@app.cell
+def _(GB, alloc, block, formula_bytes, in_flight_contiguous, in_flight_paged, max_new, measured_bytes, mo, per_token,
+      room_tokens, shape, shared, truncated):
+    mo.md(
+        f"""
+    ### {shape.name}: {shape.n_layers} layers × {shape.n_kv_heads} KV heads × {shape.head_dim} → **{per_token / 1024:.0f} KiB per token**
+
+    The batch's 512 sequences hold **{alloc.used_bytes / GB:.1f} GB** of keys and values
+    ({truncated:.1%} of responses hit the budget of {max_new} tokens).
+
+    | allocation | bytes | holds no token | sequences in flight on one H100 |
+    |---|---|---|---|
+    | contiguous, prompt + {max_new} reserved | {alloc.contiguous_bytes / GB:.1f} GB | **{alloc.contiguous_waste:.0%}** | {in_flight_contiguous} |
+    | paged, blocks of {block} | {alloc.paged_bytes / GB:.1f} GB | **{alloc.paged_waste:.1%}** | {in_flight_paged} |
+    | paged + prefix tree (the 8 samples share their prompt) | {shared.shared_bytes / GB:.1f} GB | | |
+
+    After the weights, an H100 has room for {room_tokens:,} tokens of cache. The prefix tree saves
+    {shared.saved_fraction:.0%} of the paged bytes here (the prompt is short beside the responses).
+
+    **This machine, measured:** our sampler's cache for 4 prompts × 8 samples of gpt_mini, 20 new
+    tokens, holds {measured_bytes:,} bytes; the formula says {formula_bytes:,}
+    ({"equal" if measured_bytes == formula_bytes else "**they differ**"}). Our sampler reserves
+    contiguously: every row gets the longest prompt + max_new_tokens.
+    """
+    )
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
+    ## Find the knob that breaks it
+
+    * **max_new_tokens 16384.** The contiguous cache reserves 16.6 k tokens for sequences that
+      average 1.3 k: 92% of it holds nothing, and an H100 keeps 25 sequences in flight where
+      paging keeps 332. Raising the budget so the tail is not cut is exactly what RL on
+      reasoning models does; under contiguous allocation it costs throughput directly.
+    * **max_new_tokens 1024.** Waste falls to a quarter, but a third of the responses are cut at
+      the budget: you buy memory with truncated answers (DAPO's overlong penalty, lesson 13,
+      exists for them).
+    * **Blocks of 1024 tokens.** Paging wastes up to one block per sequence: at 1024 that is 27%
+      of the cache. Worse, the prefix tree now saves nothing (it costs 2.5% more): the
+      prompt's last block is only partly filled, so each of the 8 samples copies it. Blocks of 1
+      waste nothing but make the block table as long as the sequence and every attention read a
+      gather; vLLM settles on 16.
+    * **llama-2-7b (MHA)**: 512 KiB a token, four times Llama-3-8B's 128 KiB at the same width,
+      and a quarter of the sequences in flight (87 against 333). **gemma-2b (MQA)**: 18 KiB.
+      GQA is a memory decision as much as a modelling one.
+
+    ## Source files used here
+
+    * `posttrain/systems/kv_cache.py` — `kv_bytes_per_token`, `paged_vs_contiguous`, `prefix_sharing`,
+      `max_cached_tokens`, `sampler_kv_bytes`
+    * `posttrain/roles/rollout.py` — our sampler: one contiguous cache, prefill once per prompt,
+      copied out to its K rows
+    * `posttrain/models/gpt_mini.py` — `KVCache`, the cache the measurement reads
+    * `posttrain/teach/measure.py` — `sampler_cache_bytes`: watches the real sampler's cache
+    * `tests/test_systems_measured.py` — the same equality for a GQA Llama and SmolLM2
+
+    ## Exercises
+
+    1. Our sampler prefills each distinct prompt once, then copies the cache out to its K rows.
+       While both exist, how many rows does the allocator hold? (Read `sampler_kv_bytes`.)
+    2. With a prefix tree, at what prompt length does sharing save half the cache of a group of 8
+       whose responses average 1024 tokens?
+    3. Code: `exercises/20_paged_cache.py` asks for the used, contiguous and paged bytes of a batch;
+       run `posttrain check 20`.
+
+    **Next:** [lesson 21 · scheduling tricks](?file=21_scheduling_tricks.py) — what engines do with
+    the memory paging frees.
+    """)
+    return
+
+
+if __name__ == "__main__":
+    app.run()
