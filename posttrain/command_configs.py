@@ -276,3 +276,43 @@ class PrmConfig:
               "arithmetic without --data: the policy's samples are arithmetic chains")
         if self.data and not Path(self.data).exists():
             raise ConfigError(f"data={self.data!r}: no such file or directory")
+
+
+@dataclass
+class ThinkConfig:
+    """`posttrain think` (Loop B): a thinking-mode-fused checkpoint (trained on env arithmetic_think)
+    on the same problems in /no_think mode, in /think mode, and in /think mode under thinking
+    budgets that force the answer after B tokens of thinking (posttrain/search/thinking_curve.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory of a run on --env.name arithmetic_think
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 500  # problems, each measured in every mode: a 95% CI of about ±4 points near 70%
+    seed: int = 0  # which problems of the split
+    # tokens allowed inside <think> before the answer is forced, comma-separated; a level-3 running sum
+    # and its </think> take 30-38 of gpt_mini's characters, so 40 leaves the thinking uncut
+    budgets: str = "0,8,16,24,32,40"
+    answer_tokens: int = 16  # tokens allowed after the thinking: 'Final: 45' and EOS take 10
+    max_new_tokens: int = 0  # the cap of the unbudgeted /think and /no_think answers; 0 = the checkpoint's run's
+    # the text appended when the budget is spent (then "</think>" and a newline); "" = the sampler's
+    # own (posttrain/roles/think_budget.py EARLY_STOP), which the model never saw in training
+    early_stop: str = ""
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "think"  # the run directory's suffix
+
+    def budget_list(self) -> list[int]:
+        try:
+            budgets = [int(b) for b in self.budgets.split(",")]
+        except ValueError:
+            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
+                              "(e.g. '0,8,16,32')") from None
+        check(all(b >= 0 for b in budgets), "budgets", self.budgets, "token counts >= 0 (0 forces the answer at once)")
+        return sorted(set(budgets))
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory of a "
+                              "run trained with --env.name arithmetic_think")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        self.budget_list()
+        check_positive(self, "", "size", "answer_tokens")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")

@@ -109,6 +109,9 @@ class EnvConfig:
     # multi-turn environments only: which earlier <think>…</think> the model reads before its next
     # turn, keep_all | keep_last | drop (posttrain/roles/thinking.py); the last two train one row per turn
     thinking: str = "keep_all"
+    # arithmetic_think only: the switch in the prompts, fused (each problem /think or /no_think, half
+    # each: SFT on both modes) | think | no_think (every prompt one mode: measure it); envs/thinking_modes.py
+    think_mode: str = "fused"
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

@@ -15,6 +15,7 @@
                                        held-out step accuracy and calibration with CIs
     posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
     posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
+    posttrain think --checkpoint DIR   /think, /no_think and thinking budgets of a fused model: accuracy vs tokens
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain lessons [NN] [--edit]    the interactive lessons (marimo), served on localhost
@@ -40,7 +41,7 @@ from typing import Annotated, Any, Callable
 import tyro
 
 from posttrain.cli.flags import checked, flags_given, parse_simple, parse_train, value_of
-from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_verify
+from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify
 from posttrain.command_configs import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, rlhf_config
 from posttrain.config_file import from_dict, to_dict
@@ -309,6 +310,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bon": cmd_bon,
     "search": cmd_search,
     "verify": cmd_verify,
+    "think": cmd_think,
     "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,

@@ -1,5 +1,5 @@
 """The commands that score rather than train (Loop A and Loop B): `posttrain eval`, `bon`,
-`search`, `verify` and `diff`. Each parses its settings (command_configs.py), checks them,
+`search`, `verify`, `think` and `diff`. Each parses its settings (command_configs.py), checks them,
 and hands them to one job; the jobs are imported inside the command, for start-up time
 (they load torch)."""
 
@@ -12,7 +12,7 @@ from typing import Annotated
 import tyro
 
 from posttrain.cli.flags import checked, config_flag, description, flags_given, from_file, parse_flags, parse_simple
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig
 
 
 def cmd_eval(argv: list[str]) -> int:
@@ -69,6 +69,16 @@ def cmd_verify(argv: list[str]) -> int:
     from posttrain.search.self_verify import run_verify
 
     run_verify(cfg)
+    return 0
+
+
+def cmd_think(argv: list[str]) -> int:
+    cfg = parse_simple(ThinkConfig, argv, "posttrain think", "Loop B: /think, /no_think and thinking budgets of a "
+                       "thinking-mode-fused checkpoint, accuracy against tokens")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.thinking_curve import run_think
+
+    run_think(cfg)
     return 0
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -44,6 +44,7 @@ from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
+from posttrain.search.thinking_curve import fused_task
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of
 
@@ -60,7 +61,7 @@ def check_config(cfg, env=None) -> list[str]:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
         {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
-         VerifyConfig: check_search}[type(cfg)](cfg)
+         VerifyConfig: check_search, ThinkConfig: check_think}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -358,6 +359,10 @@ def check_search(cfg: SearchConfig | VerifyConfig) -> None:
     if isinstance(cfg, VerifyConfig):
         check(all(problem_of(e) for e in examples), "env.name", env_cfg.name, "an arithmetic task: the "
               "meta-verifier is its step checker (verifiers/steps.py), and a task without one cannot be audited")
+
+
+def check_think(cfg: ThinkConfig) -> None:
+    fused_task(cfg.checkpoint)  # a checkpoint of a fused (arithmetic_think) run, or ValueError saying so
 
 
 def check_prm(cfg: PrmConfig) -> None:
