@@ -39,6 +39,7 @@ from posttrain.pipelines.build import (
     reward_terms,
 )
 from posttrain.pipelines.sft import demonstration_episodes
+from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
@@ -220,6 +221,8 @@ def check_int8_sampling(cfg: TrainConfig) -> None:
 def check_train(cfg: TrainConfig, env=None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
+    if cfg.stages:
+        return check_stages(cfg, env)
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_int8_sampling(cfg)
@@ -246,6 +249,21 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
     return start + check_data(cfg, env)
+
+
+def check_stages(cfg: TrainConfig, env=None) -> list[str]:
+    """Every stage of cfg.stages checked as the run it is: its settings typed and valid, then
+    check_train's checks on its own config; what they found, each line named by its stage."""
+    plan = stage_plan(cfg)
+    check(not cfg.model.lora_r, "model.lora_r", cfg.model.lora_r, "0 with stages: each stage starts from the full "
+          "weights the one before saved (LoRA adapters are not carried from stage to stage)")
+    env = check_env(cfg.env) if env is None else env
+    found = []
+    for stage in plan:
+        check_types(stage.cfg)
+        stage.cfg.validate()
+        found += [f"stage {stage.name} ({stage.kind}, {stage.steps} steps): {line}" for line in check_train(stage.cfg, env)]
+    return found
 
 
 def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:

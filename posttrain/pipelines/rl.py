@@ -15,29 +15,30 @@ from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
 
 
-def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path) -> None:
+def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path, stage: str = "rl") -> None:
     """RL from the policy as it is, against the environment's verifier (or the reward
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
-    every sample logged, the monitors watching, and checkpoints to resume from."""
+    every sample logged, the monitors watching, and checkpoints to resume from. `stage`
+    names its checkpoints, metrics and samples rows (a --stages run's: the algorithm)."""
     controller = build_controller(cfg, env, tokenizer, policy, start_weights)
     engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
-    history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "rl"]  # for the live monitors
+    history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]  # for the live monitors
 
     def rl_step(step: int) -> dict[str, float]:
         step_start = time.perf_counter()
         metrics, episodes = controller.step(step)
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
-        samples = [sample_row("rl", step, e) for e in episodes]
+        samples = [sample_row(stage, step, e) for e in episodes]
         run.append_jsonl("samples.jsonl", samples)
-        run.trackers.log_samples("rl", step, samples)  # --report_to: a few of them as a table
+        run.trackers.log_samples(stage, step, samples)  # --report_to: a few of them as a table
         metrics["time/step"] = time.perf_counter() - step_start  # wall time; roles can overlap (async)
         warn_as_it_happens(history, {"step": step, **metrics})
         return metrics
 
     try:
-        run_stage(run, "rl", cfg.rl.steps, rl_step, policy, tokenizer, controller.trainer, cfg.checkpoint_every,
+        run_stage(run, stage, cfg.rl.steps, rl_step, policy, tokenizer, controller.trainer, cfg.checkpoint_every,
                   on_resume=controller.load_state_dict, extra_state=controller.state_dict,
                   show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                                  + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))

@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from posttrain.config import SamplingParams, TrainConfig
+from posttrain.config import SamplingParams, TrainConfig, parse_stages
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
@@ -31,7 +31,8 @@ from posttrain.seeds import derive_seed
 def start_run(cfg: TrainConfig, command: str, env=None) -> RunDir:
     """A new run directory, locked for this process, with its config.json and meta.json.
     `env`: an environment object to train on instead of the one cfg.env names (api.train)."""
-    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
+    stages = "-".join(name for name, _, _ in parse_stages(cfg.stages))
+    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{stages or cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))
         env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
