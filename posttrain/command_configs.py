@@ -1,5 +1,5 @@
 """The settings of the commands that score rather than train: `posttrain eval` (Loop A),
-`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B). Their sections and checks come from config.py, as the
+`posttrain bon`, `posttrain search`, `posttrain verify` and `posttrain think` (Loop B). Their sections and checks come from config.py, as the
 training commands' do."""
 
 from __future__ import annotations
@@ -293,8 +293,8 @@ class ThinkConfig:
     budgets: str = "0,8,16,24,32,40"
     answer_tokens: int = 16  # tokens allowed after the thinking: 'Final: 45' and EOS take 10
     max_new_tokens: int = 0  # the cap of the unbudgeted /think and /no_think answers; 0 = the checkpoint's run's
-    # the text appended when the budget is spent (then "</think>" and a newline); "" = the sampler's
-    # own (posttrain/roles/think_budget.py EARLY_STOP), which the model never saw in training
+    # the text appended when the budget is spent (then "</think>" and a newline); "" = the one the
+    # budget demonstrations end with (--env.budget_demos; posttrain/verifiers/think_tags.py EARLY_STOP)
     early_stop: str = ""
     out_dir: str = "runs"  # where the run directory is created
     name: str = "think"  # the run directory's suffix

@@ -112,6 +112,9 @@ class EnvConfig:
     # arithmetic_think only: the switch in the prompts, fused (each problem /think or /no_think, half
     # each: SFT on both modes) | think | no_think (every prompt one mode: measure it); envs/thinking_modes.py
     think_mode: str = "fused"
+    # arithmetic_think only: the share of /think demonstrations cut at a random point and closed as a
+    # thinking budget closes them (early-stop text, </think>, answer); 0 = Qwen3's recipe, never seen
+    budget_demos: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the

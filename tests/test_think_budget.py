@@ -11,10 +11,10 @@ from posttrain.envs import make_env
 from posttrain.envs.thinking_modes import fused_mode, mode_of
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.roles.rollout import RolloutEngine
-from posttrain.roles.think_budget import EARLY_STOP, budgeted_generate, forced_text
+from posttrain.roles.think_budget import budgeted_generate
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Example, RolloutBatch
 from posttrain.verifiers.final_int import score
-from posttrain.verifiers.think_tags import THINK_CLOSE, split_thinking
+from posttrain.verifiers.think_tags import EARLY_STOP, THINK_CLOSE, forced_text, split_thinking
 
 TOK = CharTokenizer()
 THINK = "final_int/think-v1"
@@ -84,9 +84,35 @@ def test_one_mode_sets_hold_the_same_problems_and_pair_by_id():
     assert all(a.expected_answer == b.expected_answer for a, b in zip(think, no_think))
 
 
+def test_budget_demonstrations_end_exactly_as_the_budget_sampler_ends_a_row():
+    env = make_env("arithmetic_think", budget_demos=0.3)
+    demos = [e for e in env.fixed_set("train", 1000) if mode_of(e) == "think"]
+    cut = [e for e in demos if forced_text() in env.solution(e)]
+    assert 0.2 < len(cut) / len(demos) < 0.4  # the share asked for, by a hash of each problem
+    assert not any(forced_text() in make_env("arithmetic_think").solution(e) for e in demos)  # 0: none
+    example = cut[0]
+    demo = env.solution(example)
+    thinking, answer = demo.split(forced_text())
+    budget = len(thinking) - len("<think>")
+    full = make_env("arithmetic_think").solution(example)  # what the model would think, uncut
+
+    def script(text):  # thinks the full chain, and after the appended text writes the demo's answer
+        written = text.split("\n", 1)[1]
+        if full.startswith(written):
+            return full[len(written)]
+        after = text.rsplit(THINK_CLOSE + "\n", 1)[1]
+        return answer[len(after)] if len(after) < len(answer) else ""
+
+    engine = RolloutEngine(ScriptedModel(script), TOK, SamplingParams(temperature=0.0, max_new_tokens=64))
+    (episode,), (use,) = budgeted_generate(engine, [example], budget, 16)
+    assert use.forced and episode.completion == demo and env.score(example, episode.completion)["reward"] == 1.0
+
+
 def test_bad_settings_and_prompts_are_refused_by_name():
     with pytest.raises(ValueError, match="think_mode must be one of"):
         make_env("arithmetic_think", think_mode="maybe")
+    with pytest.raises(ValueError, match="budget_demos must be a share between 0 and 1"):
+        make_env("arithmetic_think", budget_demos=1.5)
     with pytest.raises(ValueError, match="has no parameter"):
         make_env("arithmetic_think", cot=False)
     with pytest.raises(ValueError, match="not a thinking-mode prompt"):

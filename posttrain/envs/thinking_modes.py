@@ -35,7 +35,7 @@ from typing import Any
 from posttrain.envs.arithmetic import ArithmeticEnv, _check_choice
 from posttrain.types import Example
 from posttrain.verifiers.final_int import get_spec
-from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN
+from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN, forced_text
 
 THINK_MODES = ("fused", "think", "no_think")
 SWITCHES = {"think": " /think", "no_think": " /no_think"}  # appended to the question, before its newline
@@ -46,6 +46,16 @@ def fused_mode(expression: str) -> str:
     """The switch a fused problem gets: think or no_think, half each, from a hash of the
     problem (salted, so it does not follow the split's hash)."""
     return ("think", "no_think")[hashlib.sha256(f"think-mode:{expression}".encode()).digest()[0] % 2]
+
+
+def budget_cut(expression: str, share: float, steps: int) -> int | None:
+    """Where a /think demonstration is cut, as a thinking budget would cut it: None for most
+    problems; for a `share` of them (by a hash of the problem), a number of characters
+    0..steps of its thinking, uniform, from the same hash."""
+    digest = hashlib.sha256(f"budget-cut:{expression}".encode()).digest()
+    if int.from_bytes(digest[:8], "big") / 2**64 >= share:
+        return None
+    return int.from_bytes(digest[8:16], "big") % (steps + 1)
 
 
 def mode_of(example: Example) -> str:
@@ -65,15 +75,21 @@ class ThinkingModesEnv:
     think_mode   "fused": each problem carries the switch fused_mode gives it (the SFT
                  mix); "think" or "no_think": every problem carries that switch (to
                  measure one mode on the same problems as the other).
+    budget_demos the share of /think demonstrations cut after a random number of thinking
+                 characters and ended as the budget sampler ends a row (the early-stop
+                 text, </think>, then the answer). 0 is Qwen3's recipe, where the model
+                 never sees the text; gpt_mini needs some (README, "Thinking-mode fusion").
     """
 
     spec_version = THINK_SPEC
     honest = True
 
-    def __init__(self, level: int = 3, seed: int = 0, think_mode: str = "fused"):
+    def __init__(self, level: int = 3, seed: int = 0, think_mode: str = "fused", budget_demos: float = 0.0):
         _check_choice("think_mode", think_mode, list(THINK_MODES))
+        if isinstance(budget_demos, bool) or not isinstance(budget_demos, (int, float)) or not 0 <= budget_demos <= 1:
+            raise ValueError(f"budget_demos must be a share between 0 and 1, got {budget_demos!r}")
         self.base = ArithmeticEnv(level=level, cot=True, seed=seed)  # its solution holds the steps to think with
-        self.level, self.seed, self.think_mode = level, seed, think_mode
+        self.level, self.seed, self.think_mode, self.budget_demos = level, seed, think_mode, budget_demos
         self._spec = get_spec(THINK_SPEC)
 
     @property
@@ -100,14 +116,21 @@ class ThinkingModesEnv:
 
     def solution(self, example: Example) -> str:
         """The demonstration of the prompt's mode: the running sum inside <think>…</think>
-        then the answer line, or the answer line alone."""
+        then the answer line (for a budget_demos share, the sum cut short and closed by the
+        budget's text), or the answer line alone."""
         mode = mode_of(example)
         question = example.prompt[: -len(SWITCHES[mode]) - 1] + "\n"
         steps, final = self.base.solution(dataclasses.replace(example, prompt=question)).rsplit("\n", 1)
-        return f"{THINK_OPEN}{steps}{THINK_CLOSE}\n{final}" if mode == "think" else final
+        if mode == "no_think":
+            return final
+        cut = budget_cut(question[len("Q: "):-1], self.budget_demos, len(steps))
+        if cut is None:
+            return f"{THINK_OPEN}{steps}{THINK_CLOSE}\n{final}"
+        return f"{THINK_OPEN}{steps[:cut]}{forced_text()}{final}"
 
     def score(self, example: Example, completion: str) -> dict[str, Any]:
         return self._spec(example, completion)
 
     def __repr__(self) -> str:
-        return f"ThinkingModesEnv(level={self.level}, seed={self.seed}, think_mode={self.think_mode!r})"
+        return (f"ThinkingModesEnv(level={self.level}, seed={self.seed}, think_mode={self.think_mode!r}, "
+                f"budget_demos={self.budget_demos})")

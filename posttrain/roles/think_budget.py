@@ -3,8 +3,11 @@
 Qwen3 (Yang et al. 2025, §4.3) lets a user cap how long a fused model thinks: once the
 thinking has used its budget, generation stops, an instruction to stop thinking is appended
 with the closing tag, and the model writes its answer from the thinking it has. The model
-is never trained on that string; fusion training alone makes answering from partial
-thinking work well enough. This module is that sampler.
+is never trained on that string: Qwen3 reports that thinking-mode fusion alone makes
+answering from partial thinking work. gpt_mini does not manage it unless some of its /think
+demonstrations are cut off the same way (envs/thinking_modes.py, budget_demos; README,
+"Thinking-mode fusion"). This module is that sampler; the appended text is
+verifiers/think_tags.py's EARLY_STOP, where the demonstrations read it too.
 
 One row goes through at most three calls of the decode loop (RolloutEngine.continue_rows),
 each batched over the rows still going:
@@ -35,16 +38,7 @@ import torch
 from posttrain.config import SamplingParams
 from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine, example_prompt_ids
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn
-from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN
-
-# Our own wording of Qwen3's idea, short because gpt_mini reads it one character at a time.
-EARLY_STOP = "\nTime is up; answering now.\n"
-
-
-def forced_text(early_stop: str = EARLY_STOP) -> str:
-    """What a row that spent its budget gets appended: the instruction, the closing tag and
-    the newline a demonstration has between its thinking and its answer."""
-    return f"{early_stop}{THINK_CLOSE}\n"
+from posttrain.verifiers.think_tags import EARLY_STOP, THINK_CLOSE, THINK_OPEN, forced_text
 
 
 @dataclass

@@ -30,10 +30,10 @@ from posttrain.eval.evaluate import solved
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
-from posttrain.roles.think_budget import EARLY_STOP, ThinkingUse, budgeted_generate, forced_text
+from posttrain.roles.think_budget import ThinkingUse, budgeted_generate
 from posttrain.runs.checkpoints import CheckpointTask, read_task
 from posttrain.runs.rundir import RunDir
-from posttrain.verifiers.think_tags import THINK_OPEN
+from posttrain.verifiers.think_tags import EARLY_STOP, THINK_OPEN, forced_text
 
 
 def fused_task(checkpoint: str) -> CheckpointTask:

@@ -14,6 +14,18 @@ from __future__ import annotations
 
 THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 
+# What a thinking budget appends when it runs out (roles/think_budget.py), before THINK_CLOSE:
+# our own wording of Qwen3's idea, short because gpt_mini reads it one character at a time.
+# Here, beside the tags, because demonstrations of a cut-off thinking (envs/thinking_modes.py)
+# must end exactly as the sampler ends one.
+EARLY_STOP = "\nTime is up; answering now.\n"
+
+
+def forced_text(early_stop: str = EARLY_STOP) -> str:
+    """What a row that spent its thinking budget gets appended: the instruction, the closing
+    tag and the newline a demonstration has between its thinking and its answer."""
+    return f"{early_stop}{THINK_CLOSE}\n"
+
 
 def split_thinking(text: str) -> tuple[list[str], str, bool]:
     """(the text of each <think> block, the text outside them, whether a <think> was left
