@@ -1,6 +1,8 @@
 """Thinking-mode fusion: the think-v1 spec, the /think and /no_think environment, and the
 thinking budget's sampler (roles/think_budget.py), counted token by token on a scripted model."""
 
+import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -265,3 +267,54 @@ def test_sixty_sft_steps_on_fused_demonstrations_teach_the_switch():
     no_think = [e.completion for e in engine.generate(heldout["no_think"], 1)]
     assert all(c.startswith("<think>") for c in think), think
     assert all(c.startswith("Final: ") for c in no_think), no_think
+
+
+# --- posttrain think: every mode and budget, counted on a scripted policy ------------------
+
+def test_think_command_rows_count_every_token_and_pair_to_think(tmp_path, monkeypatch):
+    """run_think on a scripted policy that thinks the env's own running sum, then answers it;
+    after the appended text it answers 0. So /think and /no_think solve everything, a cut
+    thinking nothing, and every token count follows from the demonstrations' lengths."""
+    from posttrain.command_configs import ThinkConfig
+    from posttrain.search import thinking_curve
+
+    env = make_env("arithmetic_think")
+    problems = make_env("arithmetic_think", think_mode="think").fixed_set("heldout", 6)
+    demo = {e.prompt.split()[1]: env.solution(e) for e in problems}  # expression -> <think>sum</think>\nFinal: N
+
+    def policy(text):
+        question, written = text.split("\n", 1)
+        expression, switch = question.split()[1:]
+        target = demo[expression] if switch == "/think" else demo[expression].rsplit("\n", 1)[1]
+        if target.startswith(written):
+            return target[len(written)] if len(written) < len(target) else ""
+        after = text.rsplit(THINK_CLOSE + "\n", 1)[1]
+        return "Final: 0"[len(after)] if len(after) < len("Final: 0") else ""
+
+    task = tmp_path / "ckpt"
+    task.mkdir()
+    (task / "posttrain_task.json").write_text(json.dumps({
+        "format": 1, "env": {"name": "arithmetic_think"}, "spec_version": THINK, "max_new_tokens": 64,
+        "system_prompt": "", "posttrain_version": "test"}))
+    monkeypatch.setattr(thinking_curve, "load_checkpoint_model", lambda path, expected: ScriptedModel(policy))
+    monkeypatch.setattr(thinking_curve, "load_tokenizer", lambda path: TOK)
+    result = thinking_curve.run_think(ThinkConfig(checkpoint=str(task), size=6, budgets="0,8,60",
+                                                  out_dir=str(tmp_path / "out")))
+    rows = {r["mode"]: r for r in result["rows"]}
+    thinking = [len(d) - len("<think>") - len("\nFinal: 00") for d in demo.values()]  # the sum and </think>
+    assert all(30 <= n <= 38 for n in thinking) and all(len(d.rsplit(" ", 1)[1]) == 2 for d in demo.values())
+    full = len("<think>") + sum(thinking) / 6 + len("\nFinal: 00") + 1  # + EOS
+    assert rows["/think"]["tokens"]["mean"] == pytest.approx(full) and rows["/think"]["pass@1"]["mean"] == 1.0
+    assert rows["/no_think"]["tokens"]["mean"] == len("Final: 00") + 1 and rows["/no_think"]["pass@1"]["mean"] == 1.0
+    for budget in (0, 8):  # cut: <think>, B tokens, the 37 appended, "Final: 0", EOS; every answer wrong
+        row = rows[f"/think, budget {budget}"]
+        assert row["tokens"]["mean"] == len("<think>") + budget + 37 + len("Final: 0") + 1
+        assert (row["forced"], row["thinking_tokens"], row["pass@1"]["mean"]) == (1.0, budget, 0.0)
+        assert row["vs_think"]["mean_diff"] == -1.0
+    uncut = rows["/think, budget 60"]  # 60 > every thinking: the same completions as /think
+    assert (uncut["forced"], uncut["tokens"]["mean"], uncut["vs_think"]["mean_diff"]) == (0.0, pytest.approx(full), 0.0)
+    run = Path(result["run_dir"])
+    assert len((run / "samples.jsonl").read_text().splitlines()) == 6 * 5
+    # the table: 61 = 7 + 8 + 37 + 8 + 1 tokens, every answer wrong, so -100 points on every problem
+    assert "| /think, budget 8 | 0.0% [0.0, 0.0] | 61.0 [61.0, 61.0] | 100% | -100.0 [-100.0, -100.0] |" in (
+        run / "thinking.md").read_text()
