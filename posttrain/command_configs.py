@@ -1,7 +1,7 @@
 """The settings of the commands that score rather than train: `posttrain eval` (Loop A),
-`posttrain bon`, `posttrain search` and `posttrain verify` (Loop B); and of `posttrain prm`,
-`posttrain star` and `posttrain systems` (the calculator). Their sections and checks come
-from config.py, as the training commands' do."""
+`posttrain bon`, `posttrain search`, `posttrain verify` and `posttrain think` (Loop B); and of
+`posttrain prm`, `posttrain star` and `posttrain systems` (the calculator). Their sections and
+checks come from config.py, as the training commands' do."""
 
 from __future__ import annotations
 
@@ -334,3 +334,43 @@ class SystemsConfig:
         check(self.verifier_ms >= 0, "verifier_ms", self.verifier_ms, "milliseconds >= 0")
         if self.run and not (Path(self.run) / "metrics.jsonl").is_file():
             raise ConfigError(f"run={self.run!r}: no metrics.jsonl there; give a run directory (runs/<id>)")
+
+
+@dataclass
+class ThinkConfig:
+    """`posttrain think` (Loop B): a thinking-mode-fused checkpoint (trained on env arithmetic_think)
+    on the same problems in /no_think mode, in /think mode, and in /think mode under thinking
+    budgets that force the answer after B tokens of thinking (posttrain/search/thinking_curve.py)."""
+
+    checkpoint: str = ""  # the policy: a checkpoint directory of a run on --env.name arithmetic_think
+    split: str = "heldout"  # whose problems: train, dev or heldout
+    size: int = 500  # problems, each measured in every mode: a 95% CI of about ±4 points near 70%
+    seed: int = 0  # which problems of the split
+    # tokens allowed inside <think> before the answer is forced, comma-separated; a level-3 running sum
+    # and its </think> take 30-38 of gpt_mini's characters, so 40 leaves the thinking uncut
+    budgets: str = "0,8,16,24,32,40"
+    answer_tokens: int = 16  # tokens allowed after the thinking: 'Final: 45' and EOS take 10
+    max_new_tokens: int = 0  # the cap of the unbudgeted /think and /no_think answers; 0 = the checkpoint's run's
+    # the text appended when the budget is spent (then "</think>" and a newline); "" = the one the
+    # budget demonstrations end with (--env.budget_demos; posttrain/verifiers/think_tags.py EARLY_STOP)
+    early_stop: str = ""
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "think"  # the run directory's suffix
+
+    def budget_list(self) -> list[int]:
+        try:
+            budgets = [int(b) for b in self.budgets.split(",")]
+        except ValueError:
+            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
+                              "(e.g. '0,8,16,32')") from None
+        check(all(b >= 0 for b in budgets), "budgets", self.budgets, "token counts >= 0 (0 forces the answer at once)")
+        return sorted(set(budgets))
+
+    def validate(self) -> None:
+        if not self.checkpoint or not Path(self.checkpoint).is_dir():
+            raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory of a "
+                              "run trained with --env.name arithmetic_think")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        self.budget_list()
+        check_positive(self, "", "size", "answer_tokens")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")

@@ -109,6 +109,12 @@ class EnvConfig:
     # multi-turn environments only: which earlier <think>…</think> the model reads before its next
     # turn, keep_all | keep_last | drop (posttrain/roles/thinking.py); the last two train one row per turn
     thinking: str = "keep_all"
+    # arithmetic_think only: the switch in the prompts, fused (each problem /think or /no_think, half
+    # each: SFT on both modes) | think | no_think (every prompt one mode: measure it); envs/thinking_modes.py
+    think_mode: str = "fused"
+    # arithmetic_think only: the share of /think demonstrations cut at a random point and closed as a
+    # thinking budget closes them (early-stop text, </think>, answer); 0 = Qwen3's recipe, never seen
+    budget_demos: float = 0.0
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the
@@ -453,6 +459,12 @@ class TrainConfig:
     # bfloat16: float32 weights and optimizer state, forward passes autocast to bf16 (log-probs and
     # losses stay float32); for GPUs. float32 by default: a CPU without native bf16 runs it slower
     dtype: str = "float32"
+    # several stages in one run, each starting from the last checkpoint of the one before, with a held-out
+    # evaluation after each and one table: "sft,dpo,grpo" (sft, any RL algorithm or preference loss; the
+    # start is --init or the model as built). A stage's own settings go in brackets, as config.json keys
+    # of its section and its algorithm's: "sft,dpo[rl.lr=3e-5,rl.steps=100,dpo.nll_coef=1],grpo"; the
+    # rest come from the run's settings (pipelines/stages.py). "" = the two-stage job: SFT, then rl.algo
+    stages: str = ""
 
     def trackers(self) -> list[str]:
         """The tracker names report_to lists; [] for "none"."""
@@ -461,6 +473,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         check_device(self)
+        parse_stages(self.stages)
         self.model.validate()
         self.sft.validate()
         self.rl.validate()
@@ -480,6 +493,42 @@ class TrainConfig:
         names = self.trackers()
         check(all(name in TRACKERS for name in names) and len(set(names)) == len(names), "report_to", self.report_to,
               f"'none', or one or more of {', '.join(TRACKERS)}, comma-separated, each once (e.g. 'tensorboard,wandb')")
+
+
+def parse_stages(text: str) -> list[tuple[str, str, dict[str, str]]]:
+    """The stages of TrainConfig.stages, in order: (name, kind, settings as written). The
+    name is the kind, with _2, _3, ... on a kind's later stages (it names the stage's
+    checkpoints and metrics); the settings map config.json keys to their text, typed later
+    against their section. "" gives []. ConfigError names what cannot be read."""
+    items, depth, current = [], 0, ""
+    for char in text + ",":
+        if char == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        check(depth in (0, 1), "stages", text, "stage names with at most one [KEY=VALUE,...] each, e.g. "
+              "'sft,dpo[rl.lr=3e-5],grpo' (no brackets inside brackets)")
+        current += char
+    check(depth == 0, "stages", text, "every '[' closed by a ']', e.g. 'sft,dpo[rl.lr=3e-5],grpo'")
+    if items == [""]:
+        return []
+    stages, seen = [], {}
+    for item in items:
+        kind, bracket, rest = item.partition("[")
+        kind = kind.strip()
+        check(bool(kind) and kind.replace("_", "").isalnum() and (not bracket or rest.endswith("]")), "stages", text,
+              f"comma-separated stage names, each optionally followed by [KEY=VALUE,...] (could not read {item!r})")
+        settings: dict[str, str] = {}
+        for pair in filter(None, (p.strip() for p in rest[:-1].split(","))) if bracket else []:
+            key, equals, value = (part.strip() for part in pair.partition("="))
+            check(bool(equals and key and value), "stages", text, f"KEY=VALUE pairs in {kind}'s brackets, e.g. "
+                  f"{kind}[rl.lr=3e-5] (could not read {pair!r})")
+            check(key not in settings, "stages", text, f"each setting once per stage ({kind} sets {key} twice)")
+            settings[key] = value
+        seen[kind] = seen.get(kind, 0) + 1
+        stages.append((kind if seen[kind] == 1 else f"{kind}_{seen[kind]}", kind, settings))
+    return stages
 
 
 def rlhf_config() -> TrainConfig:

@@ -55,15 +55,16 @@ def test_the_monitor_names_are_the_monitors():
 def test_stop_ends_at_the_alert_and_records_it(tmp_path):
     run, _, stopped = watch(tmp_path, hacked_history(), on_alert="stop")
     assert stopped == [3]
-    record = json.loads((run.path / "early_stop.json").read_text())
+    record = json.loads((run.path / "early_stop.json").read_text())["rl"]
     assert record["step"] == 3 and record["action"] == "stop" and record["monitor"] == "proxy_gold_divergence"
     assert AlertPolicy(RLConfig(), run, "rl", None, None).last_step(200) == 4  # a resume ends at the same step
+    assert AlertPolicy(RLConfig(), run, "grpo", None, None).last_step(200) == 200  # another stage's own record
 
 
 def test_rollback_puts_back_the_best_dev_weights(tmp_path):
     run, model, stopped = watch(tmp_path, hacked_history(), on_alert="rollback")
     assert stopped == [3]
-    record = json.loads((run.path / "early_stop.json").read_text())
+    record = json.loads((run.path / "early_stop.json").read_text())["rl"]
     assert record["restored_step"] == 1  # dev pass@1 0.6, the best before the fall
     assert next(model.parameters()).flatten()[0].item() == 1.0  # the weights as they were after step 1
     best = latest_checkpoint(run, "rl_best")
@@ -95,7 +96,7 @@ def test_a_tiny_run_rolls_back_and_stays_stopped_when_resumed(tmp_path):
     done = subprocess.run([sys.executable, "-m", "posttrain", "train", *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run_dir(tmp_path)
-    record = json.loads((run / "early_stop.json").read_text())
+    record = json.loads((run / "early_stop.json").read_text())["rl"]
     assert (record["step"], record["restored_step"], record["monitor"]) == (4, 1, "no_learning_signal")
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["stage"] == "rl"] == [0, 1, 2, 3, 4]

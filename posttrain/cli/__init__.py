@@ -3,6 +3,7 @@
     posttrain run                      the main job: SFT → GRPO → held-out eval (Loop C)
     posttrain train --algo NAME ...    the same pipeline with any setting changed
     posttrain train --resume runs/ID   continue a killed run from its last checkpoint
+    posttrain train --stages sft,dpo,grpo  stages in one run, each from the one before's checkpoint, evaluated after each
     posttrain compare --algos a,b,c    several algorithms from one SFT checkpoint: one table, one plot
     posttrain compare --algos dpo --online_rounds 1,20
                                        offline against online DPO on the same budget
@@ -17,6 +18,7 @@
                                        held-out step accuracy and calibration with CIs
     posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
     posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
+    posttrain think --checkpoint DIR   /think, /no_think and thinking budgets of a fused model: accuracy vs tokens
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain systems [--model M --gpus N --gpu h100-80gb] [--run RUN_DIR]
@@ -44,11 +46,21 @@ from typing import Annotated, Any, Callable
 
 import tyro
 
-from posttrain.cli.flags import checked, checked_parent, flags_given, parent_flag, parse_simple, parse_train, value_of
-from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_verify
+from posttrain.cli.flags import (
+    checked,
+    checked_parent,
+    flags_given,
+    params_by_section,
+    parent_flag,
+    parse_simple,
+    parse_train,
+    stages_with_sections,
+    value_of,
+)
+from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify
 from posttrain.cli.systems import cmd_systems
 from posttrain.command_configs import PrmConfig, StarConfig
-from posttrain.config import ConfigError, TrainConfig, rlhf_config
+from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import DISK_FULL, DiskFullError
 
@@ -105,7 +117,19 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
         if env is not None and is_multi_turn(env):
             raise ConfigError(f"env.name={parsed.cfg.env.name!r} is a multi-turn environment: rlhf's reward model "
                               "learns from single completions; train on it with `posttrain run` (its own reward)")
+    refuse_stages(parsed.cfg, command)
+    if parsed.cfg.stages:  # each algorithm section's flags go to the stages of that algorithm
+        kinds = {kind for _, kind, _ in parse_stages(parsed.cfg.stages)}
+        sections = params_by_section(parsed.argv, parsed.args, parsed.sections, kinds)
+        return checked(dataclasses.replace(parsed.cfg, stages=stages_with_sections(parsed.cfg.stages, sections)))
     return checked(parsed.with_algo_params(parsed.cfg, {algo}))
+
+
+def refuse_stages(cfg: TrainConfig, command: str) -> None:
+    """--stages belongs to `run` and `train`; the other training commands lay out their own stages."""
+    if cfg.stages and command not in ("run", "train"):
+        raise ConfigError(f"stages={cfg.stages!r} is not allowed with `posttrain {command}`, which runs its own "
+                          "stages: use `posttrain train --stages ...`")
 
 
 DRY_RUN_HELP = ("true: check every setting, the data, the model and its context length as a run would, print the "
@@ -137,13 +161,14 @@ def cmd_train(argv: list[str], command: str) -> int:
         return dry_run_report(cfg, command)
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.pipelines.run import run_pipeline, start_run
+    from posttrain.pipelines.stages import run_stages
     from posttrain.runs.console import console
 
     run = resumed[1] if resumed else start_run(cfg, command, parent=checked_parent(value_of(argv, "--parent") or ""))
     with run, run.resumable(f"posttrain {command} --resume {run.path}"):  # holds the run's lock to the end
-        summary = run_pipeline(cfg, run)
+        summary = (run_stages if cfg.stages else run_pipeline)(cfg, run)
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
-    console.print((run.path / "summary.md").read_text())
+    console.print((run.path / "summary.md").read_text(), markup=False)  # a stage's [settings] are text
     return 0 if summary else 1
 
 
@@ -174,6 +199,7 @@ def cmd_compare(argv: list[str]) -> int:
     from posttrain.pipelines.compare_rows import parse_rows, row_algorithms
 
     cfg = parsed.cfg
+    refuse_stages(cfg, "compare")
     given = flags_given(parsed.argv)
     if parsed.args.row or parsed.args.rows:
         if parsed.args.algos or parsed.args.online_rounds:
@@ -242,6 +268,7 @@ def cmd_star(argv: list[str]) -> int:
                              "on it, repeat", TrainConfig(), [star_section, resume, parent_flag()],
                              sections="none of them (star fine-tunes with the SFT loss)")
         star = parsed.args.star
+        refuse_stages(parsed.cfg, "star")
         cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it
         cfg = checked(dataclasses.replace(cfg, name=cfg.name or f"{cfg.env.name}-star"))
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
@@ -335,6 +362,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "bon": cmd_bon,
     "search": cmd_search,
     "verify": cmd_verify,
+    "think": cmd_think,
     "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,

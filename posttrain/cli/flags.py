@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from posttrain.config import ConfigError, RLConfig, TrainConfig
+from posttrain.config import ConfigError, RLConfig, TrainConfig, parse_stages
 from posttrain.config_checks import check_types
 from posttrain.config_file import from_dict, load_file
 
@@ -177,27 +177,53 @@ def section_fields(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
     return [("algorithms", Annotated[sections, tyro.conf.arg(name="")], sections())]
 
 
-def section_params(argv: list[str], parsed: Any, defaults: dict[str, Any], chosen: set[str]) -> dict[str, Any]:
-    """The hyperparameters set in the sections of the `chosen` algorithms: each field given
-    as a flag or differing from its section's default. A flag of any other section is refused."""
+def params_by_section(argv: list[str], parsed: Any, defaults: dict[str, Any], chosen: set[str]) -> dict[str, dict]:
+    """The hyperparameters set in each section of the `chosen` algorithms, section by
+    section: each field given as a flag or differing from its section's default. A flag of
+    any other section is refused."""
     given = {flag[2:].partition(".") for flag in flags_given(argv)}
-    params: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
     for name, default in defaults.items():
         value = getattr(parsed.algorithms, name)
         changed = {f.name: getattr(value, f.name) for f in dataclasses.fields(value)
                    if getattr(value, f.name) != getattr(default, f.name) or (name, ".", f.name) in given}
         if not changed:
             continue
-        flags = [f"--{name}.{field}" for field in changed]
         if name not in chosen:
+            flags = [f"--{name}.{field}" for field in changed]
             raise ConfigError(f"{', '.join(flags)}: the {name} section is not allowed here: expected only flags of "
                               f"{' or '.join(f'--{c}.*' for c in sorted(chosen))} (set --algo {name} to train {name})")
+        sections[name] = changed
+    return sections
+
+
+def section_params(argv: list[str], parsed: Any, defaults: dict[str, Any], chosen: set[str]) -> dict[str, Any]:
+    """The hyperparameters set in the sections of the `chosen` algorithms, as one
+    rl.algo_params (compare gives every row the same); a flag of any other section is refused."""
+    params: dict[str, Any] = {}
+    for name, changed in params_by_section(argv, parsed, defaults, chosen).items():
         for field, v in changed.items():
             if field in params and params[field] != v:
                 raise ConfigError(f"--{name}.{field}={v!r} is not allowed: another section set {field}="
                                   f"{params[field]!r}, and every row of compare gets the same rl.algo_params")
             params[field] = v
     return params
+
+
+def stages_with_sections(stages: str, sections: dict[str, dict[str, Any]]) -> str:
+    """`stages` with each algorithm section's flags written into the brackets of every stage
+    of that algorithm (`--dpo.nll_coef 1`: "dpo" -> "dpo[dpo.nll_coef=1]"), where the stage
+    does not set the field itself: config.json then holds each stage's settings in one place."""
+    items = []
+    for _, kind, settings in parse_stages(stages):
+        merged = dict(settings)
+        for field, value in sections.get(kind, {}).items():
+            text = ("true" if value else "false") if isinstance(value, bool) else str(value)
+            if any(c in text for c in ",[]="):
+                raise ConfigError(f"--{kind}.{field}={value!r}: a stage setting cannot hold ',', '[', ']' or '='")
+            merged.setdefault(f"{kind}.{field}", text)
+        items.append(kind + (f"[{','.join(f'{k}={v}' for k, v in merged.items())}]" if merged else ""))
+    return ",".join(items)
 
 
 @dataclasses.dataclass

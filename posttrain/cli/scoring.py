@@ -1,5 +1,5 @@
 """The commands that score rather than train (Loop A and Loop B): `posttrain eval`, `bon`,
-`search`, `verify` and `diff`. Each parses its settings (command_configs.py), checks them,
+`search`, `verify`, `think` and `diff`. Each parses its settings (command_configs.py), checks them,
 and hands them to one job; the jobs are imported inside the command, for start-up time
 (they load torch)."""
 
@@ -13,7 +13,7 @@ import tyro
 
 from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
                                  parent_flag, parse_flags, parse_simple)
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig
 from posttrain.config import ConfigError
 
 
@@ -72,6 +72,16 @@ def cmd_verify(argv: list[str]) -> int:
     from posttrain.search.self_verify import run_verify
 
     run_verify(cfg)
+    return 0
+
+
+def cmd_think(argv: list[str]) -> int:
+    cfg = parse_simple(ThinkConfig, argv, "posttrain think", "Loop B: /think, /no_think and thinking budgets of a "
+                       "thinking-mode-fused checkpoint, accuracy against tokens")
+    # imported here for start-up time: search/ loads torch
+    from posttrain.search.thinking_curve import run_think
+
+    run_think(cfg)
     return 0
 
 

@@ -6,6 +6,8 @@
     math, code   the same with math/boxed-or-final-v2 or code/tests-v1 as the default
     reasoning_gym:NAME   any reasoning-gym task, graded by its own score_answer (pip install 'posttrain[tasks]')
     humaneval    the 164 HumanEval problems, all held out, their tests run in our sandbox (same extra)
+    arithmetic_think the arithmetic task with a /think or /no_think switch in the prompt
+                 (Qwen3's thinking-mode fusion): <think>steps</think> then the answer, or the answer
     tool_arithmetic  3-digit products with a calculator tool: a multi-turn task (reset/step,
                  envs/tool_env.py) for the agent loop
 
@@ -23,12 +25,13 @@ from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.envs.humaneval import HumanEvalEnv
 from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 from posttrain.envs.reasoning_gym_tasks import ReasoningGymEnv
+from posttrain.envs.thinking_modes import ThinkingModesEnv
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 
 # "math" and "code" are "jsonl" with another default verifier; all three need --env.path
 ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv,
                                  "reasoning_gym": ReasoningGymEnv, "humaneval": HumanEvalEnv,
-                                 "tool_arithmetic": ToolArithmeticEnv}
+                                 "tool_arithmetic": ToolArithmeticEnv, "arithmetic_think": ThinkingModesEnv}
 
 
 def env_family(name: str) -> str:

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.envs.tools import ToolCall, ToolRegistry, check_arguments
-from posttrain.roles.thinking import split_thinking
+from posttrain.verifiers.think_tags import split_thinking
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_FORMATS = ("json", "compact")

@@ -6,7 +6,8 @@ mitigations for reward hacking include stopping early on detection; this is that
     warn       print the alert and train on (the default: a monitor detects, it does not
                diagnose, and a false alarm should not cost a good run its last steps)
     stop       the step an rl.stop_on monitor first fires is the stage's last: checkpointed,
-               recorded in early_stop.json, then the held-out evaluation as usual
+               recorded in early_stop.json (under the stage's name), then the held-out
+               evaluation as usual
     rollback   as stop, and the policy is put back to the weights of the step where dev
                pass@1 was best (kept in checkpoints/<stage>_best/ whenever a new best is logged),
                so the stage's last checkpoint, and everything evaluated from it, is the
@@ -35,14 +36,14 @@ class AlertPolicy:
 
     def __init__(self, rl: RLConfig, run: RunDir, stage: str, policy, tokenizer) -> None:
         self.action, self.stop_on = rl.on_alert, {name.strip() for name in rl.stop_on.split(",")}
-        self.run, self.policy, self.tokenizer = run, policy, tokenizer
+        self.run, self.policy, self.tokenizer, self.stage = run, policy, tokenizer, stage
         self.best_stage = f"{stage}_best"  # checkpoints/<stage>_best/: the best dev pass@1's weights (rollback)
         self.history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
         self.stopped_at: int | None = None
 
     def last_step(self, steps: int) -> int:
         """The stage's step count: `steps`, or one past the step a stopped run ended on."""
-        record = self.run.read_json(RECORD)
+        record = stopped_stages(self.run).get(self.stage)
         return steps if record is None else record["step"] + 1
 
     def after_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -63,7 +64,7 @@ class AlertPolicy:
                   "message": acted_on[0]["message"]}
         if self.action == "rollback":
             record.update(self.roll_back())
-        self.run.write_json(RECORD, record)
+        self.run.write_json(RECORD, {**stopped_stages(self.run), self.stage: record})
         self.stopped_at = step
         console.print(f"[bold red]stopping[/] at step {step} ({self.action}): rl.on_alert={self.action} acts on "
                       f"{record['monitor']}" + (f"; weights of step {record['restored_step']} put back"
@@ -80,3 +81,8 @@ class AlertPolicy:
 
     def should_stop(self, step: int) -> bool:
         return self.stopped_at == step
+
+
+def stopped_stages(run: RunDir) -> dict[str, dict]:
+    """early_stop.json: each stopped stage's record, by stage name ({} when none stopped)."""
+    return run.read_json(RECORD) or {}

@@ -22,13 +22,14 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-from posttrain.config import ConfigError, SamplingParams, TrainConfig
+from posttrain.config import ConfigError, SamplingParams, TrainConfig, parse_stages
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.hf import resolve_model_dir
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
+from posttrain.pipelines.stages import START, run_stages
 from posttrain.roles.rollout import RolloutEngine, encode_prompt
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
 from posttrain.runs.rundir import RunDir, read_json
@@ -55,7 +56,8 @@ def own_environment(cfg: TrainConfig, env) -> tuple[TrainConfig, object]:
     if isinstance(env, type):
         env = make_env(env, **cfg.env.kwargs())
     kind = type(env).__name__
-    needed = ENV_METHODS + (("solution",) if cfg.sft.steps and not cfg.init else ())
+    sft = any(kind == "sft" for _, kind, _ in parse_stages(cfg.stages)) if cfg.stages else cfg.sft.steps and not cfg.init
+    needed = ENV_METHODS + (("solution",) if sft else ())
     missing = [name for name in needed if not callable(getattr(env, name, None))]
     if missing:
         raise ConfigError(f"env={kind} has no method(s) {missing}: an environment offers sample(split, n, seed) and "
@@ -80,10 +82,11 @@ def train(config: TrainConfig | None = None, env=None) -> TrainResult:
     check_config(cfg, env)
     run = start_run(cfg, "python: posttrain.train", env)
     with run:  # holds the run's lock; a failure before the first step leaves no directory
-        summary = run_pipeline(cfg, run, env)
+        summary = (run_stages if cfg.stages else run_pipeline)(cfg, run, env)
     final = summary["final_stage"]
     checkpoint = final_weights(run, final) or resolve_model_dir(cfg.init or cfg.model.name)
-    return TrainResult(run.path.resolve(), summary["sft"], summary[final], summary, checkpoint.resolve())
+    before = summary[START] if cfg.stages else summary["sft"]  # with stages: the policy before the first one
+    return TrainResult(run.path.resolve(), before, summary[final], summary, checkpoint.resolve())
 
 
 def final_weights(run: RunDir, final_stage: str) -> Path | None:

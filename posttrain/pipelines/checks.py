@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -39,11 +39,13 @@ from posttrain.pipelines.build import (
     reward_terms,
 )
 from posttrain.pipelines.sft import demonstration_episodes
+from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
+from posttrain.search.thinking_curve import fused_task
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of
 
@@ -60,7 +62,7 @@ def check_config(cfg, env=None) -> list[str]:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
         {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
-         VerifyConfig: check_search}[type(cfg)](cfg)
+         VerifyConfig: check_search, ThinkConfig: check_think}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -236,6 +238,8 @@ def check_int8_sampling(cfg: TrainConfig) -> None:
 def check_train(cfg: TrainConfig, env=None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
+    if cfg.stages:
+        return check_stages(cfg, env)
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_int8_sampling(cfg)
@@ -262,6 +266,21 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
     return start + check_data(cfg, env)
+
+
+def check_stages(cfg: TrainConfig, env=None) -> list[str]:
+    """Every stage of cfg.stages checked as the run it is: its settings typed and valid, then
+    check_train's checks on its own config; what they found, each line named by its stage."""
+    plan = stage_plan(cfg)
+    check(not cfg.model.lora_r, "model.lora_r", cfg.model.lora_r, "0 with stages: each stage starts from the full "
+          "weights the one before saved (LoRA adapters are not carried from stage to stage)")
+    env = check_env(cfg.env) if env is None else env
+    found = []
+    for stage in plan:
+        check_types(stage.cfg)
+        stage.cfg.validate()
+        found += [f"stage {stage.name} ({stage.kind}, {stage.steps} steps): {line}" for line in check_train(stage.cfg, env)]
+    return found
 
 
 def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
@@ -375,6 +394,10 @@ def check_search(cfg: SearchConfig | VerifyConfig) -> None:
     if isinstance(cfg, VerifyConfig):
         check(all(problem_of(e) for e in examples), "env.name", env_cfg.name, "an arithmetic task: the "
               "meta-verifier is its step checker (verifiers/steps.py), and a task without one cannot be audited")
+
+
+def check_think(cfg: ThinkConfig) -> None:
+    fused_task(cfg.checkpoint)  # a checkpoint of a fused (arithmetic_think) run, or ValueError saying so
 
 
 def check_prm(cfg: PrmConfig) -> None:

@@ -88,7 +88,8 @@ def split_evenly(total: int, parts: int) -> list[int]:
 MAX_PASSES_WITHOUT_WARNING = 8
 
 
-def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path) -> None:
+def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path,
+                     stage: str = "pref") -> None:
     """Train on preference pairs with one loss of the DPO family, through the same Trainer,
     step loop and checkpoints as the RL stage.
 
@@ -108,7 +109,12 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     The stage checkpoints every checkpoint_every steps and at the end of every round, and
     saves every round's pairs before training on them, so a run killed anywhere in the
-    stage resumes where it stopped and logs what an uninterrupted run logs."""
+    stage resumes where it stopped and logs what an uninterrupted run logs.
+
+    `stage` names its checkpoints and metrics rows; a stage of a --stages run, named after
+    its loss ("dpo"), also prefixes its pair files ("dpo_pairs.jsonl", "dpo_rounds.json")."""
+    files = "" if stage == "pref" else f"{stage}_"  # `posttrain train`'s names stay as they were
+    rounds_file = f"{stage}_rounds.json"
     rounds = cfg.rl.online_rounds
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
     round_start = [sum(round_steps[:r]) for r in range(rounds)]  # the stage step each round starts at
@@ -124,8 +130,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     def pairs_for_round(r: int) -> tuple[list, dict]:
         """Round r's pairs, from its file when a killed run already built them (the policy
         that built them is gone: it was trained on)."""
-        name = "pairs.jsonl" if rounds == 1 else f"pairs_round{r}.jsonl"
-        stats = (run.read_json("pref_rounds.json") or {}).get(str(r))
+        name = files + ("pairs.jsonl" if rounds == 1 else f"pairs_round{r}.jsonl")
+        stats = (run.read_json(rounds_file) or {}).get(str(r))
         if (run.path / name).exists() and stats is not None:
             return load_preference_jsonl(run.path / name), stats
         if cfg.rl.pairs:
@@ -143,7 +149,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
                 pairs, _ = pairs_for_round(r - 1)
                 stats = {**stats, "reused_round": r - 1}
         save_preference_jsonl(pairs, run.path / name)  # the exact data this round saw
-        run.write_json("pref_rounds.json", {**(run.read_json("pref_rounds.json") or {}), str(r): stats})
+        run.write_json(rounds_file, {**(run.read_json(rounds_file) or {}), str(r): stats})
         return pairs, stats
 
     def round_reference(r: int) -> torch.nn.Module:
@@ -152,9 +158,9 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         mid-round resumes against the same reference."""
         if not (cfg.rl.refresh_reference and r > 0):
             return reference.model
-        saved = latest_checkpoint(run, "pref_reference")
+        saved = latest_checkpoint(run, f"{stage}_reference")
         if saved is None or saved.name != f"step_{round_start[r]:06d}":
-            saved = save_checkpoint(run, "pref_reference", round_start[r], policy, tokenizer, keep_last=1)
+            saved = save_checkpoint(run, f"{stage}_reference", round_start[r], policy, tokenizer, keep_last=1)
         reference_now = place(load_checkpoint_model(saved, policy.config), model_device(policy), policy.compute_dtype)
         return reference_now.eval().requires_grad_(False)
 
@@ -178,10 +184,10 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
     # loss's implicit-reward accuracy on them says whether the preference generalises
-    if cfg.rl.steps and not (run.path / "pairs_dev.jsonl").exists():  # built before any step: `policy` is the start
+    dev_file = run.path / f"{files}pairs_dev.jsonl"
+    if cfg.rl.steps and not dev_file.exists():  # built before any step: `policy` is the start
         dev_pairs, _ = verifier_pairs(cfg, env, tokenizer, policy, 0, cfg.rl.dev_size, split="dev")
-        save_preference_jsonl(dev_pairs, run.path / "pairs_dev.jsonl")
-    dev_file = run.path / "pairs_dev.jsonl"
+        save_preference_jsonl(dev_pairs, dev_file)
     dev_pairs = load_preference_jsonl(dev_file) if dev_file.exists() and dev_file.stat().st_size else []
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
     params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
@@ -219,8 +225,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         alerts.after_step(step, row)  # the monitors (chosen likelihood collapsing, ...), and rl.on_alert
         return row
 
-    alerts = AlertPolicy(cfg.rl, run, "pref", policy, tokenizer)
-    run_stage(run, "pref", alerts.last_step(cfg.rl.steps), pref_step, policy, tokenizer, trainer,
+    alerts = AlertPolicy(cfg.rl, run, stage, policy, tokenizer)
+    run_stage(run, stage, alerts.last_step(cfg.rl.steps), pref_step, policy, tokenizer, trainer,
               cfg.checkpoint_every, stop_after=alerts.should_stop,
               checkpoint_also=lambda step: step + 1 in round_start,  # the end of a round
               show=lambda m: f"loss {m['loss']:.3f}  acc {m['accuracy']:.2f}")

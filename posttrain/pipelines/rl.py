@@ -13,15 +13,16 @@ from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
 
 
-def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path) -> None:
+def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path, stage: str = "rl") -> None:
     """RL from the policy as it is, against the environment's verifier (or the reward
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
     every sample logged, the monitors watching (and acting, per rl.on_alert:
-    pipelines/alerts.py), and checkpoints to resume from."""
+    pipelines/alerts.py), and checkpoints to resume from. `stage` names its checkpoints,
+    metrics and samples rows (a --stages run's: the algorithm)."""
     controller = build_controller(cfg, env, tokenizer, policy, start_weights)
     engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
-    alerts = AlertPolicy(cfg.rl, run, "rl", policy, tokenizer)
+    alerts = AlertPolicy(cfg.rl, run, stage, policy, tokenizer)
 
     def rl_step(step: int) -> dict[str, float]:
         step_start = time.perf_counter()
@@ -30,16 +31,17 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
             eval_start = time.perf_counter()
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
             metrics["time/dev_eval"] = time.perf_counter() - eval_start  # inside time/step, outside the roles
-        samples = [sample_row("rl", step, e) for e in episodes]
+        samples = [sample_row(stage, step, e) for e in episodes]
         run.append_jsonl("samples.jsonl", samples)
-        run.trackers.log_samples("rl", step, samples)  # --report_to: a few of them as a table
+        run.trackers.log_samples(stage, step, samples)  # --report_to: a few of them as a table
         metrics["time/step"] = time.perf_counter() - step_start  # wall time; roles can overlap (async)
         alerts.after_step(step, metrics)
         return metrics
 
     try:
-        run_stage(run, "rl", alerts.last_step(cfg.rl.steps), rl_step, policy, tokenizer, controller.trainer, cfg.checkpoint_every,
-                  on_resume=controller.load_state_dict, extra_state=controller.state_dict, stop_after=alerts.should_stop,
+        run_stage(run, stage, alerts.last_step(cfg.rl.steps), rl_step, policy, tokenizer, controller.trainer,
+                  cfg.checkpoint_every, on_resume=controller.load_state_dict, extra_state=controller.state_dict,
+                  stop_after=alerts.should_stop,
                   show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                                  + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
     finally:

@@ -8,7 +8,7 @@ import dataclasses
 
 import torch
 
-from posttrain.config import SamplingParams, TrainConfig
+from posttrain.config import SamplingParams, TrainConfig, parse_stages
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.comparison import paired_change
@@ -34,7 +34,8 @@ def start_run(cfg: TrainConfig, command: str, env=None, parent: str = "") -> Run
     """A new run directory, locked for this process, with its config.json and meta.json.
     `env`: an environment object to train on instead of the one cfg.env names (api.train).
     `parent`: the run directory this one changes; meta.json records the settings changed."""
-    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{cfg.rl.algo}")
+    stages = "-".join(name for name, _, _ in parse_stages(cfg.stages))
+    run = RunDir.create(cfg.out_dir, cfg.name or f"{cfg.env.name}-{stages or cfg.rl.algo}")
     try:
         run.write_json("config.json", to_dict(cfg))
         env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env

@@ -51,9 +51,10 @@ def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn
     return turns
 
 
-def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> None:
+def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, stage: str = "sft") -> None:
+    """SFT on sft.num_examples of the environment's worked solutions, checkpointed as `stage`."""
     demos = demonstration_episodes(env, tokenizer, env.fixed_set("train", cfg.sft.num_examples, seed=cfg.seed))
-    fine_tune(run, "sft", demos, tokenizer, policy, cfg.sft, cfg.seed, cfg.checkpoint_every)
+    fine_tune(run, stage, demos, tokenizer, policy, cfg.sft, cfg.seed, cfg.checkpoint_every)
 
 
 def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer, policy, sft: SFTConfig, seed: int,

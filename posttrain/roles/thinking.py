@@ -40,39 +40,11 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.types import MODEL_TURN, Turn
+# the tag parser lives with the verifiers (a scorer reads the answer after the thinking);
+# imported here under the names this module has always offered
+from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN, split_thinking, strip_thinking, thinking_spans
 
-THINK_OPEN, THINK_CLOSE = "<think>", "</think>"
 THINKING_POLICIES = ("keep_all", "keep_last", "drop")
-
-
-def split_thinking(text: str) -> tuple[list[str], str, bool]:
-    """(the text of each <think> block, the text outside them, whether a <think> was left
-    open: an unclosed block runs to the end of the text)."""
-    blocks, outside, position = [], [], 0
-    while True:
-        start = text.find(THINK_OPEN, position)
-        if start < 0:
-            outside.append(text[position:])
-            return blocks, "".join(outside), False
-        outside.append(text[position:start])
-        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
-        if end < 0:
-            blocks.append(text[start + len(THINK_OPEN):])
-            return blocks, "".join(outside), True
-        blocks.append(text[start + len(THINK_OPEN):end])
-        position = end + len(THINK_CLOSE)
-
-
-def thinking_spans(text: str) -> list[tuple[int, int]]:
-    """[start, end) character spans of each <think>…</think> block in `text`, tags included;
-    an unclosed block runs to the end."""
-    spans, position = [], 0
-    while (start := text.find(THINK_OPEN, position)) >= 0:
-        end = text.find(THINK_CLOSE, start + len(THINK_OPEN))
-        end = len(text) if end < 0 else end + len(THINK_CLOSE)
-        spans.append((start, end))
-        position = end
-    return spans
 
 
 def thinking_token_mask(decode: Callable[[list[int]], str], token_ids: list[int]) -> list[bool]:
@@ -90,11 +62,6 @@ def thinking_token_mask(decode: Callable[[list[int]], str], token_ids: list[int]
     spans = thinking_spans(decode(token_ids))
     starts = [0] + ends[:-1]
     return [end > start and any(lo <= start and end <= hi for lo, hi in spans) for start, end in zip(starts, ends)]
-
-
-def strip_thinking(text: str) -> str:
-    """`text` without its <think>…</think> blocks; an unclosed <think> drops the rest."""
-    return split_thinking(text)[1]
 
 
 def check_thinking_policy(policy: str) -> None:

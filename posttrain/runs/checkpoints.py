@@ -16,6 +16,7 @@ Falling back silently would redo steps, and a damaged file is worth a look.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -25,12 +26,12 @@ from pathlib import Path
 
 import torch
 
-from posttrain.config import EnvConfig, TrainConfig
+from posttrain.config import EnvConfig, TrainConfig, parse_stages
 from posttrain.config_file import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
 from posttrain.models.lora_checkpoint import LoraBaseError
-from posttrain.runs.rundir import RunDir, RunDirError, write_json
+from posttrain.runs.rundir import RunDir, RunDirError, read_json, write_json
 from posttrain.version import __version__
 
 STEP_DIR = re.compile(r"step_(\d+)")
@@ -147,7 +148,28 @@ def latest_in(stage_dir: Path) -> Path | None:
 
 # The stages whose checkpoints hold the policy, the one trained last first: the RL or
 # preference stage follows SFT, and `init` is the untrained start saved when SFT has no steps.
+# A --stages run names its own (policy_stages).
 POLICY_STAGES = ("rl", "pref", "sft", "init")
+
+
+def policy_stages(run_dir: Path) -> tuple[str, ...]:
+    """The stages of a run whose checkpoints hold the policy, the one trained last first:
+    a --stages run's, in reverse order of its config.json's stages, then its start."""
+    config = read_json(run_dir / "config.json")
+    stages = config.get("stages", "") if isinstance(config, dict) else ""
+    if not stages:
+        return POLICY_STAGES
+    return tuple(name for name, _, _ in reversed(parse_stages(stages))) + ("init",)
+
+
+def weights_digest(model: torch.nn.Module) -> str:
+    """sha256 of a model's weights (every tensor of its state dict, by name, as float32 bytes):
+    equal digests mean the same weights, whatever file or process they came from."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return digest.hexdigest()
 
 
 def final_checkpoint(path: str | Path) -> tuple[Path, str]:
@@ -159,12 +181,12 @@ def final_checkpoint(path: str | Path) -> tuple[Path, str]:
         raise FileNotFoundError(f"{path} does not exist: give a run directory (runs/<id>) or a checkpoint directory "
                                 "(runs/<id>/checkpoints/<stage>/step_N)")
     if (path / "checkpoints").is_dir():
-        for stage in POLICY_STAGES:
+        for stage in policy_stages(path):
             checkpoint = latest_in(path / "checkpoints" / stage)
             if checkpoint is not None:
                 return checkpoint, f"the latest checkpoint of run {path}'s {stage} stage, the last one it trained"
         found = sorted(p.name for p in (path / "checkpoints").iterdir() if p.is_dir())
-        raise FileNotFoundError(f"run {path} has no policy checkpoint in checkpoints/{{{','.join(POLICY_STAGES)}}} "
+        raise FileNotFoundError(f"run {path} has no policy checkpoint in checkpoints/{{{','.join(policy_stages(path))}}} "
                                 f"(found: {', '.join(found) or 'nothing'}): it stopped before its first checkpoint; "
                                 "resume it, or give a checkpoint directory")
     if STEP_DIR.fullmatch(path.name) or not complete_checkpoints(path):

@@ -125,7 +125,7 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     if warnings:
         summary["warnings"] = warnings
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
-    stopped = run.read_json("early_stop.json")  # pipelines/alerts.py: rl.on_alert stop or rollback
+    stopped = (run.read_json("early_stop.json") or {}).get(final)  # pipelines/alerts.py: rl.on_alert
     if stopped:
         summary["early_stop"] = stopped
         restored = stopped.get("restored_step")

@@ -20,6 +20,9 @@ and promises to be
 Honest specs (use these for training and evaluation):
     final_int/strict-v1   the whole completion is the single line `Final: <int>`
     final_int/cot-v1      worked steps, then `Final: <int>` as the last line
+    final_int/think-v1    an optional leading `<think>…</think>` block, then the one line
+                          `Final: <int>`: the answer is read after the thinking (Qwen3's
+                          /think and /no_think modes, envs/thinking_modes.py)
 
 Deliberately hackable specs (for the red-team lesson; each docstring names its exploit):
     hackable/substring, hackable/last-number, hackable/case-insensitive-prefix,
@@ -35,6 +38,7 @@ from typing import Any
 
 from posttrain.types import Example
 from posttrain.verifiers.contract import CONTRACT_REASONS, admit
+from posttrain.verifiers.think_tags import THINK_OPEN, split_thinking
 
 DEFAULT_SPEC = "final_int/cot-v1"  # the honest spec that lets a model show its steps
 
@@ -55,6 +59,8 @@ REASONS: dict[str, str] = {
     "negative_zero": "'-0' is not canonical; write '0'",
     "extra_text": "text follows the integer on the Final line (a unit, a period, a word)",
     "no_integer": "(hackable specs) no integer was found anywhere",
+    "unclosed_think": "(think-v1) a <think> block is never closed, so no answer follows the thinking",
+    "think_not_first": "(think-v1) text comes before <think>, or there is a second <think> block",
     **CONTRACT_REASONS,  # bad_example, not_text
 }
 
@@ -230,6 +236,31 @@ class CotV1(FinalIntSpec):
         return parse_final_line(last_line)
 
 
+class ThinkV1(StrictV1):
+    """final_int/think-v1: strict-v1 after an optional thinking block. After stripping
+    surrounding ASCII whitespace, the completion may open with ONE `<think>…</think>` block;
+    what follows it must be exactly the line `Final: <int>` under strict-v1's rules. The
+    answer is read after the thinking, never inside it, so a number written while thinking
+    is not an answer.
+
+    Accepts: '<think>7+5=12</think>\\nFinal: 12', 'Final: 12' (no thinking: /no_think).
+    Rejects: '<think>7+5=12' (unclosed_think), 'so<think>…</think>\\nFinal: 12' and a
+    second block (think_not_first), '<think>Final: 12</think>' (no_final_line)."""
+
+    version = "final_int/think-v1"
+
+    def extract(self, completion):
+        text = _strip(completion)
+        blocks, answer, unclosed = split_thinking(text)
+        if unclosed:
+            return "unclosed_think", None
+        if blocks and (len(blocks) > 1 or not text.startswith(THINK_OPEN)):
+            return "think_not_first", None
+        if blocks and _strip(answer) == "":
+            return "no_final_line", None  # thinking and no answer after it
+        return super().extract(answer)
+
+
 # ---------------------------------------------------------------------------------------
 # Hackable variants. Each is a plausible-looking shortcut someone might ship; the
 # docstring names the completion that wins reward without deserving it. Tests keep every
@@ -334,12 +365,15 @@ SPECS: dict[str, FinalIntSpec] = {
     for spec in (
         StrictV1(),
         CotV1(),
+        ThinkV1(),
         HackableSubstring(),
         HackableLastNumber(),
         HackableCaseInsensitivePrefix(),
         HackableMultiFinal(),
     )
 }
+# the honest specs of the default task, recorded in the shipped packs; think-v1 is honest too,
+# the spec of envs/thinking_modes.py
 HONEST_SPECS = ("final_int/strict-v1", "final_int/cot-v1")
 
 
