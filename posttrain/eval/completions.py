@@ -193,9 +193,18 @@ def run_eval_file(path: str | Path, spec_version: str, out_dir: str, name: str) 
     return result
 
 
+def scored_items(run: RunDir) -> dict[str, float]:
+    """{item id: reward}: a Loop A run's samples.jsonl, or for a training run (its summary
+    names a final_stage) the held-out evaluation after that stage, eval_<stage>.jsonl
+    (its samples.jsonl holds the training samples, many per prompt)."""
+    final = (run.read_json("summary.json") or {}).get("final_stage")
+    return {s["id"]: s["reward"] for s in run.read_jsonl(f"eval_{final}.jsonl" if final else "samples.jsonl")}
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, force: bool = False,
                  console: Console | None = None) -> dict[str, Any]:
-    """Paired comparison of two Loop A run directories on the items (ids) they share.
+    """Paired comparison of two run directories on the items (ids) they share: a Loop A
+    run's scored samples, or a training run's held-out evaluation after its last stage.
 
     Refuses runs scored by different spec versions unless `force`: a change of instrument
     is not a change of model. Verdict "real" when the 95% CI of mean(a) - mean(b) excludes
@@ -211,7 +220,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, force: bool = False,
                 "spec (run_eval_file on each file), or pass force=True to compare anyway"
             )
         console.print(f"[yellow]warning: comparing across spec versions {specs[0]} vs {specs[1]}[/yellow]")
-    rewards = [{s["id"]: s["reward"] for s in run.read_jsonl("samples.jsonl")} for run in runs]
+    rewards = [scored_items(run) for run in runs]
     shared = [i for i in rewards[0] if i in rewards[1]]  # run A's order
     if not shared:
         raise ValueError(f"runs {run_a} and {run_b} share no item ids; evaluate both on one file")
