@@ -146,11 +146,13 @@ def curation_lines(report: dict) -> list[str]:
                  + f"; {report['draws']} draws of {report['distinct_prompts_drawn']} distinct prompts"
                  + (f"; {report['fallback_steps']} steps found no prompt in the band" if report["fallback_steps"]
                     else "") + ". Every prompt, kept or dropped and why: curation.jsonl.")
-    if len(report["by_label"]) > 1:
-        lines += ["", "| label | prompts | pass rate before RL | in the pool now | draws |", "|---|---|---|---|---|"]
+    if len(report["by_label"]) > 1:  # difficulty labels: what each held, and how often it was drawn
+        measured = measurement is not None
+        lines += ["", "| label | prompts |" + (" pass rate before RL |" if measured else "") + " in the pool now | draws |",
+                  "|---|---|" + ("---|" if measured else "") + "---|---|"]
         for label, row in report["by_label"].items():
-            rate = "" if row["first_pass_rate"] is None else f"{row['first_pass_rate']:.2f}"
-            lines.append(f"| {label} | {row['prompts']} | {rate} | {row['kept_now']} | {row['draws']} |")
+            rate = f" {row['first_pass_rate']:.2f} |" if measured else ""
+            lines.append(f"| {label} | {row['prompts']} |{rate} {row['kept_now']} | {row['draws']} |")
     return lines
 
 
