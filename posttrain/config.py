@@ -203,7 +203,7 @@ class RewardModelConfig:
         check(self.temperature > 0, f"{prefix}.temperature", self.temperature, "a number > 0")
 
 
-CURATION_WEIGHTS = ("uniform", "failure")
+CURATION_WEIGHTS = ("uniform", "failure", "signal")
 CURATION_ORDERS = ("none", "easy_to_hard")
 CURATION_MATCHES = ("exact", "ngram")
 
@@ -233,8 +233,9 @@ class CurationConfig:
     # steps between re-measuring the whole pool (k samples a prompt again; prompts the policy has
     # since learnt, or can now learn, move in or out of the band); 0 = measure once, before RL
     remeasure_every: int = 0
-    # how a step draws from the pool: "uniform", or "failure", P(prompt) ∝ 1 − its latest pass rate
-    # (the measurement, then every group sampled from it), so what the policy fails comes up most
+    # how a step draws from the pool: "uniform"; "failure", P(prompt) ∝ 1 − its latest pass rate p (the
+    # measurement, then every group sampled from it), so what the policy fails comes up most; or "signal",
+    # ∝ p(1 − p), the variance of its 0/1 reward, so neither the solved nor the hopeless come up
     weights: str = "uniform"
     # "easy_to_hard": the pool's difficulty labels (meta.difficulty, or arithmetic's level with
     # --env.levels) unlock one at a time over rl.steps, in equal stages; "none" draws every label throughout
@@ -256,7 +257,7 @@ class CurationConfig:
 
     def measures(self) -> bool:
         """Whether the pool's pass rates are measured: only when something reads them."""
-        return self.enabled() and (self.filters() or self.weights == "failure")
+        return self.enabled() and (self.filters() or self.weights != "uniform")
 
     def validate(self, prefix: str = "rl.curation") -> None:
         check_non_negative(self, prefix, "pool_size", "remeasure_every")
@@ -276,7 +277,7 @@ class CurationConfig:
                   "samples all scored alike, which carry no gradient; widen the band or filter before RL only")
         if self.remeasure_every:
             check(self.measures(), f"{prefix}.remeasure_every", self.remeasure_every,
-                  f"0 unless pass rates are read (a band, or {prefix}.weights failure)")
+                  f"0 unless pass rates are read (a band, or {prefix}.weights failure or signal)")
         if not self.enabled():
             changed = [f.name for f in dataclasses.fields(self)
                        if f.name != "pool_size" and getattr(self, f.name) != getattr(CurationConfig(), f.name)]

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from posttrain.config import ConfigError, CurationConfig
-from posttrain.data.curation import KEPT, PromptPool, band_verdict, failure_weights, unlocked_labels
+from posttrain.data.curation import KEPT, PromptPool, band_verdict, curriculum_weights, unlocked_labels
 from posttrain.pipelines.curation import measure_pass_rates
 from posttrain.types import Episode, Example
 
@@ -47,22 +47,29 @@ def test_the_filter_keeps_what_the_band_holds_and_draws_nothing_else():
     assert [i for i, s in enumerate(hardest.status) if s == KEPT] == [0]
 
 
-def test_failure_weights_worked_by_hand():
-    assert failure_weights([0.0, 0.25, 0.5, 1.0, None]) == [1.0, 0.75, 0.5, 0.0, 1.0]
+def test_curriculum_weights_worked_by_hand():
+    rates = [0.0, 0.25, 0.5, 1.0, None]
+    assert curriculum_weights("failure", rates) == [1.0, 0.75, 0.5, 0.0, 1.0]
+    assert curriculum_weights("signal", rates) == [0.0, 0.1875, 0.25, 0.0, 0.25]
+    assert curriculum_weights("uniform", rates) == [1.0] * 5
     pool = pool_of(5, weights="failure")
     pool.set_measurement([0, 2, 4, 6, 8], 8)  # weights 1, .75, .5, .25, 0 over a total of 2.5
     assert pool.probabilities(0) == pytest.approx([0.4, 0.3, 0.2, 0.1, 0.0])
+    pool = pool_of(5, weights="signal")
+    pool.set_measurement([0, 2, 4, 6, 8], 8)  # weights 0, 3/16, 4/16, 3/16, 0 over a total of 10/16
+    assert pool.probabilities(0) == pytest.approx([0.0, 0.3, 0.4, 0.3, 0.0])
 
 
-def test_curriculum_draw_frequencies_match_the_formula():
-    """P(prompt) ∝ 1 − pass rate, inside the band, over 100,000 draws of 1,000 steps. The
-    tolerance: each prompt's frequency within 5 standard errors, sqrt(P(1 − P) / N), of its
-    probability (a false alarm about once in 1.7 million per prompt), and a prompt of
+@pytest.mark.parametrize("weights, formula", [("failure", lambda p: 1 - p), ("signal", lambda p: p * (1 - p))])
+def test_curriculum_draw_frequencies_match_the_formula(weights, formula):
+    """P(prompt) ∝ 1 − pass rate (or p(1 − p)), inside the band, over 100,000 draws of 1,000
+    steps. The tolerance: each prompt's frequency within 5 standard errors, sqrt(P(1 − P) / N),
+    of its probability (a false alarm about once in 1.7 million per prompt), and a prompt of
     probability 0 never drawn."""
-    pool = pool_of(8, weights="failure", band=(0.0, 7 / 8))
+    pool = pool_of(8, weights=weights, band=(0.0, 7 / 8))
     passes = [0, 1, 2, 3, 5, 6, 7, 8]  # the last is solved: out of the band
     pool.set_measurement(passes, 8)
-    expected = [(1 - p / 8) for p in passes[:-1]] + [0.0]
+    expected = [formula(p / 8) for p in passes[:-1]] + [0.0]
     expected = [w / sum(expected) for w in expected]
     assert pool.probabilities(0) == pytest.approx(expected)
     counts = [0] * 8
@@ -72,7 +79,7 @@ def test_curriculum_draw_frequencies_match_the_formula():
     N = sum(counts)
     for count, p in zip(counts, expected):
         assert abs(count / N - p) <= 5 * math.sqrt(p * (1 - p) / N), (counts, expected)
-    assert counts[-1] == 0
+    assert all(count == 0 for count, p in zip(counts, expected) if p == 0)
     assert sum(pool.draws) == N  # what the record reports
 
 

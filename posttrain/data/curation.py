@@ -18,7 +18,8 @@ nothing. Three levers, each off by default:
                 the pool until a re-measurement brings it back (PRIME, arXiv:2502.01456,
                 filters its batches to 0.2..0.8 this way)
     curriculum  weights "failure": P(prompt) ∝ 1 − its latest pass rate, so what the policy
-                fails is drawn more; order "easy_to_hard": the pool's difficulty labels
+                fails is drawn more; "signal": ∝ p(1 − p), the signal density itself, so
+                neither the solved nor the hopeless are drawn; order "easy_to_hard": the pool's difficulty labels
                 (meta["difficulty"], else meta["level"]) unlock one at a time over the run
 
 A step's prompts are drawn i.i.d. (with replacement, as env.sample draws them) from the
@@ -53,10 +54,15 @@ def band_verdict(passes: int, tries: int, low: float, high: float) -> str:
     return "hopeless" if passes == 0 else "too hard"
 
 
-def failure_weights(pass_rates: list[float | None]) -> list[float]:
-    """The curriculum's weight of each prompt, 1 − its pass rate (1 for a prompt not yet
-    measured): what the policy fails most is drawn most, and a solved prompt never."""
-    return [1.0 if p is None else 1.0 - p for p in pass_rates]
+def curriculum_weights(mode: str, pass_rates: list[float | None]) -> list[float]:
+    """Each prompt's weight under `mode`: "uniform" 1; "failure" 1 − p (what the policy fails
+    most is drawn most, a solved prompt never); "signal" p(1 − p) (neither the solved nor the
+    hopeless). A prompt not yet measured gets the mode's largest weight, 1 or ¼."""
+    if mode == "failure":
+        return [1.0 if p is None else 1.0 - p for p in pass_rates]
+    if mode == "signal":
+        return [0.25 if p is None else p * (1.0 - p) for p in pass_rates]
+    return [1.0] * len(pass_rates)
 
 
 def unlocked_labels(labels: list[float], step: int, steps: int) -> int:
@@ -94,7 +100,8 @@ class PromptPool:
     band       (min_pass_rate, max_pass_rate), inclusive; (0, 1) filters nothing
     online     filter each step's groups by the band, and drop from the pool a prompt whose
                fresh measurement leaves it
-    weights    "uniform" or "failure" (∝ 1 − pass rate);  order  "none" or "easy_to_hard"
+    weights    "uniform", "failure" (∝ 1 − pass rate) or "signal" (∝ p(1 − p))
+    order      "none" or "easy_to_hard"
     screened_out  the prompts dropped before the pool was made, with the reason: for the record
     """
 
@@ -148,7 +155,7 @@ class PromptPool:
 
     def observe(self, step: int, episodes: list[Episode]) -> None:
         """Each group of a step's sampled episodes is a fresh measurement of its prompt: its
-        pass rate is the prompt's latest (what the failure weights read). Online, a prompt
+        pass rate is the prompt's latest (what the curriculum's weights read). Online, a prompt
         whose group falls outside the band leaves the pool."""
         for i, passes, tries in self._groups(episodes).values():
             before = self.status[i]
@@ -178,15 +185,13 @@ class PromptPool:
 
     def probabilities(self, step: int) -> list[float]:
         """P(prompt i is each draw of `step`), the formula the draws follow: 0 outside the
-        band or not yet unlocked, the rest ∝ its weight (uniform, or 1 − pass rate). When no
+        band or not yet unlocked, the rest ∝ its weight (curriculum_weights). When no
         prompt is in the band, every unlocked prompt is a candidate; when every candidate's
         weight is 0 (all solved), they are drawn uniformly."""
         unlocked = self.unlocked(step)
         candidates = [i for i in unlocked if self.status[i] == KEPT] or unlocked
-        if self.weights == "failure":
-            weights = failure_weights([None if self.measured[i] is None else self.measured[i].rate for i in candidates])
-        else:
-            weights = [1.0] * len(candidates)
+        weights = curriculum_weights(self.weights, [None if self.measured[i] is None else self.measured[i].rate
+                                                    for i in candidates])
         if sum(weights) == 0:
             weights = [1.0] * len(candidates)
         total = sum(weights)
