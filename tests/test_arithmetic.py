@@ -1,6 +1,7 @@
 """The arithmetic environment: formats, disjoint splits, reference solutions, JSONL files."""
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -167,9 +168,49 @@ def test_name_and_registry():
     assert make_env("arithmetic", level=2, cot=False).spec_version == "final_int/strict-v1"
     with pytest.raises(ValueError, match="unknown environment 'arith'; valid names: arithmetic"):
         make_env("arith")
-    expected = r"no parameter\(s\) \['levle'\]; valid parameters: level, cot, seed, spec_version"
+    expected = r"no parameter\(s\) \['levle'\]; valid parameters: level, cot, seed, spec_version, levels"
     with pytest.raises(ValueError, match=expected):
         make_env("arithmetic", levle=2)
+
+
+def test_a_mixed_task_draws_its_levels_uniformly_and_labels_each_example():
+    env = ArithmeticEnv(levels="2,5")
+    examples = env.sample("train", 2000, seed=0)
+    levels = Counter(e.meta["level"] for e in examples)
+    assert set(levels) == {2, 5} and abs(levels[2] - 1000) < 5 * 22  # binomial std sqrt(2000/4) ~ 22
+    assert all(e.meta["split"] == "train" and e.id.startswith(f"arith-L{e.meta['level']}-") for e in examples)
+    assert all(env.score(e, env.solution(e))["reward"] == 1.0 for e in examples[:50])
+    assert env.name == "arithmetic-L2+5-cot" and "levels='2,5'" in repr(env)
+
+
+def test_a_mixed_fixed_set_takes_the_levels_in_turn_distinct_and_nested():
+    env = ArithmeticEnv(levels="1,3")
+    heldout = env.fixed_set("heldout", 20)
+    # level 1 holds 7 held-out problems: they come in turn with level 3's, then level 3 fills the rest
+    assert [e.meta["level"] for e in heldout] == [1, 3] * 7 + [3] * 6
+    assert heldout[::2][:7] == ArithmeticEnv(level=1).fixed_set("heldout", 7)
+    assert [e for e in heldout if e.meta["level"] == 3] == ArithmeticEnv(level=3).fixed_set("heldout", 13)
+    assert len({e.prompt for e in heldout}) == 20 and env.fixed_set("heldout", 9) == heldout[:9]
+    with pytest.raises(ValueError, match=r"split 'heldout' of levels \[1, 2\] holds only 110 distinct problems"):
+        ArithmeticEnv(levels="1,2").fixed_set("heldout", 111)
+
+
+def test_one_level_draws_exactly_as_before():
+    # pinned from the code before mixed tasks existed: one level draws no level, so its stream is unchanged
+    assert [e.prompt for e in ArithmeticEnv(levels="3").sample("train", 3, seed=0)] == [
+        "Q: 5+9+3+8+2\n", "Q: 8+9+2+4+1\n", "Q: 5+6+5+9+3\n"]
+    assert [e.prompt for e in ArithmeticEnv(level=5).sample("dev", 3, seed=4)] == [
+        "Q: 5+1+9+5-6\n", "Q: 1+6-3-7-4\n", "Q: 0+1-8+4+6\n"]
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"levels": "2,6"}, r"levels must list distinct levels of \[1, 2, 3, 4, 5\].*got '2,6'"),
+    ({"levels": "2,2"}, r"levels must list distinct levels"),
+    ({"levels": "2,3", "level": 4}, r"give level \(4\) or levels \('2,3'\), not both"),
+])
+def test_bad_levels_are_refused(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ArithmeticEnv(**kwargs)
 
 
 # --- JSONL ---------------------------------------------------------------------------------

@@ -117,3 +117,20 @@ def test_compare_runs_real_and_within_noise(tmp_path, capsys):
     assert "difference within noise" in out
     assert "noise rule: likely noise (N = 60 < 100 and |difference| = 1.7 <= 5 points)" in out
     assert noise["n_shared"] == 60
+
+
+def test_compare_runs_reads_a_training_runs_final_held_out_evaluation(tmp_path):
+    from posttrain.runs.rundir import RunDir
+
+    def train_run(name, solved):
+        run = RunDir.create(str(tmp_path), name)
+        run.write_json("config.json", {})
+        run.write_meta({"loop": "C (train)", "spec_version": "final_int/cot-v1"})
+        run.write_json("summary.json", {"final_stage": "rl"})
+        run.write_jsonl("samples.jsonl", [{"id": "p0", "reward": 1.0}] * 3)  # training samples: not compared
+        run.write_jsonl("eval_sft.jsonl", [{"id": f"p{i}", "reward": 0.0} for i in range(10)])
+        run.write_jsonl("eval_rl.jsonl", [{"id": f"p{i}", "reward": float(i < solved)} for i in range(10)])
+        return run.path
+
+    diff = compare_runs(train_run("a", 7), train_run("b", 4))
+    assert diff["n_shared"] == 10 and diff["mean_diff"] == pytest.approx(0.3)

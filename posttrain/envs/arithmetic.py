@@ -16,6 +16,10 @@ Difficulty levels (terms are drawn uniformly and independently):
     4      5      0..99    +          10^10              ~80% / 10% / 10%: unlimited
     5      5      0..9     + and -    1,600,000          ~80% / 10% / 10%; answers may be < 0
 
+A mixed task (`levels="2,3,5"`) draws each problem's level uniformly from the list and
+labels every example with it (`meta["level"]`): one distribution of easy and hard problems,
+for a curriculum to order (posttrain/data/curation.py) and for its held-out set to cover.
+
 Is the held-out split big enough? A pass@1 estimated from m problems has a standard error
 of up to 0.5/sqrt(m). Level 1's 7 held-out problems (±0.19) and level 2's 103 (±0.05) are
 for smoke tests and curricula, not for claims; from level 3 up a held-out set of 1,000 or
@@ -166,12 +170,15 @@ class ArithmeticEnv:
     seed           seeds the environment's own stream for `sample(..., seed=None)`.
     spec_version   override the scorer, e.g. with a hackable variant for red-teaming; it
                    must accept this environment's reference solutions.
+    levels         a mixed task instead of one level: "2,3,5" draws each problem's level
+                   uniformly from these; "" = `level` alone.
     """
 
     def __init__(
-        self, level: int = 3, cot: bool = True, seed: int = 0, spec_version: str | None = None
+        self, level: int = 3, cot: bool = True, seed: int = 0, spec_version: str | None = None, levels: str = ""
     ):
         _check_choice("level", level, list(LEVELS))
+        self.levels = parse_levels(levels, level)
         _check_choice("cot", cot, [True, False])
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
@@ -183,7 +190,7 @@ class ArithmeticEnv:
         self._rng = random.Random(seed)
         # A scorer that rejects the environment's own demonstrations would train nothing:
         # catch that mismatch here (e.g. cot=True with strict-v1) instead of mid-run.
-        probe = self._example(self._draw(random.Random(0)))
+        probe = self._example(self._draw(random.Random(0), self.levels[0]), self.levels[0])
         if self.score(probe, self.solution(probe))["reward"] != 1.0:
             raise ValueError(
                 f"spec_version {spec_version!r} gives 0 to this environment's reference "
@@ -197,7 +204,7 @@ class ArithmeticEnv:
 
     @property
     def name(self) -> str:
-        return f"arithmetic-L{self.level}" + ("-cot" if self.cot else "")
+        return f"arithmetic-L{'+'.join(map(str, self.levels))}" + ("-cot" if self.cot else "")
 
     @property
     def split_rule(self) -> str:
@@ -210,19 +217,19 @@ class ArithmeticEnv:
 
     # --- problems --------------------------------------------------------------------
 
-    def _draw(self, rng: random.Random) -> Problem:
-        shape = LEVELS[self.level]
+    def _draw(self, rng: random.Random, level: int) -> Problem:
+        shape = LEVELS[level]
         terms = tuple(rng.randint(0, shape.max_term) for _ in range(shape.n_terms))
         ops = tuple(rng.choice(shape.operators) for _ in range(shape.n_terms - 1))
         return Problem(terms, ops)
 
-    def _example(self, problem: Problem) -> Example:
+    def _example(self, problem: Problem, level: int) -> Example:
         return Example(
             prompt=f"Q: {problem.expression}\n",
             expected_answer=str(problem.running_sums()[-1]),
-            id=f"arith-L{self.level}-{problem.expression}",
+            id=f"arith-L{level}-{problem.expression}",
             meta={
-                "level": self.level,
+                "level": level,
                 "terms": list(problem.terms),
                 "ops": list(problem.ops),
                 "split": split_of(problem.expression),
@@ -232,44 +239,69 @@ class ArithmeticEnv:
     # --- the environment interface -----------------------------------------------------
 
     def sample(self, split: str, n: int, seed: int | None = None) -> list[Example]:
-        """n problems drawn i.i.d. from `split` (repeats possible), by rejection sampling.
-        With an int `seed` the draw is reproducible on its own; with None it continues the
-        environment's stream, so successive training batches differ."""
+        """n problems drawn i.i.d. from `split` (repeats possible), by rejection sampling; a
+        mixed task first draws each problem's level. With an int `seed` the draw is
+        reproducible on its own; with None it continues the environment's stream, so
+        successive training batches differ."""
         check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
         examples = []
         while len(examples) < n:
-            problem = self._draw(rng)
-            if split_of(problem.expression) == split:
-                examples.append(self._example(problem))
+            # one level draws no level: the stream (and every number measured on it) stays as it was
+            level = self.levels[0] if len(self.levels) == 1 else rng.choice(self.levels)
+            problem = self._draw(rng, level)
+            while split_of(problem.expression) != split:
+                problem = self._draw(rng, level)
+            examples.append(self._example(problem, level))
         return examples
 
     def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """n DISTINCT problems of `split`, the same ones every call: the evaluation set.
-        A smaller set is a prefix of a larger one with the same seed."""
+        A smaller set is a prefix of a larger one with the same seed. A mixed task takes
+        its levels in turn, each level's own fixed set in order (a level that runs out
+        leaves its turns to the others; a prompt two levels share is taken once)."""
+        if len(self.levels) == 1:
+            return self._level_fixed_set(self.levels[0], split, n, seed)
+        check_split_request(split, n)
+        queues = [iter(self._level_fixed_set(level, split, min(n, level_split_size(level, split)), seed))
+                  for level in self.levels]
+        chosen: dict[str, Example] = {}
+        while len(chosen) < n and queues:
+            for queue in list(queues):
+                example = next(queue, None)
+                if example is None:
+                    queues.remove(queue)
+                elif len(chosen) < n:
+                    chosen.setdefault(example.prompt, example)
+        if len(chosen) < n:
+            raise ValueError(f"split {split!r} of levels {list(self.levels)} holds only {len(chosen)} distinct "
+                             f"problems, fewer than n={n}; ask for fewer or add a higher level")
+        return list(chosen.values())
+
+    def _level_fixed_set(self, level: int, split: str, n: int, seed: int) -> list[Example]:
         check_split_request(split, n)
         rng = random.Random(seed)
-        shape = LEVELS[self.level]
+        shape = LEVELS[level]
         if shape.n_problems <= ENUMERATE_UP_TO:
-            in_split = list(expressions_by_split(self.level)[split])  # a copy: we shuffle it
+            in_split = list(expressions_by_split(level)[split])  # a copy: we shuffle it
             if len(in_split) < n:
                 raise ValueError(
-                    f"split {split!r} of level {self.level} holds only {len(in_split)} "
+                    f"split {split!r} of level {level} holds only {len(in_split)} "
                     f"distinct problems, fewer than n={n}; ask for fewer or use a higher level"
                 )
             rng.shuffle(in_split)
-            return [self._example(Problem.from_expression(e)) for e in in_split[:n]]
+            return [self._example(Problem.from_expression(e), level) for e in in_split[:n]]
         chosen: dict[str, Problem] = {}  # dicts keep insertion order: deterministic output
         max_draws = 50 * n + 10_000  # ~10 draws per dev/heldout hit, plus room for repeats
         for _ in range(max_draws):
-            problem = self._draw(rng)
+            problem = self._draw(rng, level)
             if split_of(problem.expression) == split:
                 chosen.setdefault(problem.expression, problem)
                 if len(chosen) == n:
-                    return [self._example(p) for p in chosen.values()]
+                    return [self._example(p, level) for p in chosen.values()]
         raise ValueError(
             f"found only {len(chosen)} distinct problems of split {split!r} at level "
-            f"{self.level} in {max_draws} draws, fewer than n={n}; ask for fewer"
+            f"{level} in {max_draws} draws, fewer than n={n}; ask for fewer"
         )
 
     def solution(self, example: Example) -> str:
@@ -289,10 +321,34 @@ class ArithmeticEnv:
         return self._spec(example, completion)
 
     def __repr__(self) -> str:
+        mixed = f", levels={','.join(map(str, self.levels))!r}" if len(self.levels) > 1 else ""
         return (
             f"ArithmeticEnv(level={self.level}, cot={self.cot}, seed={self.seed}, "
-            f"spec_version={self.spec_version!r})"
+            f"spec_version={self.spec_version!r}{mixed})"
         )
+
+
+def parse_levels(levels: str, level: int) -> tuple[int, ...]:
+    """The levels of a task: `levels` ("2,3,5", distinct, in the order given) or, when it
+    is "", `level` alone; ValueError naming what is wrong."""
+    if not isinstance(levels, str):
+        raise ValueError(f"levels must be a comma-separated str such as '2,3,5', got {levels!r}")
+    if not levels.strip():
+        return (level,)
+    parts = [part.strip() for part in levels.split(",")]
+    if not all(part.isdigit() and int(part) in LEVELS for part in parts) or len(set(parts)) != len(parts):
+        raise ValueError(f"levels must list distinct levels of {list(LEVELS)}, comma-separated (e.g. '2,3,5'), "
+                         f"got {levels!r}")
+    if level != 3:
+        raise ValueError(f"give level ({level}) or levels ({levels!r}), not both: levels already names every level")
+    return tuple(int(part) for part in parts)
+
+
+def level_split_size(level: int, split: str) -> int:
+    """How many distinct problems `split` of `level` holds (a large level: more than any set asks)."""
+    if LEVELS[level].n_problems <= ENUMERATE_UP_TO:
+        return len(expressions_by_split(level)[split])
+    return LEVELS[level].n_problems
 
 
 def check_split_request(split: Any, n: Any) -> None:

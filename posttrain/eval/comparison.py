@@ -142,10 +142,19 @@ def paired_change(after: list[dict[str, Any]], before: list[dict[str, Any]]) -> 
     return paired_scores(solved_by_id(after), solved_by_id(before))
 
 
+def scored_items(run: RunDir) -> dict[str, float]:
+    """{item id: reward}: a Loop A run's samples.jsonl, or for a training run (its summary
+    names a final_stage) the held-out evaluation after that stage, eval_<stage>.jsonl (its
+    samples.jsonl holds the training samples, many per prompt)."""
+    final = (run.read_json("summary.json") or {}).get("final_stage")
+    return {str(s["id"]): s["reward"] for s in run.read_jsonl(f"eval_{final}.jsonl" if final else "samples.jsonl")}
+
+
 def compare_runs(run_a: str | Path, run_b: str | Path, allow_different: bool = False,
                  console: Console | None = None) -> dict[str, Any]:
-    """`posttrain diff`: paired comparison of two Loop A run directories on the items (ids)
-    they share. Refuses runs measured differently (check_comparable) unless
+    """`posttrain diff`: paired comparison of two run directories on the items (ids) they
+    share: Loop A runs' scored samples, or training runs' held-out evaluation after their
+    last stage. Refuses runs measured differently (check_comparable) unless
     `allow_different`, which lists the differences first; then the paired CI, its verdict
     ("real" when the CI excludes 0, else "within noise") and the noise rule's."""
     console = console or Console()
@@ -155,7 +164,7 @@ def compare_runs(run_a: str | Path, run_b: str | Path, allow_different: bool = F
     if differences:
         console.print("[yellow]warning: comparing runs measured differently (--allow-different); the difference "
                       "below mixes the model with:[/yellow]\n  " + escape("\n  ".join(differences)), highlight=False)
-    rewards = [{str(s["id"]): s["reward"] for s in run.read_jsonl("samples.jsonl")} for run in runs]
+    rewards = [scored_items(run) for run in runs]
     try:
         diff = paired_scores(rewards[0], rewards[1])
     except ValueError:

@@ -10,7 +10,8 @@ this runs is checked by pipelines/checks.py.)
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, critic, trainer (one process or
-                              data-parallel), reward, KL controller, implicit PRM (PRIME)
+                              data-parallel), reward, KL controller, implicit PRM (PRIME),
+                              the curated prompt pool (pipelines/curation.py)
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
 from posttrain.models.value_head import ValueHead
+from posttrain.pipelines.curation import build_pool
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.ensemble import LearnedReward
@@ -137,10 +139,12 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     """The RL stage's roles around `policy`; the reference is the policy at `start_weights`
     (or, with LoRA, the policy with its adapters off)."""
     algo = make_algorithm(cfg.rl, env.max_total_tokens if is_multi_turn(env) else None)
+    pool = build_pool(cfg, env)  # rl.curation's pool of training prompts, or None (pipelines/curation.py)
 
     def rollout_request(step: int, round: int) -> RolloutRequest:
         tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
-        examples = env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag))
+        examples = (pool.draw(step, round, cfg.rl.prompts_per_step) if pool is not None else
+                    env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag)))
         return RolloutRequest(examples, cfg.rl.samples_per_prompt, derive_seed(cfg.seed, "rl-sample", *tag))
 
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
@@ -174,4 +178,4 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
                       prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
                       minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
                       reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows,
-                      process_reward=process_reward, group_reward=group_reward)
+                      process_reward=process_reward, group_reward=group_reward, prompts=pool)

@@ -38,6 +38,7 @@ from posttrain.pipelines.build import (
     make_algorithm,
     reward_terms,
 )
+from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
@@ -111,6 +112,9 @@ def check_rl(rl: RLConfig) -> None:
     else:
         algo = make_algorithm(rl)
     check_can_learn(rl, None if preference else algo)
+    check(not (preference and rl.curation.enabled()), "rl.curation.pool_size", rl.curation.pool_size,
+          f"0 with a preference loss (rl.algo={rl.algo!r}): curation chooses the prompts of the RL stage, and a "
+          "preference loss trains on pairs (rl.pairs, or the samples of rl.pair_prompts prompts)")
     try:  # imports its functions and reads their signatures: a bad term fails before the run exists
         reward_terms(rl)
     except ValueError as error:
@@ -339,6 +343,9 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
             raise ConfigError(f"sft.num_examples: the demonstration for {example.prompt[:60]!r} is {length} tokens "
                               f"({what}), more than the model's {positions} positions; {longer} or "
                               "shorten its " + ("demonstration" if multi_turn else "meta.solution"))
+    if cfg.rl.curation.enabled():  # the pool as the run will build it: big enough, screened, labelled
+        fixed_set(env, "rl.curation.pool_size", "train", cfg.rl.curation.pool_size, pool_seed(cfg))
+        found.append(f"curation: {summary_line(build_pool(cfg, env))}")
     if is_preference(cfg.rl) and cfg.rl.pairs:
         try:
             preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)

@@ -9,6 +9,8 @@ from posttrain.config import TrainConfig
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import build_controller
+from posttrain.pipelines.curation import prepare_pool, remeasure, write_record
+from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
 
@@ -18,15 +20,22 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
     every sample logged, the monitors watching (and acting, per rl.on_alert:
     pipelines/alerts.py), and checkpoints to resume from. `stage` names its checkpoints,
-    metrics and samples rows (a --stages run's: the algorithm)."""
+    metrics and samples rows (a --stages run's: the algorithm). With rl.curation, the prompts
+    come from a curated pool, measured before the first step (pipelines/curation.py) and
+    recorded in curation.jsonl and curation.json."""
     controller = build_controller(cfg, env, tokenizer, policy, start_weights)
     engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
+    pool = controller.prompts
+    if pool is not None and latest_checkpoint(run, stage) is None:  # else its state comes with the checkpoint
+        prepare_pool(cfg, run, pool, engine, env)
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)
     alerts = AlertPolicy(cfg.rl, run, stage, policy, tokenizer)
 
     def rl_step(step: int) -> dict[str, float]:
         step_start = time.perf_counter()
+        measured = remeasure(cfg, pool, engine, env, step) if pool is not None else {}
         metrics, episodes = controller.step(step)
+        metrics.update(measured)
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             eval_start = time.perf_counter()
             metrics["dev_pass@1"] = evaluate_pass_at_1(engine, env, dev)["pass@1"]
@@ -44,6 +53,8 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
                   stop_after=alerts.should_stop,
                   show=lambda m: f"reward {m['reward_mean']:.2f}  len {m['response_length']:.0f}"
                                  + (f"  dev {m['dev_pass@1']:.2f}" if "dev_pass@1" in m else ""))
+        if pool is not None:
+            write_record(run, pool)  # the pool as RL left it: who was dropped on the way, how often each was drawn
     finally:
         controller.close()
 

@@ -53,14 +53,19 @@ class Controller:
                  state_dict() / load_state_dict(); None unless the algorithm asks for one
                  (PRIME's implicit PRM, rewards/implicit_prm.py)
     kl_controller  steers algorithm.kl_coef toward a target KL, or None (rewards/kl_control.py)
+    prompts      the curated prompt pool the rollout draws from, or None (data/curation.py): it
+                 observe(step, episodes)s every sampled group's pass rate, keep_groups(episodes)
+                 says which groups its online band keeps; step_metrics(step); state_dict()
     """
 
     def __init__(self, rollout, reward: Scorer, algorithm, trainer, *, pad_id: int, prompts_per_step: int,
                  seed: int, epochs: int = 1, minibatches: int = 1, max_sampling_rounds: int = 1, reference=None,
-                 kl_controller=None, skip_inert_rows: bool = True, process_reward=None, group_reward=None):
+                 kl_controller=None, skip_inert_rows: bool = True, process_reward=None, group_reward=None,
+                 prompts=None):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
         self.group_reward = group_reward
         self.reference, self.kl_controller, self.process_reward = reference, kl_controller, process_reward
+        self.prompts = prompts
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
         self.skip_inert_rows = skip_inert_rows  # leave rows with no gradient out of the update
@@ -103,7 +108,8 @@ class Controller:
         metrics.update(**rollout_metrics(every_token, episodes), **sampling_stats, **off_policy,
                        **self.rollout.step_metrics(), **process_metrics, **self.timings,
                        weight_version=self.rollout.version,
-                       **{name: statistics.fmean(values) for name, values in self.reward_metrics.items()})
+                       **{name: statistics.fmean(values) for name, values in self.reward_metrics.items()},
+                       **(self.prompts.step_metrics(step) if self.prompts is not None else {}))
         # the share of rows whose every token the algorithm took out of the loss (GRPO's overlong_filter)
         metrics["loss_dropped_rows"] = ((sampled.response_mask.sum(1) > 0)
                                         & (batch.response_mask.sum(1) == 0)).float().mean().item()
@@ -136,7 +142,8 @@ class Controller:
         """Sample rounds of fresh prompts, keeping the whole groups the algorithm's
         filter_batch keeps, until prompts_per_step groups are kept or the rounds run out.
         An algorithm that keeps everything (the default) is done after one round; DAPO's
-        dynamic sampling drops groups whose rewards are all equal and draws again."""
+        dynamic sampling drops groups whose rewards are all equal and draws again. A curated
+        pool's online filter drops, in the same loop, the groups outside its pass-rate band."""
         kept: list[Episode] = []
         sampled_groups, sampled_rewards = 0, []
         for round in range(self.max_sampling_rounds):
@@ -147,6 +154,9 @@ class Controller:
             sampled_groups += self.prompts_per_step
             # whole groups, so the episodes themselves, not the rows they became
             kept_groups = {row.group_id for row in self.algorithm.filter_batch(self.collate(episodes)).episodes}
+            if self.prompts is not None:  # every group is a fresh pass rate of its prompt, kept or not
+                self.prompts.observe(step, episodes)
+                kept_groups &= self.prompts.keep_groups(episodes)
             kept += [e for e in episodes if e.group_id in kept_groups]
             if len({e.group_id for e in kept}) >= self.prompts_per_step:
                 break
@@ -162,13 +172,15 @@ class Controller:
         """What a resumed run needs besides the weights and the optimizer: the weight version,
         what the rollout holds (the async topology's batches sampled ahead, waiting for those
         in flight), an algorithm's state between steps (REINFORCE's running-mean baseline),
-        the adaptive KL coefficient."""
+        the adaptive KL coefficient, a curated pool's pass rates and draws."""
         state = {"weight_version": self.rollout.version, "rollout": self.rollout.state_dict(),
                  "algorithm": self.algorithm.state_dict()}
         if self.kl_controller is not None:
             state["kl_controller"] = self.kl_controller.state_dict()
         if self.process_reward is not None:
             state["process_reward"] = self.process_reward.state_dict()
+        if self.prompts is not None:
+            state["prompts"] = self.prompts.state_dict()
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -180,6 +192,11 @@ class Controller:
             self.algorithm.kl_coef = self.kl_controller.value
         if self.process_reward is not None:
             self.process_reward.load_state_dict(state["process_reward"])
+        if self.prompts is not None:
+            if "prompts" not in state:
+                raise ValueError("the checkpoint holds no curated prompt pool: it is of a run without "
+                                 "rl.curation; resume with the settings the run started with")
+            self.prompts.load_state_dict(state["prompts"])
 
     def close(self) -> None:
         self.rollout.close()  # stops the Ray workers (and the local cluster, if this run started it)

@@ -121,6 +121,9 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
                       + f", entropy {last.get('entropy', 0.0):.3f}"
                       + (f", implicit PRM accuracy {last['prm/accuracy']:.3f} and mean process reward "
                          f"{last['prm/process_reward_mean']:+.5f} per token" if "prm/accuracy" in last else "")]
+    curation = run.read_json("curation.json")  # rl.curation's record (pipelines/curation.py)
+    if curation is not None:
+        lines += curation_lines(curation)
     warnings = collapse_warnings(rows)
     if warnings:
         summary["warnings"] = warnings
@@ -137,6 +140,37 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
                      if restored is not None else "")]
     run.write_json("summary.json", summary)
     (run.path / "summary.md").write_text("\n".join(lines) + "\n")
+
+
+def curation_lines(report: dict) -> list[str]:
+    """The "Data curation" section of summary.md, from curation.json."""
+    screened = report["screened_out"]
+    lines = ["", "## Data curation", "",
+             f"Pool: {report['pool']} distinct training prompts" + (
+                 f", after screening out {sum(screened.values())} ("
+                 + "; ".join(f"{n} {why}" for why, n in screened.items()) + ")" if screened else
+                 "; dedup and decontamination screened out none") + "."]
+    measurement = report.get("measurement")
+    if measurement:
+        dropped = ", ".join(f"{n} {why}" for why, n in report["dropped_before_rl"].items())
+        lines.append(f"Measured before RL: {measurement['k']} samples per prompt ({measurement['samples']:.0f} "
+                     f"samples, {measurement['seconds']:.0f} s); prompts by pass count: "
+                     + ", ".join(f"{count} {n}" for count, n in report["histogram_before_rl"].items())
+                     + f". The band {report['band']} kept {report['kept_before_rl']}"
+                     + (f" and dropped {dropped}" if dropped else "") + ".")
+    lines.append(f"After RL: {report['kept_now']} in the pool"
+                 + (f", {report['dropped_online']} dropped by the online filter" if report["dropped_online"] else "")
+                 + f"; {report['draws']} draws of {report['distinct_prompts_drawn']} distinct prompts"
+                 + (f"; {report['fallback_steps']} steps found no prompt in the band" if report["fallback_steps"]
+                    else "") + ". Every prompt, kept or dropped and why: curation.jsonl.")
+    if len(report["by_label"]) > 1:  # difficulty labels: what each held, and how often it was drawn
+        measured = measurement is not None
+        lines += ["", "| label | prompts |" + (" pass rate before RL |" if measured else "") + " in the pool now | draws |",
+                  "|---|---|" + ("---|" if measured else "") + "---|---|"]
+        for label, row in report["by_label"].items():
+            rate = f" {row['first_pass_rate']:.2f} |" if measured else ""
+            lines.append(f"| {label} | {row['prompts']} |{rate} {row['kept_now']} | {row['draws']} |")
+    return lines
 
 
 # Signs of a run going wrong that neither the live log nor the summary may hide

@@ -1,0 +1,198 @@
+"""The curated prompt pool (posttrain/data/curation.py): the pass-rate band on hand-made
+pass rates, the curriculum's draw frequencies against its formula, the easy → hard
+schedule, online filtering, the state a checkpoint saves; and the measurement pass
+(pipelines/curation.py) on a stub engine whose answers are known."""
+
+import math
+
+import pytest
+
+from posttrain.config import ConfigError, CurationConfig
+from posttrain.data.curation import KEPT, PromptPool, band_verdict, curriculum_weights, unlocked_labels
+from posttrain.pipelines.curation import measure_pass_rates
+from posttrain.types import Episode, Example
+
+
+def pool_of(n, levels=None, **settings):
+    levels = levels or [1] * n
+    examples = [Example(prompt=f"Q: {i}+0\n", expected_answer=str(i), id=f"p{i}", meta={"level": level})
+                for i, level in enumerate(levels)]
+    return PromptPool(examples, seed=0, steps=settings.pop("steps", 10), **settings)
+
+
+def group(pool, i, passes, tries, group_id):
+    """`tries` scored episodes of pool prompt i, the first `passes` solved."""
+    return [Episode(example=pool.examples[i], group_id=group_id, prompt_ids=[1], response_ids=[2], response_logp=[0.0],
+                    completion="", reward=float(j < passes), details={}) for j in range(tries)]
+
+
+def test_band_verdicts_worked_by_hand():
+    band = (1 / 8, 7 / 8)  # drop the solved and the hopeless
+    assert [band_verdict(p, 8, *band) for p in (0, 1, 4, 7, 8)] == ["hopeless", KEPT, KEPT, KEPT, "solved"]
+    assert [band_verdict(p, 8, 0.25, 0.75) for p in (1, 2, 6, 7)] == ["too hard", KEPT, KEPT, "too easy"]
+    assert [band_verdict(p, 8, 0.0, 0.0) for p in (0, 1)] == [KEPT, "too easy"]  # keep only what fails 8 of 8
+
+
+def test_the_filter_keeps_what_the_band_holds_and_draws_nothing_else():
+    pool = pool_of(9, band=(1 / 8, 7 / 8))
+    pool.set_measurement(list(range(9)), 8)  # pass counts 0/8 .. 8/8
+    assert pool.status == ["hopeless"] + [KEPT] * 7 + ["solved"]
+    probabilities = pool.probabilities(0)
+    assert probabilities[0] == probabilities[8] == 0 and probabilities[1:8] == pytest.approx([1 / 7] * 7)
+    drawn = {e.prompt for step in range(50) for e in pool.draw(step, 0, 8)}
+    assert drawn == {e.prompt for e in pool.examples[1:8]}
+    # the "fails k of k" band
+    hardest = pool_of(9, band=(0.0, 0.0))
+    hardest.set_measurement(list(range(9)), 8)
+    assert [i for i, s in enumerate(hardest.status) if s == KEPT] == [0]
+
+
+def test_curriculum_weights_worked_by_hand():
+    rates = [0.0, 0.25, 0.5, 1.0, None]
+    assert curriculum_weights("failure", rates) == [1.0, 0.75, 0.5, 0.0, 1.0]
+    assert curriculum_weights("signal", rates) == [0.0, 0.1875, 0.25, 0.0, 0.25]
+    assert curriculum_weights("uniform", rates) == [1.0] * 5
+    pool = pool_of(5, weights="failure")
+    pool.set_measurement([0, 2, 4, 6, 8], 8)  # weights 1, .75, .5, .25, 0 over a total of 2.5
+    assert pool.probabilities(0) == pytest.approx([0.4, 0.3, 0.2, 0.1, 0.0])
+    pool = pool_of(5, weights="signal")
+    pool.set_measurement([0, 2, 4, 6, 8], 8)  # weights 0, 3/16, 4/16, 3/16, 0 over a total of 10/16
+    assert pool.probabilities(0) == pytest.approx([0.0, 0.3, 0.4, 0.3, 0.0])
+
+
+@pytest.mark.parametrize("weights, formula", [("failure", lambda p: 1 - p), ("signal", lambda p: p * (1 - p))])
+def test_curriculum_draw_frequencies_match_the_formula(weights, formula):
+    """P(prompt) ∝ 1 − pass rate (or p(1 − p)), inside the band, over 100,000 draws of 1,000
+    steps. The tolerance: each prompt's frequency within 5 standard errors, sqrt(P(1 − P) / N),
+    of its probability (a false alarm about once in 1.7 million per prompt), and a prompt of
+    probability 0 never drawn."""
+    pool = pool_of(8, weights=weights, band=(0.0, 7 / 8))
+    passes = [0, 1, 2, 3, 5, 6, 7, 8]  # the last is solved: out of the band
+    pool.set_measurement(passes, 8)
+    expected = [formula(p / 8) for p in passes[:-1]] + [0.0]
+    expected = [w / sum(expected) for w in expected]
+    assert pool.probabilities(0) == pytest.approx(expected)
+    counts = [0] * 8
+    for step in range(1000):
+        for example in pool.draw(step, 0, 100):
+            counts[pool.index[example.prompt]] += 1
+    N = sum(counts)
+    for count, p in zip(counts, expected):
+        assert abs(count / N - p) <= 5 * math.sqrt(p * (1 - p) / N), (counts, expected)
+    assert all(count == 0 for count, p in zip(counts, expected) if p == 0)
+    assert sum(pool.draws) == N  # what the record reports
+
+
+def test_the_uniform_draw_is_uniform_over_the_kept_prompts():
+    pool = pool_of(4, band=(0.5, 1.0))
+    pool.set_measurement([8, 8, 1, 4], 8)
+    counts = [0] * 4
+    for step in range(500):
+        for example in pool.draw(step, 0, 40):
+            counts[pool.index[example.prompt]] += 1
+    N, p = sum(counts), 1 / 3
+    assert counts[2] == 0
+    assert all(abs(counts[i] / N - p) <= 5 * math.sqrt(p * (1 - p) / N) for i in (0, 1, 3)), counts
+
+
+def test_easy_to_hard_unlocks_one_label_per_stage():
+    assert [unlocked_labels([1, 2, 3], step, 9) for step in range(9)] == [1, 1, 1, 2, 2, 2, 3, 3, 3]
+    assert [unlocked_labels([1, 2, 3], step, 10) for step in range(10)] == [1, 1, 1, 1, 2, 2, 2, 3, 3, 3]
+    pool = pool_of(6, levels=[3, 1, 2, 1, 3, 2], order="easy_to_hard", steps=9)
+    assert pool.unlocked(0) == [1, 3] and pool.unlocked(4) == [1, 2, 3, 5] and pool.unlocked(8) == list(range(6))
+    for step, allowed in ((2, {1}), (5, {1, 2}), (8, {1, 2, 3})):
+        assert {e.meta["level"] for e in pool.draw(step, 0, 60)} == allowed
+        assert pool.step_metrics(step)["curation/hardest_unlocked"] == max(allowed)
+    with pytest.raises(ValueError, match=r"needs a difficulty label on every prompt .* 'Q: 0\+0' has none"):
+        PromptPool([Example("Q: 0+0\n", "0")], seed=0, steps=4, order="easy_to_hard")
+
+
+def test_online_filtering_drops_groups_and_prompts_outside_the_band():
+    pool = pool_of(3, band=(1 / 4, 3 / 4), online=True)
+    pool.set_measurement([2, 2, 2], 4)
+    episodes = group(pool, 0, 4, 4, group_id=0) + group(pool, 1, 2, 4, group_id=1) + group(pool, 2, 0, 4, group_id=5)
+    assert pool.keep_groups(episodes) == {1}
+    pool.observe(3, episodes)
+    assert pool.status == ["solved", KEPT, "hopeless"] and pool.changed_at == [3, -1, 3]
+    assert pool.dropped_online == 2 and pool.measured[0].rate == 1.0
+    assert [e.prompt for e in pool.draw(4, 0, 5)] == [pool.examples[1].prompt] * 5
+    # a re-measurement brings a prompt back
+    pool.set_measurement([1, 2, 3], 4, step=6)
+    assert pool.status == [KEPT] * 3 and pool.first[0].step == -1  # the first measurement stays on record
+
+
+def test_offline_the_band_holds_and_observations_only_update_the_weights():
+    pool = pool_of(2, band=(1 / 4, 3 / 4), weights="failure")
+    pool.set_measurement([2, 2], 4)
+    episodes = group(pool, 0, 4, 4, group_id=0) + group(pool, 1, 1, 4, group_id=1)
+    assert pool.keep_groups(episodes) == {0, 1}
+    pool.observe(0, episodes)
+    assert pool.status == [KEPT, KEPT] and pool.dropped_online == 0
+    assert pool.probabilities(1) == pytest.approx([0.0, 1.0])  # prompt 0 now solved: weight 1 − 1 = 0
+
+
+def test_with_nothing_in_the_band_every_unlocked_prompt_is_drawn():
+    pool = pool_of(3, band=(1 / 4, 3 / 4), online=True)
+    pool.set_measurement([0, 4, 4], 4)
+    assert pool.probabilities(0) == pytest.approx([1 / 3] * 3)
+    pool.draw(0, 0, 2)
+    assert pool.fallback_steps == 1
+
+
+def test_the_state_a_checkpoint_saves_makes_the_next_draws_equal():
+    def used(pool):
+        pool.set_measurement([1, 2, 3, 0], 4)
+        pool.draw(0, 0, 4)
+        pool.observe(0, group(pool, 0, 4, 4, 0) + group(pool, 2, 2, 4, 1))
+        return pool
+
+    settings = dict(band=(1 / 4, 3 / 4), online=True, weights="failure")
+    saved = used(pool_of(4, **settings)).state_dict()
+    a, b, fresh = used(pool_of(4, **settings)), pool_of(4, **settings), used(pool_of(4, **settings))
+    b.load_state_dict(saved)
+    assert [e.prompt for e in a.draw(1, 0, 50)] == [e.prompt for e in b.draw(1, 0, 50)]
+    assert a.state_dict() == b.state_dict()
+    fresh.status = [KEPT] * 4  # the pool as measured, without what step 0 observed: other draws
+    assert [e.prompt for e in a.draw(2, 0, 50)] != [e.prompt for e in fresh.draw(2, 0, 50)]
+    other = PromptPool(list(reversed(a.examples)), seed=0, steps=10)
+    with pytest.raises(ValueError, match="not the pool this run built"):
+        other.load_state_dict(saved)
+
+
+class StubEngine:
+    """Answers prompt "Q: i+0" right in the first (i mod 5) of its k samples: known pass counts."""
+
+    max_rows = 12  # 3 groups of 4 per batch: the 10 prompts below take 4 batches
+
+    def __init__(self):
+        self.batches = []
+
+    def generate(self, examples, k, generator):
+        self.batches.append(len(examples))
+        return [Episode(example=e, group_id=g, prompt_ids=[1], response_ids=[2], response_logp=[0.0],
+                        completion=e.expected_answer if j < int(e.expected_answer) % 5 else "wrong")
+                for g, e in enumerate(examples) for j in range(k)]
+
+
+class ExactEnv:
+    def score(self, example, completion):
+        return {"reward": float(completion == example.expected_answer), "details": {}}
+
+
+def test_measure_pass_rates_counts_each_prompt_across_batches():
+    engine, pool = StubEngine(), pool_of(10)
+    assert measure_pass_rates(engine, ExactEnv(), pool.examples, 4, seed=0) == [i % 5 for i in range(10)]
+    assert engine.batches == [3, 3, 3, 1]
+
+
+@pytest.mark.parametrize("settings, message", [
+    ({"pool_size": 0, "weights": "failure"}, r"rl.curation.pool_size=0 .* with rl.curation.weights set"),
+    ({"pool_size": 10, "online": True}, r"rl.curation.online=True .* unless a band is set"),
+    ({"pool_size": 10, "online": True, "max_pass_rate": 0.0}, r"keeps only groups whose samples all scored alike"),
+    ({"pool_size": 10, "min_pass_rate": 0.8, "max_pass_rate": 0.2}, r"0 <= min_pass_rate <= max_pass_rate=0.2"),
+    ({"pool_size": 10, "remeasure_every": 5}, r"remeasure_every=5 .* 0 unless pass rates are read"),
+    ({"pool_size": 10, "order": "hard_to_easy"}, r"rl.curation.order='hard_to_easy' .* \['none', 'easy_to_hard'\]"),
+])
+def test_bad_curation_settings_are_refused_by_name(settings, message):
+    with pytest.raises(ConfigError, match=message):
+        CurationConfig(**settings).validate()
