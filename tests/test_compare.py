@@ -219,3 +219,17 @@ def test_the_progressive_build_changes_one_setting_per_row():
 def test_an_unknown_row_set_is_refused_with_the_sets(capsys):
     assert main(["compare", "--rows", "regressive"]) == 2
     assert "--rows 'regressive' is not a set of rows; the sets: progressive" in capsys.readouterr().err
+
+
+def test_rows_that_change_the_measurement_are_refused_before_anything_trains(tmp_path, capsys):
+    from posttrain.pipelines.compare_rows import check_rows_measure_alike, parse_rows
+
+    argv = ["compare", "--row", "a", "--row", "harder:env.level=4,rl.lr=2e-4", "--row", "big:heldout_size=900",
+            "--out_dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "harder: env.level=4" in err and "big: heldout_size=900" in err and "rl.lr" not in err
+    assert "--allow-different" in err and not any(tmp_path.iterdir())  # nothing was trained
+    rows = parse_rows(["a", "harder:env.level=4,rl.lr=2e-4"])
+    assert check_rows_measure_alike(rows, allow_different=True) == ["harder: env.level=4"]
+    assert check_rows_measure_alike(parse_rows(["a", "b:rl.lr=2e-4"])) == []

@@ -190,13 +190,16 @@ def cmd_compare(argv: list[str]) -> int:
                       "grpo --row clip_higher:grpo.clip_eps_high=0.28 --row lite:rl.algo=lite_ppo"))], ()),
              ("rows", Annotated[str, tyro.conf.arg(metavar="NAME", help=(
                   "a named set of rows, before any --row: 'progressive' is REINFORCE built up to PPO one change "
-                  "per row (vanilla, + baseline, + group std, + batch std, + PPO's minibatches and clip)"))], "")]
+                  "per row (vanilla, + baseline, + group std, + batch std, + PPO's minibatches and clip)"))], ""),
+             ("allow_different", Annotated[bool, tyro.conf.arg(help=(
+                  "run rows that change what held-out pass@1 measures (env.*, heldout_size) anyway, with those "
+                  "settings listed beside the table; refused by default (the locked-room rule)"))], False)]
     parsed = parse_train(argv, "posttrain compare", "several algorithms, or rows of any settings, from one SFT "
                          "checkpoint", TrainConfig(), extra,
                          sections="those of the algorithms in --algos (or the rows'), and every row gets them")
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
     from posttrain.pipelines.compare import check_algos, compare
-    from posttrain.pipelines.compare_rows import parse_rows, row_algorithms
+    from posttrain.pipelines.compare_rows import check_rows_measure_alike, parse_rows, row_algorithms
 
     cfg = parsed.cfg
     refuse_stages(cfg, "compare")
@@ -206,8 +209,9 @@ def cmd_compare(argv: list[str]) -> int:
             raise ConfigError("give --algos (one row per algorithm) or --row (one row per setting), not both; an "
                               "algorithm is a row's setting too: --row dapo:rl.algo=dapo")
         rows = parse_rows(list(parsed.args.row), parsed.args.rows)
+        differences = check_rows_measure_alike(rows, parsed.args.allow_different)
         cfg = checked(parsed.with_algo_params(cfg, row_algorithms(rows, cfg)))
-        compare(cfg, rows=rows)
+        compare(cfg, rows=rows, differences=differences)
         return 0
     algos = [a.strip() for a in parsed.args.algos.split(",") if a.strip()]
     if not algos:

@@ -72,9 +72,11 @@ def row_variants(cfg: TrainConfig, rows: list[Row]) -> list[tuple[str, TrainConf
 
 
 def compare(cfg: TrainConfig, algos: list[str] | None = None, online_rounds: list[int] | None = None,
-            rows: list[Row] | None = None) -> dict:
+            rows: list[Row] | None = None, differences: list[str] | None = None) -> dict:
     """One run per algorithm of `algos` (per round count of `online_rounds`), or per row of
-    `rows`, each from the same start; the table, the plot and the rows as a dict."""
+    `rows`, each from the same start; the table, the plot and the rows as a dict.
+    `differences`: row settings that change the measurement (--allow-different), noted
+    under the table."""
     if rows:
         if algos or online_rounds is not None:
             raise ValueError("give --algos (one row per algorithm) or --row (one row per setting), not both; "
@@ -107,6 +109,10 @@ def compare(cfg: TrainConfig, algos: list[str] | None = None, online_rounds: lis
 
     root.write_json("compare.json", results)
     write_table(root, results, cfg, online_rounds, rows)
+    if differences:  # --allow-different: a table whose rows are not one metric says so
+        with open(root.path / "compare.md", "a", encoding="utf-8") as table:
+            table.write("\nThese rows were measured differently (--allow-different), so their numbers are not one "
+                        "metric: " + "; ".join(differences) + "\n")
     write_curves(root, results)
     console.print((root.path / "compare.md").read_text())
     return {"path": str(root.path), "rows": results}

@@ -153,6 +153,32 @@ def row_config(cfg: TrainConfig, row: Row) -> TrainConfig:
     return dataclasses.replace(new, rl=dataclasses.replace(new.rl, algo_params=params))
 
 
+# The settings that change what held-out pass@1 measures (eval/comparison.py's instrument):
+# the task, its verifier and its data (env.*), and the held-out set (heldout_size). Rows
+# that differ in them are different metrics, so compare refuses them unless told otherwise.
+INSTRUMENT_KEYS = ("env.", "heldout_size")
+
+
+def instrument_changes(rows: list[Row]) -> list[str]:
+    """Each row setting that changes the measuring instrument, as 'ROW: KEY=VALUE'."""
+    return [f"{row.label}: {key}={value}" for row in rows for key, value in row.settings.items()
+            if key.startswith(INSTRUMENT_KEYS[0]) or key in INSTRUMENT_KEYS[1:]]
+
+
+def check_rows_measure_alike(rows: list[Row], allow_different: bool = False) -> list[str]:
+    """[] when every row is measured the same way; else ConfigError naming each row setting
+    that changes the instrument, or, with `allow_different`, those settings to print beside
+    the table (eval/comparison.py's locked-room rule, before anything trains)."""
+    changes = instrument_changes(rows)
+    if changes and not allow_different:
+        raise ConfigError("rows that change what held-out pass@1 measures would compare different metrics, and "
+                          "their paired differences would mix the model with the measurement:\n  "
+                          + "\n  ".join(changes) + "\nKeep the task, its verifier and the held-out set shared "
+                          "(set them as flags for every row), or pass --allow-different to run them anyway, with "
+                          "these settings listed beside the table")
+    return changes
+
+
 def row_algorithms(rows: list[Row], cfg: TrainConfig) -> set[str]:
     """The algorithms the rows train: the shared rl.algo and every row's own."""
     return {cfg.rl.algo} | {row.settings["rl.algo"] for row in rows if "rl.algo" in row.settings}
