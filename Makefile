@@ -24,7 +24,7 @@ run: $(STAMP)
 	$(BIN)/posttrain run
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow" --durations=25
 
 test-all: $(STAMP)
 	$(BIN)/python -m pytest -q
