@@ -3,22 +3,24 @@
 `posttrain prm --labels mc` labels a step by rolling the policy out from it
 (rewards/monte_carlo_labels.py), because the task has no step checker. leg_counting's worked
 steps (envs/reasoning_gym_tasks.py::leg_counting_steps) can be checked after the fact,
-though: a line is right when it is the line the demonstration writes, and a step's true
-label (first-error, as verifiers/steps.py labels arithmetic) is "this line and every line
-before it are right". This script reads a prm run's labelled samples and counts where the
-two disagree:
+though: a line is right when its arithmetic is the demonstration's (what follows "N animal:
+", which the answer depends on), and a step's true label (first-error, as verifiers/steps.py
+labels arithmetic) is "this line and every line before it are right". The "N animal" in
+front is a copy of the question's words; a miscopied one ("4 bees" for "4 beetles") changes
+no number, so it is counted apart and not called wrong. This script reads a prm run's
+labelled samples and counts where Monte-Carlo labels and the truth disagree:
 
     right steps labelled wrong    the policy failed from a right prefix in every rollout
                                   (a weak policy, or too few rollouts)
     wrong steps labelled right    some rollout ended right after a wrong line: the policy
-                                  repaired the mistake later, or a wrong product cancelled
-                                  out, or the grader accepted the answer anyway
+                                  repaired the mistake later, or the mistake changed no
+                                  total (a wrong count of a 0-legged animal)
 
     PYTHONPATH=. python benchmarks/mc_labels_audit.py runs/<prm run>
 
-A line written differently from the demonstration but meaning the same ("3 cats: 4*3=12")
-counts as wrong here; the policy imitates the demonstrations' format, so this is rare
-(the script prints how many steps it could not parse as a leg line at all).
+A line whose arithmetic is written differently from the demonstration's but means the same
+("4*3=12" for "3*4=12") counts as wrong here; the policy imitates the demonstrations' format,
+so this is rare (the script prints how many steps it could not parse as a leg line at all).
 """
 
 from __future__ import annotations
@@ -45,13 +47,25 @@ def demonstration(prompt: str) -> list[str]:
     return steps + [f"<answer>{total}</answer>"]
 
 
+def arithmetic(line: str) -> str:
+    """What a line computes: the text after its "N animal: " (the answer line whole)."""
+    return line.split(": ", 1)[-1]
+
+
 def true_labels(prompt: str, steps: list[str]) -> list[bool]:
-    """First-error labels: True while every line so far is the demonstration's."""
+    """First-error labels: True while every line so far computes what the demonstration's does."""
     right, labels, ok = demonstration(prompt), [], True
     for k, step in enumerate(steps):
-        ok = ok and k < len(right) and step == right[k]
+        ok = ok and k < len(right) and arithmetic(step) == arithmetic(right[k])
         labels.append(ok)
     return labels
+
+
+def miscopied(prompt: str, steps: list[str]) -> int:
+    """Lines whose "N animal" is not the question's, whatever their arithmetic."""
+    right = demonstration(prompt)
+    return sum(": " in step and k < len(right) - 1 and step.split(": ", 1)[0] != right[k].split(": ", 1)[0]
+               for k, step in enumerate(steps))
 
 
 def rate(groups: list[tuple[list[float], list[float]]], keep: bool | None) -> dict:
@@ -78,6 +92,7 @@ def audit(path: Path) -> dict:
         "right_steps_labelled_wrong": rate(groups, True),
         "wrong_steps_labelled_right": rate(groups, False),
         "steps_not_a_leg_line": sum(not leg_line.fullmatch(s) for r in records for s in r.steps),
+        "lines_with_a_miscopied_animal": sum(miscopied(r.prompt, r.steps) for r in records),
     }
 
 

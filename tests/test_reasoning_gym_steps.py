@@ -216,12 +216,16 @@ def test_the_audit_of_monte_carlo_labels_against_the_demonstrations_lines(env, t
     assert bench.demonstration(example.prompt) == right
     wrong = [right[0], right[1].replace("=", "=1", 1)] + right[2:]  # the second line's product: wrong
     assert bench.true_labels(example.prompt, wrong) == [True, False, False, False]
+    # a miscopied animal changes no number: counted apart, not wrong
+    typo = [right[0], "7 unicorns:" + right[1].split(":", 1)[1]] + right[2:]
+    assert bench.true_labels(example.prompt, typo) == [True] * 4 and bench.miscopied(example.prompt, typo) == 1
     # Monte-Carlo labels that call one right step wrong (of 5) and one wrong step right (of 3)
     records = [StepRecord(example.prompt, right, [1.0, 0.0, 1.0, 1.0], 1.0),
                StepRecord(example.prompt, wrong, [1.0, 1.0, 0.0, 0.0], 0.0)]
     save_stepwise_jsonl(records, tmp_path / "labels.jsonl")
     result = bench.audit(tmp_path / "labels.jsonl")
     assert (result["steps"], result["truly_wrong_steps"], result["steps_not_a_leg_line"]) == (8, 3, 0)
+    assert result["lines_with_a_miscopied_animal"] == 0
     assert result["disagreement"]["mean"] == 2 / 8
     assert result["right_steps_labelled_wrong"]["mean"] == 1 / 5
     assert result["wrong_steps_labelled_right"]["mean"] == 1 / 3
