@@ -139,7 +139,9 @@ class SearchConfig:
     prm: str = ""  # a process reward model directory (`posttrain prm --kind prm`): PRM best-of-N, beam, MCTS
     orm: str = ""  # an outcome reward model directory (`posttrain prm --kind orm`): ORM best-of-N
     aggregation: str = "min"  # a PRM's step scores to one score in beam search and MCTS: min, product or last
-    step_format: str = "arithmetic"  # where steps end: arithmetic ("," and the Final line) or newline
+    # where steps end: arithmetic ("," and the Final line), newline, or answer_tag (lines, the <answer> line
+    # last: reasoning-gym's worked steps); "" = the PRM's own format, else the task's
+    step_format: str = ""
     # partial solutions kept per problem; 0 = as many as the budget pays for, budget // (max_new_tokens ×
     # expansions), so that beam search, like the N-sample methods, grows with its budget
     beam_width: int = 0
@@ -176,7 +178,8 @@ class SearchConfig:
         check(self.temperature > 0, "temperature", self.temperature,
               "a number > 0: the sampled methods need distinct samples (greedy is always in the table)")
         check(self.aggregation in ("min", "product", "last"), "aggregation", self.aggregation, "min, product or last")
-        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format, "arithmetic or newline")
+        check(self.step_format in ("", "arithmetic", "newline", "answer_tag"), "step_format", self.step_format,
+              "'' (the PRM's, else the task's), arithmetic, newline or answer_tag")
         check(self.c_uct >= 0, "c_uct", self.c_uct, "a number >= 0")
 
 
@@ -235,22 +238,41 @@ class PrmConfig:
     # a stepwise JSONL/JSON/Parquet file in TRL's format (prompt, completions: the steps, labels: one bool per
     # step; optional outcome), split by prompt into train and held-out; "" = label the policy's own samples
     data: str = ""
+    # with --data: a held-out file of the same format (e.g. a prm run's prm_heldout.jsonl, beside its
+    # prm_train.jsonl as --data, to train an ORM on the samples a PRM was trained on); "" = hold out
+    # heldout_percent of --data's prompts
+    heldout_data: str = ""
     # the policy that writes the samples and whose copy becomes the reward model's body: a run's
     # checkpoint, a transformers directory or a model name (smollm2-135m); "" = a short SFT of gpt_mini first
     init: str = ""
-    level: int = 3  # arithmetic difficulty of the sampled problems (5 adds minus signs and more wrong steps)
+    # the task whose problems are sampled: --init's own when its checkpoint records one (posttrain_task.json),
+    # else these settings; without --init, an arithmetic level (level 5 adds minus signs and more wrong steps)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    # how the policy's steps are labelled: checker = the arithmetic step checker (verifiers/steps.py: first-error
+    # labels, free); mc = Monte-Carlo (rewards/monte_carlo_labels.py: continuations rolled out from every step's
+    # prefix, judged by the task's verifier), for tasks without a step checker, at a cost in sampled tokens
+    labels: str = "checker"
+    # with labels mc: continuations per step prefix. A right step from which the policy succeeds half the
+    # time gets a hard label of 0 with probability 1/16 at 4; Math-Shepherd used 8, at twice the tokens
+    mc_rollouts: int = 4
+    # with labels mc: hard = 1 when any continuation ended right (Math-Shepherd's hard estimate: a wrong step
+    # is one the policy cannot recover from); soft = the fraction that did (its value under the policy)
+    mc_label: str = "hard"
     prompts: int = 500  # training problems sampled (distinct, train split)
     heldout_prompts: int = 200  # held-out problems (distinct, dev split: the search jobs keep heldout for themselves)
     samples_per_prompt: int = 4  # completions per problem: different mistakes on the same problem
     # 1.0 = the policy's own distribution: an SFT policy at 77% pass@1 writes a wrong step in ~1 of 4
     # completions; lower temperatures leave the reward model too few errors to learn from
     temperature: float = 1.0
-    max_new_tokens: int = 48  # the longest level-3 chain of thought is ~40 characters
+    # a completion's token cap (the Monte-Carlo rollouts' too: prefix + rollout); 0 = --init's run's
+    # (posttrain_task.json), else 48: the longest level-3 chain of thought is ~40 characters
+    max_new_tokens: int = 0
     heldout_percent: int = 10  # with --data: the share of prompts held out (by a hash of the prompt)
-    # with --data: how the steps are joined into the text the model reads: arithmetic (',' between chain
-    # steps, a newline before the Final line, as the policy writes them) or newline (one step per line,
-    # TRL's default separator). The policy's own samples are always arithmetic
-    step_format: str = "arithmetic"
+    # how the steps are joined into the text the model reads: arithmetic (',' between chain steps, a newline
+    # before the Final line), newline (one step per line, TRL's default separator) or answer_tag (one step per
+    # line, the <answer> line ends it: reasoning-gym's worked steps); "" = the task's own (arithmetic for
+    # arithmetic, answer_tag for reasoning_gym:NAME), which the policy's samples are always split by
+    step_format: str = ""
     steps: int = 400  # AdamW steps on batches of labelled completions
     # measured on arithmetic L3 with a body copied from the SFT policy: at 3e-4 the loss was still
     # falling after 400 steps; 1e-3 gave the README's numbers
@@ -263,21 +285,29 @@ class PrmConfig:
 
     def validate(self) -> None:
         check(self.kind in ("prm", "orm"), "kind", self.kind, "prm (a score per step) or orm (one per completion)")
-        check(self.level in (1, 2, 3, 4, 5), "level", self.level, "an arithmetic level 1..5")
-        check_positive(self, "", "prompts", "heldout_prompts", "samples_per_prompt", "max_new_tokens", "steps",
+        check(self.labels in ("checker", "mc"), "labels", self.labels,
+              "checker (the arithmetic step checker) or mc (Monte-Carlo rollouts, any task)")
+        check(self.mc_label in ("hard", "soft"), "mc_label", self.mc_label,
+              "hard (some rollout ended right) or soft (the fraction that did)")
+        check(not (self.kind == "orm" and self.labels == "mc" and not self.data), "labels", self.labels,
+              "checker with kind orm, or --data: an ORM trains on outcomes alone and would never read the step "
+              "labels the rollouts cost; train it on a prm run's samples with --data RUN/prm_train.jsonl "
+              "--heldout_data RUN/prm_heldout.jsonl")
+        check_positive(self, "", "prompts", "heldout_prompts", "samples_per_prompt", "mc_rollouts", "steps",
                        "batch_size")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
         check(self.temperature > 0, "temperature", self.temperature,
               "a number > 0: greedy samples repeat one completion per problem")
         check(0 < self.heldout_percent < 100, "heldout_percent", self.heldout_percent, "an integer in 1..99")
         check(self.lr > 0, "lr", self.lr, "a number > 0")
         check(self.sft_steps >= 0, "sft_steps", self.sft_steps, "an integer >= 0")
-        check(self.step_format in ("arithmetic", "newline"), "step_format", self.step_format,
-              "arithmetic or newline")
-        check(self.step_format == "arithmetic" or bool(self.data), "step_format", self.step_format,
-              "arithmetic without --data: the policy's samples are arithmetic chains")
-        if self.data and not Path(self.data).exists():
-            raise ConfigError(f"data={self.data!r}: no such file or directory")
-
+        check(self.step_format in ("", "arithmetic", "newline", "answer_tag"), "step_format", self.step_format,
+              "'' (the task's own), arithmetic, newline or answer_tag")
+        check(bool(self.data) or not self.heldout_data, "heldout_data", self.heldout_data,
+              "'' without --data (the policy's own samples hold out dev problems)")
+        for name in ("data", "heldout_data"):
+            if getattr(self, name) and not Path(getattr(self, name)).exists():
+                raise ConfigError(f"{name}={getattr(self, name)!r}: no such file or directory")
 
 @dataclass
 class SystemsConfig:

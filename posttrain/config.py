@@ -102,6 +102,10 @@ class EnvConfig:
     # reasoning_gym:NAME only: the task's own settings as a JSON object, e.g. '{"max_terms": 3}';
     # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
     task_config: str = ""
+    # reasoning_gym:NAME only: SFT demonstrations that show their work, one step per line before the
+    # <answer> line, for the tasks with a step writer (leg_counting, chain_sum: posttrain/envs/
+    # reasoning_gym_tasks.py); false = the item's answer alone, all reasoning-gym gives
+    worked_steps: bool = False
     # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state
     # the product at once, so below 1 the SFT policy mostly guesses and RL must find the tool
     tool_demos: float = 1.0

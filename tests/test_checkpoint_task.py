@@ -29,8 +29,8 @@ LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_ex
           "--rl.steps", "2"]
 LEVEL2_ENV = {"name": "arithmetic", "level": 2, "cot": False, "spec_version": "", "path": "", "columns": "",
               "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": "",
-              "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0, "thinking": "keep_all",
-              "think_mode": "fused", "budget_demos": 0.0}
+              "worked_steps": False, "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0,
+              "thinking": "keep_all", "think_mode": "fused", "budget_demos": 0.0}
 
 
 def posttrain_cli(*args: str, cwd: Path | None = None) -> str:

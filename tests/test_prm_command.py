@@ -76,7 +76,7 @@ def test_prm_from_a_trl_stepwise_file(tmp_path, tiny_checkpoint):
 def test_orm_from_the_policys_own_samples_after_a_short_sft(tmp_path):
     """Without --init the job runs SFT first (2 steps here: a policy that writes no valid
     chain). Every sampled completion is wrong, and the report says so instead of failing."""
-    code = main(["prm", "--kind", "orm", "--sft_steps", "2", "--level", "2", "--prompts", "8",
+    code = main(["prm", "--kind", "orm", "--sft_steps", "2", "--env.level", "2", "--prompts", "8",
                  "--heldout_prompts", "3", "--samples_per_prompt", "2", "--max_new_tokens", "12", "--steps", "3",
                  "--out_dir", str(tmp_path / "runs")])
     assert code == 0
@@ -99,7 +99,7 @@ def test_bad_input_gets_a_clear_error(tmp_path, tiny_checkpoint, capsys):
     assert code == 2 and "line 1: labels must be a list with one label per step (2 steps)" in capsys.readouterr().err
     assert main(["prm", "--kind", "bt"]) == 2 and "kind='bt' is not allowed" in capsys.readouterr().err
     assert main(["prm", "--step_format", "newline"]) == 2
-    assert "arithmetic without --data" in capsys.readouterr().err
+    assert "are split by its own format" in capsys.readouterr().err
 
 
 def test_policy_confidence_is_a_running_minimum_of_step_log_probs(tiny_checkpoint):

@@ -147,8 +147,8 @@ def test_monte_carlo_labels_with_a_deterministic_check():
     assert calls == [(2 + 1) * 4]  # every prefix but each last step, 4 rollouts each, in one call
     assert labels[0].soft == [0.0, 1.0, 1.0] and labels[0].hard == [False, True, True]
     assert labels[1].soft == [1.0, 1.0] and labels[1].hard == [True, True]
-    # tokens: each rollout's own length, 1..8, counted exactly
-    assert 2 * 4 <= labels[0].tokens <= 2 * 4 * 8 and 4 <= labels[1].tokens <= 4 * 8
+    # tokens: each rollout's own length, at most what its prefix leaves of the cap of 8, counted exactly
+    assert 2 * 4 <= labels[0].tokens <= 4 * 4 + 4 * 1 and 4 <= labels[1].tokens <= 4 * 3
     assert labels[0].tokens + labels[1].tokens == sum(
         len(row.token_ids) for row in _replay(engine, original, examples, step_lists))
 
@@ -158,12 +158,15 @@ def _replay(engine, original, examples, step_lists):
     from posttrain.roles.rollout import example_prompt_ids
     from posttrain.verifiers.steps import newline_separators
 
-    contexts = []
+    contexts, budgets = [], []
     for example, steps in zip(examples, step_lists):
         texts = prefix_texts(steps, newline_separators(steps))
         contexts += [example_prompt_ids(engine.tokenizer, example) + engine.tokenizer.encode(t)
                      for t in texts[:-1] for _ in range(4)]
-    return original(contexts, [8] * len(contexts), generator=torch.Generator().manual_seed(0))
+        # a completion's cap of 8 less each prefix ("bad\n" leaves 4, "bad\ngood\n" 1 at least, "good\n" 3)
+        budgets += [max(1, 8 - len(t)) for t in texts[:-1] for _ in range(4)]
+    assert budgets == [4] * 4 + [1] * 4 + [3] * 4
+    return original(contexts, budgets, generator=torch.Generator().manual_seed(0))
 
 
 def test_monte_carlo_labels_on_arithmetic_mix_right_and_wrong():

@@ -24,6 +24,23 @@ The task's settings are reasoning-gym's own config fields, given as a JSON objec
 the task's list. The answer line is reasoning-gym's `<answer>` convention, not `Final:`,
 because many of its answers are not integers and some span lines (a grid, a list).
 
+Worked steps (`worked_steps=True`, `--env.worked_steps true`). reasoning-gym items carry
+their answer and the facts it was made from (`metadata`), never a worked solution, and a
+small model taught only the answer has no chain of thought to learn (README, "External
+tasks": gpt_mini stayed below 10% on chain_sum). For the tasks in STEP_WRITERS the
+demonstration writes the work out from the metadata, one step per line, before the answer
+line: steps a model can imitate and a process reward model can score, one per line
+(rewards/process_reward_model.py, step format "answer_tag"). Nothing checks such a step
+when the policy writes it: its label comes from Monte-Carlo rollouts
+(rewards/monte_carlo_labels.py).
+
+    leg_counting   "2 cats, 3 spiders" ->  2 cats: 2*4=8
+                                           3 spiders: 3*8=24, 8+24=32
+                                           <answer>32</answer>
+    chain_sum      "4 - 1 - 7 ="       ->  4 - 1 = 3
+                                           3 - 7 = -4
+                                           <answer>-4</answer>
+
 Character-level models (gpt_mini) need prompts inside their vocabulary: printable ASCII
 and newlines. Several tasks (emoji_mystery, figlet_font, ...) are not; the training
 command's checks refuse those prompts naming the characters (pipelines/checks.py).
@@ -34,7 +51,7 @@ from __future__ import annotations
 import difflib
 import json
 import random
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.envs.arithmetic import SPLIT_RULE, check_split_request, split_of
 from posttrain.types import Example
@@ -43,6 +60,37 @@ from posttrain.verifiers.reasoning_gym_answer import SPECS, answer_tag, load_rea
 # One line after every question: reasoning-gym questions do not all say how to answer,
 # and the grader reads only what is inside the tags.
 ANSWER_FORMAT = "Put the answer in <answer></answer>.\n"
+
+
+def leg_counting_steps(entry: dict) -> list[str]:
+    """One line per kind of animal, as the question names it ("3 spiders"): count times legs,
+    then the running total from the second line on."""
+    legs = load_reasoning_gym().arithmetic.leg_counting.ANIMALS
+    steps, total = [], 0
+    for k, (animal, count) in enumerate(entry["metadata"]["animals"].items()):
+        product = count * legs[animal]
+        step = f"{count} {animal}{'s' if count > 1 else ''}: {count}*{legs[animal]}={product}"
+        if k:
+            step += f", {total}+{product}={total + product}"
+        steps.append(step)
+        total += product
+    return steps
+
+
+def chain_sum_steps(entry: dict) -> list[str]:
+    """One line per operation, left to right, from the previous result: "4 - 1 = 3"."""
+    tokens = entry["metadata"]["expression"].split()  # "4 - 1 - 7": numbers and operators, spaced
+    value, steps = int(tokens[0]), []
+    for op, term in zip(tokens[1::2], tokens[2::2]):
+        result = value + int(term) if op == "+" else value - int(term)
+        steps.append(f"{value} {op} {term} = {result}")
+        value = result
+    return steps
+
+
+# tasks whose demonstrations can show their work: item (as the environment holds it) -> steps
+STEP_WRITERS: dict[str, Callable[[dict], list[str]]] = {"leg_counting": leg_counting_steps,
+                                                         "chain_sum": chain_sum_steps}
 
 
 def list_tasks() -> list[str]:
@@ -59,10 +107,12 @@ class ReasoningGymEnv:
     seed          reasoning-gym's dataset seed: which pool of items; also the stream of `sample`
     spec_version  reasoning_gym/answer-tag-v1 (the grader's number, partial credit included; the
                   default) or reasoning_gym/answer-tag-exact-v1 (1.0 only for full credit)
+    worked_steps  demonstrations that show their work, one step per line (module docstring);
+                  only the tasks in STEP_WRITERS have a step writer
     """
 
     def __init__(self, task: str = "", pool_size: int = 10_000, task_config: str | dict = "", seed: int = 0,
-                 spec_version: str | None = None):
+                 spec_version: str | None = None, worked_steps: bool = False):
         reasoning_gym = load_reasoning_gym()
         known = list_tasks()
         if task not in known:
@@ -77,7 +127,12 @@ class ReasoningGymEnv:
             raise ValueError(f"pool_size must be a positive int (items generated), got {pool_size!r}")
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
-        self.task, self.pool_size, self.seed = task, pool_size, seed
+        if not isinstance(worked_steps, bool):
+            raise ValueError(f"worked_steps must be true or false, got {worked_steps!r}")
+        if worked_steps and task not in STEP_WRITERS:
+            raise ValueError(f"reasoning-gym's {task} has no step writer, so its demonstrations cannot show their "
+                             f"work: use worked_steps=False (the answer alone), or one of {sorted(STEP_WRITERS)}")
+        self.task, self.pool_size, self.seed, self.worked_steps = task, pool_size, seed, worked_steps
         self.task_config = _parse_config(task_config)
         config_class = reasoning_gym.factory.DATASETS[task][1]
         fields = [f for f in config_class.__dataclass_fields__ if f not in ("seed", "size")]
@@ -157,9 +212,11 @@ class ReasoningGymEnv:
         return list(chosen.values())
 
     def solution(self, example: Example) -> str:
-        """The item's own answer in tags: the SFT demonstration. It must earn full credit
-        from the task's grader, or SFT would teach what RL is then paid to unlearn."""
-        completion = answer_tag(example.expected_answer)
+        """The item's own answer in tags, after its worked steps with worked_steps=True: the
+        SFT demonstration. It must earn full credit from the task's grader, or SFT would
+        teach what RL is then paid to unlearn."""
+        steps = STEP_WRITERS[self.task](example.meta["entry"]) if self.worked_steps else []
+        completion = "\n".join(steps + [answer_tag(example.expected_answer)])
         result = self.score(example, completion)
         if not result["details"]["correct"]:
             raise ValueError(f"{self.name}: the item's own answer {example.expected_answer!r} scores "
@@ -173,7 +230,8 @@ class ReasoningGymEnv:
 
     def __repr__(self) -> str:
         return (f"ReasoningGymEnv(task={self.task!r}, pool_size={self.pool_size}, "
-                f"task_config={self.task_config}, seed={self.seed}, spec_version={self.spec_version!r})")
+                f"task_config={self.task_config}, seed={self.seed}, spec_version={self.spec_version!r}, "
+                f"worked_steps={self.worked_steps})")
 
 
 def _parse_config(task_config: str | dict) -> dict:

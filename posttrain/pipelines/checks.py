@@ -14,6 +14,8 @@ algorithm or a reward once and see it accepted.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
 from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig
@@ -33,14 +35,12 @@ from posttrain.models.device import check_precision, resolve_device
 from posttrain.models.hf import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import (
-    is_preference,
-    make_algorithm,
-    reward_terms,
-)
+from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
+from posttrain.pipelines.prm_labels import prm_task
 from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.pipelines.stage_plan import stage_plan
+from posttrain.rewards.process_reward_model import task_step_format
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
@@ -390,8 +390,6 @@ def check_bon(cfg: BonConfig) -> None:
 def check_search(cfg: SearchConfig | VerifyConfig) -> None:
     """The task the checkpoint records (else cfg.env) builds, is single-turn, has cfg.size
     problems, and (for the steps search and verification grow) a step checker."""
-    from pathlib import Path
-
     task = read_task(Path(cfg.checkpoint))
     env_cfg = task.env if task else cfg.env
     env = check_env(env_cfg)
@@ -408,8 +406,21 @@ def check_think(cfg: ThinkConfig) -> None:
 
 
 def check_prm(cfg: PrmConfig) -> None:
-    if cfg.init:  # a directory or a known name, on this disk; never a download
+    """--init is on this disk (never a download) and the task builds; sampling it needs --init
+    off arithmetic, the task's own step format, and a step checker for checker labels."""
+    if cfg.init:
         read_model_dir(resolve_model_dir(cfg.init))
+    env_cfg, _ = prm_task(cfg)
+    env, own = check_env(env_cfg), task_step_format(env_cfg.name)
+    if not cfg.data:
+        check(bool(cfg.init) or env_family(env_cfg.name) == "arithmetic", "init", cfg.init, f"a checkpoint for "
+              f"env {env_cfg.name!r}: without --init the policy is `posttrain run`'s SFT, on arithmetic; train one "
+              f"with `posttrain train --env.name {env_cfg.name} --rl.steps 0 ...` and give its checkpoint")
+        check(cfg.step_format in ("", own), "step_format", cfg.step_format,
+              f"'' or {own!r} without --data: the policy's samples on {env_cfg.name} are split by its own format")
+        check(cfg.labels == "mc" or all(problem_of(e) for e in fixed_set(env, "heldout_prompts", "dev", 1, 0)),
+              "labels", cfg.labels, f"mc for env {env_cfg.name!r}: only arithmetic has a step checker "
+              "(verifiers/steps.py); Monte-Carlo labels roll the policy out from every step and ask the verifier")
 
 
 def check_multi_turn(cfg: TrainConfig, env) -> None:

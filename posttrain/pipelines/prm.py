@@ -2,11 +2,11 @@
 
     1. policy     --init (a checkpoint, a transformers directory, smollm2-135m), or a short
                   SFT of gpt_mini on arithmetic (pipelines/sft.py, `posttrain run`'s)
-    2. labels     --data FILE (TRL's stepwise format, data/stepwise.py), split by prompt;
-                  or the policy's own samples on arithmetic problems (train split for
-                  training, dev split held out), every step labelled by the checker
-                  (verifiers/steps.py: first-error labels) and every completion by the
-                  verifier (its outcome)
+    2. labels     --data FILE (TRL's stepwise format, data/stepwise.py), split by prompt or
+                  held out by --heldout_data; or the policy's own samples on its task (train
+                  split for training, dev split held out), every step labelled by the step
+                  checker (arithmetic) or by Monte-Carlo rollouts (any task), every completion
+                  by the verifier (its outcome): pipelines/prm_labels.py
     3. training   a copy of the policy as the body, a zero scalar head, BCE on step labels
                   (prm) or outcomes (orm): rewards/process_reward_model.py
     4. report     on the held-out completions: step accuracy (prm), outcome AUROC (orm; prm
@@ -16,23 +16,21 @@
                   (policy_confidence), which a trained model has to beat to be worth its cost
 
 The run directory: config.json, meta.json, prm_train.jsonl / prm_heldout.jsonl (the
-labelled data, re-readable with --data), metrics.jsonl (one line per training step),
-reward_model/ (load it with rewards.process_reward_model.load_step_scorer), summary.json,
-summary.md.
+labelled data, re-readable with --data and --heldout_data), metrics.jsonl (one line per
+training step), reward_model/ (load it with rewards.process_reward_model.load_step_scorer),
+summary.json, summary.md.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 
 import torch
 
 from posttrain.command_configs import PrmConfig
-from posttrain.config import EnvConfig, SamplingParams, SFTConfig, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.data.stepwise import load_stepwise, save_stepwise_jsonl, split_by_prompt
-from posttrain.envs.arithmetic import ArithmeticEnv
+from posttrain.envs import make_env
 from posttrain.eval.calibration import (
     accuracy,
     auroc,
@@ -40,11 +38,10 @@ from posttrain.eval.calibration import (
     grouped_bootstrap_ci,
     reliability_table,
 )
-from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
+from posttrain.eval.loop_a import describe
 from posttrain.models.device import autocast, model_device
-from posttrain.models.hf import resolve_model_dir
 from posttrain.models.logprobs import token_logp
-from posttrain.pipelines.sft import sft_stage
+from posttrain.pipelines.prm_labels import labelled_samples, load_policy, prm_task
 from posttrain.rewards.process_reward_model import (
     AGGREGATIONS,
     StepRecord,
@@ -52,82 +49,13 @@ from posttrain.rewards.process_reward_model import (
     encode_steps,
     get_step_format,
     save_step_reward_model,
+    task_step_format,
     train_step_reward_model,
 )
 from posttrain.rewards.reward_model import RewardModel, collate_texts
-from posttrain.roles.rollout import RolloutEngine
-from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
-from posttrain.verifiers.steps import arithmetic_step_labels, check_arithmetic_steps
-
-# ---------------------------------------------------------------------------------------
-# 1 and 2: the policy, and labelled completions
-# ---------------------------------------------------------------------------------------
-
-
-def load_policy(cfg: PrmConfig, run: RunDir, env: ArithmeticEnv):
-    """(policy, tokenizer, seconds of SFT): --init's model, or gpt_mini after `posttrain run`'s
-    SFT (150 demonstrations, sft_steps steps) on the same arithmetic level."""
-    if cfg.init:
-        start = resolve_model_dir(cfg.init)
-        return load_checkpoint_model(start), load_tokenizer(start), 0.0
-    train_cfg = TrainConfig(seed=cfg.seed, env=EnvConfig(level=cfg.level),
-                            sft=dataclasses.replace(SFTConfig(), steps=cfg.sft_steps))
-    torch.manual_seed(derive_seed(cfg.seed, "init"))
-    policy, tokenizer = make_policy(train_cfg.model)
-    started = time.perf_counter()
-    if cfg.sft_steps:
-        # the SFT is a run of its own inside this one (runs/<id>/sft_policy/): its checkpoints
-        # record its TrainConfig, as every policy checkpoint does, and `posttrain eval` reads it
-        sft_run = RunDir(run.path / "sft_policy")
-        sft_run.path.mkdir(exist_ok=True)
-        sft_run.write_json("config.json", to_dict(train_cfg))
-        sft_run.write_meta({"seed": cfg.seed, "made_by": "posttrain prm"})
-        sft_stage(train_cfg, sft_run, env, tokenizer, policy)
-        policy.load_state_dict(load_checkpoint_model(latest_checkpoint(sft_run, "sft"), policy.config).state_dict())
-    return policy, tokenizer, time.perf_counter() - started
-
-
-def sampled_records(cfg: PrmConfig, env: ArithmeticEnv, policy, tokenizer, split: str, n_prompts: int):
-    """(records, completions): samples_per_prompt samples of n_prompts distinct problems of
-    `split`, every step labelled by the arithmetic checker, every outcome by the verifier."""
-    params = SamplingParams(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens)
-    # shares_weights: sample with the policy as it is, without the engine freezing it (its copy trains next)
-    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
-    # not fixed_set(seed=cfg.seed): with the seed the SFT used, the first 150 train problems
-    # would be its demonstrations, which the policy has memorised (measured: 85% of train-split
-    # samples right against 76% on dev), and the reward model would see too few mistakes
-    examples = env.fixed_set(split, n_prompts, seed=derive_seed(cfg.seed, f"prm-prompts-{split}"))
-    generator = torch.Generator().manual_seed(derive_seed(cfg.seed, f"prm-samples-{split}"))
-    episodes = engine.generate(examples, cfg.samples_per_prompt, generator=generator)
-    records, rows = [], []
-    for episode in episodes:
-        outcome = float(env.score(episode.example, episode.completion)["reward"])
-        steps, labels = arithmetic_step_labels(episode.example, episode.completion)
-        if not steps:  # an empty completion has no step to label; it still counts in the stats
-            rows.append((episode.completion, [], outcome))
-            continue
-        records.append(StepRecord(episode.example.prompt, steps, [float(v) for v in labels], outcome))
-        rows.append((episode.completion, check_arithmetic_steps(episode.example, steps), outcome))
-    return records, rows
-
-
-def sample_stats(rows) -> dict:
-    """How many mistakes the policy's samples hold: the reward model's material."""
-    steps = [v for _, verdicts, _ in rows for v in verdicts]
-    return {
-        "completions": len(rows),
-        "outcome_correct": sum(o for _, _, o in rows) / max(len(rows), 1),
-        "completions_with_a_wrong_step": sum(any(not v.label for v in verdicts) or not verdicts
-                                             for _, verdicts, _ in rows) / max(len(rows), 1),
-        "steps": len(steps),
-        "steps_labelled_wrong": sum(not v.label for v in steps) / max(len(steps), 1),
-        "steps_whose_arithmetic_fails": sum(not v.arithmetic_holds for v in steps) / max(len(steps), 1),
-        "distinct_completions": len({c for c, _, _ in rows}),
-    }
-
 
 # ---------------------------------------------------------------------------------------
 # 4: the held-out report
@@ -235,10 +163,19 @@ def summary_markdown(cfg: PrmConfig, report: dict, data: dict) -> str:
              "completions", ""]
     if "samples" in data:
         s = data["samples"]["train"]
-        lines += [f"policy samples (train split, temperature {cfg.temperature}): {s['outcome_correct']:.1%} correct, "
-                  f"{s['completions_with_a_wrong_step']:.1%} with a wrong step, {s['steps_labelled_wrong']:.1%} of "
-                  f"{s['steps']} steps labelled wrong ({s['steps_whose_arithmetic_fails']:.1%} with false arithmetic)",
-                  ""]
+        line = (f"policy samples (train split, temperature {cfg.temperature}): {s['outcome_correct']:.1%} correct, "
+                f"{s['completions_with_a_wrong_step']:.1%} with a step labelled wrong, {s['steps_labelled_wrong']:.1%} "
+                f"of {s['steps']} steps labelled wrong")
+        if "steps_whose_arithmetic_fails" in s:
+            line += f" ({s['steps_whose_arithmetic_fails']:.1%} with false arithmetic)"
+        if "mc_tokens" in s:
+            line += (f"; the Monte-Carlo labels cost {s['mc_tokens']:,} sampled tokens "
+                     f"({s['mc_tokens'] / s['completions']:.0f} a completion) and {s['mc_seconds']:.0f} s")
+        if cfg.labels == "mc" and "labels_agree_with_the_step_checker" in s:
+            line += (f"; they agree with the step checker on {s['labels_agree_with_the_step_checker']:.1%} of steps "
+                     f"({s['labelled_right_but_wrong_by_the_checker']} labelled right that the checker calls wrong, "
+                     f"{s['labelled_wrong_but_right_by_the_checker']} labelled wrong that it calls right)")
+        lines += [line, ""]
     lines += ["| held-out measure | value (95% CI, resampling completions) |", "|---|---|"]
     if kind == "prm":
         lines += [f"| step accuracy (p > 0.5) | {_ci_text(report['step_accuracy'])} "
@@ -280,22 +217,30 @@ def run_prm(cfg: PrmConfig) -> dict:
         run.write_json("config.json", to_dict(cfg))
         run.write_meta({"seed": cfg.seed, "kind": cfg.kind})
         started = time.perf_counter()
-        env = ArithmeticEnv(level=cfg.level)
-        policy, tokenizer, sft_seconds = load_policy(cfg, run, env)
+        env_cfg, max_new_tokens = prm_task(cfg)
+        env = make_env(env_cfg.name, **env_cfg.kwargs())
+        policy, tokenizer, sft_seconds = load_policy(cfg, run, env, env_cfg)
+        step_format = cfg.step_format or task_step_format(env_cfg.name)
         data: dict = {"sft_seconds": sft_seconds}
         if cfg.data:
-            train, heldout = split_by_prompt(load_stepwise(cfg.data), cfg.heldout_percent)
-            data["source"] = f"{cfg.data} ({cfg.heldout_percent}% of prompts held out)"
-            step_format = cfg.step_format
+            if cfg.heldout_data:
+                train, heldout = load_stepwise(cfg.data), load_stepwise(cfg.heldout_data)
+                data["source"] = f"{cfg.data}, held out: {cfg.heldout_data}"
+            else:
+                train, heldout = split_by_prompt(load_stepwise(cfg.data), cfg.heldout_percent)
+                data["source"] = f"{cfg.data} ({cfg.heldout_percent}% of prompts held out)"
         else:
             sample_start = time.perf_counter()
-            train, train_rows = sampled_records(cfg, env, policy, tokenizer, "train", cfg.prompts)
-            heldout, heldout_rows = sampled_records(cfg, env, policy, tokenizer, "dev", cfg.heldout_prompts)
-            data["source"] = (f"the policy's samples, arithmetic level {cfg.level}: {cfg.prompts} train / "
-                              f"{cfg.heldout_prompts} dev problems x {cfg.samples_per_prompt}")
-            data["samples"] = {"train": sample_stats(train_rows), "heldout": sample_stats(heldout_rows)}
+            train, train_stats = labelled_samples(cfg, env, step_format, max_new_tokens, policy, tokenizer, "train",
+                                                  cfg.prompts)
+            heldout, heldout_stats = labelled_samples(cfg, env, step_format, max_new_tokens, policy, tokenizer,
+                                                      "dev", cfg.heldout_prompts)
+            labels = ("the step checker" if cfg.labels == "checker" else
+                      f"Monte-Carlo, {cfg.mc_rollouts} rollouts a step, {cfg.mc_label}")
+            data["source"] = (f"the policy's samples, {describe(env_cfg)}: {cfg.prompts} train / {cfg.heldout_prompts} "
+                              f"dev problems x {cfg.samples_per_prompt}, steps labelled by {labels}")
+            data["samples"] = {"train": train_stats, "heldout": heldout_stats}
             data["sampling_seconds"] = time.perf_counter() - sample_start
-            step_format = "arithmetic"  # (PrmConfig.validate refuses another format without --data)
         data["train_records"] = len(train)
         data["step_format"] = step_format
         save_stepwise_jsonl(train, run.path / "prm_train.jsonl")

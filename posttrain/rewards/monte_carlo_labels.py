@@ -66,25 +66,29 @@ def monte_carlo_step_labels(
     step_lists: Sequence[Sequence[str]],
     score: ScoreFn,
     n_rollouts: int = 8,
-    max_new_tokens: int = 64,
+    max_new_tokens: int = 64,  # a whole completion's cap: the rollout gets what the prefix leaves
     separators: Callable[[Sequence[str]], list[str]] = newline_separators,
     generator: torch.Generator | None = None,
     params: Any = None,
 ) -> list[MonteCarloLabels]:
     """Label every step of `step_lists[i]` (a solution to `examples[i]`) by rolling out
-    `n_rollouts` continuations of at most `max_new_tokens` tokens from each step's prefix
-    with `engine` (a roles.rollout.RolloutEngine: its policy, tokenizer and sampler), and
-    scoring prefix + continuation with `score`. One labels object per solution."""
+    `n_rollouts` continuations from each step's prefix with `engine` (a
+    roles.rollout.RolloutEngine: its policy, tokenizer and sampler), and scoring prefix +
+    continuation with `score`. `max_new_tokens` caps a whole completion, prefix included,
+    as it capped the policy's own samples: a rollout gets what its prefix leaves (at least
+    one token), so prefix + rollout is a completion the policy could have written. One
+    labels object per solution."""
     if len(examples) != len(step_lists):
         raise ValueError(f"got {len(examples)} examples but {len(step_lists)} step lists: give one solution each")
     if isinstance(n_rollouts, bool) or not isinstance(n_rollouts, int) or n_rollouts < 1:
         raise ValueError(f"n_rollouts must be an int >= 1 (rollouts per step prefix), got {n_rollouts!r}")
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 1:
-        raise ValueError(f"max_new_tokens must be an int >= 1 (each rollout's budget), got {max_new_tokens!r}")
+        raise ValueError(f"max_new_tokens must be an int >= 1 (a completion's cap), got {max_new_tokens!r}")
     tokenizer = engine.tokenizer
     # (solution, step) of every prefix that gets rollouts: all steps but each solution's last
     jobs: list[tuple[int, int]] = []
     contexts: list[list[int]] = []
+    budgets: list[int] = []
     texts_of = []
     for i, (example, steps) in enumerate(zip(examples, step_lists)):
         texts = prefix_texts(steps, separators(steps))
@@ -95,9 +99,10 @@ def monte_carlo_step_labels(
             # the prefix is encoded on its own and appended to the prompt's ids, as the
             # sampler would have produced them one token at a time (a character tokenizer
             # gives the same ids either way)
-            contexts += [prompt_ids + tokenizer.encode(texts[k])] * n_rollouts
-    rows = engine.continue_rows(contexts, [max_new_tokens] * len(contexts), generator=generator,
-                                params=params) if contexts else []
+            prefix = tokenizer.encode(texts[k])
+            contexts += [prompt_ids + prefix] * n_rollouts
+            budgets += [max(1, max_new_tokens - len(prefix))] * n_rollouts
+    rows = engine.continue_rows(contexts, budgets, generator=generator, params=params) if contexts else []
 
     correct: dict[tuple[int, int], float] = {}
     tokens = [0] * len(examples)

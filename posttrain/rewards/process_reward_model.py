@@ -18,8 +18,9 @@ instead of a ranking loss, so the head's output is a logit and σ(logit) a proba
 Why the token after the step and not its last character: at "12+9=2" the model cannot
 know whether "1" follows, so a score read there would have to serve "12+9=2" and
 "12+9=21" alike; at the separator the step is over. The separator after a list's last step
-is the format's own: <eos> after an ending step (arithmetic's "Final: ..." line), else the
-text that would continue it ("," for an arithmetic chain step, a newline for a line step),
+is the format's own: <eos> after an ending step (arithmetic's "Final: ..." line,
+reasoning-gym's "<answer>...</answer>" line), else the text that would continue it ("," for
+an arithmetic chain step, a newline for a line step),
 so a partial solution is scored as the search will extend it. Causal attention makes the
 score of step k depend only on the text up to its separator: scoring steps[:k] alone gives
 the first k scores of scoring all the steps, with one exception in the arithmetic format,
@@ -91,14 +92,25 @@ STEP_FORMATS = {
     "arithmetic": StepFormat("arithmetic", split_steps, step_separators, ",", lambda s: s.startswith(FINAL_PREFIX)),
     # one step per line, TRL's default separator; no step is known to end the solution
     "newline": StepFormat("newline", _split_lines, newline_separators, "\n", lambda s: False),
+    # one step per line, and the line with the answer tag ends the solution: reasoning-gym's worked
+    # steps ("3 cats: 3*4=12\n<answer>12</answer>", envs/reasoning_gym_tasks.py)
+    "answer_tag": StepFormat("answer_tag", _split_lines, newline_separators, "\n", lambda s: "<answer>" in s),
 }
 
 
 def get_step_format(name: str) -> StepFormat:
     if name not in STEP_FORMATS:
         raise ValueError(f"unknown step format {name!r}; known: {list(STEP_FORMATS)} (arithmetic: 'a+b=c' steps "
-                         "joined by ',' and a Final line; newline: one step per line)")
+                         "joined by ',' and a Final line; newline: one step per line; answer_tag: one step per "
+                         "line, ended by the <answer> line)")
     return STEP_FORMATS[name]
+
+
+def task_step_format(env_name: str) -> str:
+    """The step format a task's completions are written in: the arithmetic chain for
+    "arithmetic", lines ended by the answer tag for "reasoning_gym:NAME", else lines."""
+    family = env_name.partition(":")[0]
+    return {"arithmetic": "arithmetic", "reasoning_gym": "answer_tag"}.get(family, "newline")
 
 
 def encode_steps(tokenizer, prompt: str, steps: Sequence[str], step_format: StepFormat,

@@ -13,8 +13,8 @@ tokens it actually spent (search/budget.py: it may stop short of B, never exceed
     best-of-N (ORM/PRM agg)  the same N samples, selected by --orm or --prm
     beam (PRM), MCTS (PRM)   step-level search guided by --prm (search/methods.py, mcts.py); the
                              beam is as wide as the budget pays for (--beam_width 0)
-    beam (oracle steps)      beam search guided by the step checker itself (arithmetic only):
-                             what a perfect PRM would buy
+    beam (oracle steps)      beam search guided by the step checker itself (arithmetic only;
+                             left out on a task without one): what a perfect PRM would buy
 
 The N-sample methods read the same samples, so their differences are selection alone.
 `compare.md` holds the table, `search.png` accuracy against tokens spent, `samples.jsonl`
@@ -34,12 +34,12 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.command_configs import SearchConfig
-from posttrain.config import SamplingParams
+from posttrain.config import ConfigError, SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.stats import bootstrap_ci
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format, load_step_scorer
+from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format, load_step_scorer, task_step_format
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.rundir import RunDir
@@ -49,7 +49,7 @@ from posttrain.search.methods import OracleStepScorer, beam_search, greedy, majo
 from posttrain.seeds import derive_seed
 from posttrain.verifiers.steps import problem_of
 
-SEPARATORS = {"arithmetic": (",", "\n"), "newline": ("\n",)}  # where extend_steps stops a step
+SEPARATORS = {"arithmetic": (",", "\n"), "newline": ("\n",), "answer_tag": ("\n",)}  # where extend_steps stops a step
 
 
 def run_search(cfg: SearchConfig) -> dict[str, Any]:
@@ -62,17 +62,14 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     max_new = cfg.max_new_tokens or (trained.max_new_tokens if trained else 64)
     engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new))
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
-    fmt = get_step_format(cfg.step_format)
-    separators = SEPARATORS[cfg.step_format]
     scorers = {"ORM": load_step_scorer(cfg.orm) if cfg.orm else None,
                "PRM": load_step_scorer(cfg.prm, cfg.aggregation) if cfg.prm else None}
+    fmt = get_step_format(search_step_format(cfg, env_cfg.name, scorers["PRM"]))
+    separators = SEPARATORS[fmt.name]
     oracle_steps = OracleStepScorer(examples) if all(problem_of(e) for e in examples) else None
 
     def correct(example, partial: Partial | None) -> float:
         return float(partial is not None and partial.done and env.score(example, partial.text)["reward"] >= 1.0)
-
-    def answer_of(text: str) -> str:  # the verifier's parse, when it reports one; else the last line
-        return str(env.score(examples[0], text)["details"].get("parsed", text.strip().split("\n")[-1]))
 
     rows, samples = [], []
 
@@ -95,7 +92,8 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
         if n >= 1:
             problems = Problem.of(examples, tokenizer, budget)
             drawn = sample_completions(engine, problems, n, max_new, generator)
-            record(f"majority vote ({n})", budget, problems, [majority_vote(c, answer_of) for c in drawn])
+            record(f"majority vote ({n})", budget, problems,
+                   [majority_vote(c, functools.partial(answer_of, env, p.example)) for p, c in zip(problems, drawn)])
             verdicts = [[correct(p.example, c) for c in cands] for p, cands in zip(problems, drawn)]
             record(f"best-of-{n} (verifier)", budget, problems, [pick_highest(c, v) for c, v in zip(drawn, verdicts)])
             # no second model: the policy's mean log-prob of its own tokens, as drawn
@@ -123,6 +121,25 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
                                max_new, cfg.c_uct, generator, aggregation=cfg.aggregation)
                 record(f"MCTS ({name})", budget, problems, answers)
     return write_results(cfg, env, rows, samples, max_new)
+
+
+def answer_of(env, example, text: str) -> str | None:
+    """A completion's final answer, as the verifier parses it (its details' "parsed"); the
+    last line for a verifier that reports no parse; None, which casts no vote, when it found
+    no answer (a "None" string would otherwise outvote the real answers)."""
+    parsed = env.score(example, text)["details"].get("parsed", text.strip().split("\n")[-1])
+    return None if parsed is None else str(parsed)
+
+
+def search_step_format(cfg: SearchConfig, env_name: str, prm) -> str:
+    """Where the steps of a search end: --step_format when given, else the PRM's own format
+    (the one it was trained to read), else the task's. A PRM trained on another format than
+    the one asked for is refused: it would score steps cut where it never saw a cut."""
+    own = prm.format.name if prm is not None else task_step_format(env_name)
+    if cfg.step_format and prm is not None and cfg.step_format != own:
+        raise ConfigError(f"step_format={cfg.step_format!r} is not allowed: the PRM in {cfg.prm} reads steps in "
+                          f"the {own!r} format; leave --step_format out to search with the PRM's")
+    return cfg.step_format or own
 
 
 def selectors(kind: str, scorer) -> dict[str, Callable]:
@@ -201,7 +218,8 @@ def plot(rows: list[dict], path: Path) -> None:
     ax.set_xscale("log", base=2)
     ax.set_xlabel("generated tokens per problem (mean spent)")
     ax.set_ylabel("accuracy (%, 95% CI)")
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if families:  # every method at 0% leaves no line to label
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(path, dpi=120)

@@ -121,9 +121,10 @@ def majority_index(answers: Sequence[str | None]) -> int:
     return next(k for k, a in enumerate(answers) if a is not None and votes[a] == top)
 
 
-def majority_vote(candidates: list[Partial], answer_of: Callable[[str], str]) -> Partial | None:
+def majority_vote(candidates: list[Partial], answer_of: Callable[[str], str | None]) -> Partial | None:
     """The first-drawn candidate whose final answer is the most common among the finished
-    ones (ties: the answer drawn first). No scorer: the answers vote."""
+    ones (ties: the answer drawn first); `answer_of` None (no answer) casts no vote. No
+    scorer: the answers vote."""
     if not candidates:
         return None
     return candidates[majority_index([answer_of(c.text) if c.done else None for c in candidates])]
