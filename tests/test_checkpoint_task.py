@@ -27,7 +27,7 @@ from tests.test_pipeline import TINY, only_run_dir
 LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_examples", "600", "--sft.steps", "300",
           "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
-LEVEL2_ENV = {"name": "arithmetic", "level": 2, "cot": False, "spec_version": "", "path": "", "columns": "",
+LEVEL2_ENV = {"name": "arithmetic", "level": 2, "levels": "", "cot": False, "spec_version": "", "path": "", "columns": "",
               "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": "",
               "worked_steps": False, "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0,
               "thinking": "keep_all", "think_mode": "fused", "budget_demos": 0.0}
