@@ -1,5 +1,6 @@
 """The lessons in a real browser: serve lessons/ with the same marimo command `posttrain
-lessons` runs, open the index, then lesson 10, move its ratio slider with the keyboard, and
+lessons` runs, open the index, then lesson 10, move its ratio slider with the keyboard (and
+lesson 22a's response-length slider, a systems widget, and lesson 26's estimator weight), and
 check that the clip-table output the library computes changes (ρ = 1.30 is clipped, ρ = 1.20
 is not). Screenshots of both pages go to tests/artifacts/.
 
@@ -111,6 +112,33 @@ def test_index_and_a_widget_lesson_in_a_browser(served_lessons, tmp_path):
             page.get_by_text("Set a token's ratio").evaluate("e => e.scrollIntoView({block: 'start'})")
             page.wait_for_timeout(300)
             page.screenshot(path=str(ARTIFACTS / "lesson_10_clip_table.png"))
+
+            # Lesson 22a (the systems part): the throughput equation recomputed by the library
+            # when the mean response length moves, one slider step of 128 tokens at a time.
+            page.goto(f"{served_lessons}/?file=22a_throughput_equation.py")
+            step = page.get_by_role("heading", name=re.compile(r"^colocated: τ_step = "))
+            step.wait_for()
+            before = step.inner_text()
+            slider = page.get_by_role("slider").first  # the mean response length (tokens)
+            slider.focus()
+            slider.press("ArrowRight")
+            page.wait_for_function(
+                "before => [...document.querySelectorAll('h3')].some("
+                "e => e.innerText.startsWith('colocated: τ_step') && e.innerText !== before)", arg=before)
+            after = page.get_by_role("heading", name=re.compile(r"^colocated: τ_step = ")).inner_text()
+            seconds = [float(re.search(r"= ([0-9.]+) s$", text.strip())[1]) for text in (before, after)]
+            assert seconds[1] > seconds[0], (before, after)  # longer answers, a longer step
+            page.screenshot(path=str(ARTIFACTS / "lesson_22a_throughput.png"))
+
+            # Lesson 26 (the synthesis): the three-forces simulator's point moves when the weight
+            # on the estimator goes from 0 to 0.1 (weights 1, 0.1, 0 normalise to 0.91, 0.09, 0)
+            page.goto(f"{served_lessons}/?file=26_three_forces.py")
+            page.wait_for_function("() => document.body.innerText.includes('= (1.00, 0.00, 0.00)')")
+            estimator = page.get_by_role("slider").nth(1)
+            estimator.focus()
+            estimator.press("ArrowRight")
+            page.wait_for_function("() => document.body.innerText.includes('= (0.91, 0.09, 0.00)')")
+            page.screenshot(path=str(ARTIFACTS / "lesson_26_forces.png"))
         finally:
             context.close()
     assert (ARTIFACTS / "lesson_10_clip_table.png").stat().st_size > 10_000
