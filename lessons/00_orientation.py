@@ -62,8 +62,32 @@ def _(mo):
     | controller | runs the loop: sample → score → reference → advantage → update → sync → log | a run directory | `posttrain/roles/controller.py` |
 
     The data passed between them is defined, with every tensor's shape, in `posttrain/types.py`.
-    Lessons 02–07 take the roles one at a time.
+    Lessons 02–07 take the roles one at a time. Hover a box in the picture below for its job,
+    its output and its file:
     """)
+    return
+
+
+@app.cell
+def _(mo):
+    from posttrain.teach.diagrams import six_roles_svg, three_forces_svg
+
+    roles_picture, forces_picture = six_roles_svg(), three_forces_svg()
+    mo.Html(roles_picture)
+    return forces_picture, roles_picture
+
+
+@app.cell
+def _(forces_picture, mo):
+    mo.vstack([mo.md(r"""
+    ## Three forces behind every design
+
+    Every choice in this course answers to three forces: the **signal** (how much the reward
+    tells the policy, and whether it can be trusted), the **estimator** (how noisy the gradient
+    built from it is) and the **cost** (samples, memory, wall time per update). A recipe is a
+    point between them; lesson 26 turns the triangle into a simulator that recovers R1, RLHF,
+    DPO and Tülu 3 from its corners. Hover a corner:
+    """), mo.Html(forces_picture)])
     return
 
 

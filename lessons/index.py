@@ -126,6 +126,16 @@ def _(LESSONS, mo):
 
 
 @app.cell
+def _(mo):
+    from posttrain.teach.diagrams import six_roles_svg, three_forces_svg
+
+    mo.vstack([mo.md("**The map.** The six roles every RL post-training system has (hover one), and the three "
+                     "forces every design answers to:"),
+               mo.hstack([mo.Html(six_roles_svg()), mo.Html(three_forces_svg())], wrap=True)])
+    return
+
+
+@app.cell
 def _(LESSONS, Path, mo):
     # A lesson file on disk that the table above forgot is a bug in this index: say so.
     _here = Path(mo.notebook_dir() or "lessons")
