@@ -282,8 +282,7 @@ def _(mo):
        run `posttrain check 22c`.
 
     Previous: [22b · Long-tail rollouts](?file=22b_long_tail_rollouts.py). Next:
-    [24 · The RL infra engineer](?file=24_rl_infra_engineer.py) (lesson 23, famous recipes and
-    failure modes, is not written yet).
+    [23 · Famous recipes and failure modes](?file=23_recipes_and_failure_modes.py).
     """)
     return
 

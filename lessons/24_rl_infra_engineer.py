@@ -230,8 +230,8 @@ def _(mo):
     3. Code: `exercises/24_copies.py` asks for the per-GPU bytes of GRPO's three copies under
        ZeRO; run `posttrain check 24`.
 
-    Previous: [22c · Async pipelining](?file=22c_async_pipelining.py) (lesson 23 is not written
-    yet). Next: [25 · Kernels for RL](?file=25_kernels_for_rl.py).
+    Previous: [23 · Famous recipes and failure modes](?file=23_recipes_and_failure_modes.py).
+    Next: [25 · Kernels for RL](?file=25_kernels_for_rl.py).
     """)
     return
 

@@ -84,6 +84,10 @@ def _():
          "the six-step playbook on two real runs, and an allocator that spends an optimization budget"),
     ]
     # ---- end of lessons 22b-28 ----
+    LESSONS += [  # lesson 23 (Part IV)
+        ("23_recipes_and_failure_modes.py", "Famous recipes and failure modes",
+         "five recipe files on five axes: swap one and diff the configs; a symptom → monitor → lesson map, live"),
+    ]
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
     return LESSONS, Path, mo
 
@@ -109,7 +113,8 @@ def _(LESSONS, mo):
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
     each a small patch on its predecessor; 15–18 are where the reward comes from when there is
     no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 22b–22c
-    take a step's time apart, 24–25 are the engineer's view (the architecture, the kernels);
+    take a step's time apart, 23 reads famous recipes on five axes and maps a sick run's
+    symptoms to their monitors and lessons, 24–25 are the engineer's view (the architecture, the kernels);
     26–27 step back: the forces that shaped the field, and what the course leaves out; 28 is the
     playbook that ends the course. Read them in order; every lesson builds on the last. In each,
     find the setting that breaks things — the failures are the lesson.

@@ -161,6 +161,25 @@ INDEPENDENT.update({
 # ---- end of lessons 22b-28 ----
 
 
+# ---- lesson 23 ----
+
+
+def _kl_alert_steps(rows, kl_max):
+    steps, above_before = [], False
+    for index, row in enumerate(rows):
+        kl = row.get("kl_ref")
+        if kl is None:
+            continue
+        above = not kl <= kl_max  # NaN is above
+        if above and not above_before:
+            steps.append(row.get("step", index))
+        above_before = above
+    return steps
+
+
+INDEPENDENT["23"] = _kl_alert_steps
+
+
 def test_every_exercise_has_a_stub_file_and_an_independent_solution_here():
     files = check.exercise_files()
     assert sorted(files) == sorted(NUMBERS)
@@ -438,3 +457,22 @@ def test_forgetting_the_targets_own_token_fails():
                                                dtype=torch.float64)
     assert check.run_check("21", solution=drafts_only, out=quiet(lines)) is False
     assert "FAIL  case 'α = 0: every draft rejected" in "\n".join(lines)
+
+
+# ---- lesson 23: the classic mistakes fail, with the case named ----
+
+
+def test_alerting_on_every_step_above_the_line_or_missing_nan_fails():
+    every = lambda rows, kl_max: [r.get("step", i) for i, r in enumerate(rows)
+                                  if r.get("kl_ref") is not None and not r["kl_ref"] <= kl_max]
+    lines = []
+    assert check.run_check("23", solution=every, out=quiet(lines)) is False
+    text = "\n".join(lines)
+    assert "FAIL  case 'a KL that rises through the line and stays above" in text
+    assert "ok    case 'a NaN KL counts as above the line'" in text
+    lines = []
+    nan_is_fine = lambda rows, kl_max: [s for s in _kl_alert_steps(rows, kl_max)
+                                        if not math.isnan(next(r["kl_ref"] for i, r in enumerate(rows)
+                                                               if r.get("step", i) == s))]
+    assert check.run_check("23", solution=nan_is_fine, out=quiet(lines)) is False
+    assert "FAIL  case 'a NaN KL counts as above the line'" in "\n".join(lines)

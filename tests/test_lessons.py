@@ -490,6 +490,50 @@ def test_lesson_26_the_corners_recover_the_recipes_and_a_leaky_verifier_fools_it
     assert nothing["winner"] is None and "weight 0" in nothing["error"]
 
 
+def _lesson_23(tmp_path, **settings) -> dict:
+    path = LESSONS / "23_recipes_and_failure_modes.py"
+    defaults = {"recipe": 'value="r1", label="recipe"', "donor": 'value="r1_zero", label="take one axis from"',
+                "axis": 'value="data", label="the axis to swap"',
+                "symptom": 'value="reward up while dev pass@1 falls"', "loosen": "value=1.0,"}
+    knobs = {"recipe": 'value="{}", label="recipe"', "donor": 'value="{}", label="take one axis from"',
+             "axis": 'value="{}", label="the axis to swap"', "symptom": 'value="{}"', "loosen": "value={},"}
+    return run_with_settings(path, {defaults[k]: knobs[k].format(v) for k, v in settings.items()}, tmp_path)
+
+
+FAILURE_MAP_23 = {  # symptom: (the step its monitor first fires, the loosening from which it never does)
+    "reward up while dev pass@1 falls": (30, 3.0), "KL to the reference explodes": (33, 2.5),
+    "entropy collapses": (38, 2.5), "every group scored alike": (24, 4.5), "responses double in length": (31, 1.5),
+    "chosen likelihood falls (DPO)": (30, 2.0), "sampler and trainer log-probs disagree": (20, 2.0),
+}
+
+
+def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(restore_threads, tmp_path):
+    defs = _lesson_23(tmp_path)
+    # R1 with R1-Zero's data: one setting, the demonstrations lose their worked steps; the hybrid passes the checks
+    assert defs["changed"] == {"env.cot": (True, False)} and defs["moved"] == {"env.cot": False}
+    assert defs["refused"] is None
+    assert set(defs["STATED"]) == {"kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr"}
+    assert all(len(axes) == 5 for axes in defs["STATED"].values())
+    assert all(defs["axis_of"](k) is not None for f in defs["RECIPES"].values() for k in f if k != "name")
+    # the map: each symptom fires its own monitor and no other, at the step the lesson quotes; health fires nothing
+    assert defs["healthy_alerts"] == []
+    assert {name: (m["step"], m["hidden_from"]) for name, m in defs["failure_map"].items()} == FAILURE_MAP_23
+    assert all(m["others"] == [] for m in defs["failure_map"].values())
+    assert [(a["step"], a["monitor"]) for a in defs["alerts"]] == [(30, "proxy_gold_divergence")]
+    # the knob: a line three times looser hides the same sick run
+    assert _lesson_23(tmp_path, loosen=3.0)["alerts"] == []
+    flat = _lesson_23(tmp_path, symptom="every group scored alike", loosen=4.0)
+    assert [(a["step"], a["monitor"]) for a in flat["alerts"]] == [(39, "no_learning_signal")]
+    # the algorithm axis carries the stage sequence; some swaps change nothing; some hybrids cannot run
+    algo = _lesson_23(tmp_path, axis="algorithm")
+    assert algo["changed"] == {"stages": ("sft,grpo", ""), "rl.algo_params.kl_coef": ("(not set)", 0.001)}
+    assert _lesson_23(tmp_path, donor="qwen3", axis="algorithm")["changed"] == {}
+    tulu = _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15")
+    assert "rl.curation.pool_size=1024" in tulu["refused"] and "rl.curation.order" in tulu["changed"]
+    assert "rl.length_reward=1" in _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15", axis="reward")["refused"]
+    assert not any(defs["axis_of"](k) == "system" for f in defs["RECIPES"].values() for k in f)  # one process, all five
+
+
 def test_lesson_27_every_concept_is_mapped_and_its_code_exists():
     text = (LESSONS / "27_missing_concepts.py").read_text(encoding="utf-8")
     tree = ast.parse(text)
