@@ -218,8 +218,9 @@ def _(mo):
        `posttrain check 18` runs it on the golden correct set (everything must pass), the
        golden exploit pack (nothing may) and the frozen rollouts.
 
-    Next: lesson 19 leaves the reward for the machines that compute it, starting with where
-    the roles sit: [19 · System topology](?file=19_system_topology.py).
+    Next: lesson 18a turns from the scorer to what it scores: which prompts carry gradient
+    signal at all, and the pipeline that chooses them: [18a · Data as a gradient-signal
+    substrate](?file=18a_data_as_signal.py).
     """)
     return
 

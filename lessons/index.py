@@ -55,6 +55,8 @@ def _():
          "greedy, best-of-N (ORM, PRM), PRM beam search and MCTS at one token budget, with a reward model you can blur"),
         ("18_verifiers.py", "Environments and verifiers",
          "five verifier archetypes; a live reward hack against the hackable specs, proxy up while the gold falls"),
+        ("18a_data_as_signal.py", "Data as a gradient-signal substrate",
+         "p(1 − p): how many GRPO groups a pool can feed, what a pass-rate band and draw weights do, and the eight-stage data pipeline"),
         ("26_three_forces.py", "Why RL is shaping this way today",
          "signal, estimator, cost: a simulator whose corners recover R1, RLHF, DPO and Tülu 3, and a verifier that fools it"),
         ("27_missing_concepts.py", "Missing concepts",
@@ -112,9 +114,10 @@ def _(LESSONS, mo):
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
     each a small patch on its predecessor; 15–18 are where the reward comes from when there is
-    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 22b–22c
-    take a step's time apart, 23 reads famous recipes on five axes and maps a sick run's
-    symptoms to their monitors and lessons, 24–25 are the engineer's view (the architecture, the kernels);
+    no rule (RLHF, DPO), how test-time search spends it, and how verifiers get hacked; 18a is the
+    data those rewards are computed on, as a supply of gradient signal; 22b–22c take a step's
+    time apart, 23 reads famous recipes on five axes and maps a sick run's symptoms to their
+    monitors and lessons, 24–25 are the engineer's view (the architecture, the kernels);
     26–27 step back: the forces that shaped the field, and what the course leaves out; 28 is the
     playbook that ends the course. Read them in order; every lesson builds on the last. In each,
     find the setting that breaks things — the failures are the lesson.

@@ -68,6 +68,30 @@ INDEPENDENT = {
         (old - behaviour).exp(), torch.tensor(cap)), torch.zeros_like(old)),
 }
 
+# ---- lesson 18a: written from the stub's docstring ----
+
+
+def _draw_probabilities(passes, tries, low, high, weights, inclusive=True):
+    p = [int(n) / tries for n in passes]
+    inside = [(low <= x <= high) if inclusive else (low < x < high) for x in p]
+    candidates = [i for i in range(len(p)) if inside[i]] or list(range(len(p)))
+    weight = {"uniform": lambda x: 1.0, "failure": lambda x: 1 - x, "signal": lambda x: x * (1 - x)}[weights]
+    w = {i: weight(p[i]) for i in candidates}
+    if sum(w.values()) == 0:
+        w = {i: 1.0 for i in candidates}
+    return torch.tensor([w.get(i, 0.0) / sum(w.values()) for i in range(len(p))], dtype=torch.float64)
+
+
+INDEPENDENT["18a"] = _draw_probabilities
+
+
+def test_an_exclusive_band_fails_on_its_ends():
+    lines = []
+    exclusive = lambda *args: _draw_probabilities(*args, inclusive=False)  # noqa: E731
+    assert check.run_check("18a", solution=exclusive, out=quiet(lines)) is False
+    assert any("FAIL" in line and "ends of the band" in line for line in lines), "\n".join(lines)
+
+
 # ---- lessons 19, 20, 21, 22, 22a (systems, part 1): written from the stubs' docstrings ----
 
 

@@ -450,6 +450,60 @@ def test_lesson_18_the_optimiser_finds_the_holes_that_pay(spec, restore_threads,
     assert (inflation["proxy"] > inflation["gold"]) == (spec != "final_int/cot-v1")
 
 
+def _close_to_formula(row: dict, groups: int) -> None:
+    """The measured share of live groups is a mean of `groups` Bernoulli draws: within 4 standard errors."""
+    se = math.sqrt(max(row["share_formula"] * (1 - row["share_formula"]), 1e-12) / groups)
+    assert abs(row["share"] - row["share_formula"]) < 4 * se + 1e-9, row
+    assert row["signal"] == pytest.approx(row["signal_formula"], rel=0.08, abs=1e-9), row
+
+
+def test_lesson_18a_signal_density_the_band_the_weights_and_the_pipeline(restore_threads, tmp_path):
+    path = LESSONS / "18a_data_as_signal.py"
+    defs = run_in_process(path)  # levels 2,3,5 after SFT, K = 8, band 1/8..7/8
+    passes, groups = defs["passes"], defs["GROUPS"]
+    assert (passes.count(0), passes.count(8), len(passes)) == (750, 118, 1024)  # the measured pool
+    rows = {(r["band"], r["weights"]): r for r in defs["rows"]}
+    assert len(rows) == 6
+    for row in rows.values():
+        _close_to_formula(row, groups)
+    uniform, failure, signal = (rows[(0.0, 1.0), w] for w in ("uniform", "failure", "signal"))
+    # the formula, worked from the histogram by hand: uniform draws over the whole pool
+    by_hand = sum(passes.count(j) / 1024 * (1 - (j / 8) ** 8 - (1 - j / 8) ** 8) for j in range(9))
+    assert uniform["share_formula"] == pytest.approx(by_hand) and by_hand == pytest.approx(0.125, abs=0.002)
+    assert uniform["hopeless"] == pytest.approx(750 / 1024)
+    # 1 − p sends most draws to the hopeless, and fewer groups disagree than under uniform draws
+    assert failure["hopeless"] > 0.85 and failure["share_formula"] < uniform["share_formula"]
+    # p(1 − p) needs no band: the same 156 prompts and the same draws as band + signal
+    assert signal["prompts"] == 156 and signal["hopeless"] == signal["solved"] == 0.0
+    assert signal["share_formula"] == pytest.approx(rows[(0.125, 0.875), "signal"]["share_formula"])
+    assert signal["signal_formula"] > 7 * uniform["signal_formula"]
+    banded = rows[(0.125, 0.875), "uniform"]
+    assert banded["prompts"] == 156 and banded["share"] == pytest.approx(0.83, abs=0.02)
+    assert banded["online_kept"] == banded["share"]  # at K = 8, band 1/8..7/8 keeps exactly the live groups
+    pipeline = defs["pipeline"]  # the four planted rows, each dropped by its stage
+    assert (pipeline["source"], pipeline["verifier-check"]) == (1028, 1027)
+    assert (pipeline["decontaminated"], pipeline["deduplicated"], pipeline["screened"]) == (2, 1, 1024)
+    assert pipeline["waiting"] == 868 and [len(v) for v in pipeline["strata"].values()] == [342, 341, 341]
+
+    # the knobs: K = 1 is no group, and a band of the hopeless has nothing to learn from
+    one = run_with_setting(path, 'value=8, label="K', 'value=1, label="K', tmp_path)
+    assert all(r["share"] == r["signal"] == r["share_formula"] == r["signal_formula"] == 0 for r in one["rows"])
+    assert all(r["online_kept"] == 0 for r in one["rows"] if r["band"] != (0.0, 1.0))
+    hopeless = run_with_setting(path, 'value="1/8..7/8 (drop the solved and the hopeless)",',
+                                'value="0..0 (only the hopeless)",', tmp_path)
+    for r in hopeless["rows"]:
+        if r["band"] == (0.0, 0.0):
+            assert r["prompts"] == 750 and r["hopeless"] == pytest.approx(1.0) and r["share"] == r["signal"] == 0
+    # on the mostly-solved level-3 pool the same failure weights help
+    level3 = run_with_setting(path, 'value="levels 2,3,5, after SFT (13.6%)", label',
+                              'value="level 3, after SFT (69.8%)", label', tmp_path)
+    l3 = {(r["band"], r["weights"]): r for r in level3["rows"]}
+    assert l3[(0.0, 1.0), "failure"]["share_formula"] > l3[(0.0, 1.0), "uniform"]["share_formula"] + 0.05
+    half = run_with_setting(path, 'value="levels 2,3,5, after SFT (13.6%)", label',
+                            'value="synthetic: every prompt at 4/8", label', tmp_path)
+    assert all(r["signal_formula"] == pytest.approx(7 / 8 / 4) for r in half["rows"])
+
+
 def _lesson_26(tmp_path, spec: str | None = None, weights: tuple | None = None) -> dict:
     path = LESSONS / "26_three_forces.py"
     text = path.read_text(encoding="utf-8")

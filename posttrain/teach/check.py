@@ -34,6 +34,7 @@ from posttrain.algorithms.dapo import overlong_penalty
 from posttrain.algorithms.grpo import group_advantages
 from posttrain.algorithms.rloo import leave_one_out_baseline
 from posttrain.teach.check_part3 import PART_III
+from posttrain.teach.check_part3b import PART_III_B
 from posttrain.teach.check_part4 import PART_IV
 from posttrain.teach.check_part5 import PART_V
 from posttrain.teach.check_selection import pick_best_cases, reference_pick_best, same_sample
@@ -234,6 +235,7 @@ EXERCISES: dict[str, Exercise] = {
                           compare=same_sample, source="posttrain/search/best_of_n.py, pick_best"),
 }
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III.items()})  # lessons 15-18
+EXERCISES.update({key: Exercise(**fields) for key, fields in PART_III_B.items()})  # lesson 18a
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_IV.items()})  # lesson 23
 EXERCISES.update({key: Exercise(**fields) for key, fields in PART_V.items()})  # lessons 26-27
 
