@@ -285,6 +285,8 @@ def _(mo):
     2. For each completion the strict scorer rejects, write down its reason code before you look.
     3. With the hackable scorer, which completion earns credit that it should not? Write the one
        sentence you would put in that scorer's docstring.
+
+    Next: [01 · What is post-training RL?](?file=01_what_is_post_training_rl.py).
     """)
     return
 

@@ -222,6 +222,8 @@ def _(mo):
        widget. Why is it close to, but not exactly, the mean reward?
     3. Which row of the five-words table does "mean reward over 60 steps" belong to, and which
        does $-(r-b)\log\pi(a)$ belong to? Why must they never be confused in a plot?
+
+    Next: [02 · Rollout and π_old](?file=02_rollout_and_pi_old.py).
     """)
     return
 

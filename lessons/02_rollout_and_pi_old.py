@@ -245,6 +245,8 @@ def _(mo):
        explain why the other choice would make the ratio ≠ 1 at the start.
     3. In the token table, which positions are nearly certain (π_old ≈ 1) and which are real
        decisions? Relate that to where the reward is won or lost.
+
+    Next: [03 · Reward and reference](?file=03_reward_and_reference.py).
     """)
     return
 

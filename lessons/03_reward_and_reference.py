@@ -217,6 +217,8 @@ def _(mo):
     3. `kl_k1` can be negative on a single sample; `kl_k3` cannot. Why does that matter when the
        KL is used as a *per-token* penalty, even though both average to the same KL?
     4. Code: `exercises/03_kl_k3.py` asks you to write `kl_k3`; run `posttrain check 03`.
+
+    Next: [04 · The algorithm plug-in](?file=04_algorithm_plugin.py).
     """)
     return
 

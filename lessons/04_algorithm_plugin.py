@@ -218,6 +218,8 @@ def _(mo):
     4. Code: `exercises/04_advantages.py` asks you to write `compute_advantages` for a group-mean
        baseline, the first half of the contract; run `posttrain check 04`. The stub lives outside
        the library, so the library's own tests stay green while you work on it.
+
+    Next: [05 · Trainer](?file=05_trainer.py).
     """)
     return
 

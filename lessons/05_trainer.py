@@ -208,6 +208,8 @@ def _(mo):
        1 and 9 tokens, micro-batches of one row.)
     3. Code: `exercises/05_sft_loss.py` asks you to write the SFT loss yourself; run
        `posttrain check 05`.
+
+    Next: [06 · Weight sync](?file=06_weight_sync.py).
     """)
     return
 

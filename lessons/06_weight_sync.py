@@ -188,6 +188,8 @@ def _(mo):
     3. An asynchronous trainer accepts episodes up to 2 versions stale. Which column of the
        table would you alarm on, and at what value, to catch a sampler that has stopped
        receiving weights altogether?
+
+    Next: [07 · Controller](?file=07_controller.py).
     """)
     return
 

@@ -223,6 +223,8 @@ def _(mo):
        groups be kept or dropped together?
     3. Using the reads/writes table at the top, list every order of the seven stages that is
        still correct. Which of them would a PPO run (with a critic, lesson 10) rule out?
+
+    Next: [08 · Agentic RL and tool masking](?file=08_agentic_tool_masking.py).
     """)
     return
 

@@ -273,6 +273,8 @@ def _(mo):
        recovering from it? Which tokens would carry that gradient?
     3. Code: `exercises/08_masked_mean.py` asks for a masked mean that NaN in masked positions
        cannot reach — the guarantee this lesson's δ check relies on; run `posttrain check 08`.
+
+    Next: [09 · REINFORCE](?file=09_reinforce.py).
     """)
     return
 

@@ -188,6 +188,8 @@ def _(mo):
        would `token-mean` do to a long completion's gradient?
     3. Code: `exercises/09_reinforce.py` asks for the REINFORCE loss
        $-\frac{1}{B}\sum_b \sum_t m_{bt} A_{bt} \log\pi_{bt}$; run `posttrain check 09`.
+
+    Next: [10 · PPO](?file=10_ppo.py).
     """)
     return
 

@@ -183,6 +183,8 @@ def _(mo):
     2. Why is the mean-only bias exactly (K−1)/K? Write $A_i = r_i - \frac1K\sum_j r_j$ and take
        the expectation of the $j = i$ term separately.
     3. Code: `exercises/11_grpo.py` asks for GRPO's group advantages; run `posttrain check 11`.
+
+    Next: [12 · RLOO](?file=12_rloo.py).
     """)
     return
 

@@ -172,6 +172,8 @@ def _(mo):
     2. RLOO is unbiased and GRPO-without-std is biased by $(K-1)/K$. Since the bias is a constant
        factor, does it matter in practice with Adam? When would it?
     3. Code: `exercises/12_rloo.py` asks for the leave-one-out baseline; run `posttrain check 12`.
+
+    Next: [13 · DAPO](?file=13_dapo.py).
     """)
     return
 
