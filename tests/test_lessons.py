@@ -858,3 +858,19 @@ def test_commands_stay_local_and_never_sandbox():
     cmd, url = lessons_cli.build_command("3", edit=True, port=4321, headless=True)
     assert cmd[3:5] == ["edit", str(LESSONS / "03_reward_and_reference.py")]
     assert "--headless" in cmd and url is None
+
+
+def test_every_lesson_links_the_next():
+    """In lesson order (22 < 22a < 22b < 23), each lesson's closing text names the next one:
+    a ?file= link to it, or 'lesson NN' in its last cells."""
+    def order(path: Path) -> tuple:
+        match = re.match(r"(\d+)([a-z]?)_", path.name)
+        return int(match.group(1)), match.group(2)
+
+    files = sorted(LESSONS.glob("[0-9]*.py"), key=order)
+    assert len(files) == 33
+    for this, following in zip(files, files[1:]):
+        tail = this.read_text(encoding="utf-8")[-3000:]
+        number = following.name.split("_")[0]
+        assert f"?file={following.name}" in tail or re.search(rf"[Ll]esson {number}\b", tail), (
+            f"{this.name} does not link {following.name}")
