@@ -214,6 +214,10 @@ class RewardModelConfig:
     # step unlikely (its likelihood ranks 0.79 of the held-out pairs right before any training)
     pooling: str = "loglik"
 
+    def paths(self) -> list[str]:
+        """The reward-model directories `path` names (several joined by ","; [] for "")."""
+        return [part.strip() for part in self.path.split(",")] if self.path else []
+
     def validate(self, prefix: str = "rl.rm") -> None:
         check_positive(self, prefix, "prompts", "steps", "batch_size", "ensemble_size")
         check(self.ensemble in ("mean", "min", "mean-minus-std"), f"{prefix}.ensemble", self.ensemble,

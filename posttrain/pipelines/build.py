@@ -78,7 +78,7 @@ def learned_reward(rl: RLConfig) -> LearnedReward:
     if not rl.rm.path:
         raise ValueError("the term 'rm' is a learned reward and needs its model: set rl.rm.path to a reward-model "
                          "directory (posttrain rlhf writes runs/<id>/reward_model), or several joined by ','")
-    return LearnedReward(load_reward_scorer(rl.rm.path, rl.rm.ensemble, rl.rm.disagreement_coef))
+    return LearnedReward(load_reward_scorer(rl.rm.paths(), rl.rm.ensemble, rl.rm.disagreement_coef))
 
 
 def reward_stack(rl: RLConfig) -> RewardStack | None:
@@ -101,7 +101,7 @@ def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
     stack = reward_stack(rl) if stack is None else stack
     learned_term = stack is not None and any(isinstance(term, LearnedReward) for _, term in stack.terms)
     if rl.rm.path and not learned_term:  # the reward model scores; the verifier's verdict stays in details
-        score = ProxyReward.load(rl.rm.path, score, rl.rm.ensemble, rl.rm.disagreement_coef)
+        score = ProxyReward(load_reward_scorer(rl.rm.paths(), rl.rm.ensemble, rl.rm.disagreement_coef), score)
     return score if stack is None else stack_scorer(stack, score)
 
 

@@ -132,8 +132,8 @@ def check_rl(rl: RLConfig) -> None:
               "reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
     if rl.rm.path:
         try:
-            for directory in rl.rm.path.split(","):
-                check_reward_model_dir(directory.strip())
+            for directory in rl.rm.paths():
+                check_reward_model_dir(directory)
         except ValueError as error:
             raise ConfigError(f"rl.rm.path={rl.rm.path!r} is not allowed: {error}") from None
         if preference:

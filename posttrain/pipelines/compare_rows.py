@@ -156,13 +156,13 @@ def row_config(cfg: TrainConfig, row: Row) -> TrainConfig:
 # The settings that change what held-out pass@1 measures (eval/comparison.py's instrument):
 # the task, its verifier and its data (env.*), and the held-out set (heldout_size). Rows
 # that differ in them are different metrics, so compare refuses them unless told otherwise.
-INSTRUMENT_KEYS = ("env.", "heldout_size")
+INSTRUMENT_SECTIONS = ("env", "heldout_size")
 
 
 def instrument_changes(rows: list[Row]) -> list[str]:
     """Each row setting that changes the measuring instrument, as 'ROW: KEY=VALUE'."""
     return [f"{row.label}: {key}={value}" for row in rows for key, value in row.settings.items()
-            if key.startswith(INSTRUMENT_KEYS[0]) or key in INSTRUMENT_KEYS[1:]]
+            if key.split(".")[0] in INSTRUMENT_SECTIONS]
 
 
 def check_rows_measure_alike(rows: list[Row], allow_different: bool = False) -> list[str]:

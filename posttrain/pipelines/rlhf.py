@@ -184,7 +184,7 @@ def gold_trajectory(run: RunDir) -> list[dict]:
 
 def write_rlhf_report(run: RunDir, cfg: TrainConfig, summary: dict) -> dict:
 
-    infos = [load_reward_model(directory.strip())[1] for directory in cfg.rl.rm.path.split(",")]
+    infos = [load_reward_model(directory)[1] for directory in cfg.rl.rm.paths()]
     info = infos[0] if len(infos) == 1 else ensemble_info(infos, cfg.rl.rm.ensemble)
     rows = gold_trajectory(run)
     if not rows:

@@ -36,17 +36,22 @@ Scored = dict[str, Any]
 COMBINES = ("mean", "min", "mean-minus-std")
 
 
+def mean_and_std(scores: list[float]) -> tuple[float, float]:
+    """The mean of the members' scores and their population standard deviation."""
+    mean = sum(scores) / len(scores)
+    return mean, math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+
+
 def combine_scores(scores: list[float], how: str = "mean", disagreement_coef: float = 1.0) -> float:
     """One reward from M members' scores of the same completion (module docstring)."""
     if not scores:
         raise ValueError("an ensemble needs at least one member's score")
-    mean = sum(scores) / len(scores)
+    mean, std = mean_and_std(scores)
     if how == "mean":
         return mean
     if how == "min":
         return min(scores)
     if how == "mean-minus-std":
-        std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
         return mean - disagreement_coef * std
     raise ValueError(f"how={how!r}: expected one of {', '.join(COMBINES)}")
 
@@ -68,9 +73,8 @@ class RewardEnsemble:
     def score(self, example: Example, completion: str) -> Scored:
         results = [member(example, completion) for member in self.members]
         scores = [float(r["reward"]) for r in results]
-        mean = sum(scores) / len(scores)
         details = {"source": "reward_model", "spec_version": self.spec_version, "member_rewards": scores,
-                   "member_std": math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores)),
+                   "member_std": mean_and_std(scores)[1],
                    "truncated": any(r["details"].get("truncated", False) for r in results)}
         return {"reward": combine_scores(scores, self.how, self.disagreement_coef), "details": details}
 

@@ -36,9 +36,9 @@ class ProxyReward:
         self.gold = gold  # the environment's verifier
 
     @classmethod
-    def load(cls, paths: str, gold: Callable[[Example, str], Scored], ensemble: str = "mean",
-             disagreement_coef: float = 1.0) -> ProxyReward:
-        return cls(load_reward_scorer(paths, ensemble, disagreement_coef), gold)
+    def load(cls, directory: str | Path, gold: Callable[[Example, str], Scored]) -> ProxyReward:
+        """One saved reward model; an ensemble: ProxyReward(load_reward_scorer(paths, ...), gold)."""
+        return cls(load_reward_scorer([directory]), gold)
 
     def __call__(self, example: Example, completion: str) -> Scored:
         gold = self.gold(example, completion)
@@ -52,11 +52,11 @@ class ProxyReward:
     score = __call__
 
 
-def load_reward_scorer(paths: str, ensemble: str = "mean", disagreement_coef: float = 1.0):
-    """A scorer from rl.rm.path: one reward-model directory, or several joined by ","
-    combined by `ensemble` (rewards/ensemble.py)."""
+def load_reward_scorer(paths: list[str | Path], ensemble: str = "mean", disagreement_coef: float = 1.0):
+    """A scorer from rl.rm.paths(): one reward-model directory, or several combined by
+    `ensemble` (rewards/ensemble.py)."""
     members = []
-    for directory in (p.strip() for p in str(paths).split(",")):
+    for directory in paths:
         model, _ = load_reward_model(directory)
         try:
             tokenizer = load_tokenizer(Path(directory))
