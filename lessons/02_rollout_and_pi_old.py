@@ -233,7 +233,7 @@ def _(mo):
     * `posttrain/roles/rollout.py` — `RolloutEngine.generate`, `sample_next_token`, `SamplingParams`
     * `posttrain/algorithms/core.py` — `token_logp`, `clipped_surrogate`, `zero_variance_group_fraction`
     * `posttrain/types.py` — `Episode`, `RolloutBatch` (the `(B, T)` layout, `old_logp` alignment)
-    * `posttrain/models/gpt_mini.py` — the decoder and its KV cache
+    * `posttrain/models/gpt_mini.py` — the decoder (its KV cache: `posttrain/models/kv_cache.py`)
     * `posttrain/roles/trainer.py` — `Trainer`, `sft_loss`
     * `tests/test_rollout.py` — the sampling-time vs teacher-forced check, as a test
 

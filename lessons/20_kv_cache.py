@@ -176,7 +176,7 @@ def _(mo):
       `max_cached_tokens`, `sampler_kv_bytes`
     * `posttrain/roles/rollout.py` — our sampler: one contiguous cache, prefill once per prompt,
       copied out to its K rows
-    * `posttrain/models/gpt_mini.py` — `KVCache`, the cache the measurement reads
+    * `posttrain/models/kv_cache.py` — `KVCache`, the cache the measurement reads
     * `posttrain/teach/measure.py` — `sampler_cache_bytes`: watches the real sampler's cache
     * `tests/test_systems_measured.py` — the same equality for a GQA Llama and SmolLM2
 

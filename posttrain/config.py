@@ -400,7 +400,7 @@ class RLConfig:
     length_free: int = 0  # characters a completion may use before the length penalty starts
     # weight of Kimi k1.5's length reward (arXiv:2501.12599, Sec. 2.3.3), relative to the
     # prompt's other samples: from +0.5 for the group's shortest right answer to −0.5 for its
-    # longest, wrong answers only charged (rewards/stack.py::kimi_length_reward). 0 = off: on
+    # longest, wrong answers only charged (rewards/length.py::kimi_length_reward). 0 = off: on
     # this task the chain of thought has one right length, and the reward can only shorten it
     length_reward: float = 0.0
     # the RL step from which the length reward is paid (Kimi k1.5 trained without it first:

@@ -17,13 +17,12 @@ import json
 import math
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
+from tests.test_pipeline import posttrain
 from safetensors.torch import load_file
 
 STEPS = 8
@@ -47,11 +46,6 @@ TINY = [
 GRAD_NORM_RTOL = 1e-6
 KL_RTOL = 1e-5
 WEIGHT_ATOL = 1e-6
-
-
-def posttrain(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "posttrain", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
 
 
 def train(out: Path, *args) -> Path:

@@ -6,15 +6,9 @@ import json
 import pytest
 import torch
 
-from posttrain.models.gpt_mini import (
-    CheckpointMismatchError,
-    GPTMini,
-    GPTMiniConfig,
-    KVCache,
-    attention_allowed,
-    default_position_ids,
-    load_state_dict_checked,
-)
+from posttrain.models.gpt_mini import GPTMini, attention_allowed, default_position_ids, load_state_dict_checked
+from posttrain.models.gpt_mini_config import CheckpointMismatchError, GPTMiniConfig
+from posttrain.models.kv_cache import KVCache
 from posttrain.models.tokenizer import CharTokenizer
 
 transformers = pytest.importorskip("transformers")

@@ -12,7 +12,8 @@ from posttrain.config import RLConfig, TrainConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import make_reward, reward_stack
 from posttrain.pipelines.checks import ConfigError, check_config
-from posttrain.rewards.stack import Accuracy, KimiLength, RewardStack, kimi_length_reward
+from posttrain.rewards.length import KimiLength, kimi_length_reward
+from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.types import Episode, Example
 from tests.test_pipeline import TINY
 

@@ -13,7 +13,7 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import make_reward
 from posttrain.pipelines.checks import check_rl
-from posttrain.rewards.ensemble import RewardEnsemble, combine_scores
+from posttrain.rewards.ensemble import COMBINES, RewardEnsemble, combine_scores
 from posttrain.rewards.proxy import ProxyReward
 from posttrain.rewards.reward_model import RewardModel, RewardModelScorer, load_reward_model, save_reward_model
 
@@ -99,3 +99,12 @@ def test_rm_settings_are_checked_before_a_run():
         TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble="median"))).validate()
     with pytest.raises(ConfigError, match="rl.rm.ensemble_size"):
         TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble_size=0))).validate()
+
+
+@pytest.mark.parametrize("how", COMBINES)
+def test_the_config_accepts_exactly_the_combinations_the_ensemble_knows(how):
+    # config.py imports nothing from posttrain, so it spells the names out: this keeps the two lists one
+    TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble=how))).validate()
+    assert combine_scores([0.1, 0.4], how, 1.0) <= 0.25  # each combination is known and none pays above the mean
+    with pytest.raises(ConfigError, match="rl.rm.ensemble"):
+        TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble=how + "x"))).validate()

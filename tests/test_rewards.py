@@ -6,16 +6,8 @@ import math
 import pytest
 
 from posttrain.verifiers.final_int import get_spec
-from posttrain.rewards.stack import (
-    Accuracy,
-    Format,
-    LinearLength,
-    QuadraticLength,
-    RatioLength,
-    RewardStack,
-    regex_format,
-    think_answer_format,
-)
+from posttrain.rewards.length import LinearLength, QuadraticLength, RatioLength
+from posttrain.rewards.stack import Accuracy, Format, RewardStack, regex_format, think_answer_format
 from posttrain.rewards.kl_control import AdaptiveKLController, FixedKLController
 from posttrain.types import Example
 

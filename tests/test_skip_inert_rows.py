@@ -180,7 +180,8 @@ def test_a_length_reward_makes_flat_groups_informative_and_skipping_stays_exact(
     """All-right group 0 and all-wrong group 2 are inert under the verifier's reward; Kimi's
     length reward ranks their samples by length, so their rows get advantages and train.
     Whatever is left out must still give the full batch's gradient."""
-    from posttrain.rewards.stack import Accuracy, KimiLength, RewardStack
+    from posttrain.rewards.length import KimiLength
+    from posttrain.rewards.stack import Accuracy, RewardStack
 
     batch = grouped_batch()
     episodes = batch.episodes

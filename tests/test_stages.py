@@ -6,8 +6,6 @@ run ends."""
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from posttrain.config import ConfigError, TrainConfig, parse_stages
 from posttrain.models import load_checkpoint_model
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.runs.checkpoints import final_checkpoint, weights_digest
+from tests.test_pipeline import metrics_without_timings, only_run_dir, posttrain
 
 # --- what each stage runs with -----------------------------------------------------------
 
@@ -124,22 +123,6 @@ def stages_flags(folder: Path) -> list[str]:
     # grpo's length charge gives rewards that differ within a group (the policy solves nothing yet): a signal
     return [*TINY, "--stages", f"sft[sft.steps=6],dpo[rl.pairs={pairs_file(folder)},rl.steps=8],"
             "grpo[rl.steps=6,rl.length_penalty=0.01,rl.length_free=5]", "--out_dir", str(folder / "out")]
-
-
-def posttrain(*args):
-    return subprocess.Popen([sys.executable, "-m", "posttrain", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-
-
-def only_run_dir(out: Path) -> Path:
-    runs = [p for p in out.iterdir() if p.is_dir()]
-    assert len(runs) == 1, runs
-    return runs[0]
-
-
-def metrics_without_timings(run: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in row.items() if not k.startswith("time/")} for row in rows]
 
 
 @pytest.fixture(scope="module")

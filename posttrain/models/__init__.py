@@ -12,7 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .gpt_mini import CheckpointMismatchError, GPTMini, GPTMiniConfig, KVCache, check_same_config, read_llama_config
+from .gpt_mini import GPTMini
+from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, read_llama_config
+from .kv_cache import KVCache
 from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
@@ -25,105 +24,9 @@ import torch.nn.functional as F
 
 from posttrain.files import write_atomic
 
-from .llama_format import gpt_mini_fields, llama_config
-
-
-@dataclass
-class GPTMiniConfig:
-    vocab_size: int  # no default: it must match the tokenizer (CharTokenizer: 100)
-    # With the defaults below the model has ~0.8M parameters: DESIGN.md's prototype size,
-    # which learns the synthetic arithmetic tasks from scratch in minutes on 2 CPU cores.
-    dim: int = 128
-    n_layer: int = 4  # enough depth for a running sum over five numbers
-    n_head: int = 4  # head_dim 32: wide enough per head, and even, as RoPE needs
-    # ~8/3 * dim rounded up to a multiple of 32 (Llama's recipe): SwiGLU's three matrices
-    # then cost about what the two of a classic 4 * dim MLP do.
-    hidden_dim: int = 352
-    max_seq_len: int = 128  # prompt + chain of thought + "Final: n" fits with room to spare
-    rope_theta: float = 10000.0  # RoFormer's base; short sequences need no long-context base
-    norm_eps: float = 1e-5  # Llama-2's value; keeps rsqrt finite on an all-zero vector
-    tie_embeddings: bool = False  # Llama's default; with V = 100 tying saves only V * dim
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "dim", "n_layer", "n_head", "hidden_dim", "max_seq_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ValueError(f"GPTMiniConfig.{name}={value!r}: must be a positive int")
-        for name in ("rope_theta", "norm_eps"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"GPTMiniConfig.{name}={getattr(self, name)!r}: must be > 0")
-        if self.dim % self.n_head != 0:
-            raise ValueError(
-                f"GPTMiniConfig.dim={self.dim} is not divisible by n_head={self.n_head}: "
-                f"each head gets dim / n_head channels; pick n_head dividing {self.dim}"
-            )
-        if self.head_dim % 2 != 0:
-            raise ValueError(
-                f"GPTMiniConfig head_dim = dim / n_head = {self.head_dim} is odd: RoPE "
-                "rotates channel pairs, so head_dim must be even; change dim or n_head"
-            )
-
-    @property
-    def head_dim(self) -> int:
-        return self.dim // self.n_head
-
-
-class CheckpointMismatchError(ValueError):
-    """A checkpoint does not fit the model or config it is loaded into."""
-
-
-class KVCache:
-    """Keys and values of every layer for the positions already processed, preallocated
-    so that decoding a token writes in place instead of concatenating (which would copy
-    the whole cache every step). `length` is how many positions are filled."""
-
-    def __init__(self, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
-        self.keys, self.values = keys, values  # n_layer tensors, each (B, H, max_len, hd)
-        self.length = 0
-
-    @classmethod
-    def empty(
-        cls,
-        config: GPTMiniConfig,
-        batch_size: int,
-        max_len: int | None = None,
-        dtype: torch.dtype = torch.float32,
-        device: torch.device | str = "cpu",
-    ) -> KVCache:
-        """An unfilled cache for `max_len` columns (default: config.max_seq_len). A column is
-        not a position: a left-padded row's positions start at its first real token (they
-        come from the attention mask), so a batch mixing a long row with a short budget and a
-        short row with a long one may need more columns than the model has positions, while
-        every row's positions stay below config.max_seq_len (hidden_states checks that)."""
-        max_len = config.max_seq_len if max_len is None else max_len
-        if max_len < 1:
-            raise ValueError(f"KVCache max_len={max_len}: must be at least 1")
-        shape = (batch_size, config.n_head, max_len, config.head_dim)
-        keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.n_layer)]
-        values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(config.n_layer)]
-        return cls(keys, values)
-
-    @property
-    def max_len(self) -> int:
-        return self.keys[0].shape[2]
-
-    def write(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Store this call's k, v (B, H, T, hd) after the filled positions and return views
-        of all keys and values so far, each (B, H, length + T, hd). `length` moves on in
-        `advance`, once every layer has written."""
-        start, end = self.length, self.length + k.shape[2]
-        self.keys[layer][:, :, start:end] = k
-        self.values[layer][:, :, start:end] = v
-        return self.keys[layer][:, :, :end], self.values[layer][:, :, :end]
-
-    def advance(self, n: int) -> None:
-        self.length += n
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        """Keep only these rows (the sampler drops rows that have finished); the name and
-        meaning are transformers' Cache method of the same name, so one call serves both."""
-        self.keys = [k[indices] for k in self.keys]
-        self.values = [v[indices] for v in self.values]
+from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, mismatch_lines, read_llama_config
+from .kv_cache import KVCache
+from .llama_format import llama_config
 
 
 # ---- building blocks --------------------------------------------------------------------
@@ -392,33 +295,6 @@ class GPTMini(nn.Module):
         model = cls(config)
         load_state_dict_checked(model, state_dict, source=str(weights))
         return model
-
-
-def check_same_config(config: GPTMiniConfig, expected: GPTMiniConfig, directory: Path) -> None:
-    """Raise CheckpointMismatchError listing every field where a checkpoint's config differs."""
-    diffs = {
-        f.name: (getattr(config, f.name), getattr(expected, f.name))
-        for f in fields(GPTMiniConfig)
-        if getattr(config, f.name) != getattr(expected, f.name)
-    }
-    if diffs:
-        raise CheckpointMismatchError(
-            f"checkpoint {directory} was saved with a different config:\n"
-            + mismatch_lines(diffs)
-            + "\nChange your config to match the checkpoint (e.g. --model.dim), or start from a "
-            "checkpoint of this shape."
-        )
-
-
-def mismatch_lines(diffs: dict[str, tuple]) -> str:
-    """One `name: checkpoint=X, expected=Y` line per differing field or tensor."""
-    return "\n".join(f"  {k}: checkpoint={a}, expected={b}" for k, (a, b) in diffs.items())
-
-
-def read_llama_config(directory: Path) -> GPTMiniConfig:
-    """directory/config.json (LlamaConfig fields) -> GPTMiniConfig, refusing what GPTMini
-    cannot represent instead of loading it wrong (models/llama_format.py reads the file)."""
-    return GPTMiniConfig(**gpt_mini_fields(directory))
 
 
 def load_state_dict_checked(model: GPTMini, state_dict: dict, source: str) -> None:

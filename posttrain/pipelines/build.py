@@ -35,7 +35,8 @@ from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.ensemble import LearnedReward
 from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
-from posttrain.rewards.stack import Accuracy, KimiLength, LinearLength, RewardStack
+from posttrain.rewards.length import KimiLength, LinearLength
+from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller
