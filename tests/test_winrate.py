@@ -172,8 +172,9 @@ def winrate(tmp_path, *args) -> dict:
     assert main(["winrate", *FAST, *args, "--out_dir", str(out)]) == 0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
     assert (run / "winrate.md").read_text().startswith("# Win-rate of A against B")
-    assert len((run / "samples.jsonl").read_text().splitlines()) == 12
-    return json.loads((run / "winrate.json").read_text())
+    result = json.loads((run / "winrate.json").read_text())
+    assert len((run / "samples.jsonl").read_text().splitlines()) == result["win_rate"]["n"]
+    return result
 
 
 def test_winrate_runs_end_to_end_and_swapping_sides_mirrors_it(policies, reward_model, tmp_path):
@@ -200,6 +201,17 @@ def test_sampled_answers_are_seeded_and_a_policy_against_itself_ties_where_they_
     assert sampled["decoding"] == "sampled at T = 1"
     again = winrate(tmp_path / "t1b", "--a", str(a), "--b", str(a), "--judge.verifier", "true", "--temperature", "1")
     assert again["length"] == sampled["length"]  # the same seed, the same samples
+
+
+def test_a_local_llm_judge_rates_each_answer(policies, tmp_path):
+    judge = tmp_path / "judge"
+    torch.manual_seed(4)  # a judge model whose context holds the judge prompt (question, answer, instruction)
+    GPTMini(GPTMiniConfig(vocab_size=CharTokenizer().vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=64,
+                          max_seq_len=320)).save_pretrained(judge, CharTokenizer())
+    a, b = policies
+    result = winrate(tmp_path, "--a", str(a), "--b", str(b), "--judge.llm", str(judge), "--size", "4")
+    assert result["judge"].startswith(f"judge({judge}")
+    assert result["win_rate"]["n"] == 4
 
 
 @pytest.mark.parametrize("args, message", [

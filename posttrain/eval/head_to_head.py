@@ -38,6 +38,7 @@ from posttrain.eval.winrate import length_controlled, pairwise_outcomes, verifie
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.rewards.judge import PRODUCTION_CRITERIA, Judge
 from posttrain.rewards.proxy import load_reward_scorer
+from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_template
 from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
@@ -127,6 +128,9 @@ def run_winrate(cfg: WinrateConfig) -> dict:
     trained = read_task(a.checkpoint) or read_task(b.checkpoint)
     env_cfg = trained.env if trained else None
     env = make_env(env_cfg.name, **env_cfg.kwargs()) if env_cfg else make_env("arithmetic")
+    if is_multi_turn(env):
+        raise ConfigError(f"{describe(env_cfg)} is a multi-turn task: a win-rate here compares one answer per "
+                          "prompt; compare its policies with `posttrain eval` on each and `posttrain diff`")
     judge_name, judge = make_judge(cfg, env)
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     positions = min(a.model.config.max_seq_len, b.model.config.max_seq_len)
