@@ -203,6 +203,15 @@ def test_sampled_answers_are_seeded_and_a_policy_against_itself_ties_where_they_
     assert again["length"] == sampled["length"]  # the same seed, the same samples
 
 
+def test_an_ensemble_of_reward_models_judges_by_its_combined_score(policies, reward_model, tmp_path):
+    a, b = policies
+    result = winrate(tmp_path, "--a", str(a), "--b", str(b), "--judge.rm", f"{reward_model},{reward_model}",
+                     "--judge.ensemble", "min", "--size", "4")
+    assert result["judge"].endswith("(min of 2)")
+    one = winrate(tmp_path / "one", "--a", str(a), "--b", str(b), "--judge.rm", str(reward_model), "--size", "4")
+    assert result["win_rate"] == one["win_rate"]  # two copies of one model: the min is that model's score
+
+
 def test_a_local_llm_judge_rates_each_answer(policies, tmp_path):
     judge = tmp_path / "judge"
     torch.manual_seed(4)  # a judge model whose context holds the judge prompt (question, answer, instruction)
