@@ -192,15 +192,23 @@ def test_winrate_runs_end_to_end_and_swapping_sides_mirrors_it(policies, reward_
         forward["verifier"]["judge_agreement"]["verifier_ties"] == 12
 
 
-def test_sampled_answers_are_seeded_and_a_policy_against_itself_ties_where_they_match(policies, tmp_path):
+def test_a_policy_against_itself_ties_everywhere_greedy_or_sampled(policies, tmp_path):
     a, _ = policies
-    result = winrate(tmp_path, "--a", str(a), "--b", str(a), "--judge.verifier", "true")
-    assert result["win_rate"]["win_rate"] == 0.5 and result["identical_answers"] == 12
-    assert result["length"]["diff"]["mean_diff"] == 0.0
-    sampled = winrate(tmp_path / "t1", "--a", str(a), "--b", str(a), "--judge.verifier", "true", "--temperature", "1")
-    assert sampled["decoding"] == "sampled at T = 1"
-    again = winrate(tmp_path / "t1b", "--a", str(a), "--b", str(a), "--judge.verifier", "true", "--temperature", "1")
-    assert again["length"] == sampled["length"]  # the same seed, the same samples
+    for temperature in ("0", "1"):  # sampled: both sides draw from the same stream (common random numbers)
+        result = winrate(tmp_path / temperature, "--a", str(a), "--b", str(a), "--judge.verifier", "true",
+                         "--temperature", temperature)
+        assert result["win_rate"]["win_rate"] == 0.5 and result["identical_answers"] == 12
+        assert result["length"]["diff"]["mean_diff"] == 0.0
+
+
+def test_sampled_answers_swap_to_one_minus_the_rate(policies, reward_model, tmp_path):
+    a, b = policies
+    forward = winrate(tmp_path / "ab", "--a", str(a), "--b", str(b), "--judge.rm", str(reward_model),
+                      "--temperature", "1")
+    backward = winrate(tmp_path / "ba", "--a", str(b), "--b", str(a), "--judge.rm", str(reward_model),
+                       "--temperature", "1")
+    assert forward["decoding"] == "sampled at T = 1"
+    assert backward["win_rate"]["win_rate"] == pytest.approx(1 - forward["win_rate"]["win_rate"])
 
 
 def test_an_ensemble_of_reward_models_judges_by_its_combined_score(policies, reward_model, tmp_path):

@@ -115,10 +115,12 @@ def make_judge(cfg: WinrateConfig, env) -> tuple[str, Callable[[list[Example], l
                                                                     for e, t in zip(examples, texts)]
 
 
-def answers(side: Side, examples: list[Example], params: SamplingParams, seed: int, tag: str) -> list[str]:
-    """One completion per prompt; sampled answers are seeded per side, so a rerun repeats them."""
+def answers(side: Side, examples: list[Example], params: SamplingParams, seed: int) -> list[str]:
+    """One completion per prompt. Sampled answers of both sides draw from the same seeded
+    stream (common random numbers): a policy against itself gives identical answers, and
+    swapping A and B gives exactly 1 − the rate, at any temperature."""
     engine = RolloutEngine(side.model, side.tokenizer, params)
-    generator = torch.Generator().manual_seed(derive_seed(seed, "winrate", tag))
+    generator = torch.Generator().manual_seed(derive_seed(seed, "winrate"))
     return [e.completion for e in engine.generate(examples, 1, generator)]
 
 
@@ -138,8 +140,7 @@ def run_winrate(cfg: WinrateConfig) -> dict:
     budget = min(budget, positions - max(len(example_prompt_ids(a.tokenizer, e)) for e in examples))
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=budget,
                             stop_at_newline=not getattr(env_cfg, "cot", True))
-    text_a = answers(a, examples, params, cfg.seed, "a")
-    text_b = answers(b, examples, params, cfg.seed, "b")
+    text_a, text_b = answers(a, examples, params, cfg.seed), answers(b, examples, params, cfg.seed)
 
     score_a, score_b = judge(examples, text_a), judge(examples, text_b)
     # identical answers tie whatever the judge says (an LLM judge's float can differ by batching)
