@@ -404,3 +404,63 @@ class ThinkConfig:
         self.budget_list()
         check_positive(self, "", "size", "answer_tokens")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+
+
+@dataclass
+class WinrateJudgeConfig:
+    """What decides each prompt of `posttrain winrate`: give exactly one."""
+
+    # reward-model directories (`posttrain rlhf` writes runs/<id>/reward_model), comma-separated for an
+    # ensemble; train it on other pairs than the policies', or it grades its own homework
+    rm: str = ""
+    ensemble: str = "mean"  # several --judge.rm: mean, min or mean-minus-std (rewards/ensemble.py)
+    # a local LLM judge (rewards/judge.py): a gpt_mini or transformers checkpoint directory, or
+    # "smollm2-135m"; it rates each answer 1..5 on accuracy from its next-token probabilities
+    llm: str = ""
+    # true: the task's own verifier is the judge (its reward; right beats wrong, equal rewards tie):
+    # the ground truth a learned judge is audited against on a task that has one
+    verifier: bool = False
+
+    def validate(self) -> None:
+        given = [name for name, on in (("rm", self.rm), ("llm", self.llm), ("verifier", self.verifier)) if on]
+        if len(given) != 1:
+            raise ConfigError(f"give exactly one judge: --judge.rm DIR[,DIR], --judge.llm MODEL or --judge.verifier "
+                              f"true (got {', '.join('--judge.' + g for g in given) or 'none'})")
+        check(self.ensemble in ("mean", "min", "mean-minus-std"), "judge.ensemble", self.ensemble,
+              "mean, min or mean-minus-std")
+        for directory in filter(None, (d.strip() for d in self.rm.split(","))):
+            check(Path(directory).is_dir(), "judge.rm", self.rm, "reward-model directories that exist")
+
+    def rm_paths(self) -> list[str]:
+        return [d.strip() for d in self.rm.split(",") if d.strip()]
+
+
+@dataclass
+class WinrateConfig:
+    """`posttrain winrate`: policy A against policy B on the same prompts, one answer each,
+    judged pairwise (posttrain/eval/head_to_head.py; the math in posttrain/eval/winrate.py)."""
+
+    a: str = ""  # policy A: a checkpoint directory, a stage's directory (its latest) or a run directory (its last stage's)
+    b: str = ""  # policy B, the baseline, as --a; the win-rate is A's
+    judge: WinrateJudgeConfig = field(default_factory=WinrateJudgeConfig)
+    split: str = "heldout"  # whose prompts: train, dev or heldout (heldout: never trained on)
+    size: int = 500  # prompts: a 95% CI of about ±4 points on a win-rate near 50%
+    seed: int = 0  # which prompts of the split, the sampling seed, and the bootstrap's
+    # 0 = greedy (each side's most likely answer: the rate is a property of the weights); > 0 samples
+    # one answer per prompt at this temperature, as AlpacaEval does
+    temperature: float = 0.0
+    max_new_tokens: int = 0  # each answer's cap; 0 = A's run's (posttrain_task.json), else 64
+    out_dir: str = "runs"  # where the run directory is created
+    name: str = "winrate"  # the run directory's suffix
+
+    def validate(self) -> None:
+        for side in ("a", "b"):
+            value = getattr(self, side)
+            if not value or not Path(value).is_dir():
+                raise ConfigError(f"{side}={value!r}: give --{side} DIR, a checkpoint directory or a run directory "
+                                  "(runs/<id>) that exists")
+        check(self.split in ("train", "dev", "heldout"), "split", self.split, "train, dev or heldout")
+        check_positive(self, "", "size")
+        check(self.temperature >= 0, "temperature", self.temperature, "a number >= 0 (0 = greedy)")
+        check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = A's run's)")
+        self.judge.validate()

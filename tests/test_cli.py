@@ -14,7 +14,7 @@ import pytest
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.cli import main, train_config
-from posttrain.command_configs import BonConfig, EvalConfig, SystemsConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SystemsConfig, WinrateConfig
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.pipelines.build import make_algorithm
@@ -65,7 +65,7 @@ def help_of(capsys, command: str) -> str:
 
 @pytest.mark.parametrize("command, cls", [("train", TrainConfig), ("run", TrainConfig), ("compare", TrainConfig),
                                           ("rlhf", TrainConfig), ("eval", EvalConfig), ("bon", BonConfig),
-                                          ("systems", SystemsConfig)])
+                                          ("systems", SystemsConfig), ("winrate", WinrateConfig)])
 def test_help_shows_every_setting_with_its_reason(capsys, command, cls):
     entries = help_entries(help_of(capsys, command))
     settings = [f for f in leaf_flags(cls) if f != "--rl.algo_params"]  # set through the sections instead

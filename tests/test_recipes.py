@@ -20,7 +20,8 @@ RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
 
 
 def test_the_catalogue_holds_the_five_named_recipes():
-    assert [p.stem for p in RECIPES] == ["kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr"]
+    assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "kimi_k15", "qwen3", "r1", "r1_zero",
+                                         "tulu3_rlvr"]
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
@@ -39,7 +40,7 @@ def test_a_recipe_loads_passes_its_checks_and_says_what_it_is(path):
 def test_the_staged_recipes_name_their_stages():
     stages = {p.stem: [name for name, _, _ in parse_stages(from_dict(TrainConfig, load_file(str(p))).stages)]
               for p in RECIPES}
-    assert stages == {"kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
+    assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
                       "tulu3_rlvr": ["sft", "dpo", "ppo"]}
 
 
@@ -55,3 +56,16 @@ def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
     assert {r["stage"] for r in rows} == {"sft", "grpo"}
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert all("format" in s["details"]["components"] for s in samples if s["stage"] == "grpo")
+
+
+def test_the_capstone_recipe_passes_its_dry_run_and_trains_dpo_on_the_bundled_fixture(capsys):
+    from posttrain.cli import main
+    from posttrain.data.feedback_fixture import FEEDBACK_FIXTURE
+
+    path = ROOT / "recipes" / "capstone_aligned_assistant.toml"
+    assert main(["run", "--config", str(path), "--dry_run", "true"]) == 0
+    printed = capsys.readouterr().out
+    assert "every check passed" in printed and "checked stage dpo (dpo, 100 steps)" in printed
+    dpo = {name: settings for name, _, settings in parse_stages(from_dict(TrainConfig, load_file(str(path))).stages)}["dpo"]
+    assert ROOT / dpo["rl.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
+    assert "posttrain winrate" in path.read_text(encoding="utf-8")

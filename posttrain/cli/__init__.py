@@ -19,6 +19,10 @@
     posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
     posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
     posttrain think --checkpoint DIR   /think, /no_think and thinking budgets of a fused model: accuracy vs tokens
+    posttrain winrate --a A --b B --judge.rm DIR
+                                       A against B on the same prompts, judged pairwise (a reward model,
+                                       --judge.llm MODEL or --judge.verifier true): win-rate with its CI,
+                                       length-controlled, and the judge's agreement with the verifier
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain systems [--model M --gpus N --gpu h100-80gb] [--run RUN_DIR]
@@ -57,7 +61,7 @@ from posttrain.cli.flags import (
     stages_with_sections,
     value_of,
 )
-from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify
+from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
 from posttrain.cli.systems import cmd_systems
 from posttrain.command_configs import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
@@ -367,6 +371,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "search": cmd_search,
     "verify": cmd_verify,
     "think": cmd_think,
+    "winrate": cmd_winrate,
     "prm": cmd_prm,
     "diff": cmd_diff,
     "export": cmd_export,

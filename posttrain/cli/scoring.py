@@ -1,5 +1,5 @@
 """The commands that score rather than train (Loop A and Loop B): `posttrain eval`, `bon`,
-`search`, `verify`, `think` and `diff`. Each parses its settings (command_configs.py), checks them,
+`search`, `verify`, `think`, `winrate` and `diff`. Each parses its settings (command_configs.py), checks them,
 and hands them to one job; the jobs are imported inside the command, for start-up time
 (they load torch)."""
 
@@ -13,7 +13,7 @@ import tyro
 
 from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
                                  parent_flag, parse_flags, parse_simple)
-from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig
+from posttrain.command_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.config import ConfigError
 
 
@@ -82,6 +82,18 @@ def cmd_think(argv: list[str]) -> int:
     from posttrain.search.thinking_curve import run_think
 
     run_think(cfg)
+    return 0
+
+
+def cmd_winrate(argv: list[str]) -> int:
+    cfg = parse_simple(WinrateConfig, argv, "posttrain winrate", "Loop A: policy A against policy B on the same "
+                       "prompts, one answer each, judged pairwise by a reward model, a local LLM judge or the "
+                       "verifier; the win-rate with its CI, a length-controlled view, both sides' lengths and pass@1, "
+                       "and the judge's agreement with the verifier")
+    # imported here for start-up time: eval/ loads torch
+    from posttrain.eval.head_to_head import run_winrate
+
+    run_winrate(cfg)
     return 0
 
 

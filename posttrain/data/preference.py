@@ -25,7 +25,9 @@ A row (our JSONL format, one JSON object per line, blank lines ignored):
 
 TRL's conventions are read too: `label` for `desirable` (KTO's unpaired format); a prompt,
 chosen, rejected or completion given as a conversation ({"role", "content"} turns; a
-response is one assistant turn); and pairs with no `prompt` column, whose prompt is what
+response is one assistant turn, or, beside a prompt column, the prompt's turns and then one
+assistant turn, as UltraFeedback's binarised set lays them out: data/feedback_fixture.py
+ships a small file in that schema); and pairs with no `prompt` column, whose prompt is what
 chosen and rejected share (the turns before their last, or for text the shared start, cut
 at a word boundary). Other columns are kept in meta. `desirable`/`label` is a boolean,
 `meta` an optional object. A text prompt is fed to the model exactly as written (after a
@@ -166,7 +168,7 @@ def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, 
     if prompt is not None:
         if not isinstance(prompt, str):
             prompt = conversation(prompt, where, "prompt")
-        return prompt, assistant_text(chosen, where, "chosen"), assistant_text(rejected, where, "rejected")
+        return prompt, _response(chosen, prompt, where, "chosen"), _response(rejected, prompt, where, "rejected")
     if isinstance(chosen, str) and isinstance(rejected, str):
         shared = 0
         while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
@@ -183,6 +185,22 @@ def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, 
         raise ValueError(f"{where}: no 'prompt' column, so 'chosen' and 'rejected' must be whole conversations that "
                          "share every turn but their last, an assistant turn; add a 'prompt' column otherwise")
     return turns["chosen"][:-1], turns["chosen"][-1]["content"], turns["rejected"][-1]["content"]
+
+
+def _response(value, prompt: str | list, where: str, column: str) -> str:
+    """A response's text: a str, one assistant turn, or (UltraFeedback's layout, a prompt
+    column beside whole conversations) the prompt's turns then one assistant turn, the
+    prompt's turns checked against the prompt column so that a pair never trains on an
+    answer to another question."""
+    if not isinstance(value, list) or len(value) < 2:
+        return assistant_text(value, where, column)
+    turns = conversation(value, where, column)
+    asked = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else prompt
+    if turns[:-1] != asked:
+        raise ValueError(f"{where}: column {column!r} is a conversation whose turns before the response "
+                         f"({turns[:-1]!r:.120}) are not the 'prompt' column ({prompt!r:.80}); give the response "
+                         "alone (one assistant turn), or a conversation that repeats the prompt")
+    return assistant_text(turns[-1:], where, column)
 
 
 # --------------------------------------------------------------------------------------

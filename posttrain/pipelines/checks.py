@@ -18,7 +18,8 @@ from pathlib import Path
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig
+from posttrain.command_configs import (BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig,
+                                       WinrateConfig)
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
 from posttrain.data.preference import load_preference_data, preference_episodes
@@ -44,7 +45,7 @@ from posttrain.rewards.process_reward_model import task_step_format
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
-from posttrain.runs.checkpoints import read_task
+from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.search.thinking_curve import fused_task
 from posttrain.verifiers import VERIFIERS
@@ -63,7 +64,7 @@ def check_config(cfg, env=None) -> list[str]:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
         {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
-         VerifyConfig: check_search, ThinkConfig: check_think}[type(cfg)](cfg)
+         VerifyConfig: check_search, ThinkConfig: check_think, WinrateConfig: check_winrate}[type(cfg)](cfg)
         return []
     except ConfigError:
         raise
@@ -403,6 +404,26 @@ def check_search(cfg: SearchConfig | VerifyConfig) -> None:
 
 def check_think(cfg: ThinkConfig) -> None:
     fused_task(cfg.checkpoint)  # a checkpoint of a fused (arithmetic_think) run, or ValueError saying so
+
+
+def check_winrate(cfg: WinrateConfig) -> None:
+    """Both sides hold a policy checkpoint and the judge is on this disk, before anything loads."""
+    for side in ("a", "b"):
+        try:
+            final_checkpoint(getattr(cfg, side))
+        except FileNotFoundError as error:
+            raise ConfigError(f"{side}={getattr(cfg, side)!r}: {error}") from None
+    for directory in cfg.judge.rm_paths():
+        try:
+            check_reward_model_dir(directory)
+        except ValueError as error:
+            raise ConfigError(f"judge.rm={cfg.judge.rm!r}: {error}") from None
+    if cfg.judge.llm:
+        try:
+            read_model_dir(resolve_model_dir(cfg.judge.llm))
+        except ValueError as error:
+            raise ConfigError(f"judge.llm={cfg.judge.llm!r}: not a model on this disk (never downloaded): "
+                              f"{error}") from None
 
 
 def check_prm(cfg: PrmConfig) -> None:
