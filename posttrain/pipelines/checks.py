@@ -47,6 +47,7 @@ from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.search.thinking_curve import fused_task
+from posttrain.types import PreferencePair
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of
 
@@ -108,7 +109,13 @@ def check_rl(rl: RLConfig) -> None:
         check(not loss.paired or rl.micro_batch_size % 2 == 0, "rl.micro_batch_size", rl.micro_batch_size,
               f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
         if rl.pairs:
-            load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
+            records = load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
+            unscored = [i for i, r in enumerate(records) if not isinstance(r, PreferencePair) or r.score_chosen is None]
+            check(loss.gap_weighting == "none" or not unscored, f"{rl.algo}.gap_weighting", loss.gap_weighting,
+                  f"'none' for rl.pairs={rl.pairs!r}: {len(unscored)} of its {len(records)} records (the first: "
+                  f"record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
+                  "weighting weighs each pair by their difference; add the columns (map yours with "
+                  "--rl.pairs_columns 'score_chosen=COLUMN,score_rejected=COLUMN') or weight no pair")
     else:
         algo = make_algorithm(rl)
     check_can_learn(rl, None if preference else algo)

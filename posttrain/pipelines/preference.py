@@ -17,6 +17,7 @@ from posttrain.data.preference import (
     group_by_prompt,
     load_preference_data,
     load_preference_jsonl,
+    pair_gaps,
     pairs_from_verifier,
     preference_episodes,
     save_preference_jsonl,
@@ -171,6 +172,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if r == 0 and step == 0:
             console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
         rows = preference_episodes(pairs, tokenizer, policy.config.max_seq_len)
+        if loss.gap_weighting != "none":
+            pair_gaps(rows)  # every pair scored, or the record without scores named before the round trains
         if loss.uses_reference:
             cache_reference_logps(round_reference(r), rows, tokenizer.pad_id)
         # how many times the round trains on each of its pairs; past a few, the loss fits
@@ -214,7 +217,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
             start_round(r, step)
         seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
         indices = batch_indices(len(current["rows"]), cfg.rl.prompts_per_step, seed, step - round_start[r])
-        row = trainer.update(preference_batch(current["rows"], indices, tokenizer.pad_id), loss)
+        row = trainer.update(preference_batch(current["rows"], indices, tokenizer.pad_id, loss.gap_weighting), loss)
         row["time/train"] = time.perf_counter() - started
         if step == round_start[r]:
             row.update({"round": r, **{f"round_{k}": v for k, v in current["stats"].items()},
