@@ -6,13 +6,14 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import SFTConfig, TrainConfig
+from posttrain.data.judge_demos import judge_demonstrations
 from posttrain.roles.agent import observation_ids
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
-from posttrain.seeds import generator_for
+from posttrain.seeds import derive_seed, generator_for
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, RolloutBatch, Turn
 
 
@@ -51,10 +52,22 @@ def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn
     return turns
 
 
-def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, stage: str = "sft") -> None:
-    """SFT on sft.num_examples of the environment's worked solutions, checkpointed as `stage`."""
+def sft_demonstrations(cfg: TrainConfig, env, tokenizer) -> list[Episode]:
+    """SFT's rows: sft.num_examples of the environment's worked solutions, then two judge
+    demonstrations for each of sft.judge_demos other draws of training problems (a solution
+    judged Y, a wrong twin judged N: data/judge_demos.py), when asked for."""
     demos = demonstration_episodes(env, tokenizer, env.fixed_set("train", cfg.sft.num_examples, seed=cfg.seed))
-    fine_tune(run, stage, demos, tokenizer, policy, cfg.sft, cfg.seed, cfg.checkpoint_every)
+    if cfg.sft.judge_demos:
+        examples = env.sample("train", cfg.sft.judge_demos, seed=derive_seed(cfg.seed, "judge-demos"))
+        demos += judge_demonstrations(env, tokenizer, examples, derive_seed(cfg.seed, "judge-demo-errors"))
+    return demos
+
+
+def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, stage: str = "sft") -> None:
+    """SFT on sft_demonstrations (the environment's worked solutions, and judge
+    demonstrations with sft.judge_demos), checkpointed as `stage`."""
+    fine_tune(run, stage, sft_demonstrations(cfg, env, tokenizer), tokenizer, policy, cfg.sft, cfg.seed,
+              cfg.checkpoint_every)
 
 
 def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer, policy, sft: SFTConfig, seed: int,
