@@ -19,7 +19,8 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines import preference
 from posttrain.pipelines.checks import check_config
-from posttrain.pipelines.sft import sft_demonstrations
+from posttrain.pipelines import sft as sft_module
+from posttrain.pipelines.sft import sft_demonstrations, sft_judge_rows
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, Judgement, judge_prompt_ids
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION, SelfJudgeReward, self_judge
 from posttrain.types import Episode, Example, PreferencePair
@@ -80,12 +81,24 @@ def test_judge_demonstrations_pair_a_right_and_a_wrong_answer_in_the_judges_layo
     assert rows == judge_demonstrations(env, TOK, examples, seed=0)  # deterministic
 
 
-def test_sft_mixes_judge_demonstrations_only_when_asked():
+def test_sft_draws_judge_rows_on_top_of_the_same_demonstration_batches(tmp_path, monkeypatch):
     env = ArithmeticEnv(level=3)
-    plain = sft_demonstrations(TrainConfig(sft=SFTConfig(num_examples=10)), env, TOK)
-    mixed = sft_demonstrations(TrainConfig(sft=SFTConfig(num_examples=10, judge_demos=6)), env, TOK)
-    assert len(plain) == 10 and len(mixed) == 22 and mixed[:10] == plain
-    assert sorted(e.completion for e in mixed[10:]) == ["N"] * 6 + ["Y"] * 6
+    assert sft_judge_rows(TrainConfig(sft=SFTConfig(num_examples=10)), env, TOK) == []
+    judge_rows = sft_judge_rows(TrainConfig(sft=SFTConfig(num_examples=10, judge_demos=6)), env, TOK)
+    assert sorted(e.completion for e in judge_rows) == ["N"] * 6 + ["Y"] * 6
+    batches = {}
+    for name, extra in (("plain", None), ("judged", judge_rows)):
+        seen = batches.setdefault(name, [])
+        monkeypatch.setattr(sft_module, "run_stage", lambda run, stage, steps, step_fn, *a, **k: [
+            step_fn(step) for step in range(steps)])
+        monkeypatch.setattr(sft_module.Trainer, "update", lambda self, batch, loss: seen.append(batch) or {})
+        demos = sft_demonstrations(TrainConfig(sft=SFTConfig(num_examples=10)), env, TOK)
+        sft_module.fine_tune(None, "sft", demos, TOK, tiny_policy(), SFTConfig(steps=3, batch_size=4), 0, 0,
+                             extra=extra)
+    for plain, judged in zip(batches["plain"], batches["judged"]):
+        assert plain.batch_size == 4 and judged.batch_size == 8
+        assert judged.episodes[:4] == plain.episodes  # the demonstrations drawn exactly as without judge rows
+        assert all(e.completion in ("Y", "N") for e in judged.episodes[4:])
 
 
 # ------------------------------------------------------------------ pairs from the judge alone
@@ -164,8 +177,12 @@ def test_ranker_agreement_by_hand_and_undefined_numbers_left_out():
     assert all_right == {}  # one class and no pair: nothing is defined, nothing is written as NaN
 
 
+def tiny_policy():
+    return GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=96))
+
+
 def test_the_self_judge_is_the_policy_reading_the_compact_prompt():
-    policy = GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=96))
+    policy = tiny_policy()
     judge = self_judge(policy, TOK)
     assert judge.model is policy and judge.scale == CORRECT_YN and "compact-judge-v1" in judge.version
     env = ArithmeticEnv(level=1)

@@ -38,7 +38,7 @@ from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.prm_labels import prm_task
-from posttrain.pipelines.sft import demonstration_episodes, sft_demonstrations
+from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.process_reward_model import task_step_format
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
@@ -386,7 +386,7 @@ def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_p
     if cfg.sft.judge_demos:
         check(sft, "sft.judge_demos", cfg.sft.judge_demos, "0 without an SFT stage (--init, or sft.steps 0): judge "
               "demonstrations are SFT rows; make the SFT checkpoint with them first and --init from it")
-        rows = [e for e in sft_demonstrations(cfg, env, tokenizer) if e.completion in CORRECT_YN.labels]
+        rows = sft_judge_rows(cfg, env, tokenizer)
         longest = max(len(e.prompt_ids) + len(e.response_ids) for e in rows)
         check(longest <= positions, "sft.judge_demos", cfg.sft.judge_demos,
               f"0 for this model: the longest judge demonstration is {longest} tokens, more than its {positions} "
