@@ -173,11 +173,12 @@ class SFTConfig:
     lr: float = 1e-3  # from-scratch training of a 0.8M model tolerates a large step
     warmup_steps: int = 30  # linear warmup: Adam's first second-moment estimates are poor
     weight_decay: float = 0.1  # the usual AdamW decay for training from scratch
-    # judge demonstrations mixed into SFT: this many training problems, each its solution
-    # judged "Y" and a wrong twin (a step's slip carried through) judged "N", in the self-judge's
-    # compact prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation
-    # fine-tuning data). What rl.self_reward needs on gpt_mini, which cannot read a judge prompt
-    # untaught. 0 = none: plain SFT, which the README's other numbers use
+    # judge demonstrations for SFT: this many training problems, each its solution judged "Y"
+    # and a wrong twin (a step's slip carried through) judged "N", in the self-judge's compact
+    # prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation fine-tuning
+    # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.self_reward
+    # needs on gpt_mini, which cannot read a judge prompt untaught; 1,000 took its judge from
+    # chance to AUROC ~0.7 against the verifier (README). 0 = none: plain SFT
     judge_demos: int = 0
 
     def validate(self, prefix: str = "sft") -> None:

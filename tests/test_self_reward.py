@@ -62,6 +62,19 @@ def test_corrupt_one_digit_changes_exactly_one_digit():
         corrupt_one_digit("no digits", rng)
 
 
+def test_a_task_without_a_running_sum_gets_one_digit_corrupted():
+    class Products:  # a task verifiers/steps.py cannot read: its solution is corrupted instead
+        def solution(self, example):
+            return "3*4=12\nFinal: 12"
+
+    wrong = wrong_solution(Products(), Example("What is 3*4?\n", "12"), random.Random(0))
+    assert len(wrong) == len("3*4=12\nFinal: 12") and wrong != "3*4=12\nFinal: 12"
+    # an arithmetic prompt is read by verifiers/steps.py and gets the carried slip instead
+    env = ArithmeticEnv(level=2)
+    (example,) = env.fixed_set("train", 1, seed=0)
+    assert env.score(example, wrong_solution(env, example, random.Random(0)))["reward"] == 0.0
+
+
 def test_judge_demonstrations_pair_a_right_and_a_wrong_answer_in_the_judges_layout():
     env = ArithmeticEnv(level=3)
     examples = env.fixed_set("train", 20, seed=1)

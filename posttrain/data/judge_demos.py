@@ -1,7 +1,7 @@
 """Judge demonstrations: SFT rows that teach a model to judge answers to its task, made from
 the task itself (the self-rewarding paper's "evaluation fine-tuning" data, Yuan et al. 2024,
-arXiv:2401.10020, Sec. 2.1, whose EFT set was human-ranked judgements; here the task's own
-solutions give the labels).
+arXiv:2401.10020, Sec. 2.1, whose EFT set was judgements kept where they matched human
+rankings; here the task's own solutions give the labels).
 
 For each problem, two rows in the judge's exact layout (rewards/judge.py::judge_prompt_ids,
 the compact prompt and the Y/N scale of rewards/self_judge.py):
