@@ -173,9 +173,17 @@ class SFTConfig:
     lr: float = 1e-3  # from-scratch training of a 0.8M model tolerates a large step
     warmup_steps: int = 30  # linear warmup: Adam's first second-moment estimates are poor
     weight_decay: float = 0.1  # the usual AdamW decay for training from scratch
+    # judge demonstrations for SFT: this many training problems, each its solution judged "Y"
+    # and a wrong twin (a step's slip carried through) judged "N", in the self-judge's compact
+    # prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation fine-tuning
+    # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.self_reward
+    # needs on gpt_mini, which cannot read a judge prompt untaught; 1,000 took its judge from
+    # chance to AUROC ~0.7 against the verifier (README). 0 = none: plain SFT
+    judge_demos: int = 0
 
     def validate(self, prefix: str = "sft") -> None:
         check_positive(self, prefix, "num_examples", "batch_size")
+        check_non_negative(self, prefix, "judge_demos")
         check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
         check_non_negative(self, prefix, "warmup_steps", "weight_decay")
@@ -373,6 +381,13 @@ class RLConfig:
     # anchored where that round's pairs were sampled. False keeps the starting policy as the
     # reference for every round (the KL logged at evaluation is always to the starting policy)
     refresh_reference: bool = False
+    # self-rewarding (Yuan et al. 2024, arXiv:2401.10020): the policy judges its own samples in
+    # the compact judge prompt (Y/N, its P(Y) the score; posttrain/rewards/self_judge.py) and each
+    # prompt's best against its worst by that score is a pair (ties none). The verifier scores the
+    # same samples only to report the judge's agreement with it per round (ranker_auroc,
+    # ranker_pair_agreement). On gpt_mini it needs sft.judge_demos (or an --init that had them).
+    # false: the verifier ranks (or the reward model of rl.rm.path)
+    self_reward: bool = False
     # how the rollout samples the policy's completions (also the generation budget the
     # length-aware algorithms read as max_len)
     sampling: SamplingParams = field(default_factory=SamplingParams)
@@ -441,6 +456,9 @@ class RLConfig:
         self.sampling.validate(f"{prefix}.sampling")
         self.rm.validate(f"{prefix}.rm")
         self.curation.validate(f"{prefix}.curation")
+        check(not (self.self_reward and self.rm.path), f"{prefix}.self_reward", self.self_reward,
+              f"false with {prefix}.rm.path={self.rm.path!r}: one ranker builds the pairs, the policy's own verdicts "
+              f"(self_reward) or the reward model's scores (rm.path); drop one")
 
 
 TOPOLOGIES = ("auto", "colocated", "sync", "async")

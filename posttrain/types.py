@@ -63,12 +63,17 @@ class Example:
 
 @dataclass(frozen=True)
 class PreferencePair:
-    """`chosen` is preferred over `rejected` as a response to `prompt`."""
+    """`chosen` is preferred over `rejected` as a response to `prompt`. The scores, when
+    the ranker gave numbers (a verifier's rewards, a reward model's or a judge's scores,
+    UltraFeedback's `score_chosen` / `score_rejected` columns), are kept beside the texts:
+    DPO's gap weighting reads score_chosen − score_rejected (None: an unscored pair)."""
 
     prompt: str
     chosen: str
     rejected: str
     meta: dict[str, Any] = field(default_factory=dict)
+    score_chosen: float | None = None
+    score_rejected: float | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +194,9 @@ class RolloutBatch:
     # (B,) bool, True on rows the generation budget cut off before a stop token (not
     # Episode.finished): what overlong filtering drops from the loss. None: not recorded
     truncated: torch.Tensor | None = None
+    # (B,) float, a preference row's pair weight in the loss (DPO's gap weighting: a function
+    # of its pair's score gap, mean 1 over the step's pairs; both rows of a pair hold it). None: 1
+    pair_weights: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
 
     @property

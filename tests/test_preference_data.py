@@ -96,7 +96,7 @@ def test_pairs_from_verifier_pairs_each_correct_with_each_incorrect_and_drops_ti
     pairs = pairs_from_verifier({ex.prompt: group})
     # 1 distinct correct × 2 incorrect = 2 pairs; the two wrongs tie (0 = 0) and give none
     assert [(p.chosen, p.rejected) for p in pairs] == [(right, wrong1), (right, wrong2)]
-    assert all(p.prompt == ex.prompt and p.meta["chosen_reward"] == 1.0 for p in pairs)
+    assert all(p.prompt == ex.prompt and (p.score_chosen, p.score_rejected) == (1.0, 0.0) for p in pairs)
     # all correct or all wrong: every pair is a tie, nothing comes out
     assert pairs_from_verifier([scored_group(env, ex, [wrong1, wrong2])]) == []
 
@@ -122,7 +122,7 @@ def test_best_vs_worst_keeps_one_pair_per_prompt_for_continuous_scores():
              episode(ex, "e", -0.20)]
     (pair,) = pairs_from_verifier([group], best_vs_worst=True)
     assert (pair.chosen, pair.rejected) == ("b", "c")  # of equal scores, the first
-    assert (pair.meta["chosen_reward"], pair.meta["rejected_reward"]) == (0.90, -0.20)
+    assert (pair.score_chosen, pair.score_rejected) == (0.90, -0.20)
     assert pairs_from_verifier([[episode(ex, "a", 0.5), episode(ex, "b", 0.5)]], best_vs_worst=True) == []  # a tie
 
 

@@ -147,11 +147,11 @@ def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft
         pairs = [json.loads(line) for line in (run / f"pairs_round{r}.jsonl").read_text().splitlines()]
         # the reward model's scores, best against worst: one pair per prompt, never a 0/1 verdict pair
         assert 0 < len(pairs) == len({p["prompt"] for p in pairs}) <= 8
-        assert all(p["meta"]["chosen_reward"] > p["meta"]["rejected_reward"] for p in pairs)
-        assert any(p["meta"]["chosen_reward"] not in (0.0, 1.0) for p in pairs)
+        assert all(p["score_chosen"] > p["score_rejected"] for p in pairs)
+        assert any(p["score_chosen"] not in (0.0, 1.0) for p in pairs)
         assert 0 <= rounds[r]["sampled_gold_mean"] <= 1  # the verifier's view of the same samples
     dev = [json.loads(line) for line in (run / "pairs_dev.jsonl").read_text().splitlines()]
-    assert dev and {p["meta"]["chosen_reward"] for p in dev} == {1.0}  # held-out pairs stay the verifier's
+    assert dev and {p["score_chosen"] for p in dev} == {1.0}  # held-out pairs stay the verifier's
 
 
 def test_rlhf_trains_an_ensemble_each_member_on_its_own_bootstrap(sft, tmp_path):

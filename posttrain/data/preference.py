@@ -23,6 +23,11 @@ A row (our JSONL format, one JSON object per line, blank lines ignored):
     unpaired   {"prompt": "Review the hotel:\\n", "completion": "The hotel was awful.",
                 "desirable": false}
 
+A pair may carry its ranker's scores, as UltraFeedback's binarized sets do: numbers
+`score_chosen` >= `score_rejected`, both or neither (PreferencePair.score_chosen / _rejected;
+DPO's gap weighting reads their difference). Pairs built here carry them too: the verifier's
+rewards, a reward model's or the self-judge's scores, the lexicon's sentiment.
+
 TRL's conventions are read too: `label` for `desirable` (KTO's unpaired format); a prompt,
 chosen, rejected or completion given as a conversation ({"role", "content"} turns; a
 response is one assistant turn, or, beside a prompt column, the prompt's turns and then one
@@ -41,6 +46,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from pathlib import Path
@@ -84,6 +90,8 @@ def save_preference_jsonl(records: Iterable[PreferencePair | UnpairedExample], p
     for r in records:
         if isinstance(r, PreferencePair):
             obj = {"prompt": r.prompt, "chosen": r.chosen, "rejected": r.rejected}
+            if r.score_chosen is not None:  # UltraFeedback's column names: the file reads back as it was
+                obj |= {"score_chosen": r.score_chosen, "score_rejected": r.score_rejected}
         elif isinstance(r, UnpairedExample):
             obj = {"prompt": r.prompt, "completion": r.completion, "desirable": r.desirable}
         else:
@@ -131,6 +139,7 @@ def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | Unpaired
                 raise missing_column(where, name, obj, "a pair needs 'chosen' and 'rejected' (and usually 'prompt')")
         prompt, chosen, rejected = _pair_texts(record.pop("prompt", None), record.pop("chosen"),
                                                record.pop("rejected"), where)
+        scores = _pair_scores(record.pop("score_chosen", None), record.pop("score_rejected", None), where)
     else:
         if "prompt" not in record:
             raise missing_column(where, "prompt", obj, "an unpaired example needs 'prompt', 'completion', 'label'")
@@ -158,7 +167,25 @@ def _parse_record(obj: dict, kind: str, where: str) -> PreferencePair | Unpaired
         return UnpairedExample(prompt, completion, desirable, meta)
     if chosen == rejected:
         raise ValueError(f"{where}: 'chosen' and 'rejected' are the same text, which carries no preference")
-    return PreferencePair(prompt, chosen, rejected, meta)
+    return PreferencePair(prompt, chosen, rejected, meta, *scores)
+
+
+def _pair_scores(score_chosen, score_rejected, where: str) -> tuple[float | None, float | None]:
+    """A pair's two scores (UltraFeedback's `score_chosen` / `score_rejected` columns), both or
+    neither, each a finite number, chosen >= rejected; (None, None) for an unscored pair."""
+    if score_chosen is None and score_rejected is None:
+        return None, None
+    if score_chosen is None or score_rejected is None:
+        given = "score_chosen" if score_rejected is None else "score_rejected"
+        raise ValueError(f"{where}: {given!r} is set but not its partner; a pair's scores come both or neither "
+                         "(score_chosen and score_rejected)")
+    for name, value in (("score_chosen", score_chosen), ("score_rejected", score_rejected)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{where}: {name!r} must be a finite number, got {type(value).__name__} {value!r:.60}")
+    if score_chosen < score_rejected:
+        raise ValueError(f"{where}: score_chosen={score_chosen} is below score_rejected={score_rejected}: the chosen "
+                         "response must score at least as high; swap the pair or fix its scores")
+    return float(score_chosen), float(score_rejected)
 
 
 def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, str]:
@@ -209,12 +236,14 @@ def _response(value, prompt: str | list, where: str, column: str) -> str:
 
 
 def response_episode(tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
-                     max_len: int | None, where: str, messages: list[dict[str, str]] | None = None) -> Episode:
+                     max_len: int | None, where: str, messages: list[dict[str, str]] | None = None,
+                     score: float | None = None) -> Episode:
     """One response as a trainable row: `[bos] prompt` (or the chat template), then the
     response + [eos], the layout the rollout engine samples, so the EOS is an action the
     policy is trained to take (or not) like any other token. reward 1 marks the chosen /
     desirable side (algorithms/preference/core.py). `messages`: the prompt's turns when it
-    is a conversation, for an instruct model's chat template."""
+    is a conversation, for an instruct model's chat template. `score`: the response's score
+    in a scored pair, kept in details["score"] for DPO's gap weighting (pair_gaps)."""
     prompt_ids = encode_prompt(tokenizer, prompt, messages)
     response_ids = tokenizer.encode(response) + [tokenizer.eos_id]
     if max_len is not None and len(prompt_ids) + len(response_ids) > max_len:
@@ -224,7 +253,8 @@ def response_episode(tokenizer, prompt: str, response: str, preferred: bool, gro
         )
     example = Example(prompt, "", meta={PROMPT_MESSAGES: messages} if messages else {})
     return Episode(example=example, group_id=group_id, prompt_ids=prompt_ids, response_ids=response_ids,
-                   response_logp=[0.0] * len(response_ids), completion=response, reward=float(preferred))
+                   response_logp=[0.0] * len(response_ids), completion=response, reward=float(preferred),
+                   details={} if score is None else {"score": score})
 
 
 def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tokenizer,
@@ -236,13 +266,30 @@ def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tok
     for i, r in enumerate(records):
         where, turns = f"record {i}", r.meta.get(PROMPT_MESSAGES)
         if isinstance(r, PreferencePair):
-            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where, turns),
-                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where, turns)])
+            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where, turns, r.score_chosen),
+                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where, turns,
+                                         r.score_rejected)])
         elif isinstance(r, UnpairedExample):
             out.append([response_episode(tokenizer, r.prompt, r.completion, r.desirable, i, max_len, where, turns)])
         else:
             raise TypeError(f"{where}: expected PreferencePair or UnpairedExample, got {type(r).__name__}")
     return out
+
+
+def pair_gaps(rows: Sequence[list[Episode]]) -> list[float]:
+    """score_chosen − score_rejected of each pair's rows (preference_episodes' layout), for
+    DPO's gap weighting; ValueError naming the first record without scores (a scored and an
+    unscored pair cannot be weighed against each other: score every pair, or weight none)."""
+    gaps = []
+    for i, record in enumerate(rows):
+        if len(record) != 2 or any("score" not in e.details for e in record):
+            kind = "an unpaired example" if len(record) != 2 else "a pair without scores"
+            raise ValueError(f"record {i} is {kind}, and gap weighting weighs each pair by score_chosen − "
+                             "score_rejected: give every pair both scores (a file's score_chosen / score_rejected "
+                             "columns; pairs the library builds carry them), or set --dpo.gap_weighting none")
+        chosen, rejected = record
+        gaps.append(chosen.details["score"] - rejected.details["score"])
+    return gaps
 
 
 # --------------------------------------------------------------------------------------
@@ -281,7 +328,7 @@ def pairs_from_verifier(
 
     Deterministic: repeated completion texts are kept once (the first occurrence), then pairs
     are listed by prompt in input order, then by the chosen's and the rejected's position in
-    the group. Each pair's meta holds both rewards and the example id.
+    the group. Each pair carries both rewards as its scores, and the example id in meta.
     """
     groups = episodes_by_prompt.values() if isinstance(episodes_by_prompt, Mapping) else episodes_by_prompt
     pairs = []
@@ -311,8 +358,9 @@ def pairs_from_verifier(
                 prompt,
                 better.completion,
                 worse.completion,
-                {"chosen_reward": better.reward, "rejected_reward": worse.reward, "id": better.example.id,
-                 **({PROMPT_MESSAGES: turns} if turns else {})},
+                {"id": better.example.id, **({PROMPT_MESSAGES: turns} if turns else {})},
+                score_chosen=better.reward,
+                score_rejected=worse.reward,
             )
             for better in candidates
             for worse in candidates
@@ -418,6 +466,6 @@ def sentiment_pairs(n: int, seed: int = 0, split: str = "train", min_gap: float 
         if _split_of(prompt + "\0" + "\0".join(sorted((a, b)))) != split:
             continue
         chosen, rejected = (a, b) if score_a > score_b else (b, a)
-        meta = {"chosen_score": max(score_a, score_b), "rejected_score": min(score_a, score_b)}
-        pairs.append(PreferencePair(prompt, chosen, rejected, meta))
+        pairs.append(PreferencePair(prompt, chosen, rejected, score_chosen=max(score_a, score_b),
+                                    score_rejected=min(score_a, score_b)))
     return pairs

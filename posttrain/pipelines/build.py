@@ -6,6 +6,8 @@ this runs is checked by pipelines/checks.py.)
     reward_stack(rl)          the terms of the training reward: presets, users' functions
                               (rewards/user_function.py), length terms, weighted and summed
     make_reward(rl, score)    that stack on top of the environment's verifier
+    pair_ranker(rl, ...)      what ranks a preference stage's samples into pairs: the policy
+                              judging itself, a reward model, or the verifier
     sampling_params(cfg)      the rollout's sampling settings
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
@@ -36,6 +38,7 @@ from posttrain.rewards.ensemble import LearnedReward
 from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
+from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
 from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
@@ -104,6 +107,16 @@ def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
     if rl.rm.path and not learned_term:  # the reward model scores; the verifier's verdict stays in details
         score = ProxyReward(load_reward_scorer(rl.rm.paths(), rl.rm.ensemble, rl.rm.disagreement_coef), score)
     return score if stack is None else stack_scorer(stack, score)
+
+
+def pair_ranker(rl: RLConfig, score, policy, tokenizer):
+    """What ranks a preference stage's sampled pairs instead of the verifier: the policy as its
+    own judge (rl.self_reward), a reward model (rl.rm.path), or None, the verifier itself (every
+    right sample against every wrong one). Either ranker keeps the verifier's verdict in each
+    sample's details as the gold, to measure the ranker against."""
+    if rl.self_reward:
+        return SelfJudgeReward(self_judge(policy, tokenizer), score)
+    return make_reward(rl, score) if rl.rm.path else None
 
 
 def sampling_params(cfg: TrainConfig) -> SamplingParams:

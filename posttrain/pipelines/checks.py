@@ -39,15 +39,18 @@ from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.prm_labels import prm_task
-from posttrain.pipelines.sft import demonstration_episodes
+from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.process_reward_model import task_step_format
+from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
 from posttrain.rewards.reward_model import check_reward_model_dir
+from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.trackers import check_trackers
 from posttrain.search.thinking_curve import fused_task
+from posttrain.types import PreferencePair
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of
 
@@ -104,12 +107,23 @@ def check_rl(rl: RLConfig) -> None:
     check(rl.algo in ALGORITHMS or rl.algo in PREFERENCE_LOSSES, "rl.algo", rl.algo,
           f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
     preference = is_preference(rl)
+    if rl.self_reward:
+        check(preference and not rl.pairs, "rl.self_reward", rl.self_reward,
+              "false unless rl.algo is a preference loss whose pairs are built from the policy's samples (no "
+              "rl.pairs file): the policy judges its own samples into pairs, and an RL algorithm or a fixed file "
+              "has none to judge")
     if preference:
         loss = make_preference_loss(rl.algo, **rl.algo_params)  # raises, listing the valid fields
         check(not loss.paired or rl.micro_batch_size % 2 == 0, "rl.micro_batch_size", rl.micro_batch_size,
               f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
         if rl.pairs:
-            load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
+            records = load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
+            unscored = [i for i, r in enumerate(records) if not isinstance(r, PreferencePair) or r.score_chosen is None]
+            check(loss.gap_weighting == "none" or not unscored, f"{rl.algo}.gap_weighting", loss.gap_weighting,
+                  f"'none' for rl.pairs={rl.pairs!r}: {len(unscored)} of its {len(records)} records (the first: "
+                  f"record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
+                  "weighting weighs each pair by their difference; add the columns (map yours with "
+                  "--rl.pairs_columns 'score_chosen=COLUMN,score_rejected=COLUMN') or weight no pair")
     else:
         algo = make_algorithm(rl)
     check_can_learn(rl, None if preference else algo)
@@ -352,9 +366,48 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
             preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)
         except ValueError as error:
             raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
+    found += check_self_judge(cfg, env, tokenizer, positions, examples[max(examples, key=len)], bool(demos))
     return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
                     f"= {longest + budget} of the model's {positions} positions"
                     + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")]
+
+
+def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_prompt, sft: bool) -> list[str]:
+    """rl.self_reward and sft.judge_demos: the judge's Y/N labels are single tokens of this
+    model, its compact prompt with a whole sample fits the model, judge demonstrations have an
+    SFT stage to join and fit too, and gpt_mini, which cannot read a judge prompt untaught, is
+    taught (sft.judge_demos) unless it starts from a checkpoint. What was found, for --dry_run."""
+    if not (cfg.rl.self_reward or cfg.sft.judge_demos):
+        return []
+    try:
+        label_ids(tokenizer, CORRECT_YN)
+    except ValueError as error:
+        raise ConfigError(f"rl.self_reward / sft.judge_demos: the judge's verdict is one token: {error}") from None
+    found = []
+    if cfg.sft.judge_demos:
+        check(sft, "sft.judge_demos", cfg.sft.judge_demos, "0 without an SFT stage (--init, or sft.steps 0): judge "
+              "demonstrations are SFT rows; make the SFT checkpoint with them first and --init from it")
+        rows = sft_judge_rows(cfg, env, tokenizer)
+        longest = max(len(e.prompt_ids) + len(e.response_ids) for e in rows)
+        check(longest <= positions, "sft.judge_demos", cfg.sft.judge_demos,
+              f"0 for this model: the longest judge demonstration is {longest} tokens, more than its {positions} "
+              "positions; raise model.max_seq_len")
+        found.append(f"judge demonstrations: {len(rows)} rows ({cfg.sft.judge_demos} problems, Y and N), the "
+                     f"longest {longest} tokens")
+    if cfg.rl.self_reward and is_preference(cfg.rl):
+        check(bool(cfg.init) or is_pretrained(cfg.model) or cfg.sft.judge_demos > 0, "sft.judge_demos",
+              cfg.sft.judge_demos, "a positive number of problems with rl.self_reward on gpt_mini (e.g. 300): a "
+              "character-level model trained on the task alone never saw the judge's question and answers it at "
+              "chance; or --init a checkpoint whose SFT had them")
+        budget = cfg.rl.sampling.max_new_tokens
+        judged = len(judge_prompt_ids(tokenizer, CORRECT_YN, *SELF_JUDGE_CRITERION, longest_prompt, "",
+                                      COMPACT_JUDGE_PROMPT_VERSION)) + budget + 1  # + the sample, + the verdict
+        check(judged <= positions, "rl.sampling.max_new_tokens", budget,
+              f"at most {budget - (judged - positions)} with rl.self_reward: the judge reads the prompt, a sample of "
+              f"up to max_new_tokens and its question ({judged} tokens in all) within the model's {positions} "
+              "positions, and a longer judge prompt is no verdict (scored 0)")
+        found.append(f"self-judge: the longest judge prompt {judged} of the model's {positions} positions")
+    return found
 
 
 def check_vocabulary(tokenizer, examples: list, solutions: list[str]) -> None:

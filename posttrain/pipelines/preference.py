@@ -17,15 +17,17 @@ from posttrain.data.preference import (
     group_by_prompt,
     load_preference_data,
     load_preference_jsonl,
+    pair_gaps,
     pairs_from_verifier,
     preference_episodes,
     save_preference_jsonl,
 )
 from posttrain.eval.evaluate import evaluate_pass_at_1
+from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import model_device, place
 from posttrain.pipelines.alerts import AlertPolicy
-from posttrain.pipelines.build import make_reward, sampling_params, trainer_settings
+from posttrain.pipelines.build import pair_ranker, sampling_params, trainer_settings
 from posttrain.pipelines.preference_train import (
     batch_indices,
     cache_reference_logps,
@@ -55,9 +57,11 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
     draws what an offline run draws.
 
     `score` ranks the samples instead of the verifier: a reward model's ProxyReward (the
-    training reward with rl.rm.path). Its scores are continuous, so each prompt gives one
-    pair, its best sample against its worst, and the stats add the verifier's mean on the
-    samples (`sampled_gold_mean`): whether the reward model's favourites are right."""
+    training reward with rl.rm.path) or the policy judging itself (rl.self_reward). Its
+    scores are continuous, so each prompt gives one pair, its best sample against its worst
+    (equal scores: none), and the stats add the verifier's mean on the samples
+    (`sampled_gold_mean`: whether the ranker's favourites are right) and how the ranker
+    agrees with the verifier on them (eval/ranker_agreement.py: AUROC, pair agreement, CIs)."""
 
     n_prompts = n_prompts or cfg.rl.pair_prompts
     tag = () if (round, split) == (0, "train") else (split, round)
@@ -74,6 +78,7 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
              "sampled_reward_mean": sum(e.reward for e in episodes) / max(1, len(episodes))}
     if score is not None:
         stats["sampled_gold_mean"] = sum(e.details["gold_reward"] for e in episodes) / max(1, len(episodes))
+        stats.update(ranker_agreement(groups, pairs, seed=derive_seed(cfg.seed, "ranker-agreement", *tag)))
     return pairs, stats
 
 
@@ -118,11 +123,12 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     rounds = cfg.rl.online_rounds
     round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
     round_start = [sum(round_steps[:r]) for r in range(rounds)]  # the stage step each round starts at
-    # what ranks the training pairs: the verifier, or a reward model (rl.rm.path); the
-    # held-out pairs stay the verifier's, so their accuracy is measured against the truth
-    rank_by = make_reward(cfg.rl, env.score) if cfg.rl.rm.path else None
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
+    # what ranks the training pairs: the verifier, a reward model (rl.rm.path), or the policy
+    # judging its own samples (rl.self_reward); the held-out pairs stay the verifier's, so their
+    # accuracy is measured against the truth
+    rank_by = pair_ranker(cfg.rl, env.score, policy, tokenizer)
     reference = make_reference(policy, reference_weights, cfg.rl.share_prompt)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
@@ -171,6 +177,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if r == 0 and step == 0:
             console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
         rows = preference_episodes(pairs, tokenizer, policy.config.max_seq_len)
+        if loss.gap_weighting != "none":
+            pair_gaps(rows)  # every pair scored, or the record without scores named before the round trains
         if loss.uses_reference:
             cache_reference_logps(round_reference(r), rows, tokenizer.pad_id)
         # how many times the round trains on each of its pairs; past a few, the loss fits
@@ -214,7 +222,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
             start_round(r, step)
         seed = derive_seed(cfg.seed, "pref") if r == 0 else derive_seed(cfg.seed, "pref", r)
         indices = batch_indices(len(current["rows"]), cfg.rl.prompts_per_step, seed, step - round_start[r])
-        row = trainer.update(preference_batch(current["rows"], indices, tokenizer.pad_id), loss)
+        row = trainer.update(preference_batch(current["rows"], indices, tokenizer.pad_id, loss.gap_weighting), loss)
         row["time/train"] = time.perf_counter() - started
         if step == round_start[r]:
             row.update({"round": r, **{f"round_{k}": v for k, v in current["stats"].items()},

@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 import torch
 
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
-from posttrain.data.preference import preference_episodes
+from posttrain.algorithms.preference.core import gap_weights
+from posttrain.data.preference import pair_gaps, preference_episodes
 from posttrain.eval.calibration import expected_calibration_error
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps
@@ -50,10 +51,18 @@ def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
     return order[:batch_size]
 
 
-def preference_batch(rows: list[list[Episode]], indices: Sequence[int], pad_id: int) -> RolloutBatch:
-    """The rows of the records at `indices`, each record's rows adjacent and its own group."""
-    return RolloutBatch.collate([dataclasses.replace(e, group_id=g) for g, i in enumerate(indices) for e in rows[i]],
-                                pad_id)
+def preference_batch(rows: list[list[Episode]], indices: Sequence[int], pad_id: int,
+                     gap_weighting: str = "none") -> RolloutBatch:
+    """The rows of the records at `indices`, each record's rows adjacent and its own group.
+    With a `gap_weighting` (the loss's: DPO's gap_weighting), each pair's weight from its
+    score gap, scaled to mean 1 over these pairs, in `pair_weights`: computed here, on the
+    whole step, so that micro-batches of the step share one normalisation."""
+    batch = RolloutBatch.collate([dataclasses.replace(e, group_id=g) for g, i in enumerate(indices) for e in rows[i]],
+                                 pad_id)
+    if gap_weighting != "none":
+        weights = gap_weights(torch.tensor(pair_gaps([rows[i] for i in indices])), gap_weighting)  # (B,)
+        batch.pair_weights = weights.repeat_interleave(2)  # (2B,) both rows of a pair, adjacent
+    return batch
 
 
 def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -135,10 +144,13 @@ def train_preference(
     rows = preference_episodes(pairs, tokenizer, getattr(getattr(policy, "config", None), "max_seq_len", None))
     if loss.uses_reference:
         cache_reference_logps(reference if reference is not None else frozen_copy(policy), rows, tokenizer.pad_id)
+    if loss.gap_weighting != "none":
+        pair_gaps(rows)  # every pair scored, or the record without scores named now, before any step
     trainer = trainer or Trainer(policy, lr=lr, total_steps=steps)
     history = []
     for step in range(start_step, steps):
-        batch = preference_batch(rows, batch_indices(len(rows), batch_size, seed, step), tokenizer.pad_id)
+        batch = preference_batch(rows, batch_indices(len(rows), batch_size, seed, step), tokenizer.pad_id,
+                                 loss.gap_weighting)
         metrics = trainer.update(batch, loss)
         history.append(metrics)
         if on_step is not None:

@@ -55,6 +55,15 @@ JUDGE_PROMPT = (
     "Answer:\n{completion}\n\n"
     "{instruction}\n"
 )
+# The compact prompt for a model that cannot read the one above: gpt_mini is a character-level
+# model with 96 positions, trained on "Q: 7+5+9\n" + a chain, so its judge prompt is the
+# question and the answer as it wrote them, then the scale's instruction ("Correct?"): about
+# 60 characters on arithmetic. It follows no instruction by itself; judge demonstrations mixed
+# into SFT teach it what the verdict means (data/judge_demos.py, the self-rewarding paper's
+# "evaluation fine-tuning" data)
+COMPACT_JUDGE_PROMPT_VERSION = "compact-judge-v1"
+COMPACT_JUDGE_PROMPT = "{question}{completion}\n{instruction}"
+JUDGE_PROMPTS = {JUDGE_PROMPT_VERSION: JUDGE_PROMPT, COMPACT_JUDGE_PROMPT_VERSION: COMPACT_JUDGE_PROMPT}
 
 
 @dataclass(frozen=True)
@@ -78,6 +87,8 @@ FIVE_POINT = LabelScale(("1", "2", "3", "4", "5"), (1.0, 2.0, 3.0, 4.0, 5.0),
                         "Reply with one digit from 1 (very poor) to 5 (excellent).", "Score: ")
 # " Yes" with its space: after "Answer:" a BPE tokenizer writes the space into the word's token
 YES_NO = LabelScale((" Yes", " No"), (1.0, 0.0), "Reply Yes or No.", "Answer:")
+# the compact prompt's scale: one character each, so a character-level model has a one-token verdict
+CORRECT_YN = LabelScale(("Y", "N"), (1.0, 0.0), "Correct?", " ")
 
 # Kimi K2's production rubric (the spec's five criteria), each with the question the judge is asked
 PRODUCTION_CRITERIA: dict[str, str] = {
@@ -109,28 +120,20 @@ class Judge:
     max_rows = 8  # prompts per forward pass: each holds the whole question and answer, so keep batches small
 
     def __init__(self, model: torch.nn.Module, tokenizer, scale: LabelScale = FIVE_POINT,
-                 min_label_mass: float = 0.25, source: str = "") -> None:
+                 min_label_mass: float = 0.25, source: str = "", prompt: str = JUDGE_PROMPT_VERSION) -> None:
         """`min_label_mass`: below it, most of the judge's probability is on tokens that are
         not a verdict at all, and the judgement is refused (score 0). 0.25 keeps a weak judge
         that still answers in the format (SmolLM2-135M puts 0.5–0.75 on the digits).
-        `source` names the model in `version` (Judge.load sets it to the name it was given)."""
+        `source` names the model in `version` (Judge.load sets it to the name it was given).
+        `prompt`: a key of JUDGE_PROMPTS, the judge's question (the compact one for gpt_mini)."""
         if not 0.0 <= min_label_mass <= 1.0:
             raise ValueError(f"min_label_mass {min_label_mass!r} must be in [0, 1]")
-        label_ids = []
-        for label in scale.labels:
-            ids = tokenizer.encode(label)
-            if len(ids) != 1:
-                raise ValueError(f"the label {label!r} is {len(ids)} tokens {ids} for this judge's tokenizer; every "
-                                 "label must be one token (the judge's next token is read): pick a scale whose labels "
-                                 "are single tokens, e.g. FIVE_POINT's digits")
-            label_ids += ids
-        if len(set(label_ids)) != len(label_ids):
-            raise ValueError(f"labels {scale.labels} share tokens {label_ids}; each needs its own token")
+        if prompt not in JUDGE_PROMPTS:
+            raise ValueError(f"judge prompt {prompt!r} is unknown: expected one of {sorted(JUDGE_PROMPTS)}")
         self.model, self.tokenizer, self.scale, self.min_label_mass = model, tokenizer, scale, min_label_mass
-        self.source = source or type(model).__name__
-        self.label_ids = torch.tensor(label_ids)  # (L,)
+        self.source, self.prompt = source or type(model).__name__, prompt
+        self.label_ids = torch.tensor(label_ids(tokenizer, scale))  # (L,)
         self.values = torch.tensor(scale.values, dtype=torch.float32)  # (L,)
-        self.prefix_ids = tokenizer.encode(scale.answer_prefix) if scale.answer_prefix else []
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike, **kwargs) -> Judge:
@@ -144,14 +147,11 @@ class Judge:
     def version(self) -> str:
         """What scored, for a rubric's spec: the model, the prompt's version, the labels, the threshold."""
         labels = "/".join(label.strip() for label in self.scale.labels)
-        return f"judge({self.source}, {JUDGE_PROMPT_VERSION}, labels={labels}, min_mass={self.min_label_mass:g})"
+        return f"judge({self.source}, {self.prompt}, labels={labels}, min_mass={self.min_label_mass:g})"
 
     def prompt_ids(self, criterion: str, description: str, example: Example, completion: str) -> list[int]:
-        """The judge's input: JUDGE_PROMPT as the user's turn (in the chat template when the
-        judge has one), then the answer prefix as the start of the judge's own turn."""
-        text = JUDGE_PROMPT.format(criterion=criterion, description=description, question=example.prompt,
-                                   completion=completion, instruction=self.scale.instruction)
-        return encode_prompt(self.tokenizer, text) + self.prefix_ids
+        """The judge's input (judge_prompt_ids, with this judge's prompt and scale)."""
+        return judge_prompt_ids(self.tokenizer, self.scale, criterion, description, example, completion, self.prompt)
 
     def rate(self, criterion: str, description: str, examples: Sequence[Example],
              completions: Sequence[str]) -> list[Judgement]:
@@ -236,6 +236,33 @@ class Judge:
             return [(j.score, j.reason) for j in self.rate(name, description, examples, completions)]
 
         return RubricCriterion(name, weight, description, judged, batched=True)
+
+
+def label_ids(tokenizer, scale: LabelScale) -> list[int]:
+    """The token id of each of the scale's labels; ValueError when a label is not exactly one
+    token of `tokenizer`, or two labels share one (the judge's next token is read)."""
+    ids = []
+    for label in scale.labels:
+        encoded = tokenizer.encode(label)
+        if len(encoded) != 1:
+            raise ValueError(f"the label {label!r} is {len(encoded)} tokens {encoded} for this judge's tokenizer; every "
+                             "label must be one token (the judge's next token is read): pick a scale whose labels "
+                             "are single tokens, e.g. FIVE_POINT's digits")
+        ids += encoded
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"labels {scale.labels} share tokens {ids}; each needs its own token")
+    return ids
+
+
+def judge_prompt_ids(tokenizer, scale: LabelScale, criterion: str, description: str, example: Example,
+                     completion: str, prompt: str = JUDGE_PROMPT_VERSION) -> list[int]:
+    """A judge's input: the prompt JUDGE_PROMPTS[prompt] as the user's turn (in the chat
+    template when the judge has one), then the answer prefix as the start of the judge's own
+    turn, so that the next token is the verdict. A function of its arguments only, so that
+    judge demonstrations (data/judge_demos.py) train on exactly the ids a Judge reads."""
+    text = JUDGE_PROMPTS[prompt].format(criterion=criterion, description=description, question=example.prompt,
+                                        completion=completion, instruction=scale.instruction)
+    return encode_prompt(tokenizer, text) + (tokenizer.encode(scale.answer_prefix) if scale.answer_prefix else [])
 
 
 def self_critique_rubric(judge: Judge, weights: dict[str, float] | None = None) -> Rubric:

@@ -48,14 +48,19 @@ class PreferenceLogps:
     rejected_lengths: torch.Tensor  # (Br,)
     ref_chosen: torch.Tensor | None = None  # (Bc,) Σ log π_ref, None when the loss reads no reference
     ref_rejected: torch.Tensor | None = None  # (Br,)
+    # (Bc,) each pair's weight in the loss (gap_weights: mean 1 over the step's pairs); None = 1 each
+    weights: torch.Tensor | None = None
 
     @staticmethod
     def of_rows(logps: torch.Tensor, lengths: torch.Tensor, is_chosen: torch.Tensor,
-                ref_logps: torch.Tensor | None = None) -> PreferenceLogps:
+                ref_logps: torch.Tensor | None = None, pair_weights: torch.Tensor | None = None) -> PreferenceLogps:
         """Split per-row values (N,) into the chosen rows and the rejected rows, each side
-        in row order (so with pairs laid out as adjacent rows, index i is pair i)."""
+        in row order (so with pairs laid out as adjacent rows, index i is pair i). A pair's
+        weight is read off its chosen row (both rows hold it: RolloutBatch.pair_weights)."""
         ref = (None, None) if ref_logps is None else (ref_logps[is_chosen], ref_logps[~is_chosen])
-        return PreferenceLogps(logps[is_chosen], logps[~is_chosen], lengths[is_chosen], lengths[~is_chosen], *ref)
+        weights = None if pair_weights is None else pair_weights[is_chosen]
+        return PreferenceLogps(logps[is_chosen], logps[~is_chosen], lengths[is_chosen], lengths[~is_chosen], *ref,
+                               weights)
 
     def cat(self, other: PreferenceLogps) -> PreferenceLogps:
         """Both sides of two batches, one after the other (held-out pairs scored in chunks)."""
@@ -63,6 +68,37 @@ class PreferenceLogps:
             return None if a is None else torch.cat([a, b])
 
         return PreferenceLogps(*(join(getattr(self, f), getattr(other, f)) for f in self.__dataclass_fields__))
+
+
+GAP_WEIGHTINGS = ("none", "linear", "sqrt")  # what DPO's gap_weighting can name (gap_weights below)
+
+
+def gap_weights(gaps: torch.Tensor, weighting: str) -> torch.Tensor:
+    """Each pair's weight from its score gap Δs = score_chosen − score_rejected (B,), scaled so
+    that the weights average 1 over the B pairs: the learning rate then means what it means
+    unweighted, and only the pairs' shares of the step change.
+
+        none     1 for every pair
+        linear   w ∝ Δs        a pair twice as clearly ranked counts twice
+        sqrt     w ∝ √Δs       the same order, milder: a huge gap does not drown the batch
+
+    Equal gaps give weight 1 each (so the loss is the unweighted one), and all-zero gaps too
+    (no pair is more certain than another). A negative gap is a pair whose "chosen" scored
+    lower: a mislabelled pair, refused rather than weighted negatively (which would train it
+    backwards). Returns (B,)."""
+    if weighting not in GAP_WEIGHTINGS:
+        raise ValueError(f"gap weighting {weighting!r} is unknown: expected one of {list(GAP_WEIGHTINGS)}")
+    if gaps.numel() and (gaps.isnan().any() or (gaps < 0).any()):
+        bad = gaps[gaps.isnan() | (gaps < 0)][0].item()
+        raise ValueError(f"a pair's score gap (score_chosen − score_rejected) is {bad}: the chosen response must score "
+                         "at least as high as the rejected one; fix the pair's scores or its order")
+    if weighting == "none":
+        return torch.ones_like(gaps)
+    raw = gaps if weighting == "linear" else gaps.sqrt()  # (B,)
+    total = raw.sum()
+    if total <= 0:  # every gap 0: nothing to tell the pairs apart
+        return torch.ones_like(gaps)
+    return raw * (raw.numel() / total)  # (B,) mean 1
 
 
 class PreferenceLoss:
@@ -76,6 +112,11 @@ class PreferenceLoss:
     # A mean over pairs (KTO: over examples) of a function of each row's summed log-prob: a
     # micro-batch of whole pairs weighs its share of the rows, which makes accumulation exact
     loss_agg: ClassVar[str] = "seq-mean-token-sum"
+    # how a pair's score gap weighs its loss (gap_weights); "none" for every loss but DPO,
+    # whose field of the same name overrides it. The caller that assembles a step's batch
+    # (pipelines/preference_train.py::preference_batch) turns the gaps into
+    # RolloutBatch.pair_weights over the whole step, so micro-batches see the step's weights
+    gap_weighting: ClassVar[str] = "none"
 
     @property
     def uses_reference(self) -> bool:
@@ -100,7 +141,7 @@ class PreferenceLoss:
                                  "run the reference over the pairs first")
             ref = masked_sum(batch.ref_logp, mask, dim=1)  # (N,)
         logps = PreferenceLogps.of_rows(masked_sum(outputs.logp, mask, dim=1), batch.response_lengths(),
-                                        is_chosen, ref)
+                                        is_chosen, ref, batch.pair_weights)
         loss, metrics = self.loss(logps)
         with torch.no_grad():
             metrics |= {

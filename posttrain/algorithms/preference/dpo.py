@@ -45,6 +45,32 @@ Variants kept here as options, each one line of the math:
                         that drags the chosen log-prob down too, which the paper measures.
                         The NLL term holds the chosen response's likelihood up, as ORPO's
                         SFT term does.
+    gap_weighting       weight each pair's DPO term by a function of its score gap
+                        Δs = score_chosen − score_rejected (core.gap_weights: "linear" w ∝ Δs,
+                        "sqrt" w ∝ √Δs), scaled to mean 1 over the step's pairs:
+                        L = mean_i w_i · L_DPO,i + (the NLL and KL terms, unweighted).
+                        A pair a reward model ranks 0.9 against 0.1 says more than one it
+                        ranks 0.51 against 0.49; the Bradley–Terry model behind DPO reads the
+                        gap as how sure the preference is, and DPO itself throws it away.
+                        A verifier's all-against-all pairs have gap 1 each: weighting changes
+                        nothing there. Pairs without scores cannot be weighted (refused).
+    kl_coef λ           a KL term on top of β's implicit leash: the squared sequence
+                        log-ratio of both responses of each pair,
+                        L = L_DPO + λ · ½ · mean over the 2B responses of (log π_θ(y) − log π_ref(y))².
+                        Why this one: it is Schulman's k2 estimator ("Approximating KL
+                        Divergence", 2020) taken on the whole response, and its gradient,
+                        log(π_θ/π_ref)(y) · ∇ log π_θ(y), is in expectation over y ~ π_θ the
+                        exact gradient of KL(π_θ ‖ π_ref) at the sequence level (Tang & Munos
+                        2025, "On a few pitfalls in KL divergence gradient estimation for RL",
+                        arXiv:2506.09477, Sec. 3–4): per-token k3 as a loss (GRPO's, DeepSeekMath
+                        Eq. 4) differentiates to a different divergence and drops the earlier
+                        tokens' effect on the later ones. Both responses, because each is one
+                        sample for the estimate (in online DPO both are the policy's own
+                        samples, where the estimate is on-policy; on a fixed file it is a soft
+                        penalty toward π_ref, not an estimate). Zero at π_ref, it pulls each
+                        response's log-likelihood back toward the reference's from either side.
+                        β alone bounds nothing once a pair's margin is large: the logistic loss
+                        keeps rewarding a wider margin, so both log-probs may drift far.
 """
 
 from __future__ import annotations
@@ -57,6 +83,7 @@ import torch.nn.functional as F
 
 from posttrain.algorithms.contract import check_field
 from posttrain.algorithms.preference.core import (
+    GAP_WEIGHTINGS,
     PreferenceLogps,
     PreferenceLoss,
     pair_metrics,
@@ -79,12 +106,21 @@ class DPO(PreferenceLoss):
     # pass@1 and α = 10 at 65–69%; at lr 3e-5 on 924 pairs sampled at T = 1, α = 1 reached
     # 81% and plain DPO 74% (docs/algorithms/dpo.md)
     nll_coef: float = 0.0
+    # how a pair's score gap (score_chosen − score_rejected: a reward model's or the self-judge's
+    # scores, a file's score_chosen / score_rejected columns) weighs its DPO term, scaled to mean 1
+    # over the step's pairs: none | linear | sqrt. none, the paper's loss: every pair counts the same
+    gap_weighting: str = "none"
+    # λ of ½·(log π_θ(y) − log π_ref(y))², the sequence k2 estimate of KL(π_θ ‖ π_ref) on both
+    # responses (module docstring: why k2, not k3); 0 = plain DPO, whose only leash is β
+    kl_coef: float = 0.0
 
     def __post_init__(self) -> None:
         check_field(self, "beta", self.beta > 0, "a number > 0")
         check_field(self, "label_smoothing", 0.0 <= self.label_smoothing < 0.5, "0 <= value < 0.5")
         check_field(self, "length_normalize", isinstance(self.length_normalize, bool), "True or False")
         check_field(self, "nll_coef", self.nll_coef >= 0, "a number >= 0 (0 = plain DPO)")
+        check_field(self, "gap_weighting", self.gap_weighting in GAP_WEIGHTINGS, f"one of {list(GAP_WEIGHTINGS)}")
+        check_field(self, "kl_coef", self.kl_coef >= 0, "a number >= 0 (0 = plain DPO)")
 
     def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of the (smoothed) DPO loss; every input (B,)."""
@@ -98,9 +134,16 @@ class DPO(PreferenceLoss):
         logits = self.beta * (chosen_logratio - rejected_logratio)  # (B,) β·Δ
         # logsigmoid, not log(sigmoid(.)): sigmoid underflows to 0 for logits below about −88.
         losses = -(1 - self.label_smoothing) * F.logsigmoid(logits) - self.label_smoothing * F.logsigmoid(-logits)
+        if logps.weights is not None:  # gap weighting: the weights came with the batch, mean 1 over the step
+            losses = losses * logps.weights  # (B,)
         metrics = pair_metrics(self.beta * chosen_logratio, self.beta * rejected_logratio)
         if self.nll_coef > 0:  # DPO + NLL: the SFT loss on the chosen response, per token
             nll = -logps.chosen / logps.chosen_lengths.clamp(min=1)  # (B,)
             losses = losses + self.nll_coef * nll
             metrics["nll_chosen"] = nll.mean().item()
+        if self.kl_coef > 0:  # ½ (sequence log-ratio)² of both responses, never length-normalised
+            seq_logratio = torch.stack([logps.chosen - logps.ref_chosen, logps.rejected - logps.ref_rejected])  # (2, B)
+            kl = 0.5 * seq_logratio.pow(2).mean(dim=0)  # (B,) the pair's mean over its two responses
+            losses = losses + self.kl_coef * kl
+            metrics["kl_seq"] = kl.mean().item()
         return losses.mean(), {"loss": losses.mean().item(), **metrics}
