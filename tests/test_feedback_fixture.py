@@ -74,10 +74,13 @@ def test_rl_pairs_reads_the_fixture_as_it_is():
     first, row = pairs[0], ROWS[0]
     assert first.prompt == row["prompt"]
     assert (first.chosen, first.rejected) == (row["chosen"][1]["content"], row["rejected"][1]["content"])
-    assert first.meta == {"prompt_id": row["prompt_id"], "score_chosen": 10.0,
-                          "score_rejected": row["score_rejected"]}
+    assert first.meta == {"prompt_id": row["prompt_id"]}
+    assert (first.score_chosen, first.score_rejected) == (10.0, row["score_rejected"])  # what gap weighting reads
     cfg = from_dict(TrainConfig, {"rl": {"algo": "dpo", "pairs": str(FEEDBACK_FIXTURE)}})
     check_config(cfg)  # the pre-run checks encode every pair against gpt_mini's context
+    weighted = from_dict(TrainConfig, {"rl": {"algo": "dpo", "pairs": str(FEEDBACK_FIXTURE),
+                                              "algo_params": {"gap_weighting": "linear"}}})
+    check_config(weighted)  # its scores are what --dpo.gap_weighting weighs by: accepted, not refused as unscored
 
 
 def test_a_conversation_that_answers_another_prompt_is_refused(tmp_path):
