@@ -80,3 +80,25 @@ def test_a_prompt_longer_than_the_model_names_the_length_it_needs(capsys):
     assert main(args + ["--model.max_seq_len", "160"]) == 2  # the prompt fits, the completion does not
     assert "rl.sampling.max_new_tokens=48 is not allowed: expected at most 21" in capsys.readouterr().err
     assert main(args + ["--model.max_seq_len", "192"]) == 0
+
+
+def test_the_chain_audit_finds_each_kind_of_mistake_by_hand():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "aiw_chain_audit.py"
+    spec = importlib.util.spec_from_file_location("aiw_chain_audit", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    prompt = "Susan has 3 brothers and she also has 5 sisters. How many sisters does James's brother have?\n"
+
+    def row(completion, correct):
+        return {"prompt": prompt, "completion": completion, "details": {"correct": correct}}
+
+    rows = [row("5 sisters + Susan = 6\n<answer>6</answer>", True),  # right everywhere
+            row("3 sisters + Susan = 4\n<answer>4</answer>", False),  # read the brothers
+            row("5 sisters + Mary = 7\n<answer>6</answer>", True),  # wrong name, wrong sum, answer not the sum
+            row("<answer>5</answer>", False)]  # no chain
+    assert bench.audit(rows) == {"pass@1": 2 / 4, "chain_parsed": 3 / 4, "count_right": 2 / 4,
+                                 "count_is_brothers": 1 / 4, "name_right": 2 / 4, "sum_is_count+1": 2 / 4,
+                                 "answer_is_sum": 2 / 4}
