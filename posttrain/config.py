@@ -103,7 +103,7 @@ class EnvConfig:
     # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
     task_config: str = ""
     # reasoning_gym:NAME only: SFT demonstrations that show their work, one step per line before the
-    # <answer> line, for the tasks with a step writer (leg_counting, chain_sum: posttrain/envs/
+    # <answer> line, for the tasks with a step writer (leg_counting, chain_sum, aiw: posttrain/envs/
     # reasoning_gym_tasks.py); false = the item's answer alone, all reasoning-gym gives
     worked_steps: bool = False
     # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state

@@ -157,7 +157,7 @@ def test_worked_steps_by_hand_and_full_credit(env):
 
 
 def test_worked_steps_need_a_step_writer():
-    with pytest.raises(ValueError, match=r"no step writer.*one of \['chain_sum', 'leg_counting'\]"):
+    with pytest.raises(ValueError, match=r"no step writer.*one of \['aiw', 'chain_sum', 'leg_counting'\]"):
         make_env("reasoning_gym:gcd", worked_steps=True)
     with pytest.raises(ValueError, match="true or false"):
         make_env("reasoning_gym:chain_sum", worked_steps=1)

@@ -1,6 +1,7 @@
 """The recipe catalogue (recipes/*.toml): each file loads, passes every pre-run check,
 states its (data, algorithm, reward, system, scale) and its source, is in docs/recipes.md,
-and one runs end to end at a tiny size from the command line."""
+and R1's and the reasoning-specialist capstone's run end to end at a tiny size from the
+command line."""
 
 import json
 import re
@@ -19,8 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
 
 
-def test_the_catalogue_holds_the_five_named_recipes():
-    assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "kimi_k15", "qwen3", "r1", "r1_zero",
+def test_the_catalogue_holds_the_five_named_recipes_and_the_two_capstones():
+    assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "capstone_reasoning_specialist", "kimi_k15",
+                                         "qwen3", "r1", "r1_zero",
                                          "tulu3_rlvr"]
 
 
@@ -40,7 +42,8 @@ def test_a_recipe_loads_passes_its_checks_and_says_what_it_is(path):
 def test_the_staged_recipes_name_their_stages():
     stages = {p.stem: [name for name, _, _ in parse_stages(from_dict(TrainConfig, load_file(str(p))).stages)]
               for p in RECIPES}
-    assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
+    assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "capstone_reasoning_specialist": ["sft", "dpo", "grpo"],
+                      "kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
                       "tulu3_rlvr": ["sft", "dpo", "ppo"]}
 
 
@@ -69,3 +72,41 @@ def test_the_capstone_recipe_passes_its_dry_run_and_trains_dpo_on_the_bundled_fi
     dpo = {name: settings for name, _, settings in parse_stages(from_dict(TrainConfig, load_file(str(path))).stages)}["dpo"]
     assert ROOT / dpo["rl.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
     assert "posttrain winrate" in path.read_text(encoding="utf-8")
+
+
+def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_path):
+    """The recipe's task, model length and verifier through all three stages. A six-step SFT
+    policy solves no puzzle, so its own samples would give DPO no right-vs-wrong pair: the
+    pairs here are the task's demonstrations against the puzzle's classic wrong answer
+    (her sisters, forgetting her), and --stages is the recipe's with tiny step counts."""
+    pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'posttrain[tasks]')")
+    from posttrain.data.preference import save_preference_jsonl
+    from posttrain.envs import make_env
+    from posttrain.types import PreferencePair
+
+    path = ROOT / "recipes" / "capstone_reasoning_specialist.toml"
+    env_settings = load_file(str(path))["env"]
+    env = make_env(env_settings["name"], **{k: v for k, v in env_settings.items() if k != "name"})
+    pairs = []
+    for example in env.fixed_set("train", 12):
+        chosen = env.solution(example)  # "5 sisters + Susan = 6\n<answer>6</answer>"
+        sisters = chosen.split()[0]
+        pairs.append(PreferencePair(example.prompt, chosen, f"{sisters} sisters\n<answer>{sisters}</answer>"))
+    save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
+    stages = f"sft,dpo[rl.pairs={tmp_path / 'pairs.jsonl'},rl.steps=2,dpo.nll_coef=1],grpo"
+    done = subprocess.run([sys.executable, "-m", "posttrain", "run", "--config", str(path), *TINY, "--rl.steps", "2",
+                           "--stages", stages, "--env.pool_size", "2000", "--out_dir", str(tmp_path / "runs")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run_dir(tmp_path / "runs")
+    assert run.name.endswith("-capstone-reasoning")
+    config = json.loads((run / "config.json").read_text())
+    assert config["env"]["name"] == "reasoning_gym:aiw" and config["env"]["worked_steps"] is True
+    assert config["model"]["max_seq_len"] == 192
+    records = json.loads((run / "stages.json").read_text())
+    assert [(r["name"], r["steps"]) for r in records] == [("sft", 6), ("dpo", 2), ("grpo", 2)]
+    summary = (run / "summary.md").read_text()
+    assert all(f"| {name} |" in summary for name in ("sft", "dpo", "grpo"))
+    samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert {s["stage"] for s in samples} >= {"grpo"}
+    assert all(s["details"]["reason"] for s in samples if s["stage"] == "grpo")  # graded by the task's verifier

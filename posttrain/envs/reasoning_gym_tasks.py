@@ -28,7 +28,7 @@ Worked steps (`worked_steps=True`, `--env.worked_steps true`). reasoning-gym ite
 their answer and the facts it was made from (`metadata`), never a worked solution, and a
 small model taught only the answer has no chain of thought to learn (README, "External
 tasks": gpt_mini stayed below 10% on chain_sum). For the tasks in STEP_WRITERS the
-demonstration writes the work out from the metadata, one step per line, before the answer
+demonstration writes the work out from the metadata (aiw's: from the question), one step per line, before the answer
 line: steps a model can imitate and a process reward model can score, one per line
 (rewards/process_reward_model.py, step format "answer_tag"). Nothing checks such a step
 when the policy writes it: its label comes from Monte-Carlo rollouts
@@ -40,6 +40,15 @@ when the policy writes it: its label comes from Monte-Carlo rollouts
     chain_sum      "4 - 1 - 7 ="       ->  4 - 1 = 3
                                            3 - 7 = -4
                                            <answer>-4</answer>
+    aiw            "Susan has 5 sisters ->  5 sisters + Susan = 6
+                   and she also has 3      <answer>6</answer>
+                   brothers. How many
+                   sisters does James's
+                   brother have?"
+
+aiw's items carry no counts in their metadata, so its writer reads them from the question,
+whose every wording (reasoning_gym/logic/aiw.py's templates) it matches whole; a question
+it cannot read (the colleagues type, or a future wording) is refused by name, never guessed.
 
 Character-level models (gpt_mini) need prompts inside their vocabulary: printable ASCII
 and newlines. Several tasks (emoji_mystery, figlet_font, ...) are not; the training
@@ -51,6 +60,7 @@ from __future__ import annotations
 import difflib
 import json
 import random
+import re
 from typing import Any, Callable
 
 from posttrain.envs.arithmetic import SPLIT_RULE, check_split_request, split_of
@@ -88,9 +98,38 @@ def chain_sum_steps(entry: dict) -> list[str]:
     return steps
 
 
+# aiw's wordings (Alice in Wonderland, Nezhurina et al. 2024: the trick is that the girl who
+# is asked about counts too), each read whole: (pattern, what is counted). The siblings
+# type has two templates, the count of sisters first or second; friends has one.
+AIW_QUESTIONS = [
+    (re.compile(r"(?P<name>[A-Z]\w*) has \d+ brothers and she also has (?P<count>\d+) sisters\. "
+                r"How many sisters does [A-Z]\w*'s brother have\?"), "sisters"),
+    (re.compile(r"(?P<name>[A-Z]\w*) has (?P<count>\d+) sisters and she also has \d+ brothers\. "
+                r"How many sisters does [A-Z]\w*'s brother have\?"), "sisters"),
+    (re.compile(r"(?P<name>[A-Z]\w*) has \d+ male friends and she also has (?P<count>\d+) female friends\. "
+                r"They all are friends with each other and have no other friends aside\. "
+                r"How many female friends does [A-Z]\w*, a male friend of (?P=name), have\?"), "female friends"),
+]
+
+
+def aiw_steps(entry: dict) -> list[str]:
+    """One line that states the trick: her brother's (or male friend's) sisters (female
+    friends) are hers and she herself, "5 sisters + Susan = 6". Read from the question,
+    never from the answer."""
+    question = entry["question"].strip()
+    for pattern, counted in AIW_QUESTIONS:
+        match = pattern.fullmatch(question)
+        if match:
+            count = int(match["count"])
+            return [f"{count} {counted} + {match['name']} = {count + 1}"]
+    raise ValueError(f"aiw: no step writer reads the question {question[:90]!r} (task type "
+                     f"{entry['metadata'].get('task_type')!r}); worked steps cover the siblings and friends types: "
+                     "give --env.task_config '{\"task_type_weights\": [1, 0, 0]}' (siblings only)")
+
+
 # tasks whose demonstrations can show their work: item (as the environment holds it) -> steps
 STEP_WRITERS: dict[str, Callable[[dict], list[str]]] = {"leg_counting": leg_counting_steps,
-                                                         "chain_sum": chain_sum_steps}
+                                                         "chain_sum": chain_sum_steps, "aiw": aiw_steps}
 
 
 def list_tasks() -> list[str]:

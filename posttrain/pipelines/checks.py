@@ -301,9 +301,17 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
     examples = {e.prompt: e for e in heldout + dev + env.sample("train", 1024, seed=0)}
     longest = max(len(example_prompt_ids(tokenizer, examples[prompt])) for prompt in sorted(examples, key=len)[-16:])
     budget = cfg.rl.sampling.max_new_tokens
+    if longest >= positions:  # no max_new_tokens can help: say what the model needs
+        need, why = longest + budget, (f"the longest prompt alone is {longest} tokens, and a completion needs "
+                                       f"rl.sampling.max_new_tokens ({budget}) more")
+        if longer.startswith("raise"):
+            check(False, "model.max_seq_len", positions, f"at least {need}: {why}; give --model.max_seq_len {need} "
+                  "(more if a demonstration is longer)")
+        check(False, "model.name", cfg.model.name, f"a model with at least {need} positions: {why}; {longer}")
     check(longest + budget <= positions, "rl.sampling.max_new_tokens", budget,
           f"at most {positions - longest}: the longest prompt ({longest} tokens) + max_new_tokens must fit the "
-          f"model's {positions} positions; lower it, or {longer}")
+          f"model's {positions} positions; lower it, or {longer}"
+          + (f" to at least {longest + budget}" if longer.startswith("raise") else ""))
     demo_lengths = []
     multi_turn = is_multi_turn(env)
     for example, solution in zip(demos, solutions):
