@@ -16,7 +16,6 @@ from posttrain.data.feedback_fixture import (
     FIXTURE_PAIRS,
     feedback_rows,
     main,
-    slip,
     step_score,
 )
 from posttrain.data.preference import load_preference_data
@@ -61,9 +60,9 @@ def test_a_slip_is_carried_forward_and_scored_by_the_steps_before_it():
         def choice(self, _):
             return 2
 
-    assert slip(problem, Fixed()) == "7+5=12,12+9=23,23+3=26,26+1=27\nFinal: 27"
+    assert problem.carried_slip(Fixed()) == "7+5=12,12+9=23,23+3=26,26+1=27\nFinal: 27"
     # steps: 7+5=12 right, then the slip, then everything after it labelled wrong (first-error rule)
-    assert step_score(example, slip(problem, Fixed())) == pytest.approx(1 + 9 * 1 / 5)
+    assert step_score(example, problem.carried_slip(Fixed())) == pytest.approx(1 + 9 * 1 / 5)
     assert step_score(example, "7+5=12,12+9=21,21+3=24,24+1=25\nFinal: 25") == 10.0
     assert feedback_rows(3, seed=5) == feedback_rows(3, seed=5) != feedback_rows(3, seed=6)
 

@@ -49,19 +49,6 @@ FIXTURE_SEED = 2310  # one seed for the whole file; change it and every row chan
 COLUMNS = ("prompt", "prompt_id", "chosen", "rejected", "score_chosen", "score_rejected")
 
 
-def slip(problem: Problem, rng: random.Random) -> str:
-    """The reference chain with one running sum off by 1..3 (never below 0), carried through
-    every later step and the Final line: each later addition is right, from a wrong start."""
-    sums = problem.running_sums()
-    step = rng.randrange(1, len(sums))
-    delta = rng.choice([-3, -2, -1, 1, 2, 3])
-    if sums[step] + delta < 0:
-        delta = -delta
-    wrong = sums[:step] + [s + delta for s in sums[step:]]
-    chain = ",".join(f"{wrong[i]}{op}{term}={wrong[i + 1]}" for i, (op, term) in
-                     enumerate(zip(problem.ops, problem.terms[1:])))
-    return f"{chain}\nFinal: {wrong[-1]}"
-
 
 def step_score(example: Example, completion: str) -> float:
     """1 + 9 × (share of the completion's steps the step checker labels right): 10 for a
@@ -79,7 +66,7 @@ def feedback_rows(n: int = FIXTURE_PAIRS, seed: int = FIXTURE_SEED, level: int =
     rows = []
     for example in env.fixed_set("train", n, seed=seed):
         chosen = env.solution(example)
-        rejected = slip(Problem.from_expression(example.prompt[len("Q: "):-1]), rng)
+        rejected = Problem.from_expression(example.prompt[len("Q: "):-1]).carried_slip(rng)
         if env.score(example, chosen)["reward"] != 1.0 or env.score(example, rejected)["reward"] != 0.0:
             raise RuntimeError(f"{example.prompt!r}: the verifier does not prefer {chosen!r} to {rejected!r}; the "
                                "fixture would teach the opposite of its scores")

@@ -113,6 +113,22 @@ class Problem:
         ]
         return ",".join(steps)
 
+    def carried_slip(self, rng: random.Random) -> str:
+        """A wrong solution as a policy writes one: the chain with one running sum off by 1..3
+        (never below 0), every later step carried on from it and the Final line its last sum;
+        each later addition is right, from a wrong start, so only checking the arithmetic of
+        that one step catches it (the packs' arithmetic slip; DPO's rejected side in the
+        UltraFeedback-schema fixture)."""
+        sums = self.running_sums()
+        step = rng.randrange(1, len(sums))
+        delta = rng.choice([-3, -2, -1, 1, 2, 3])
+        if sums[step] + delta < 0:
+            delta = -delta
+        wrong = sums[:step] + [s + delta for s in sums[step:]]
+        chain = ",".join(f"{wrong[i]}{op}{term}={wrong[i + 1]}" for i, (op, term) in
+                         enumerate(zip(self.ops, self.terms[1:])))
+        return f"{chain}\nFinal: {wrong[-1]}"
+
     @staticmethod
     def from_expression(expression: str) -> Problem:
         terms, ops, digits = [], [], ""

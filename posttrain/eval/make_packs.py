@@ -120,17 +120,6 @@ def exploit_records(examples: list[Example]) -> list[dict]:
 
 # --- Failure modes: perturbations of a reference solution, with the reason they earn ----
 
-def _slip(problem: Problem, rng: random.Random) -> str:
-    """One addition off by 1..3, carried through the rest of the chain (wrong answer)."""
-    sums = problem.running_sums()
-    step = rng.randrange(1, len(sums))
-    delta = rng.choice([-3, -2, -1, 1, 2, 3])
-    if sums[step] + delta < 0:
-        delta = -delta
-    wrong = sums[:step] + [s + delta for s in sums[step:]]
-    steps = [f"{wrong[i]}+{t}={wrong[i + 1]}" for i, t in enumerate(problem.terms[1:])]
-    return ",".join(steps) + f"\nFinal: {wrong[-1]}"
-
 
 def _dropped_term(problem: Problem, rng: random.Random) -> str | None:
     """Skips one nonzero term (wrong answer); None if every later term is 0."""
@@ -149,7 +138,7 @@ def _truncated_in_cot(problem: Problem, rng: random.Random) -> str:
 
 # kind -> (intended reason code under cot-v1, builder(problem, answer, rng) -> completion)
 FAILURES: dict[str, tuple[str, Callable[[Problem, int, random.Random], str | None]]] = {
-    "arithmetic_slip": ("wrong_answer", lambda p, a, r: _slip(p, r)),
+    "arithmetic_slip": ("wrong_answer", lambda p, a, r: p.carried_slip(r)),
     "dropped_term": ("wrong_answer", lambda p, a, r: _dropped_term(p, r)),
     "answer_in_prose": ("no_final_line", lambda p, a, r: f"{p.chain_of_thought()}\nThe answer is {a}."),
     "truncated_in_cot": ("no_final_line", lambda p, a, r: _truncated_in_cot(p, r)),
@@ -245,10 +234,10 @@ def kata_records(examples: list[Example]) -> list[dict]:
     rng = random.Random(SEED + 1)
     # each case: (completion builder, spec it was scored with, label, why, fix)
     model_wrong = [
-        (lambda p, a: _slip(p, rng), COT, "model-wrong",
+        (lambda p, a: p.carried_slip(rng), COT, "model-wrong",
          "one addition in the chain is off and the error carries to the answer",
          "more SFT/RL on arithmetic; the scorer is right"),
-        (lambda p, a: _dropped_term(p, rng) or _slip(p, rng), COT, "model-wrong",
+        (lambda p, a: _dropped_term(p, rng) or p.carried_slip(rng), COT, "model-wrong",
          "the chain skips a term, so the sum misses it",
          "train on the chain format; check the chain has one step per operator"),
         (lambda p, a: _truncated_in_cot(p, rng), COT, "model-wrong",
