@@ -90,6 +90,7 @@ def test_preference_metrics_cover_accuracy_rewards_kl_length_and_held_out_pairs(
         assert 0.0 <= r["dev_pref_accuracy"] <= 1.0 and "dev_pref_margin" in r
         # the health checks: the held-out chosen answers' likelihood, the implicit reward's calibration
         assert r["dev_pref_logps_chosen_per_token"] < 0 and 0 <= r["dev_pref_implicit_reward_ece"] <= 1
+        assert 0 < r["entropy"] < math.log(100)  # and its own samples' entropy: above 0, below uniform over 100 chars
     # step 0 starts at the reference: every implicit reward is 0 up to float rounding (the
     # policy and the reference score a pair in differently shaped batches, and BLAS kernels
     # round by shape), so the loss is log 2; "accuracy" there counts rounding noise, not learning

@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from posttrain.algorithms.core import masked_mean
 from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
 from posttrain.data.preference import (
@@ -208,6 +209,10 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
         batch.ref_logp = reference.logp(batch)
         metrics.update({k: v for k, v in rollout_metrics(batch, batch.episodes).items() if k != "zero_variance_groups"})
+        # the third health check: per-token entropy of the policy on its own samples, estimated as
+        # the mean −log π of the sampled tokens (at T = 1 its expectation is the entropy); DPO off
+        # its pairs' distribution can collapse it (every answer the same) or blow it up (babble)
+        metrics["entropy"] = masked_mean(-batch.old_logp, batch.response_mask).item()
         if dev_pairs:
             held_out = evaluate_preference(policy, dev_pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
                                            reference.model)
