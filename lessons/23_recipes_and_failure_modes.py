@@ -36,7 +36,7 @@ def _(mo):
     The recipe catalogue in `recipes/` writes five famous ones (R1-Zero, R1, Kimi k1.5, Qwen3,
     Tülu 3) as posttrain config files at a size this machine trains in minutes, each with its
     five choices in its header (`docs/recipes.md` has the table and what the toy versions leave
-    out). Line them up and the surprise is how little of the difference is the optimiser: R1
+    out), beside the course's two capstones written the same way. Line them up and the surprise is how little of the difference is the optimiser: R1
     and R1-Zero both run SFT then GRPO on the same reward, and differ in one data setting
     (whether the demonstrations show their working), the length of that SFT and the KL
     coefficient.
@@ -123,9 +123,13 @@ def _(AXES):
                   "rl.prompts_per_step"),
     }
     assert list(AXIS_OF_SETTING) == AXES
+    # the run's name, and how often and on how many problems it is measured: no recipe's choice
+    NOT_AN_AXIS = ("name", "rl.eval_every", "rl.dev_size", "heldout_size")
 
     def axis_of(key):
-        """The axis a dotted setting belongs to, or None (the run's name)."""
+        """The axis a dotted setting belongs to, or None (NOT_AN_AXIS)."""
+        if key in NOT_AN_AXIS:
+            return None
         for axis, prefixes in AXIS_OF_SETTING.items():
             if any(key == p or key.startswith(p + ".") for p in prefixes):
                 return axis
@@ -160,8 +164,8 @@ def _(AXES):
 
     RECIPES = {p.stem: flatten(load_file(str(p))) for p in sorted(RECIPES_DIR.glob("*.toml"))}
     STATED = {p.stem: header_axes(p.read_text(encoding="utf-8")) for p in sorted(RECIPES_DIR.glob("*.toml"))}
-    return (ConfigError, NOT_A_CHANGE, RECIPES, STATED, TrainConfig, axis_of, check_config, differing_keys,
-            from_dict, to_dict, unflatten)
+    return (ConfigError, NOT_AN_AXIS, NOT_A_CHANGE, RECIPES, STATED, TrainConfig, axis_of, check_config,
+            differing_keys, from_dict, to_dict, unflatten)
 
 
 @app.cell
