@@ -28,11 +28,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from posttrain.types import Example
+from posttrain.rewards.stack import Scored
 
-Scored = dict[str, Any]
 COMBINES = ("mean", "min", "mean-minus-std")
 
 

@@ -12,14 +12,14 @@ reward-model directories make an ensemble (rewards/ensemble.py), each member's s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from posttrain.models import load_tokenizer
 from posttrain.rewards.ensemble import RewardEnsemble
 from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model
 from posttrain.types import Example
+from posttrain.rewards.stack import Scored
 
-Scored = dict[str, Any]
 
 
 class ProxyReward:

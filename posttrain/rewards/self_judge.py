@@ -23,12 +23,12 @@ the judge demonstrations train is what the stage asks.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, Judge
 from posttrain.types import Example
+from posttrain.rewards.stack import Scored
 
-Scored = dict[str, Any]
 
 # the criterion the compact prompt stands for (it does not print it; a longer prompt would)
 SELF_JUDGE_CRITERION = ("Correctness", "Is every step of the answer right, its final answer included?")
