@@ -8,6 +8,9 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+# tests run in this many pytest-xdist processes, whole files each (a module's fixtures,
+# such as a trained checkpoint or a Ray cluster, are built once); 2 halves the suite here
+TEST_WORKERS ?= 2
 
 .PHONY: run test test-all bench clean
 
@@ -24,10 +27,10 @@ run: $(STAMP)
 	$(BIN)/posttrain run
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" --durations=25
+	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-all: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scorer_latency.py

@@ -25,12 +25,7 @@ from posttrain.teach.demos import sentiment_steering as demo
 from posttrain.models.tokenizer import CharTokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # --------------------------------------------------------------------------------------

@@ -15,13 +15,7 @@ from posttrain.teach.demos import DEMOS, bandit, kl_tradeoff, run_demo, tokens, 
 from posttrain.models.tokenizer import CharTokenizer
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """The demos' tensors are tiny; a second intra-op thread only adds wake-up latency."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # --------------------------------------------------------------------------------------

@@ -27,12 +27,7 @@ from posttrain.roles.trainer import Trainer
 from posttrain.types import PreferencePair
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def t(*xs):

@@ -12,14 +12,10 @@ pytest.importorskip("gymnasium")
 
 from posttrain.algorithms.ppo import gae, token_level_rewards  # noqa: E402
 from posttrain.teach.demos import gridworld_ppo  # noqa: E402
-from posttrain.teach.demos.common import one_torch_thread  # noqa: E402
 from posttrain.teach.demos.gridworld_ppo import Agent, Config, collect_rollout, make_envs, train  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    with one_torch_thread():  # a (64, 16) batch: a second thread only adds wake-up latency
-        yield
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def rollout(cfg: Config):

@@ -21,13 +21,7 @@ from posttrain.roles.trainer import Trainer
 from posttrain.types import PreferencePair, UnpairedExample
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # the machine is shared: one thread is faster than two fighting other jobs for cores
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def t(*xs):

@@ -35,12 +35,7 @@ from posttrain.verifiers.steps import join_steps
 TOK = CharTokenizer()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a shared 2-core machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny_reward_model(seed=0, max_seq_len=64) -> RewardModel:

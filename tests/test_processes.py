@@ -9,12 +9,10 @@ found by the PIDs the killed process printed and read from /proc (Linux)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -266,15 +264,6 @@ spinner.spin.remote()
 time.sleep(600)
 """
 RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
-
-
-@pytest.fixture
-def ray_tmpdir():
-    """A short temporary RAY_TMPDIR: Ray's socket paths must fit in 107 bytes, which
-    pytest's tmp_path, deep under /tmp/pytest-of-<user>/..., does not leave room for."""
-    path = tempfile.mkdtemp(prefix="ray-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 # slow: a local Ray cluster's start-up; the other orphan checks are in make test

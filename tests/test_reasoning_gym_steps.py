@@ -43,12 +43,7 @@ def env():
                     worked_steps=True)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a shared 2-core machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 # --- a scripted policy that writes leg_counting's worked steps ----------------------------------

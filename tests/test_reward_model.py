@@ -21,12 +21,7 @@ from posttrain.data.preference import sentiment_pairs
 from posttrain.types import Example
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a shared 2-core machine: one thread beats two contended ones
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def test_bt_loss_by_hand():

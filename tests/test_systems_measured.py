@@ -17,7 +17,6 @@ other jobs on this shared 2-core machine stretch wall time far more than CPU tim
 import json
 import math
 import random
-import resource
 import subprocess
 import sys
 import time

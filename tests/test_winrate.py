@@ -135,12 +135,7 @@ def test_agreement_with_the_verifier_by_hand():
 # --- the command, end to end -----------------------------------------------------------------
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # a shared 2-core machine
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
 def tiny_gpt(seed: int) -> GPTMini:
