@@ -428,6 +428,11 @@ class RLConfig:
     # run the reference every step to log KL(π ‖ π_ref) even when the loss has no KL term:
     # drift from the starting policy is the first thing to look at when a run goes wrong
     track_kl: bool = True
+    # when only that log reads the reference (no KL term in the loss), it scores this many rows
+    # of each step, evenly spaced, not all of them: the log is a mean over tokens, and in make
+    # run the full pass was 28% of the step. Every row when something acts on the number
+    # (rl.kl_target; rl.on_alert stop/rollback on kl_explosion). 0 = every row
+    track_kl_rows: int = 64
     eval_every: int = 25  # steps between dev-split pass@1 measurements
     dev_size: int = 200  # dev problems per measurement: cheap, ±7 points at 95%
     # what a hacking monitor's alert does (posttrain/runs/monitors.py): "warn" prints it and
@@ -448,7 +453,7 @@ class RLConfig:
         check(0 <= self.adam_beta2 < 1, f"{prefix}.adam_beta2", self.adam_beta2, "a number in [0, 1)")
         check_non_negative(self, prefix, "steps", "grad_clip", "micro_batch_size", "warmup_steps", "weight_decay",
                            "length_penalty", "length_free", "length_reward", "length_reward_start", "kl_target",
-                           "reward_timeout")
+                           "reward_timeout", "track_kl_rows")
         check(self.on_alert in ON_ALERT, f"{prefix}.on_alert", self.on_alert, f"one of {', '.join(ON_ALERT)}")
         unknown = [name for name in self.stop_on.split(",") if name.strip() not in MONITORS]
         check(not unknown, f"{prefix}.stop_on", self.stop_on,

@@ -6,7 +6,8 @@ One RL step, in the order a paper's pseudocode gives it (`Controller.step`):
     2. score     the environment's verifier (or a reward built on it) scores each completion;
                  a reward that compares a sample with its group (Kimi's length reward) then
                  scores each group
-    3. reference the frozen reference scores the same tokens (when the loss or the KL log reads it);
+    3. reference the frozen reference scores the same tokens (when the loss reads it), or an evenly
+                 spaced sample of rows (when only the KL log does);
                  an implicit PRM (PRIME) learns from this batch's outcomes and gives per-token rewards
     4. advantage the algorithm turns rewards into per-token advantages
     5. update    the trainer minimises the algorithm's loss, leaving out rows with no gradient
@@ -49,6 +50,8 @@ class Controller:
     algorithm    compute_advantages, compute_loss (algorithms/contract.py)
     trainer      update(batch, loss, ...), values(batch) for a critic (roles/trainer.py)
     reference    logp(batch), or None when nothing reads π_ref (roles/reference.py)
+    kl_log_rows  rows the reference scores when only the KL log reads it (no KL term in the loss,
+                 no implicit PRM): a mean needs a sample, not every row. 0 = every row
     process_reward  process_reward(batch) -> (per-token rewards, metrics), updating itself online;
                  state_dict() / load_state_dict(); None unless the algorithm asks for one
                  (PRIME's implicit PRM, rewards/implicit_prm.py)
@@ -61,10 +64,11 @@ class Controller:
     def __init__(self, rollout, reward: Scorer, algorithm, trainer, *, pad_id: int, prompts_per_step: int,
                  seed: int, epochs: int = 1, minibatches: int = 1, max_sampling_rounds: int = 1, reference=None,
                  kl_controller=None, skip_inert_rows: bool = True, process_reward=None, group_reward=None,
-                 prompts=None):
+                 prompts=None, kl_log_rows: int = 0):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
         self.group_reward = group_reward
         self.reference, self.kl_controller, self.process_reward = reference, kl_controller, process_reward
+        self.kl_log_rows = kl_log_rows
         self.prompts = prompts
         self.pad_id, self.prompts_per_step, self.seed = pad_id, prompts_per_step, seed
         self.epochs, self.minibatches, self.max_sampling_rounds = epochs, minibatches, max_sampling_rounds
@@ -84,9 +88,13 @@ class Controller:
         self.reward_metrics.clear()
         episodes, sampling_stats = self.informative_episodes(step)  # 1. sample and 2. score
         batch = sampled = self.collate(episodes)
+        logged_kl = {}
         with self.timed("reference"):  # 3. reference (and the critic's values at sampling time)
-            if self.reference is not None:
+            if self.reference is not None and self.loss_reads_reference(batch):
                 batch.ref_logp = self.reference.logp(batch)
+            elif self.reference is not None:  # only the log reads it: KL on a sample of the rows
+                logged = batch.select(evenly_spaced_rows(batch.batch_size, self.kl_log_rows))
+                logged_kl = {"kl_ref": kl_to_reference(logged, self.reference.logp(logged))}
             if self.algorithm.uses_critic:
                 batch.values = self.trainer.values(batch)
         process_metrics = {}
@@ -105,7 +113,7 @@ class Controller:
             self.rollout.push()  # 6. sync
         # lengths and KL of every sampled token: the loss's mask may be smaller (overlong filtering)
         every_token = dataclasses.replace(batch, response_mask=sampled.response_mask)
-        metrics.update(**rollout_metrics(every_token, episodes), **sampling_stats, **off_policy,
+        metrics.update(**rollout_metrics(every_token, episodes), **logged_kl, **sampling_stats, **off_policy,
                        **self.rollout.step_metrics(), **process_metrics, **self.timings,
                        weight_version=self.rollout.version,
                        **{name: statistics.fmean(values) for name, values in self.reward_metrics.items()},
@@ -118,6 +126,13 @@ class Controller:
             metrics["kl_coef"] = self.algorithm.kl_coef
             self.algorithm.kl_coef = self.kl_controller.update(metrics["kl_ref"], 1)
         return metrics, episodes
+
+    def loss_reads_reference(self, batch: RolloutBatch) -> bool:
+        """Whether anything but the KL log reads this batch's ref_logp: a KL term in the loss
+        (its β may have been steered up since the last step), an implicit PRM, or a sample
+        that would be the whole batch anyway."""
+        return (self.algorithm.uses_reference or self.process_reward is not None
+                or not 0 < self.kl_log_rows < batch.batch_size)
 
     def sample_and_score(self, step: int, round: int) -> list[Episode]:
         with self.timed("rollout"):  # 1. sample
@@ -203,14 +218,24 @@ class Controller:
         self.trainer.close()  # stops the data-parallel trainer ranks, if any
 
 
+def evenly_spaced_rows(batch_size: int, n: int) -> list[int]:
+    """n of batch_size rows, evenly spaced: rows are grouped by prompt, so every part of the
+    batch is represented, and the choice is the same on a resumed run."""
+    return [i * batch_size // n for i in range(n)]
+
+
+def kl_to_reference(batch: RolloutBatch, ref_logp) -> float:
+    """KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)."""
+    return masked_mean(kl_k3(batch.old_logp, ref_logp), batch.response_mask).item()
+
+
 def rollout_metrics(batch: RolloutBatch, episodes: list[Episode]) -> dict[str, float]:
     """What the step sampled (`episodes`) and trained on (`batch`: one row per episode, or
     per model turn under the keep_last / drop thinking policies); the means of rewards and
     lengths are per episode either way."""
     optional = {}  # metrics only some batches have
     if batch.ref_logp is not None:
-        # KL(π_old ‖ π_ref) estimated on the sampled tokens with k3 (unbiased, never negative)
-        optional["kl_ref"] = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask).item()
+        optional["kl_ref"] = kl_to_reference(batch, batch.ref_logp)
     multi_turn = [e for e in episodes if e.turns is not None]
     if multi_turn:  # model turns per episode: for a tool environment, its tool calls and its final answer
         optional["model_turns"] = sum(sum(t.source == MODEL_TURN for t in e.turns) for e in multi_turn) / len(multi_turn)
