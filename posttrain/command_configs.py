@@ -1,7 +1,7 @@
 """The settings of the commands that score rather than train: `posttrain eval` (Loop A),
 `posttrain bon`, `posttrain search`, `posttrain verify` and `posttrain think` (Loop B); and of
 `posttrain prm`, `posttrain star` and `posttrain systems` (the calculator). Their sections and
-checks come from config.py, as the training commands' do."""
+checks come from config/, as the training commands' do."""
 
 from __future__ import annotations
 

@@ -14,8 +14,8 @@ What it refuses, and why each is worth a message of its own:
     a number or null where text is wanted    `"out_dir": null` would be a directory "None"
 
 The range of each value (positive, in [0, 1), ...) is its section's own `validate()` in
-config.py; names, files and registries are pipelines/checks.py::check_config's. This module
-imports nothing from posttrain but config, so config.py stays data only.
+config/; names, files and registries are pipelines/checks.py::check_config's. This module
+imports nothing from posttrain but config, so config/ stays data only.
 """
 
 from __future__ import annotations

@@ -103,7 +103,7 @@ def test_rm_settings_are_checked_before_a_run():
 
 @pytest.mark.parametrize("how", COMBINES)
 def test_the_config_accepts_exactly_the_combinations_the_ensemble_knows(how):
-    # config.py imports nothing from posttrain, so it spells the names out: this keeps the two lists one
+    # config/ imports nothing else from posttrain, so it spells the names out: this keeps the two lists one
     TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble=how))).validate()
     assert combine_scores([0.1, 0.4], how, 1.0) <= 0.25  # each combination is known and none pays above the mean
     with pytest.raises(ConfigError, match="rl.rm.ensemble"):

@@ -1,0 +1,156 @@
+"""The sections every training command shares, each a dataclass with its own `validate()`:
+the policy (`model`), the task (`env`), how the policy is sampled (`sampling`, which RL,
+evaluation and search all read) and supervised fine-tuning (`sft`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from posttrain.config.checks import check, check_non_negative, check_positive
+
+
+@dataclass
+class ModelConfig:
+    # "gpt_mini": the readable from-scratch decoder (the fields below shape it);
+    # "smollm2-135m": SmolLM2-135M-Instruct, converted once from a PyPI package, no download;
+    # or the path of any local transformers causal-LM directory
+    name: str = "gpt_mini"
+    dim: int = 128  # gpt_mini width: ~0.8M parameters with 4 layers, trains from scratch in a minute on 2 cores
+    n_layer: int = 4  # gpt_mini depth: four blocks are enough for five-term running sums
+    n_head: int = 4  # gpt_mini attention heads: 32-dimensional heads at dim 128
+    hidden_dim: int = 352  # gpt_mini SwiGLU width ≈ 8/3·dim (LLaMA's ratio), rounded to a multiple of 32
+    max_seq_len: int = 96  # gpt_mini context: prompt (~15 chars) + chain of thought (~40) with room to spare
+    # transformers models: >0 trains rank-r LoRA adapters in the RL and preference stages,
+    # and the reference is the policy with its adapters off; 0 trains every weight
+    lora_r: int = 0
+    lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r, the common choice
+    system_prompt: str = ""  # instruct models: replaces the chat template's default system turn; "" keeps it
+
+    def validate(self, prefix: str = "model") -> None:
+        check_positive(self, prefix, "dim", "n_layer", "n_head", "hidden_dim", "max_seq_len")
+        check_non_negative(self, prefix, "lora_r", "lora_alpha")
+        check(self.dim % (2 * self.n_head) == 0, f"{prefix}.n_head", self.n_head, f"a divisor of {prefix}.dim="
+              f"{self.dim} into even heads: a gpt_mini head gets dim / n_head channels, RoPE turns them in pairs")
+
+
+@dataclass
+class EnvConfig:
+    # the task: "arithmetic" (generated, no data needed), or your --env.path file scored by
+    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code"), or an external
+    # one (pip install 'posttrain[tasks]'): "reasoning_gym:NAME" (any reasoning-gym task, its own
+    # grader) or "humaneval" (164 problems, all held out); posttrain/envs/__init__.py
+    name: str = "arithmetic"
+    level: int = 3  # arithmetic difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
+    # arithmetic only: a mixed task, each problem's level drawn uniformly from this list, e.g. "2,3,5", every
+    # example labelled with its level (what rl.curation.order easy_to_hard orders by); "" = env.level alone
+    levels: str = ""
+    cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
+    # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math and code (a hackable
+    # final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
+    spec_version: str = ""
+    # the problems of env "jsonl", "math" or "code": a .jsonl, .json or .parquet file, or a directory
+    # (save_to_disk's, or of data files), rows {"prompt", "expected_answer"} or TRL's prompt/completion
+    # and messages; other columns go to reward functions (posttrain/envs/problem_rows.py)
+    path: str = ""
+    # your column names for ours, when they differ: "prompt=question,expected_answer=answer" (ours
+    # = yours); "" reads the names as they are (posttrain/envs/dataset_files.py)
+    columns: str = ""
+    # a held-out set of your own (same formats): every row of it is held out, env.path's rows train
+    # (and give dev); "" splits env.path itself by a hash of each prompt, or by its own test split
+    heldout_path: str = ""
+    # env "code" and "humaneval" only: where no namespace sandbox exists (not root, most containers) run the tests
+    # in the weak prelude-only one, which can leak files and network; off (posttrain/sandbox.py)
+    allow_weak_sandbox: bool = False
+    # reasoning_gym:NAME only: items generated (indices 0..pool_size-1, seed 0), split ~80/10/10 by a
+    # hash of each question; 10,000 leaves ~1,000 held out for a task with that many distinct questions
+    pool_size: int = 10_000
+    # reasoning_gym:NAME only: the task's own settings as a JSON object, e.g. '{"max_terms": 3}';
+    # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
+    task_config: str = ""
+    # reasoning_gym:NAME only: SFT demonstrations that show their work, one step per line before the
+    # <answer> line, for the tasks with a step writer (leg_counting, chain_sum, aiw: posttrain/envs/
+    # reasoning_gym_tasks.py); false = the item's answer alone, all reasoning-gym gives
+    worked_steps: bool = False
+    # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state
+    # the product at once, so below 1 the SFT policy mostly guesses and RL must find the tool
+    tool_demos: float = 1.0
+    # tool_arithmetic only: subtracted from the answer's score per tool call and per malformed call
+    # (posttrain/rewards/agentic.py): costs only, so a wrong answer never earns more than 0
+    step_cost: float = 0.0
+    malformed_penalty: float = 0.0
+    # multi-turn environments only: which earlier <think>…</think> the model reads before its next
+    # turn, keep_all | keep_last | drop (posttrain/roles/thinking.py); the last two train one row per turn
+    thinking: str = "keep_all"
+    # arithmetic_think only: the switch in the prompts, fused (each problem /think or /no_think, half
+    # each: SFT on both modes) | think | no_think (every prompt one mode: measure it); envs/thinking_modes.py
+    think_mode: str = "fused"
+    # arithmetic_think only: the share of /think demonstrations cut at a random point and closed as a
+    # thinking budget closes them (early-stop text, </think>, answer); 0 = Qwen3's recipe, never seen
+    budget_demos: float = 0.0
+
+    def kwargs(self) -> dict[str, Any]:
+        """The settings changed from their defaults, as keyword arguments of the
+        environment: one that does not take a setting rejects it by name."""
+        defaults = EnvConfig()
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)}
+
+
+SAMPLER_WEIGHTS = ("float32", "int8")
+
+
+@dataclass
+class SamplingParams:
+    temperature: float = 1.0  # sample from the policy itself: RL needs its exploration; 0 = greedy
+    top_p: float = 1.0  # 1.0 keeps old_logp an exact log-prob of the sampling distribution
+    max_new_tokens: int = 48  # the generation budget: the longest level-3 chain of thought is ~40 characters
+    # end a completion at its first newline; always on for one-line answers (env.cot false)
+    stop_at_newline: bool = False
+    # torch.compile the sampler's decode step; measured on gpt_mini (make run's batch): 17%
+    # faster decoding after a compile of ~2 minutes on 2 busy cores (BENCHMARKS.md)
+    compile: bool = False
+    # the weights the sampler decodes with: "int8" quantises every Linear (CPU, torch's int8
+    # kernels; models/int8.py) while the trainer stays float32, and the update corrects the
+    # mismatch with importance weights capped at dist.tis_cap; evaluation always decodes in
+    # float32. float32 is the default because int8 only pays for large matrices (SmolLM2,
+    # not gpt_mini: BENCHMARKS.md)
+    weights: str = "float32"
+
+    def validate(self, prefix: str = "sampling") -> None:
+        check(self.temperature >= 0, f"{prefix}.temperature", self.temperature, "a number >= 0 (0 = greedy)")
+        check(0 < self.top_p <= 1, f"{prefix}.top_p", self.top_p, "a number in (0, 1]")
+        check_positive(self, prefix, "max_new_tokens")
+        check(self.weights in SAMPLER_WEIGHTS, f"{prefix}.weights", self.weights,
+              f"one of {list(SAMPLER_WEIGHTS)} (int8: decode with int8 Linear weights on the CPU)")
+        check(not (self.compile and self.weights == "int8"), f"{prefix}.compile", self.compile,
+              f"false with {prefix}.weights='int8' (torch.compile does not take torch's int8 Linear modules); "
+              "choose one of the two")
+
+
+@dataclass
+class SFTConfig:
+    # Few demonstrations on purpose: SFT teaches the format, RL has to earn the accuracy.
+    # Measured at seed 0 (held-out pass@1 after SFT): 120 demos 29%, 150 demos 69%, and 300
+    # demos 92% (little left for RL to show).
+    num_examples: int = 150
+    steps: int = 600  # 128 epochs of 150 demos: the loss is ~0, what SFT can learn is learnt; 0 skips SFT
+    batch_size: int = 32  # demonstrations per step: enough to average out one odd example
+    lr: float = 1e-3  # from-scratch training of a 0.8M model tolerates a large step
+    warmup_steps: int = 30  # linear warmup: Adam's first second-moment estimates are poor
+    weight_decay: float = 0.1  # the usual AdamW decay for training from scratch
+    # judge demonstrations for SFT: this many training problems, each its solution judged "Y"
+    # and a wrong twin (a step's slip carried through) judged "N", in the self-judge's compact
+    # prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation fine-tuning
+    # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.self_reward
+    # needs on gpt_mini, which cannot read a judge prompt untaught; 1,000 took its judge from
+    # chance to AUROC ~0.7 against the verifier (README). 0 = none: plain SFT
+    judge_demos: int = 0
+
+    def validate(self, prefix: str = "sft") -> None:
+        check_positive(self, prefix, "num_examples", "batch_size")
+        check_non_negative(self, prefix, "judge_demos")
+        check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
+        check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")
+        check_non_negative(self, prefix, "warmup_steps", "weight_decay")
