@@ -19,7 +19,8 @@ from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_l
 from posttrain.command_configs import PrmConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
-from posttrain.data.preference import load_preference_data, preference_episodes
+from posttrain.data.preference import load_preference_data
+from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import (
     MODELS,
     check_checkpoint_shape,
