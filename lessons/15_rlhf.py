@@ -74,7 +74,7 @@ def _(mo):
 
     ## The running example: reviews, with a gold rater
 
-    The raters are `lexicon_sentiment` (`posttrain/data/preference.py`), a transparent
+    The raters are `lexicon_sentiment` (`posttrain/data/sentiment_pairs.py`), a transparent
     sentiment score that plays the humans: `sentiment_pairs` draws two reviews of one subject
     from the same review writer and marks the more positive one *chosen*. Because we own the
     raters, every answer also has a **gold** reward (its lexicon score), and we can watch the
@@ -90,7 +90,7 @@ def _(mo):
 
 @app.cell
 def _(collections, random, torch):
-    from posttrain.data.preference import lexicon_sentiment, review, sentiment_pairs
+    from posttrain.data.sentiment_pairs import lexicon_sentiment, review, sentiment_pairs
 
     PROMPT = "Review the soup:\n"
     _writer = random.Random(0)
@@ -221,7 +221,7 @@ def _(mo):
     ## Source files used here
 
     * `posttrain/rewards/reward_model.py` — `RewardModel`, `bt_loss`, `train_reward_model`, `pairwise_accuracy`, `reward_of`
-    * `posttrain/data/preference.py` — `review`, `sentiment_pairs`, `lexicon_sentiment` (the raters)
+    * `posttrain/data/sentiment_pairs.py` — `review`, `sentiment_pairs`, `lexicon_sentiment` (the raters)
     * `posttrain/teach/demos/kl_tradeoff.py` — the closed-form optimum and `exact_kl`
     * `posttrain/pipelines/rlhf.py` — the whole recipe on the arithmetic task: SFT, reward model, PPO
     * `posttrain/rewards/proxy.py` — `ProxyReward`: train on r_φ, log the verifier's gold beside it

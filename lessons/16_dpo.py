@@ -63,7 +63,7 @@ def _(mo):
 @app.cell
 def _(copy, torch):
     from posttrain.config import SamplingParams
-    from posttrain.data.preference import group_by_prompt, pairs_from_verifier
+    from posttrain.data.preference_rows import group_by_prompt, pairs_from_verifier
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.rollout import RolloutEngine
     from posttrain.teach.widgets import tiny_policy
@@ -95,7 +95,7 @@ def _(mo):
 @app.cell
 def _(env, log_beta, model, problems, tok, torch):
     from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
-    from posttrain.data.preference import response_episode
+    from posttrain.data.preference_rows import response_episode
     from posttrain.models.logprobs import sequence_logps
     from posttrain.rewards.reward_model import bt_loss
     from posttrain.types import RolloutBatch
@@ -168,7 +168,7 @@ def _(ANSWERS, beta, best_wrong, bt_of_rewards, dpo_at_optimum, math, mo, tables
 @app.cell
 def _(beta, copy, env, heldout_pairs, make_preference_loss, model, pairs, problems, tok):
     from posttrain.config import SamplingParams as _SamplingParams
-    from posttrain.data.preference import preference_episodes
+    from posttrain.data.preference_rows import preference_episodes
     from posttrain.eval.evaluate import evaluate_pass_at_1
     from posttrain.pipelines.preference_train import (
         evaluate_preference,
@@ -272,7 +272,7 @@ def _(mo):
       `posttrain/algorithms/preference/orpo.py`, `posttrain/algorithms/preference/simpo.py` — each a small diff on DPO
     * `posttrain/algorithms/preference/core.py` — `PreferenceLogps`, the one input every loss reads
     * `posttrain/pipelines/preference_train.py` — `train_preference`, `evaluate_preference`, `mean_token_kl`
-    * `posttrain/data/preference.py` — `pairs_from_verifier`, `response_episode`
+    * `posttrain/data/preference_rows.py` — `pairs_from_verifier`, `response_episode`
     * `posttrain/rewards/reward_model.py` — `bt_loss`, the loss DPO equals at π\*
     * `docs/algorithms/dpo.md` — offline against online DPO, measured
 

@@ -14,10 +14,11 @@ import pytest
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.cli import main, train_config
-from posttrain.command_configs import BonConfig, EvalConfig, SystemsConfig, WinrateConfig
+from posttrain.command_configs import SystemsConfig
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.pipelines.build import make_algorithm
+from posttrain.scoring_configs import BonConfig, EvalConfig, WinrateConfig
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.data.preference import load_preference_data, pairs_from_verifier, preference_episodes
+from posttrain.data.preference import load_preference_data
+from posttrain.data.preference_rows import pairs_from_verifier, preference_episodes
 from posttrain.envs import make_env
 from posttrain.envs.arithmetic import split_of
 from posttrain.envs.dataset_files import parse_columns, read_rows

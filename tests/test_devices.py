@@ -87,7 +87,7 @@ def test_an_absent_cuda_device_says_so_and_what_to_pass():
 
 @pytest.mark.skipif(CUDA, reason="this machine has a CUDA device")
 def test_eval_refuses_an_absent_device_too(tmp_path):
-    from posttrain.command_configs import EvalConfig
+    from posttrain.scoring_configs import EvalConfig
 
     with pytest.raises(ConfigError, match="no CUDA device is visible.*--device cpu"):
         check_config(EvalConfig(checkpoint=str(tmp_path), device="cuda"))
@@ -266,8 +266,8 @@ def test_bf16_on_the_cpu_end_to_end(tmp_path):
     meta = json.loads((run.path / "meta.json").read_text())
     assert meta["device"] == {"requested": "cpu", "resolved": "cpu", "name": "", "dtype": "bfloat16"}
 
-    from posttrain.command_configs import EvalConfig
     from posttrain.eval.loop_a import evaluate_checkpoint
+    from posttrain.scoring_configs import EvalConfig
 
     checkpoint = sorted((run.path / "checkpoints" / "rl").glob("step_*"))[-1]
     eval_cfg = EvalConfig(checkpoint=str(checkpoint), size=8, out_dir=str(tmp_path / "eval"), dtype="bfloat16")

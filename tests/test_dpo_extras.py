@@ -12,13 +12,9 @@ import torch.nn.functional as F
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
 from posttrain.algorithms.preference.core import gap_weights
 from posttrain.config import ConfigError, RLConfig
-from posttrain.data.preference import (
-    load_preference_data,
-    pair_gaps,
-    preference_episodes,
-    save_preference_jsonl,
-    sentiment_pairs,
-)
+from posttrain.data.preference import load_preference_data, save_preference_jsonl
+from posttrain.data.preference_rows import pair_gaps, preference_episodes
+from posttrain.data.sentiment_pairs import sentiment_pairs
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.checks import check_rl

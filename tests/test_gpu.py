@@ -11,12 +11,12 @@ import math
 import pytest
 import torch
 
-from posttrain.command_configs import EvalConfig
 from posttrain.envs import make_env
 from posttrain.models import save_checkpoint_model
 from posttrain.models.device import place
 from posttrain.pipelines.build import build_controller
 from posttrain.pipelines.checks import check_config
+from posttrain.scoring_configs import EvalConfig
 from tests.test_devices import tiny_config, tiny_policy
 
 pytestmark = [pytest.mark.gpu,

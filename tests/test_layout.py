@@ -25,7 +25,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "posttrain"
 # fallback room of a top-level module not listed here, which then cannot be imported by
 # anything below: list a new one at its rank.
 RANKS = {
-    "posttrain": 7, "posttrain.version": 0, "posttrain.command_configs": 0, "posttrain.sandbox_child": 1,
+    "posttrain": 7, "posttrain.version": 0, "posttrain.command_configs": 0, "posttrain.scoring_configs": 0, "posttrain.sandbox_child": 1,
     "posttrain.types": 0, "posttrain.config": 0, "posttrain.config_checks": 0, "posttrain.config_file": 0, "posttrain.files": 0, "posttrain.processes": 0, "posttrain.seeds": 0, "posttrain.timed_calls": 0,
     "posttrain.algorithms": 1, "posttrain.models": 1, "posttrain.verifiers": 1, "posttrain.sandbox": 1,
     # pure calculators and simulators (the curriculum's systems lessons read them): the standard

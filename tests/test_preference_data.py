@@ -8,15 +8,9 @@ import pytest
 
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.types import PreferencePair, UnpairedExample
-from posttrain.data.preference import (
-    group_by_prompt,
-    lexicon_sentiment,
-    load_preference_jsonl,
-    pairs_from_verifier,
-    save_preference_jsonl,
-    sentiment_pairs,
-    unpaired_from_pairs,
-)
+from posttrain.data.preference import load_preference_jsonl, save_preference_jsonl, unpaired_from_pairs
+from posttrain.data.preference_rows import group_by_prompt, pairs_from_verifier
+from posttrain.data.sentiment_pairs import lexicon_sentiment, sentiment_pairs
 from posttrain.types import Episode, Example
 
 # ------------------------------------------------------------------ JSONL

@@ -11,7 +11,9 @@ import torch
 
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, PreferenceLogps, make_preference_loss
 from posttrain.algorithms.preference.orpo import log_odds
-from posttrain.data.preference import preference_episodes, sentiment_pairs, unpaired_from_pairs
+from posttrain.data.preference import unpaired_from_pairs
+from posttrain.data.preference_rows import preference_episodes
+from posttrain.data.sentiment_pairs import sentiment_pairs
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import sequence_logps
 from posttrain.models.tokenizer import CharTokenizer

@@ -17,7 +17,7 @@ from posttrain.rewards.reward_model import (
     pairwise_accuracy,
     train_reward_model,
 )
-from posttrain.data.preference import sentiment_pairs
+from posttrain.data.sentiment_pairs import sentiment_pairs
 from posttrain.types import Example
 
 

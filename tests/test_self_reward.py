@@ -12,7 +12,7 @@ import pytest
 from posttrain.cli import main
 from posttrain.config import ConfigError, RLConfig, SFTConfig, TrainConfig
 from posttrain.data.judge_demos import carried_step_error, corrupt_one_digit, judge_demonstrations, wrong_solution
-from posttrain.data.preference import group_by_prompt
+from posttrain.data.preference_rows import group_by_prompt
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig

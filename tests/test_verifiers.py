@@ -11,10 +11,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from posttrain.cli import main as posttrain
-from posttrain.command_configs import BonConfig, EvalConfig
 from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.pipelines.checks import check_config
+from posttrain.scoring_configs import BonConfig, EvalConfig
 from posttrain.types import Example
 from posttrain.verifiers import (
     VERIFIERS,

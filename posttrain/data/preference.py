@@ -5,16 +5,17 @@ Two kinds of record:
     PreferencePair     (prompt, chosen, rejected)   "chosen is better than rejected"
     UnpairedExample    (prompt, completion, desirable)   a thumbs up / down (KTO)
 
-Where pairs come from, in this module:
-  - `pairs_from_verifier`: K sampled completions of the same prompt, scored by a verifier;
-    every higher-scored completion is paired with every lower-scored one, ties dropped. This
-    turns RLVR data into DPO data (though a verifier's 0/1 reward is not inherently
-    pairwise, which is why RLVR usually trains GRPO on it directly).
-  - `sentiment_pairs`: a small bundled set with no verifier, the kind of preference a rule
-    cannot check exactly: short review sentences ranked by a lexicon sentiment score
-    (`lexicon_sentiment`), standing in for human raters.
-  - your own file (`load_preference_data`): JSONL, JSON, Parquet or a saved `datasets`
-    directory (posttrain/envs/dataset_files.py), in our format or TRL's.
+Where pairs come from:
+  - `pairs_from_verifier` (data/preference_rows.py): K sampled completions of the same
+    prompt, scored by a verifier; every higher-scored completion is paired with every
+    lower-scored one, ties dropped. This turns RLVR data into DPO data (though a verifier's
+    0/1 reward is not inherently pairwise, which is why RLVR usually trains GRPO on it
+    directly).
+  - `sentiment_pairs` (data/sentiment_pairs.py): a small bundled set with no verifier, the
+    kind of preference a rule cannot check exactly: short review sentences ranked by a
+    lexicon sentiment score (`lexicon_sentiment`), standing in for human raters.
+  - your own file (`load_preference_data`, this module): JSONL, JSON, Parquet or a saved
+    `datasets` directory (posttrain/envs/dataset_files.py), in our format or TRL's.
 
 A row (our JSONL format, one JSON object per line, blank lines ignored):
 
@@ -25,8 +26,8 @@ A row (our JSONL format, one JSON object per line, blank lines ignored):
 
 A pair may carry its ranker's scores, as UltraFeedback's binarized sets do: numbers
 `score_chosen` >= `score_rejected`, both or neither (PreferencePair.score_chosen / _rejected;
-DPO's gap weighting reads their difference). Pairs built here carry them too: the verifier's
-rewards, a reward model's or the self-judge's scores, the lexicon's sentiment.
+DPO's gap weighting reads their difference). Pairs the library builds carry them too: the
+verifier's rewards, a reward model's or the self-judge's scores, the lexicon's sentiment.
 
 TRL's conventions are read too: `label` for `desirable` (KTO's unpaired format); a prompt,
 chosen, rejected or completion given as a conversation ({"role", "content"} turns; a
@@ -39,18 +40,15 @@ at a word boundary). Other columns are kept in meta. `desirable`/`label` is a bo
 <bos> token, or as the user turn of an instruct model's chat template) and the response
 follows it directly, so put any separator (a newline, "Answer: ") at the end of the prompt.
 A source holds one kind only; reading stops at the first bad row with the file, line or row
-and what is wrong.
+and what is wrong. A record becomes the rows a trainer reads in data/preference_rows.py.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
-import random
-import re
 from pathlib import Path
-from typing import Iterable, Mapping, Sequence
+from typing import Iterable
 
 from posttrain.envs.dataset_files import (
     assistant_text,
@@ -61,8 +59,7 @@ from posttrain.envs.dataset_files import (
     read_rows,
 )
 from posttrain.files import write_atomic
-from posttrain.roles.rollout import encode_prompt
-from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, UnpairedExample
+from posttrain.types import PROMPT_MESSAGES, PreferencePair, UnpairedExample
 
 
 def unpaired_from_pairs(pairs: Iterable[PreferencePair]) -> list[UnpairedExample]:
@@ -229,243 +226,3 @@ def _response(value, prompt: str | list, where: str, column: str) -> str:
                          "alone (one assistant turn), or a conversation that repeats the prompt")
     return assistant_text(turns[-1:], where, column)
 
-
-# --------------------------------------------------------------------------------------
-# Records -> trainable rows
-# --------------------------------------------------------------------------------------
-
-
-def response_episode(tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
-                     max_len: int | None, where: str, messages: list[dict[str, str]] | None = None,
-                     score: float | None = None) -> Episode:
-    """One response as a trainable row: `[bos] prompt` (or the chat template), then the
-    response + [eos], the layout the rollout engine samples, so the EOS is an action the
-    policy is trained to take (or not) like any other token. reward 1 marks the chosen /
-    desirable side (algorithms/preference/core.py). `messages`: the prompt's turns when it
-    is a conversation, for an instruct model's chat template. `score`: the response's score
-    in a scored pair, kept in details["score"] for DPO's gap weighting (pair_gaps)."""
-    prompt_ids = encode_prompt(tokenizer, prompt, messages)
-    response_ids = tokenizer.encode(response) + [tokenizer.eos_id]
-    if max_len is not None and len(prompt_ids) + len(response_ids) > max_len:
-        raise ValueError(
-            f"{where}: prompt + response is {len(prompt_ids) + len(response_ids)} tokens, more than the model's "
-            f"max_seq_len={max_len}; shorten or drop this record, or use a model with a larger max_seq_len"
-        )
-    example = Example(prompt, "", meta={PROMPT_MESSAGES: messages} if messages else {})
-    return Episode(example=example, group_id=group_id, prompt_ids=prompt_ids, response_ids=response_ids,
-                   response_logp=[0.0] * len(response_ids), completion=response, reward=float(preferred),
-                   details={} if score is None else {"score": score})
-
-
-def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tokenizer,
-                        max_len: int | None = None) -> list[list[Episode]]:
-    """Each record's rows, in record order: a pair gives [chosen, rejected] (one group of two,
-    adjacent, so micro-batches of an even size never split a pair), an unpaired example
-    one row. Raises ValueError naming the record when one does not fit the model."""
-    out = []
-    for i, r in enumerate(records):
-        where, turns = f"record {i}", r.meta.get(PROMPT_MESSAGES)
-        if isinstance(r, PreferencePair):
-            out.append([response_episode(tokenizer, r.prompt, r.chosen, True, i, max_len, where, turns, r.score_chosen),
-                        response_episode(tokenizer, r.prompt, r.rejected, False, i, max_len, where, turns,
-                                         r.score_rejected)])
-        elif isinstance(r, UnpairedExample):
-            out.append([response_episode(tokenizer, r.prompt, r.completion, r.desirable, i, max_len, where, turns)])
-        else:
-            raise TypeError(f"{where}: expected PreferencePair or UnpairedExample, got {type(r).__name__}")
-    return out
-
-
-def pair_gaps(rows: Sequence[list[Episode]]) -> list[float]:
-    """score_chosen − score_rejected of each pair's rows (preference_episodes' layout), for
-    DPO's gap weighting; ValueError naming the first record without scores (a scored and an
-    unscored pair cannot be weighed against each other: score every pair, or weight none)."""
-    gaps = []
-    for i, record in enumerate(rows):
-        if len(record) != 2 or any("score" not in e.details for e in record):
-            kind = "an unpaired example" if len(record) != 2 else "a pair without scores"
-            raise ValueError(f"record {i} is {kind}, and gap weighting weighs each pair by score_chosen − "
-                             "score_rejected: give every pair both scores (a file's score_chosen / score_rejected "
-                             "columns; pairs the library builds carry them), or set --dpo.gap_weighting none")
-        chosen, rejected = record
-        gaps.append(chosen.details["score"] - rejected.details["score"])
-    return gaps
-
-
-# --------------------------------------------------------------------------------------
-# Pairs from a verifier: RLVR samples -> DPO data
-# --------------------------------------------------------------------------------------
-
-
-def group_by_prompt(episodes: Iterable[Episode]) -> dict[str, list[Episode]]:
-    """Episodes grouped by their prompt text, groups in order of first appearance."""
-    groups: dict[str, list[Episode]] = {}
-    for e in episodes:
-        groups.setdefault(e.example.prompt, []).append(e)
-    return groups
-
-
-def pairs_from_verifier(
-    episodes_by_prompt: Mapping[str, list[Episode]] | Iterable[list[Episode]],
-    drop_unfinished: bool = True,
-    max_pairs_per_prompt: int | None = None,
-    best_vs_worst: bool = False,
-) -> list[PreferencePair]:
-    """Preference pairs from scored samples: within each prompt's group, every completion
-    is paired with every completion of strictly lower reward (for a 0/1 verifier: each
-    correct with each incorrect sample). Equal rewards are ties and give no pair.
-
-    episodes_by_prompt: groups of Episodes (reward already set), e.g. `group_by_prompt(eps)`;
-        every episode of a group must answer the same prompt (a pair across prompts is not
-        a preference), else ValueError.
-    drop_unfinished: skip episodes cut off by max_new_tokens: re-encoding one for training
-        appends an <eos> the model never emitted, so it would be a made-up response.
-    max_pairs_per_prompt: keep at most this many pairs per prompt (the first ones in the
-        order below), so one prompt with many samples cannot dominate; None keeps all.
-    best_vs_worst: one pair per prompt, its highest-scored completion against its lowest
-        (the first of each in the order below), for a continuous score such as a reward
-        model's, where "every higher against every lower" is mostly pairs a hair apart.
-
-    Deterministic: repeated completion texts are kept once (the first occurrence), then pairs
-    are listed by prompt in input order, then by the chosen's and the rejected's position in
-    the group. Each pair carries both rewards as its scores, and the example id in meta.
-    """
-    groups = episodes_by_prompt.values() if isinstance(episodes_by_prompt, Mapping) else episodes_by_prompt
-    pairs = []
-    for group in groups:
-        group = list(group)
-        if not group:
-            continue
-        prompt = group[0].example.prompt
-        if any(e.example.prompt != prompt for e in group):
-            others = sorted({e.example.prompt for e in group} - {prompt})
-            raise ValueError(
-                f"a group mixes prompts ({prompt!r} and {others[0]!r}); pairs must compare answers to the "
-                "same prompt: group the episodes with group_by_prompt first"
-            )
-        unique: dict[str, Episode] = {}
-        for e in group:
-            if e.finished or not drop_unfinished:
-                unique.setdefault(e.completion, e)
-        candidates = list(unique.values())
-        if best_vs_worst and candidates:
-            best = max(candidates, key=lambda e: e.reward)  # max / min keep the first of equals
-            worst = min(candidates, key=lambda e: e.reward)
-            candidates = [best, worst]
-        turns = group[0].example.meta.get(PROMPT_MESSAGES)  # a conversation keeps its chat template in training
-        group_pairs = [
-            PreferencePair(
-                prompt,
-                better.completion,
-                worse.completion,
-                {"id": better.example.id, **({PROMPT_MESSAGES: turns} if turns else {})},
-                score_chosen=better.reward,
-                score_rejected=worse.reward,
-            )
-            for better in candidates
-            for worse in candidates
-            if better.reward > worse.reward
-        ]
-        pairs.extend(group_pairs if max_pairs_per_prompt is None else group_pairs[:max_pairs_per_prompt])
-    return pairs
-
-
-# --------------------------------------------------------------------------------------
-# A bundled preference set with no verifier: review sentences ranked by sentiment
-# --------------------------------------------------------------------------------------
-
-# Word valences on a rough −3..3 scale (the shape of VADER's lexicon, our own values).
-LEXICON: dict[str, float] = {
-    "excellent": 3.0, "wonderful": 3.0, "superb": 3.0, "great": 2.0, "lovely": 2.0,
-    "friendly": 2.0, "tasty": 2.0, "good": 1.5, "pleasant": 1.5, "fine": 0.5,
-    "horrible": -3.0, "terrible": -3.0, "awful": -3.0, "rude": -2.0, "poor": -2.0,
-    "dirty": -2.0, "bad": -1.5, "bland": -1.0, "dull": -1.0, "slow": -1.0,
-}
-NEGATIONS = frozenset({"not", "never"})
-INTENSIFIERS = {"very": 1.5, "really": 1.5, "quite": 1.2, "slightly": 0.5}
-NEGATION_SCALE = -0.5  # "not good" is mildly bad, not as bad as "bad" (VADER uses −0.74)
-CLAUSE_BREAKS = frozenset({"and", "but", ".", ",", "!", "?", ";"})
-_WORDS = re.compile(r"[a-z]+|[.,!?;]")
-
-
-def lexicon_sentiment(text: str) -> float:
-    """A transparent sentiment score: the sum of word valences from `LEXICON`, where an
-    intensifier scales the next sentiment word and a negation flips and halves it, within
-    the same clause. Any str is scored (unknown words count 0); higher is more positive.
-
-        "The soup was good."            ->  1.5
-        "The soup was very good."       ->  1.5 · 1.5 = 2.25
-        "The soup was not good."        ->  1.5 · −0.5 = −0.75
-        "Great room, but rude staff."   ->  2 − 2 = 0
-    """
-    score, scale, negated = 0.0, 1.0, False
-    for word in _WORDS.findall(text.lower()):
-        if word in NEGATIONS:
-            negated = True
-        elif word in INTENSIFIERS:
-            scale *= INTENSIFIERS[word]
-        elif word in LEXICON:
-            score += LEXICON[word] * scale * (NEGATION_SCALE if negated else 1.0)
-            scale, negated = 1.0, False
-        elif word in CLAUSE_BREAKS:
-            scale, negated = 1.0, False
-    return score
-
-
-SUBJECTS = ("pizza", "hotel", "movie", "service", "coffee", "book", "room", "staff", "soup", "concert")
-
-
-def review(rng: random.Random, subject: str) -> str:
-    """'The hotel was very good and slow.': one or two sentiment phrases (one in two of
-    three reviews), each with a negation 15% of the time and an intensifier 30%, the word
-    uniform over LEXICON. The writer behind `sentiment_pairs`; lesson 15 samples it as the
-    policy RLHF starts from."""
-    phrases = []
-    for _ in range(rng.choice((1, 1, 2))):
-        words = []
-        if rng.random() < 0.15:
-            words.append(rng.choice(sorted(NEGATIONS)))
-        if rng.random() < 0.3:
-            words.append(rng.choice(sorted(INTENSIFIERS)))
-        words.append(rng.choice(sorted(LEXICON)))
-        phrases.append(" ".join(words))
-    return f"The {subject} was {' and '.join(phrases)}."
-
-
-def _split_of(text: str) -> str:
-    """train (80%) or heldout (20%), from a stable hash of the pair's text."""
-    bucket = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big") % 100
-    return "train" if bucket < 80 else "heldout"
-
-
-def sentiment_pairs(n: int, seed: int = 0, split: str = "train", min_gap: float = 1.0) -> list[PreferencePair]:
-    """n review pairs for one prompt each: two reviews of the same subject, the one with the
-    higher `lexicon_sentiment` chosen. Pairs whose scores differ by less than `min_gap` are
-    redrawn: near-ties are the pairs human raters disagree on, and filtering them is the
-    usual curation step (default 1.0: "good" vs "fine" stays, "fine" vs "not bad" goes; 0
-    drops only exact ties). A pair's split is a hash of its text, so "train" and "heldout"
-    never share a pair whatever the seeds.
-
-        prompt "Review the soup:\\n"  chosen "The soup was tasty."  rejected "The soup was not good."
-    """
-    if split not in ("train", "heldout"):
-        raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"n must be a non-negative int, got {n!r}")
-    if not 0 <= min_gap <= 4:
-        raise ValueError(f"min_gap must be in [0, 4] (larger gaps are too rare to fill n pairs), got {min_gap!r}")
-    rng = random.Random(seed)
-    pairs = []
-    while len(pairs) < n:
-        subject = rng.choice(SUBJECTS)
-        a, b = review(rng, subject), review(rng, subject)
-        score_a, score_b = lexicon_sentiment(a), lexicon_sentiment(b)
-        if score_a == score_b or abs(score_a - score_b) < min_gap:
-            continue  # a tie is no preference; a near-tie a noisy one
-        prompt = f"Review the {subject}:\n"
-        if _split_of(prompt + "\0" + "\0".join(sorted((a, b)))) != split:
-            continue
-        chosen, rejected = (a, b) if score_a > score_b else (b, a)
-        pairs.append(PreferencePair(prompt, chosen, rejected, score_chosen=max(score_a, score_b),
-                                    score_rejected=min(score_a, score_b)))
-    return pairs

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import (BonConfig, EvalConfig, PrmConfig, SearchConfig, ThinkConfig, VerifyConfig,
-                                       WinrateConfig)
+from posttrain.command_configs import PrmConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config_checks import check_types
-from posttrain.data.preference import load_preference_data, preference_episodes
+from posttrain.data.preference import load_preference_data
+from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import (
     MODELS,
     check_checkpoint_shape,
@@ -45,6 +45,7 @@ from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import example_prompt_ids
 from posttrain.runs.trackers import check_trackers
+from posttrain.scoring_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.types import PreferencePair
 
 

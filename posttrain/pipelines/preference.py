@@ -14,15 +14,8 @@ import torch
 from posttrain.algorithms.core import masked_mean
 from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
-from posttrain.data.preference import (
-    group_by_prompt,
-    load_preference_data,
-    load_preference_jsonl,
-    pair_gaps,
-    pairs_from_verifier,
-    preference_episodes,
-    save_preference_jsonl,
-)
+from posttrain.data.preference import load_preference_data, load_preference_jsonl, save_preference_jsonl
+from posttrain.data.preference_rows import group_by_prompt, pair_gaps, pairs_from_verifier, preference_episodes
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models import load_checkpoint_model

@@ -26,7 +26,7 @@ import torch
 
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
 from posttrain.algorithms.preference.core import gap_weights
-from posttrain.data.preference import pair_gaps, preference_episodes
+from posttrain.data.preference_rows import pair_gaps, preference_episodes
 from posttrain.eval.calibration import expected_calibration_error
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps

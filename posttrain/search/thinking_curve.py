@@ -22,7 +22,6 @@ from typing import Any
 
 from rich.console import Console
 
-from posttrain.command_configs import ThinkConfig
 from posttrain.config import SamplingParams
 from posttrain.config_file import to_dict
 from posttrain.envs import make_env
@@ -33,6 +32,7 @@ from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.roles.think_budget import ThinkingUse, budgeted_generate
 from posttrain.runs.checkpoints import CheckpointTask, read_task
 from posttrain.runs.rundir import RunDir
+from posttrain.scoring_configs import ThinkConfig
 from posttrain.verifiers.think_tags import EARLY_STOP, THINK_OPEN, forced_text
 
 

@@ -11,7 +11,7 @@ and a continuation, the response the model learns to write after it:
 The mood of a review is drawn uniformly from positive, negative, neutral and mixed, so a
 model trained on the corpus starts near-neutral on average: a VADER compound score of
 about 0, with some samples far above and some far below. That spread is what RL can select
-from. The sentiment words and subjects are `data/preference.py`'s (the bundled preference
+from. The sentiment words and subjects are `data/sentiment_pairs.py`'s (the bundled preference
 pairs use them too); the neutral words, fillers and openings are this module's. Three of
 those sentiment words, "tasty", "bland" and "slow", are not in VADER's lexicon, so VADER
 scores them 0: a reward model's blind spot, left in on purpose. Every character is
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import random
 
-from posttrain.data.preference import INTENSIFIERS, LEXICON, SUBJECTS
+from posttrain.data.sentiment_pairs import INTENSIFIERS, LEXICON, SUBJECTS
 
 CORPUS_VERSION = "reviews-v1"  # bump when the templates change: a model trained on v1 saw v1's text
 
