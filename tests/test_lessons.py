@@ -12,9 +12,9 @@ import importlib.util
 import math
 import os
 import re
+import resource
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -89,12 +89,15 @@ def test_there_are_lessons():
 @pytest.mark.parametrize("path", ALL_NOTEBOOKS, ids=ids(ALL_NOTEBOOKS))
 def test_notebook_runs_headless_as_a_script(path):
     env = dict(os.environ, MARIMO_SKIP_UPDATE_CHECK="1")
-    start = time.perf_counter()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     result = subprocess.run([sys.executable, str(path)], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=4 * TIME_LIMIT_S)
-    elapsed = time.perf_counter() - start
+                            timeout=10 * TIME_LIMIT_S)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     assert result.returncode == 0, f"{path.name} failed:\n{result.stderr[-3000:]}"
-    assert elapsed < TIME_LIMIT_S, f"{path.name} took {elapsed:.1f} s headless; the budget is {TIME_LIMIT_S:.0f} s"
+    # the lesson's own CPU seconds, not wall time: other jobs sharing the cores (CI, a second
+    # pytest worker) stretch wall time past any budget, and never change what the lesson computes
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    assert cpu < TIME_LIMIT_S, f"{path.name} used {cpu:.1f} CPU seconds headless; the budget is {TIME_LIMIT_S:.0f} s"
 
 
 @pytest.mark.parametrize("path", LESSON_FILES, ids=ids(LESSON_FILES))
