@@ -179,13 +179,7 @@ class SearchConfig:
     name: str = "search"  # the run directory's suffix
 
     def budget_list(self) -> list[int]:
-        try:
-            budgets = [int(b) for b in self.budgets.split(",")]
-        except ValueError:
-            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
-                              "(e.g. '64,128,256')") from None
-        check(all(b >= 1 for b in budgets), "budgets", self.budgets, "positive token counts")
-        return sorted(set(budgets))
+        return token_budgets(self.budgets, "64,128,256", smallest=1, allowed="positive token counts")
 
     def validate(self) -> None:
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
@@ -277,13 +271,8 @@ class ThinkConfig:
     name: str = "think"  # the run directory's suffix
 
     def budget_list(self) -> list[int]:
-        try:
-            budgets = [int(b) for b in self.budgets.split(",")]
-        except ValueError:
-            raise ConfigError(f"budgets={self.budgets!r} is not allowed: expected integers, comma-separated "
-                              "(e.g. '0,8,16,32')") from None
-        check(all(b >= 0 for b in budgets), "budgets", self.budgets, "token counts >= 0 (0 forces the answer at once)")
-        return sorted(set(budgets))
+        return token_budgets(self.budgets, "0,8,16,32", smallest=0,
+                             allowed="token counts >= 0 (0 forces the answer at once)")
 
     def validate(self) -> None:
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
@@ -293,3 +282,14 @@ class ThinkConfig:
         self.budget_list()
         check_positive(self, "", "size", "answer_tokens")
         check(self.max_new_tokens >= 0, "max_new_tokens", self.max_new_tokens, "an integer >= 0 (0 = the run's)")
+
+
+def token_budgets(text: str, example: str, smallest: int, allowed: str) -> list[int]:
+    """--budgets "a,b,c": the distinct token budgets, ascending, each at least `smallest`."""
+    try:
+        budgets = [int(b) for b in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"budgets={text!r} is not allowed: expected integers, comma-separated "
+                          f"(e.g. '{example}')") from None
+    check(all(b >= smallest for b in budgets), "budgets", text, allowed)
+    return sorted(set(budgets))
