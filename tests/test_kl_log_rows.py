@@ -78,11 +78,10 @@ def test_a_negative_sample_size_is_refused():
         cfg.validate()
 
 
-def test_every_row_is_scored_when_something_acts_on_the_kl():
+def test_every_row_is_scored_when_an_alert_stops_on_the_kl():
     from posttrain.config import RLConfig
     from posttrain.pipelines.build import kl_log_rows
 
     assert kl_log_rows(RLConfig()) == 64  # the default: warn only
-    assert kl_log_rows(RLConfig(kl_target=0.05)) == 0  # the adaptive controller steers β by it
     assert kl_log_rows(RLConfig(on_alert="stop")) == 0  # kl_explosion is in the default stop_on
     assert kl_log_rows(RLConfig(on_alert="rollback", stop_on="proxy_gold_divergence")) == 64

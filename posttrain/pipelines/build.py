@@ -198,8 +198,9 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
 
 def kl_log_rows(rl) -> int:
     """Rows the reference scores for a KL that is only logged (rl.track_kl_rows), or 0 for
-    every row when something acts on the number: the adaptive KL controller steers β by it,
-    and a kl_explosion alert that stops or rolls back the run must not fire on a sample's
-    spike (in make run, one heavy-tailed row in 64 once read 0.65 where all 256 gave 0.19)."""
-    acts_on_kl = rl.kl_target > 0 or (rl.on_alert != "warn" and "kl_explosion" in rl.stop_on.split(","))
-    return 0 if acts_on_kl else rl.track_kl_rows
+    every row when an alert acts on the number: a kl_explosion alert that stops or rolls back
+    the run must not fire on a sample's spike (in make run, one heavy-tailed row in 64 once
+    read 0.65 where all 256 gave 0.19). The controller itself scores every row for the
+    readers it holds: a KL term (which the adaptive KL controller needs) and an implicit PRM."""
+    stops_on_kl = rl.on_alert != "warn" and "kl_explosion" in rl.stop_on.split(",")
+    return 0 if stops_on_kl else rl.track_kl_rows

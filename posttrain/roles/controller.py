@@ -90,7 +90,7 @@ class Controller:
         batch = sampled = self.collate(episodes)
         logged_kl = {}
         with self.timed("reference"):  # 3. reference (and the critic's values at sampling time)
-            if self.reference is not None and self.loss_reads_reference(batch):
+            if self.reference is not None and self.scores_every_row(batch):
                 batch.ref_logp = self.reference.logp(batch)
             elif self.reference is not None:  # only the log reads it: KL on a sample of the rows
                 logged = batch.select(evenly_spaced_rows(batch.batch_size, self.kl_log_rows))
@@ -127,10 +127,11 @@ class Controller:
             self.algorithm.kl_coef = self.kl_controller.update(metrics["kl_ref"], 1)
         return metrics, episodes
 
-    def loss_reads_reference(self, batch: RolloutBatch) -> bool:
-        """Whether anything but the KL log reads this batch's ref_logp: a KL term in the loss
-        (its β may have been steered up since the last step), an implicit PRM, or a sample
-        that would be the whole batch anyway."""
+    def scores_every_row(self, batch: RolloutBatch) -> bool:
+        """Whether the reference must score every row of this batch: something besides the
+        KL log reads ref_logp (a KL term in the loss, which an adaptive KL controller always
+        has, its β being multiplied and never 0; an implicit PRM), or a sample would be the
+        whole batch anyway."""
         return (self.algorithm.uses_reference or self.process_reward is not None
                 or not 0 < self.kl_log_rows < batch.batch_size)
 
