@@ -62,7 +62,9 @@ def test_the_kl_log_reads_the_reference_on_a_sample_of_rows_and_the_update_is_un
     assert full_metrics["kl_ref"] == pytest.approx(k3(batch, ref_logp), rel=1e-6)
 
 
-@pytest.mark.parametrize("setting", [{"algo_params": {"kl_coef": 0.01}}, {"track_kl_rows": 16}])
+@pytest.mark.parametrize("setting", [{"algo_params": {"kl_coef": 0.01}}, {"track_kl_rows": 16},
+                                     # the adaptive controller steers β by the KL (it needs a β > 0 to steer)
+                                     {"kl_target": 0.05, "algo_params": {"kl_coef": 0.01}}])
 def test_a_kl_term_in_the_loss_or_a_sample_as_large_as_the_batch_scores_every_row(tmp_path, setting):
     controller, scored = recorded_controller(tmp_path, **{"track_kl_rows": 4, **setting})
     controller.step(0)
