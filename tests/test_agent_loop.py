@@ -244,7 +244,7 @@ def test_one_grpo_step_runs_end_to_end_on_the_multi_turn_env():
 
 def test_reward_settings_that_a_multi_turn_episode_would_ignore_are_refused():
     from posttrain.config import TrainConfig
-    from posttrain.pipelines.checks import check_multi_turn
+    from posttrain.pipelines.data_checks import check_multi_turn
 
     cfg = TrainConfig()
     check_multi_turn(cfg, FixedToolEnv())  # the environment's own reward: allowed

@@ -17,7 +17,7 @@ from posttrain.envs.arithmetic import split_of
 from posttrain.eval.completions import score_records
 from posttrain.eval.evaluate import solved
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.checks import check_vocabulary
+from posttrain.pipelines.data_checks import check_vocabulary
 from posttrain.types import Episode
 from posttrain.verifiers import get_verifier
 

@@ -13,7 +13,7 @@ from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.checks import check_multi_turn
+from posttrain.pipelines.data_checks import check_multi_turn
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller
 from posttrain.roles.rollout import STOP_TOKEN, Continuation, RolloutEngine

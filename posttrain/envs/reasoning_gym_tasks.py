@@ -52,7 +52,7 @@ it cannot read (the colleagues type, or a future wording) is refused by name, ne
 
 Character-level models (gpt_mini) need prompts inside their vocabulary: printable ASCII
 and newlines. Several tasks (emoji_mystery, figlet_font, ...) are not; the training
-command's checks refuse those prompts naming the characters (pipelines/checks.py).
+command's checks refuse those prompts naming the characters (pipelines/data_checks.py).
 """
 
 from __future__ import annotations
