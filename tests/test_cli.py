@@ -13,7 +13,8 @@ import pytest
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
-from posttrain.cli import main, train_config
+from posttrain.cli import main
+from posttrain.cli.training import train_config
 from posttrain.command_configs import SystemsConfig
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config_file import to_dict

@@ -173,7 +173,7 @@ def test_settings_are_checked_and_the_shortcuts_map_to_them():
     import subprocess
     import sys
 
-    from posttrain.cli import train_config
+    from posttrain.cli.training import train_config
     from posttrain.config import ConfigError, DistConfig
 
     cfg = train_config(["--workers", "2", "--dist.ray_address", "auto", "--sft.steps", "0"])

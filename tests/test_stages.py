@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.cli import main, train_config
+from posttrain.cli import main
+from posttrain.cli.training import train_config
 from posttrain.config import ConfigError, TrainConfig, parse_stages
 from posttrain.models import load_checkpoint_model
 from posttrain.pipelines.stage_plan import stage_plan
