@@ -16,9 +16,10 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.teach import check
+from posttrain.teach.exercises import EXERCISES
 from posttrain.cli import main as cli_main
 
-NUMBERS = list(check.EXERCISES)
+NUMBERS = list(EXERCISES)
 
 
 def quiet(lines: list[str]):
@@ -217,7 +218,7 @@ def test_stub_is_marked_and_defines_the_function(number):
     assert "YOUR CODE HERE" in text and "END OF YOUR CODE" in text
     assert f"posttrain check {number}" in text
     names = {n.name for n in ast.walk(ast.parse(text)) if isinstance(n, ast.FunctionDef)}
-    assert check.EXERCISES[number].function in names
+    assert EXERCISES[number].function in names
 
 
 @pytest.mark.parametrize("number", NUMBERS)
@@ -231,7 +232,7 @@ def test_untouched_stub_fails_with_a_hint(number):
 @pytest.mark.parametrize("number", NUMBERS)
 def test_the_library_function_passes(number):
     lines = []
-    assert check.run_check(number, solution=check.EXERCISES[number].reference, out=quiet(lines)), "\n".join(lines)
+    assert check.run_check(number, solution=EXERCISES[number].reference, out=quiet(lines)), "\n".join(lines)
     assert lines[-1].startswith("PASS")
 
 

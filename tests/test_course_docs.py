@@ -13,7 +13,7 @@ import pytest
 
 from posttrain.cli import COMMANDS
 from posttrain.eval.packs import FAILURE_LABELS, PACKS
-from posttrain.teach.check import EXERCISES
+from posttrain.teach.exercises import EXERCISES
 from posttrain.teach.demos import DEMOS
 from posttrain.teach.lessons import lesson_files
 from posttrain.verifiers import VERIFIERS

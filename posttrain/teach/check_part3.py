@@ -1,5 +1,5 @@
 """The code exercises of Part III (lessons 15-18), in the shape `posttrain check` runs them
-(teach/check.py builds an `Exercise` from each entry of `PART_III`): the library's own
+(teach/exercises.py builds an `Exercise` from each entry of `PART_III`): the library's own
 function adapted to the stub's signature, the cases, and the hint a failure prints.
 
     15  bt_loss          the Bradley-Terry loss of a reward model, with a margin
@@ -125,7 +125,7 @@ def _cot_cases():
     ]
 
 
-# The Exercise fields of each (see teach/check.py::Exercise)
+# The Exercise fields of each (see teach/exercises.py::Exercise)
 PART_III: dict[str, dict] = {
     "15": dict(function="bt_loss", lesson="15", reference=_ref_bt, cases=_bt_cases, grad_of_first=True,
                hint="loss = mean over pairs of −log σ(r_c − r_r − m). Use torch.nn.functional.logsigmoid: "

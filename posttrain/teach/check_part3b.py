@@ -1,4 +1,4 @@
-"""The code exercise of lesson 18a, in the shape `posttrain check` runs it (teach/check.py
+"""The code exercise of lesson 18a, in the shape `posttrain check` runs it (teach/exercises.py
 builds an `Exercise` from each entry of `PART_III_B`): the library's own function adapted
 to the stub's signature, the cases, and the hint a failure prints.
 

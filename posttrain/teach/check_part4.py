@@ -1,5 +1,5 @@
 """The code exercise of Part IV (lesson 23), in the shape `posttrain check` runs it
-(teach/check.py builds an `Exercise` from each entry of `PART_IV`): the library's own
+(teach/exercises.py builds an `Exercise` from each entry of `PART_IV`): the library's own
 function adapted to the stub's signature, the cases, and the hint a failure prints.
 
     23  kl_alert_steps  the steps where the KL monitor fires: onsets, not every step above the line

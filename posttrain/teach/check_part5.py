@@ -1,5 +1,5 @@
 """The code exercises of Part V (lessons 26-27), in the shape `posttrain check` runs them
-(teach/check.py builds an `Exercise` from each entry of `PART_V`): the library's own
+(teach/exercises.py builds an `Exercise` from each entry of `PART_V`): the library's own
 function adapted to the stub's signature, the cases, and the hint a failure prints.
 
     26  design_scores         the three-forces simulator's score of every design

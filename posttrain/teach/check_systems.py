@@ -1,5 +1,5 @@
 """The code exercises of the systems lessons (22b and after) for `posttrain check`:
-each one's reference, computed by posttrain/systems, its cases and its hint; check.py
+each one's reference, computed by posttrain/systems, its cases and its hint; exercises.py
 registers them beside lessons 00-14's. The library's answers are plain Python numbers, so
 each reference returns them as a float64 tensor, the shape the stub returns.
 """

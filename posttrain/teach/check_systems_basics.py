@@ -1,6 +1,6 @@
 """The code exercises of the first systems lessons (19, 20, 21, 22, 22a) for `posttrain
 check`: each one's reference, computed by posttrain/systems, its cases and its hint, as
-(function, reference, cases, hint); check.py registers them beside the others. The
+(function, reference, cases, hint); exercises.py registers them beside the others. The
 library's answers are plain Python numbers; the stubs return them as a float64 tensor.
 """
 
