@@ -138,6 +138,12 @@ def test_a_model_directory_without_a_model_is_refused(capsys, tmp_path):
     (tmp_path / "sft" / "latest").write_text("step_000599")
     refused(capsys, tmp_path, ["train", "--model", str(tmp_path / "sft")], "checkpoint folder",
             str(tmp_path / "sft" / "step_000599"))
+    (tmp_path / "sft" / "step_000599").mkdir()  # its `latest` pointer passed in place of the step it names
+    refused(capsys, tmp_path, ["train", "--init", str(tmp_path / "sft" / "latest")], "is a file, not a model directory",
+            f"pass that directory, {tmp_path / 'sft' / 'step_000599'}")
+    (tmp_path / "weights.safetensors").write_text("")  # any other file: what to pass instead
+    refused(capsys, tmp_path, ["train", "--init", str(tmp_path / "weights.safetensors")], "is a file",
+            "the directory that holds config.json")
     (tmp_path / "config_only").mkdir()
     (tmp_path / "config_only" / "config.json").write_text('{"max_position_embeddings": 64}')
     refused(capsys, tmp_path, ["train", "--model", str(tmp_path / "config_only")], "has no weights")

@@ -66,6 +66,12 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
         return convert_smollm2()
     if Path(name).is_dir():
         return Path(name)
+    if Path(name).is_file():  # most often a run's `latest` pointer (runs/checkpoints.py), named in place of its step
+        step = Path(name).read_text(encoding="utf-8", errors="replace").strip() if Path(name).name == "latest" else ""
+        pointed = Path(name).parent / step
+        raise ValueError(f"{name} is a file, not a model directory" + (
+            f": it names the stage's latest checkpoint; pass that directory, {pointed}" if step and pointed.is_dir()
+            else ": pass the directory that holds config.json and the weights"))
     from huggingface_hub import try_to_load_from_cache
 
     cache = hub_cache_dir()
