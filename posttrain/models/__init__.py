@@ -128,10 +128,12 @@ def read_model_dir(directory: str | Path) -> dict:
                          "tokenizer, as save_pretrained writes them")
     config = directory / "config.json"
     if not config.is_file():
-        latest = directory / "latest"  # a run's stage folder: its checkpoints are step_* inside (runs/checkpoints.py)
-        if latest.is_file():
+        from .hf import named_by_latest
+
+        latest = named_by_latest(directory)  # a run's stage folder: its checkpoints are step_* inside
+        if latest is not None:
             raise ValueError(f"{directory} is a run's checkpoint folder, not one checkpoint: pass one of its steps, "
-                             f"e.g. the latest, {directory / latest.read_text(encoding='utf-8').strip()}")
+                             f"e.g. the latest, {latest}")
         raise ValueError(f"{directory} has no config.json, so it is not a transformers model directory (write one "
                          "with save_pretrained)")
     try:

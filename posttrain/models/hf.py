@@ -55,6 +55,14 @@ def hub_cache_dir() -> Path:
     return Path(constants.HF_HUB_CACHE)
 
 
+def named_by_latest(stage_dir: Path) -> Path | None:
+    """The checkpoint a run's stage folder's `latest` pointer names (runs/checkpoints.py writes
+    it; runs.checkpoints.latest_in also falls back when it is stale), or None without a pointer.
+    For error messages that say which directory to pass instead of the folder or the pointer."""
+    pointer = stage_dir / "latest"
+    return stage_dir / pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else None
+
+
 def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
     """The local directory a model name stands for: a known short name (KNOWN_MODELS,
     converted once), an existing directory, or a hub name such as
@@ -66,11 +74,10 @@ def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
         return convert_smollm2()
     if Path(name).is_dir():
         return Path(name)
-    if Path(name).is_file():  # most often a run's `latest` pointer (runs/checkpoints.py), named in place of its step
-        step = Path(name).read_text(encoding="utf-8", errors="replace").strip() if Path(name).name == "latest" else ""
-        pointed = Path(name).parent / step
+    if Path(name).is_file():  # most often a run's `latest` pointer, named in place of the step it names
+        pointed = named_by_latest(Path(name).parent) if Path(name).name == "latest" else None
         raise ValueError(f"{name} is a file, not a model directory" + (
-            f": it names the stage's latest checkpoint; pass that directory, {pointed}" if step and pointed.is_dir()
+            f": it names the stage's latest checkpoint; pass that directory, {pointed}" if pointed and pointed.is_dir()
             else ": pass the directory that holds config.json and the weights"))
     from huggingface_hub import try_to_load_from_cache
 
