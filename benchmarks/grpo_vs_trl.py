@@ -128,7 +128,10 @@ def run_posttrain(args) -> dict:
                            shares_weights=True)
     sync = SharedWeights(policy, engine)
     algo = make_algorithm("grpo", max_len=args.max_new)
-    trainer = Trainer(policy, lr=args.lr, total_steps=args.steps, grad_clip=1.0, micro_batch_size=args.micro_batch)
+    # TRL's optimizer (transformers' defaults): AdamW β2 0.999, a constant learning rate; posttrain's own
+    # defaults (β2 0.95, cosine decay to 0.1×) would make a 30-step time-to-accuracy race a race of schedules
+    trainer = Trainer(policy, lr=args.lr, total_steps=args.steps, grad_clip=1.0, micro_batch_size=args.micro_batch,
+                      adam_beta2=0.999, final_lr_fraction=1.0)
     steps, evals, trained_seconds = [], [], 0.0
     for step, examples in enumerate(batches):
         if args.eval_every and step % args.eval_every == 0:  # the clock is stopped: steps' seconds only
@@ -271,6 +274,9 @@ def main() -> None:
                         help="time to accuracy: score held-out pass@1 every E steps (clock stopped); 0 = off")
     parser.add_argument("--eval-size", type=int, default=200, help="held-out problems per evaluation")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "grpo_vs_trl.json"))
+    parser.add_argument("--reuse-trl", default="", metavar="JSON",
+                        help="take TRL's side from an earlier --out file of the same settings instead of running it "
+                             "again (TRL's side does not depend on posttrain's code)")
     args = parser.parse_args()
     if args.side:
         result = run_posttrain(args) if args.side == "posttrain" else run_trl(args)
@@ -287,10 +293,22 @@ def main() -> None:
                    if name not in ("side", "out", "cot", "no_skip")] + ["--cot" if args.cot else "--no-cot"]
     passthrough += ["--no-skip"] if args.no_skip else []
     summary = {"machine": m, "args": vars(args)}
+    if args.reuse_trl:
+        earlier = json.loads(Path(args.reuse_trl).read_text())
+        ignored = {"out", "reuse_trl", "no_skip"}
+        differ = {k: (v, earlier["args"].get(k)) for k, v in vars(args).items()
+                  if k not in ignored and earlier["args"].get(k) != v}
+        if differ:
+            raise SystemExit(f"--reuse-trl {args.reuse_trl} was measured with other settings (now, then): {differ}")
+        summary["trl"] = earlier["trl"]
+        summary["trl_measured_on"] = earlier["machine"]
     for side in ("posttrain", "trl"):
-        done = subprocess.run([sys.executable, __file__, "--side", side, *passthrough], capture_output=True, text=True)
+        if side in summary:
+            continue
+        # each side's per-step lines go to stderr as they happen (a long comparison shows progress); its JSON to stdout
+        done = subprocess.run([sys.executable, __file__, "--side", side, *passthrough], stdout=subprocess.PIPE, text=True)
         if done.returncode != 0:
-            raise SystemExit(f"the {side} side failed:\n{done.stderr[-4000:]}")
+            raise SystemExit(f"the {side} side failed (its error is printed above)")
         summary[side] = summarise(side, json.loads(done.stdout.strip().splitlines()[-1]))
         print(json.dumps(summary[side]), flush=True)
     ratio = summary["trl"]["seconds_per_step"] / summary["posttrain"]["seconds_per_step"]

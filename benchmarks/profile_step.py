@@ -3,6 +3,10 @@ and one trainer update, on SmolLM2-135M-Instruct, grouped into a few kinds of wo
 
     cd benchmarks && ../.venv/bin/python profile_step.py [--model DIR] [--threads 2]
 
+`--model` also takes a gpt_mini checkpoint directory; with `--rows 256 --new-tokens 48
+--update-rows 256 --micro-batch 0 --threads 1` and make run's SFT checkpoint it profiles
+make run's RL step (32 prompts x 8 samples, up to 48 new tokens, one update of all rows).
+
 The groups answer one question: how much of the time is the matmuls the roofline counts,
 and how much is everything else (attention, the softmax over 49k logits, sampling, cache
 bookkeeping, elementwise ops, framework overhead)? A workload whose time is mostly GEMMs
@@ -97,15 +101,25 @@ def profile_update(policy, tokenizer, env, rows: int, new_tokens: int, micro_bat
     batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
     batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
     trainer = Trainer(policy, lr=1e-6, total_steps=3, micro_batch_size=micro_batch)
-    trainer.update(batch, algo.compute_loss)  # warm-up: optimizer state, allocator
+    trainer.update(batch, algo)  # warm-up: optimizer state, allocator
     start = time.perf_counter()
-    trainer.update(batch, algo.compute_loss)
+    trainer.update(batch, algo)
     wall = time.perf_counter() - start
     with profile(activities=[ProfilerActivity.CPU]) as prof:
-        trainer.update(batch, algo.compute_loss)
+        trainer.update(batch, algo)
     shares, top, seconds = grouped(prof)
     return {"workload": f"trainer update, {rows} rows x {batch.tokens.shape[1]} tokens, micro-batch {micro_batch}",
             "seconds": seconds, "wall_seconds": wall, "groups": shares, "top_ops": top}
+
+
+def load(model: str):
+    """(policy, tokenizer): a checkpoint directory (gpt_mini or transformers), or a known name."""
+    from posttrain.models import load_checkpoint_model, load_tokenizer
+    from posttrain.models.hf import HFPolicy
+
+    if Path(model).is_dir():
+        return load_checkpoint_model(Path(model)), load_tokenizer(Path(model))
+    return HFPolicy.load(model, system_prompt="Add the numbers.")
 
 
 def main() -> None:
@@ -113,19 +127,21 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--new-tokens", type=int, default=32)
+    parser.add_argument("--rows", default="8,64", help="comma-separated sampler batches, 8 samples per prompt")
+    parser.add_argument("--update-rows", type=int, default=64)
+    parser.add_argument("--micro-batch", type=int, default=8, help="rows per backward pass (0: all at once)")
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "profile.json"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     from posttrain.envs import make_env
-    from posttrain.models.hf import HFPolicy
 
     m = machine()
     print(describe(m))
-    policy, tokenizer = HFPolicy.load(args.model, system_prompt="Add the numbers.")
+    policy, tokenizer = load(args.model)
     env = make_env("arithmetic", level=3, cot=True)
-    results = [profile_generation(policy, tokenizer, env, rows, args.new_tokens) for rows in (8, 64)]
-    results.append(profile_update(policy, tokenizer, env, 64, args.new_tokens, micro_batch=8))
+    results = [profile_generation(policy, tokenizer, env, int(rows), args.new_tokens) for rows in args.rows.split(",")]
+    results.append(profile_update(policy, tokenizer, env, args.update_rows, args.new_tokens, args.micro_batch))
     for r in results:
         print(f"\n{r['workload']}: {r['wall_seconds']:.1f} s wall unprofiled, {r['seconds']:.1f} s in aten ops profiled")
         for group, share in r["groups"].items():
