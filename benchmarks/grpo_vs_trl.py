@@ -1,6 +1,7 @@
 """A GRPO step: posttrain vs TRL's GRPOTrainer, same model, prompts, group size,
-completion length, learning rate, loss and threads; seconds per step, peak memory, and
-the reward curve over the same steps (so speed is never bought by doing less).
+completion length, learning rate, optimizer (TRL's: AdamW β2 0.999, constant learning
+rate), loss and threads; seconds per step, peak memory, and the reward curve over the
+same steps (so speed is never bought by doing less).
 
     make bench            (creates .venv-bench with TRL; TRL is never a posttrain dependency)
     cd benchmarks && ../.venv-bench/bin/python grpo_vs_trl.py [--steps 6] [--model sft|smollm2-135m|DIR]
