@@ -23,7 +23,7 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast 
 
 import posttrain.pipelines.run as run_module  # noqa: E402
 from posttrain.cli import main  # noqa: E402
-from posttrain.models.hf import resolve_model_dir  # noqa: E402
+from posttrain.models.model_dirs import resolve_model_dir  # noqa: E402
 
 CHARS = string.printable  # every character an arithmetic or JSONL prompt holds
 

@@ -117,7 +117,7 @@ def test_smollm2_grpo_step_peak_rss_is_the_envelope(tmp_path):
              "--heldout_size", "4", "--rl.dev_size", "4", "--rl.length_penalty", "0.01", "--out_dir", str(tmp_path)]
     peak = peak_rss_bytes(["-m", "posttrain", "train", *flags])
     from posttrain.models import load_tokenizer
-    from posttrain.models.hf import resolve_model_dir
+    from posttrain.models.model_dirs import resolve_model_dir
     from posttrain.roles.rollout import encode_prompt
 
     run = next(tmp_path.iterdir())

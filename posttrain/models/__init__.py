@@ -16,6 +16,7 @@ from .gpt_mini import GPTMini
 from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, read_llama_config
 from .kv_cache import KVCache
 from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
+from .model_dirs import named_by_latest, resolve_model_dir
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
@@ -48,8 +49,6 @@ def is_transformers_policy(model_cfg, init: str = "") -> bool:
     gpt_mini checkpoint), else model_cfg's."""
     if not init:
         return is_pretrained(model_cfg)
-    from .hf import resolve_model_dir
-
     return _is_transformers_checkpoint(resolve_model_dir(init))
 
 
@@ -128,8 +127,6 @@ def read_model_dir(directory: str | Path) -> dict:
                          "tokenizer, as save_pretrained writes them")
     config = directory / "config.json"
     if not config.is_file():
-        from .hf import named_by_latest
-
         latest = named_by_latest(directory)  # a run's stage folder: its checkpoints are step_* inside
         if latest is not None:
             raise ValueError(f"{directory} is a run's checkpoint folder, not one checkpoint: pass one of its steps, "
@@ -162,7 +159,7 @@ def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
         return model_cfg.max_seq_len, CharTokenizer()
     if not init and model_cfg.name in KNOWN_MODELS and not (default_cache_dir() / SOURCE_FILE).is_file():
         return None  # not converted yet (its record is written last): the check would cost the conversion
-    from .hf import read_policy_record, resolve_model_dir
+    from .hf import read_policy_record
 
     directory = resolve_model_dir(init or model_cfg.name)  # a name in the local hub cache: its snapshot
     if init and not _is_transformers_checkpoint(directory):  # a gpt_mini checkpoint of model_cfg's shape

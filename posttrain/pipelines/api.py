@@ -26,7 +26,7 @@ from posttrain.config import ConfigError, SamplingParams, TrainConfig, parse_sta
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
 from posttrain.pipelines.stages import START, run_stages

@@ -33,7 +33,7 @@ from posttrain.models import (
     read_model_dir,
 )
 from posttrain.models.device import resolve_device
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,

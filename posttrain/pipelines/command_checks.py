@@ -13,7 +13,7 @@ from posttrain.config import ConfigError, check
 from posttrain.envs import ENVIRONMENTS, env_family, make_env
 from posttrain.models import read_model_dir
 from posttrain.models.device import check_precision, resolve_device
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.prm_labels import prm_task
 from posttrain.rewards.process_reward_model import task_step_format
 from posttrain.rewards.reward_model import check_reward_model_dir

@@ -26,7 +26,7 @@ from posttrain.command_configs import PrmConfig
 from posttrain.config import EnvConfig, SFTConfig, SamplingParams, TrainConfig
 from posttrain.config_file import to_dict
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.sft import sft_stage
 from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels
 from posttrain.rewards.process_reward_model import StepRecord, get_step_format

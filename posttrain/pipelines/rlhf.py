@@ -42,7 +42,7 @@ from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import place, resolve_device
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.preference import verifier_pairs
 from posttrain.pipelines.run import run_pipeline
 from posttrain.pipelines.sft import sft_stage

@@ -15,7 +15,7 @@ from posttrain.eval.comparison import paired_change
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import device_record, place, resolve_device
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage

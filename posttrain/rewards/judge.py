@@ -39,7 +39,7 @@ import torch
 
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import autocast, model_device
-from posttrain.models.hf import resolve_model_dir
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.rewards.rubric import Rubric, RubricCriterion, message
 from posttrain.roles.rollout import encode_prompt
 from posttrain.types import Example
