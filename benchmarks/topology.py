@@ -24,7 +24,7 @@ ROLES = ("rollout", "score", "reference", "train", "sync")
 
 def config(out: str, **overrides):
     from posttrain.config import TrainConfig
-    from posttrain.config_file import from_dict
+    from posttrain.config.files import from_dict
     from posttrain.pipelines.checks import check_config
 
     data = {"out_dir": out, "heldout_size": 20, "threads": 2, "rl": {"dev_size": 20, "eval_every": 1000}}

@@ -96,7 +96,7 @@ def _(MAX_NEW, controls, env, model, problems, tok, torch):
     from posttrain.config import SamplingParams
     from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format
     from posttrain.roles.rollout import RolloutEngine
-    from posttrain.scoring_configs import SearchConfig
+    from posttrain.config.scoring import SearchConfig
     from posttrain.search.budget import Problem, sample_completions
     from posttrain.search.compare import SEPARATORS
     from posttrain.search.mcts import mcts

@@ -40,7 +40,7 @@ def _(mo):
     | archetype | what it checks | in posttrain | what gets hacked | the defence here |
     |---|---|---|---|---|
     | **math** | the final answer equals the reference | `posttrain/verifiers/final_int.py` (one strict `Final: <int>` line), `posttrain/verifiers/math_answer.py` (math-verify equivalence, in a killable worker with a deadline) | lenient parsing: several answers, hedges, the last number anywhere, answers math-verify misreads (`\boxed{5 = 4}` once scored right for 4) | one strictly parsed answer line; versioned specs (`math/boxed-or-final-v2` refuses what v1 paid) |
-    | **code** | the model's code passes the example's tests | `posttrain/verifiers/code.py` in `posttrain/sandbox.py` | special-casing the tests, an object whose `__eq__` always says yes, rebinding builtins, forging the harness's report, reading the answer key | the sandbox only computes values; the trusted parent compares them (`tests/test_code_attacks.py`: 15 tricks that paid 1.0 now score 0) |
+    | **code** | the model's code passes the example's tests | `posttrain/verifiers/code.py` in `posttrain/guards/sandbox.py` | special-casing the tests, an object whose `__eq__` always says yes, rebinding builtins, forging the harness's report, reading the answer key | the sandbox only computes values; the trusted parent compares them (`tests/test_code_attacks.py`: 15 tricks that paid 1.0 now score 0) |
     | **tool use** | the final answer of a multi-turn episode with tool calls | `posttrain/envs/tool_env.py`, `posttrain/envs/tools.py`, `posttrain/rewards/agentic.py` | calling tools for their own sake, burning turns, malformed calls that crash an environment, training on the tool's output as if the model wrote it | every tool call returns a result and never raises; costs per call and per malformed call, never bonuses; tool tokens masked out (lesson 08) |
     | **web** | an answer found by browsing, checked against a reference | *not implemented*: this machine has no network and posttrain fetches nothing | citing a page that does not support the claim, answer keys leaked into search results, rewards that pay for a citation's existence | what it would take: a frozen, offline snapshot of pages, a search tool over it (an `envs/tools.py` tool), and a checker that reads the cited passage, not just the final string |
     | **LLM-as-judge** | a model's opinion of the answer on a rubric | `posttrain/rewards/judge.py`, `posttrain/rewards/rubric.py` | length, flattery, confident tone, an answer that tells the judge it is correct | soft labels from one forward pass, a fixed versioned prompt, a judgement that puts little mass on the labels scores 0; still a learned proxy, so it drifts like lesson 15's reward model |
@@ -203,7 +203,7 @@ def _(mo):
     * `posttrain/eval/packs.py` — `load_pack`, `example_of`
     * `posttrain/algorithms/grpo.py` — `group_advantages`; `posttrain/algorithms/core.py` — `policy_gradient_loss`
     * `posttrain/verifiers/contract.py` — the contract every verifier keeps (deterministic, total, explains itself)
-    * `posttrain/verifiers/code.py`, `posttrain/sandbox.py`, `tests/test_code_attacks.py` — the code archetype's threat model and its attacks
+    * `posttrain/verifiers/code.py`, `posttrain/guards/sandbox.py`, `tests/test_code_attacks.py` — the code archetype's threat model and its attacks
     * `posttrain/rewards/judge.py` — LLM-as-judge with soft labels
     * `posttrain/runs/monitors.py` — the run monitor that warns when a proxy rises while dev pass@1 falls
 

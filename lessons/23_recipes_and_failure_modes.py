@@ -106,7 +106,7 @@ def _(AXES):
     import re
 
     from posttrain.config import ConfigError, TrainConfig
-    from posttrain.config_file import from_dict, load_file, to_dict
+    from posttrain.config.files import from_dict, load_file, to_dict
     from posttrain.pipelines.checks import check_config
     from posttrain.runs.lineage import NOT_A_CHANGE, differing_keys, flatten
     from posttrain.teach.lessons import LESSONS_DIR
@@ -356,7 +356,7 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/config_file.py` — `load_file`, `from_dict`, `to_dict`: a config file into a `TrainConfig` and back
+    * `posttrain/config/files.py` — `load_file`, `from_dict`, `to_dict`: a config file into a `TrainConfig` and back
     * `posttrain/runs/lineage.py` — `flatten` and `differing_keys`, the config diff `--parent` records
     * `posttrain/pipelines/checks.py` — `check_config`, the pre-run checks that refuse a hybrid
     * `docs/recipes.md` and `tests/test_recipes.py` — the catalogue and the checks every recipe passes

@@ -30,10 +30,10 @@ def _(mo):
     | layer | the question it answers | where it lives in posttrain |
     |---|---|---|
     | **framework** | which role runs when, on what, with which weights | `posttrain/roles/controller.py`, `posttrain/distributed/` |
-    | **environment** | what is a prompt, how is an answer scored, what may untrusted code do | `posttrain/envs/`, `posttrain/verifiers/`, `posttrain/sandbox.py` |
+    | **environment** | what is a prompt, how is an answer scored, what may untrusted code do | `posttrain/envs/`, `posttrain/verifiers/`, `posttrain/guards/sandbox.py` |
     | **performance** | where the time and the memory go, and what to change first | `posttrain/systems/`, `benchmarks/`, `posttrain/models/int8.py` |
     | **correctness** | are the numbers the math says they are: log-probs, masks, staleness | `posttrain/distributed/off_policy.py`, `tests/`, `posttrain/runs/monitors.py` |
-    | **operations** | a run that is killed resumes to the same numbers; a dead worker loses nothing | `posttrain/runs/`, `posttrain/processes.py`, `tests/test_distributed_faults.py` |
+    | **operations** | a run that is killed resumes to the same numbers; a dead worker loses nothing | `posttrain/runs/`, `posttrain/guards/processes.py`, `tests/test_distributed_faults.py` |
 
     ## Four paths a step's bytes take
 

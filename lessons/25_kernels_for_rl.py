@@ -37,7 +37,7 @@ def _(mo):
     | **training** | forward, backward, optimizer, the loss | small micro-batches; the prompt recomputed K times | masked tokens leak into the loss | `posttrain/roles/trainer.py`, `posttrain/models/shared_prefix.py` |
     | **weight sync** | all-gather, cast, broadcast, reshard | weights cross nodes or an object store | the engine keeps old weights (lesson 06) | `posttrain/roles/weight_sync.py` |
     | **memory & scheduling** | KV blocks, prefix trees, continuous batching | contiguous reservations waste the cache | a shared block is written by two rows | `posttrain/systems/kv_cache.py` |
-    | **agentic primitives** | tool calls, sandboxes, stop strings | tools block the batch | tool output is trained as if the model wrote it (lesson 08) | `posttrain/roles/agent.py`, `posttrain/sandbox.py` |
+    | **agentic primitives** | tool calls, sandboxes, stop strings | tools block the batch | tool output is trained as if the model wrote it (lesson 08) | `posttrain/roles/agent.py`, `posttrain/guards/sandbox.py` |
 
     ## The first kernel: prefix-aware paged attention
 

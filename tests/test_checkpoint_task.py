@@ -14,11 +14,11 @@ import pytest
 
 import posttrain
 from posttrain.config import EnvConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.eval.loop_a import choose_task
 from posttrain.runs.checkpoints import TASK_FILE
 from posttrain.runs.rundir import RunDirError
-from posttrain.scoring_configs import EvalConfig
+from posttrain.config.scoring import EvalConfig
 from tests.test_pipeline import TINY, only_run_dir
 
 # TINY, then (the last value of a flag wins) a model and an SFT large enough to solve most

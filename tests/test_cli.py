@@ -15,11 +15,11 @@ from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.cli import main
 from posttrain.cli.training import train_config
-from posttrain.command_configs import SystemsConfig
+from posttrain.config.commands import SystemsConfig
 from posttrain.config import ConfigError, TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.pipelines.build import make_algorithm
-from posttrain.scoring_configs import BonConfig, EvalConfig, WinrateConfig
+from posttrain.config.scoring import BonConfig, EvalConfig, WinrateConfig
 
 
 @pytest.fixture(autouse=True)

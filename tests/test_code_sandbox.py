@@ -15,15 +15,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from posttrain import sandbox
-from posttrain.sandbox import (
+from posttrain.guards import sandbox
+from posttrain.guards.sandbox import (
     SANDBOX_UIDS,
     STATUSES,
     WORK_PREFIX,
     namespaces_available,
     run_sandboxed,
 )
-from posttrain.sandbox_child import WORK
+from posttrain.guards.sandbox_child import WORK
 from posttrain.types import Example
 from posttrain.verifiers.code import REASONS, SPECS, CodeTests, extract_code, score
 

@@ -104,7 +104,7 @@ def flat(config: dict, prefix: str = "") -> dict:
 
 def test_a_row_changes_its_settings_and_only_those():
     from posttrain.config import TrainConfig
-    from posttrain.config_file import to_dict
+    from posttrain.config.files import to_dict
     from posttrain.pipelines.compare_rows import parse_row, row_config
 
     base = TrainConfig(seed=3)
@@ -197,7 +197,7 @@ def test_compare_refuses_rows_before_training_anything(argv, message, tmp_path, 
 def test_the_progressive_build_changes_one_setting_per_row():
     from posttrain.algorithms.grpo import GRPO, group_advantages
     from posttrain.config import TrainConfig
-    from posttrain.config_file import to_dict
+    from posttrain.config.files import to_dict
     from posttrain.pipelines.compare_rows import parse_rows, row_config
 
     rows = parse_rows([], "progressive")

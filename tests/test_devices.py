@@ -87,7 +87,7 @@ def test_an_absent_cuda_device_says_so_and_what_to_pass():
 
 @pytest.mark.skipif(CUDA, reason="this machine has a CUDA device")
 def test_eval_refuses_an_absent_device_too(tmp_path):
-    from posttrain.scoring_configs import EvalConfig
+    from posttrain.config.scoring import EvalConfig
 
     with pytest.raises(ConfigError, match="no CUDA device is visible.*--device cpu"):
         check_config(EvalConfig(checkpoint=str(tmp_path), device="cuda"))
@@ -267,7 +267,7 @@ def test_bf16_on_the_cpu_end_to_end(tmp_path):
     assert meta["device"] == {"requested": "cpu", "resolved": "cpu", "name": "", "dtype": "bfloat16"}
 
     from posttrain.eval.loop_a import evaluate_checkpoint
-    from posttrain.scoring_configs import EvalConfig
+    from posttrain.config.scoring import EvalConfig
 
     checkpoint = sorted((run.path / "checkpoints" / "rl").glob("step_*"))[-1]
     eval_cfg = EvalConfig(checkpoint=str(checkpoint), size=8, out_dir=str(tmp_path / "eval"), dtype="bfloat16")

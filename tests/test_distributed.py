@@ -17,7 +17,7 @@ import torch
 ray = pytest.importorskip("ray")
 
 from posttrain.config import TrainConfig  # noqa: E402
-from posttrain.config_file import from_dict
+from posttrain.config.files import from_dict
 from posttrain.distributed.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
 from posttrain.runs.rundir import RunDir  # noqa: E402
 from posttrain.pipelines import rl as rl_pipeline  # noqa: E402

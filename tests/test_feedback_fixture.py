@@ -9,7 +9,7 @@ import json
 import pytest
 
 from posttrain.config import TrainConfig
-from posttrain.config_file import from_dict
+from posttrain.config.files import from_dict
 from posttrain.data.feedback_fixture import (
     COLUMNS,
     FEEDBACK_FIXTURE,

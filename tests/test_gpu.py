@@ -16,7 +16,7 @@ from posttrain.models import save_checkpoint_model
 from posttrain.models.device import place
 from posttrain.pipelines.build import build_controller
 from posttrain.pipelines.checks import check_config
-from posttrain.scoring_configs import EvalConfig
+from posttrain.config.scoring import EvalConfig
 from tests.test_devices import tiny_config, tiny_policy
 
 pytestmark = [pytest.mark.gpu,

@@ -4,7 +4,7 @@ whole function) are scored, the problems are all held out, and pass@k is Chen et
 
 import pytest
 
-from posttrain import sandbox
+from posttrain.guards import sandbox
 from posttrain.config import SamplingParams
 from posttrain.envs import make_env
 from posttrain.envs.humaneval import split_tests

@@ -10,7 +10,7 @@ import pytest
 import posttrain.pipelines.run as pipeline_run
 from posttrain.cli import main
 from posttrain.config import TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.pipelines.run import start_run
 from posttrain.runs.lineage import MISSING, describe_changes, differing_keys, flatten, parent_record, read_parent
 from posttrain.runs.rundir import RunDir, RunDirError

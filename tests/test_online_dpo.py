@@ -10,7 +10,7 @@ import pytest
 
 from posttrain.cli import main
 from posttrain.config import ConfigError, TrainConfig
-from posttrain.config_file import from_dict
+from posttrain.config.files import from_dict
 from posttrain.pipelines.checks import check_config
 
 # A tiny policy that answers level-2 sums ("Q: 3+4+5" -> "Final: 12") right often enough

@@ -1,4 +1,4 @@
-"""No orphans (posttrain/processes.py): a helper process dies with the process that started
+"""No orphans (posttrain/guards/processes.py): a helper process dies with the process that started
 it, even when that process is killed with SIGKILL and runs no cleanup at all. Checked on
 the kernel's parent-death signal and on the watchdog fallback, on the race where the
 parent is already gone, on the thread that starts a child (the kernel's "parent" is a
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain import processes
+from posttrain.guards import processes
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc; prctl is Linux")
 ROOT = Path(__file__).resolve().parents[1]
@@ -104,7 +104,7 @@ def kill_all(pids) -> None:
 
 CHILD = """
 import os, sys, time
-from posttrain import processes
+from posttrain.guards import processes
 parent = int(sys.argv[1])
 mechanism = processes.die_with_parent(parent, use_prctl=sys.argv[2] == "prctl")
 print(mechanism, flush=True)
@@ -135,7 +135,7 @@ child.wait()
 
 def test_a_child_whose_parent_is_already_gone_exits_at_once():
     # the race: the parent died before prctl; the child then has another parent than it was told
-    code = "from posttrain import processes; processes.die_with_parent(1); print('still here')"
+    code = "from posttrain.guards import processes; processes.die_with_parent(1); print('still here')"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
     assert (result.returncode, result.stdout) == (processes.EXIT_ORPHANED, "")
     wrapped = processes.command_dying_with_parent(["echo", "still here"])

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from posttrain.cli import main
-from posttrain.command_configs import PrmConfig
+from posttrain.config.commands import PrmConfig
 from posttrain.config import ConfigError, EnvConfig, SamplingParams
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model
@@ -22,7 +22,7 @@ from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels
 from posttrain.rewards.process_reward_model import get_step_format, save_step_reward_model, task_step_format
 from posttrain.rewards.reward_model import RewardModel
 from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine
-from posttrain.scoring_configs import SearchConfig
+from posttrain.config.scoring import SearchConfig
 from posttrain.search.budget import Problem, sample_completions
 from posttrain.search.mcts import mcts
 from posttrain.search.methods import beam_search, greedy

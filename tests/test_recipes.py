@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.config import TrainConfig, parse_stages
-from posttrain.config_file import from_dict, load_file
+from posttrain.config.files import from_dict, load_file
 from posttrain.pipelines.checks import check_config
 from tests.test_pipeline import TINY, only_run_dir
 

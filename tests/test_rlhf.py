@@ -176,7 +176,7 @@ def test_rlhf_trains_an_ensemble_each_member_on_its_own_bootstrap(sft, tmp_path)
 
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     from posttrain.config import ConfigError, TrainConfig
-    from posttrain.config_file import from_dict
+    from posttrain.config.files import from_dict
     from posttrain.data.preference import save_preference_jsonl
     from posttrain.types import PreferencePair
 

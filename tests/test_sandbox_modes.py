@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from posttrain import sandbox
+from posttrain.guards import sandbox
 from posttrain.config import EnvConfig
 from posttrain.envs import make_env
-from posttrain.sandbox import run_sandboxed
+from posttrain.guards.sandbox import run_sandboxed
 from posttrain.verifiers.code import score
 from tests.test_code_sandbox import (
     ADD,
@@ -90,7 +90,7 @@ def test_a_real_non_root_user_is_refused_and_cannot_read_the_trainers_environmen
     spy = ("import os\npid = os.getppid()\nwhile pid > 1:\n    try:\n        print(open(f'/proc/{pid}/environ').read())\n"
            "    except OSError as e:\n        print(type(e).__name__)\n"
            "    pid = int([l for l in open(f'/proc/{pid}/status') if l.startswith('PPid')][0].split()[1])\n")
-    script = (f"import sys\nsys.path.insert(0, {REPO!r})\nfrom posttrain import sandbox\n"
+    script = (f"import sys\nsys.path.insert(0, {REPO!r})\nfrom posttrain.guards import sandbox\n"
               "refused = sandbox.run_sandboxed('print(1)')\nprint(refused.status, 'not root (euid 65534)' in refused.stderr)\n"
               "limits = dict(cpu_seconds=2, wall_seconds=5, memory_mb=256, max_output_bytes=64000, max_file_mb=1,\n"
               "              max_disk_mb=8, max_processes=8, python_guards=True)\n"
@@ -104,7 +104,7 @@ def test_a_real_non_root_user_is_refused_and_cannot_read_the_trainers_environmen
 
 
 def test_the_trainer_becomes_undumpable_when_untrusted_code_first_runs():
-    code = ("import ctypes\nfrom posttrain.sandbox import run_sandboxed\nlibc = ctypes.CDLL(None)\n"
+    code = ("import ctypes\nfrom posttrain.guards.sandbox import run_sandboxed\nlibc = ctypes.CDLL(None)\n"
             "print(libc.prctl(3, 0, 0, 0, 0))\nrun_sandboxed('pass', allow_weak_sandbox=True)\nprint(libc.prctl(3, 0, 0, 0, 0))")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
     assert out.stdout.split() == ["1", "0"], out  # PR_GET_DUMPABLE: import alone changes nothing
@@ -137,7 +137,7 @@ def descendants(pid: int) -> set[int]:
 @pytest.mark.parametrize("isolation", [pytest.param("namespaces", marks=needs_namespaces), "prelude-only"])
 def test_killing_the_trainer_leaves_no_sandbox_process_or_work_dir(isolation):
     before = host_work_dirs()
-    trainer = subprocess.Popen([sys.executable, "-c", "import sys\nfrom posttrain.sandbox import run_sandboxed\n"
+    trainer = subprocess.Popen([sys.executable, "-c", "import sys\nfrom posttrain.guards.sandbox import run_sandboxed\n"
                                 "run_sandboxed('import time\\ntime.sleep(30)', wall_seconds=20, isolation=sys.argv[1],"
                                 " allow_weak_sandbox=True)", isolation], cwd=REPO)  # fmt: skip
     deadline = time.monotonic() + 20

@@ -13,7 +13,7 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.process_reward_model import get_step_format
 from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine
-from posttrain.scoring_configs import SearchConfig
+from posttrain.config.scoring import SearchConfig
 from posttrain.search.budget import Budget, Partial, Problem, extend_steps, sample_completions
 from posttrain.search.mcts import mcts
 from posttrain.search.methods import (
@@ -269,7 +269,7 @@ def test_revision_from_the_first_flagged_step_and_the_audit_of_the_verifier():
 
 def test_the_verify_command_writes_its_table_and_refuses_bad_settings(tmp_path):
     from posttrain.pipelines.checks import check_config
-    from posttrain.scoring_configs import VerifyConfig
+    from posttrain.config.scoring import VerifyConfig
     from posttrain.search.self_verify import run_verify
 
     torch.manual_seed(0)

@@ -12,7 +12,7 @@ import torch
 
 import posttrain.pipelines.star as star_module
 from posttrain.cli import main
-from posttrain.command_configs import StarConfig
+from posttrain.config.commands import StarConfig
 from posttrain.config import TrainConfig
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model

@@ -26,7 +26,7 @@ import pytest
 import torch
 
 from posttrain.config import SamplingParams, TrainConfig
-from posttrain.config_file import from_dict
+from posttrain.config.files import from_dict
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer

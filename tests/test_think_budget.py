@@ -275,7 +275,7 @@ def test_think_command_rows_count_every_token_and_pair_to_think(tmp_path, monkey
     """run_think on a scripted policy that thinks the env's own running sum, then answers it;
     after the appended text it answers 0. So /think and /no_think solve everything, a cut
     thinking nothing, and every token count follows from the demonstrations' lengths."""
-    from posttrain.scoring_configs import ThinkConfig
+    from posttrain.config.scoring import ThinkConfig
     from posttrain.search import thinking_curve
 
     env = make_env("arithmetic_think")

@@ -21,7 +21,7 @@ from posttrain.envs.tools import (
     calculator_tool,
     python_tool,
 )
-from posttrain.sandbox import run_sandboxed, weak_sandbox_refusal
+from posttrain.guards.sandbox import run_sandboxed, weak_sandbox_refusal
 
 # ---- the calculator ----------------------------------------------------------------------
 
@@ -223,7 +223,7 @@ def test_long_outputs_are_cut_and_non_text_outputs_are_json():
 # ---- the python tool: the sandbox ----------------------------------------------------------
 
 needs_sandbox = pytest.mark.skipif(weak_sandbox_refusal(False) is not None,
-                                   reason="no namespace sandbox here (posttrain/sandbox.py)")
+                                   reason="no namespace sandbox here (posttrain/guards/sandbox.py)")
 
 
 @pytest.fixture(scope="module")

@@ -12,10 +12,10 @@ import torch
 from posttrain.algorithms import ALGORITHMS, make_algorithm
 from posttrain.cli import main
 from posttrain.config import ConfigError, ModelConfig, RLConfig, SFTConfig, TrainConfig
-from posttrain.config_checks import check_types
+from posttrain.config.type_checks import check_types
 from posttrain.envs import make_env
 from posttrain.pipelines.checks import check_config
-from posttrain.scoring_configs import EvalConfig
+from posttrain.config.scoring import EvalConfig
 from tests.test_algorithm_registry import random_batch
 
 

@@ -14,7 +14,7 @@ from posttrain.cli import main as posttrain
 from posttrain.config import ConfigError
 from posttrain.envs import ENVIRONMENTS, make_env
 from posttrain.pipelines.checks import check_config
-from posttrain.scoring_configs import BonConfig, EvalConfig
+from posttrain.config.scoring import BonConfig, EvalConfig
 from posttrain.types import Example
 from posttrain.verifiers import (
     VERIFIERS,

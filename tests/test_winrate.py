@@ -12,7 +12,7 @@ import torch
 
 from posttrain.cli import main
 from posttrain.config import EnvConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.eval.head_to_head import Side, check_comparable
 from posttrain.eval.winrate import (
     LENGTH_RIDGE,

@@ -15,8 +15,8 @@ from typing import Annotated, Any
 import tyro
 
 from posttrain.config import ConfigError, RLConfig, TrainConfig, parse_stages
-from posttrain.config_checks import check_types
-from posttrain.config_file import from_dict, load_file
+from posttrain.config.type_checks import check_types
+from posttrain.config.files import from_dict, load_file
 
 # The short forms users type for the four settings they change most; each is the setting's
 # own word. Every other setting has exactly one flag, its config.json key.

@@ -1,5 +1,5 @@
 """The commands that score rather than train (Loop A and Loop B): `posttrain eval`, `bon`,
-`search`, `verify`, `think`, `winrate` and `diff`. Each parses its settings (scoring_configs.py), checks them,
+`search`, `verify`, `think`, `winrate` and `diff`. Each parses its settings (config/scoring.py), checks them,
 and hands them to one job; the jobs are imported inside the command, for start-up time
 (they load torch)."""
 
@@ -14,7 +14,7 @@ import tyro
 from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
                                  parent_flag, parse_flags, parse_simple)
 from posttrain.config import ConfigError
-from posttrain.scoring_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
+from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 
 
 def cmd_eval(argv: list[str]) -> int:

@@ -1,7 +1,7 @@
 """`posttrain systems`: does a model fit on a cluster for an RL job, where will a step's time
 go, and (with --run) where did a run's time go.
 
-The settings (command_configs.SystemsConfig) become a ModelShape, a Cluster, JobSettings and
+The settings (config/commands.SystemsConfig) become a ModelShape, a Cluster, JobSettings and
 a Workload, and posttrain/systems/plan.py answers from them; nothing trains, nothing is
 downloaded (a model is its config numbers). `--gpu cpu` measures this machine's two
 ceilings first (posttrain/systems/hardware.py, a few seconds).
@@ -16,8 +16,8 @@ from typing import Annotated
 import tyro
 
 from posttrain.cli.flags import config_flag, description, from_file, parse_flags
-from posttrain.command_configs import SystemsConfig
-from posttrain.config_checks import check_types
+from posttrain.config.commands import SystemsConfig
+from posttrain.config.type_checks import check_types
 from posttrain.systems.hardware import GB, Cluster, device_named, measure_cpu
 from posttrain.systems.plan import JobSettings, plan, render_plan
 from posttrain.systems.shapes import dtype_bytes, load_shape

@@ -25,9 +25,9 @@ from posttrain.cli.flags import (
     stages_with_sections,
     value_of,
 )
-from posttrain.command_configs import PrmConfig, StarConfig
+from posttrain.config.commands import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
-from posttrain.config_file import from_dict, to_dict
+from posttrain.config.files import from_dict, to_dict
 
 
 RESUME_HELP = ("RUN_DIR: continue runs/<id> from its last checkpoint with its saved config.json (no other flag; to "
@@ -242,7 +242,7 @@ def cmd_star(argv: list[str]) -> int:
         cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it
         cfg = checked(dataclasses.replace(cfg, name=cfg.name or f"{cfg.env.name}-star"))
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
-    from posttrain.config_checks import check_types
+    from posttrain.config.type_checks import check_types
     from posttrain.pipelines.run import start_run
     from posttrain.pipelines.star import check_star, run_star
     from posttrain.runs.console import console

@@ -7,9 +7,9 @@ checks values (ranges, combinations) and names the field, its value and what is 
 
 Data only: this package imports nothing else from posttrain.
 `pipelines/checks.py::check_config` runs every check before anything starts: types
-(config_checks.py), `validate()`, then names, files and data only the library can judge.
+(config/type_checks.py), `validate()`, then names, files and data only the library can judge.
 
-Values come from the dataclass defaults < a JSON/TOML file (`--config`, config_file.py) <
+Values come from the dataclass defaults < a JSON/TOML file (`--config`, config/files.py) <
 command-line flags (`--rl.lr 3e-4`, cli/), addressed with a dot as in a run's config.json.
 
     checks.py     ConfigError and the value checks every section's validate() runs
@@ -17,8 +17,13 @@ command-line flags (`--rl.lr 3e-4`, cli/), addressed with a dot as in a run's co
     rl.py         rl, with its sub-sections rl.rm (reward model) and rl.curation
     dist.py       dist: where the rollout and trainer roles run
     run.py        TrainConfig, the whole run; parse_stages; rlhf_config
+    scoring.py    the commands that score: eval, winrate, bon, search, verify, think
+    commands.py   the other commands with settings of their own: star, prm, systems
+    type_checks.py  every setting's declared type and a finite value, before validate()
+    files.py      a config as a dict and as a JSON or TOML file, and back (run directories' config.json)
 
-Every public name is importable from here, `from posttrain.config import TrainConfig`.
+The training settings are importable from here, `from posttrain.config import TrainConfig`;
+the other commands' from their module, `from posttrain.config.scoring import EvalConfig`.
 """
 
 from __future__ import annotations

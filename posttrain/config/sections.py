@@ -61,7 +61,7 @@ class EnvConfig:
     # (and give dev); "" splits env.path itself by a hash of each prompt, or by its own test split
     heldout_path: str = ""
     # env "code" and "humaneval" only: where no namespace sandbox exists (not root, most containers) run the tests
-    # in the weak prelude-only one, which can leak files and network; off (posttrain/sandbox.py)
+    # in the weak prelude-only one, which can leak files and network; off (posttrain/guards/sandbox.py)
     allow_weak_sandbox: bool = False
     # reasoning_gym:NAME only: items generated (indices 0..pool_size-1, seed 0), split ~80/10/10 by a
     # hash of each question; 10,000 leaves ~1,000 held out for a task with that many distinct questions

@@ -28,7 +28,7 @@ import ast
 import random
 from typing import Any
 
-from posttrain.sandbox import permit_weak_sandbox, weak_sandbox_refusal
+from posttrain.guards.sandbox import permit_weak_sandbox, weak_sandbox_refusal
 from posttrain.types import Example
 from posttrain.verifiers.humaneval_program import SPECS
 
@@ -80,7 +80,7 @@ class HumanEvalEnv:
     """The 164 HumanEval problems, all held out, scored by humaneval/tests-v1.
 
     allow_weak_sandbox   where no namespace sandbox exists, accept the prelude-only one
-                         (posttrain/sandbox.py); off: refuse, saying what is missing
+                         (posttrain/guards/sandbox.py); off: refuse, saying what is missing
     """
 
     def __init__(self, allow_weak_sandbox: bool = False):

@@ -50,7 +50,7 @@ from typing import Any
 from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
 from posttrain.envs.dataset_files import Row, parse_columns, read_rows
 from posttrain.envs.problem_rows import assign_split, example_from_row
-from posttrain.sandbox import permit_weak_sandbox, weak_sandbox_refusal
+from posttrain.guards.sandbox import permit_weak_sandbox, weak_sandbox_refusal
 from posttrain.types import Example
 from posttrain.verifiers import get_verifier
 from posttrain.verifiers.contract import shown
@@ -210,7 +210,7 @@ class CodeEnv(JsonlEnv):
     code/tests-v1 (every test passes in the sandbox) unless `spec_version` names another
     (code/tests-partial-v1: the fraction that passes).
 
-    Where the namespace sandbox cannot be built (posttrain/sandbox.py), construction fails
+    Where the namespace sandbox cannot be built (posttrain/guards/sandbox.py), construction fails
     with what is missing, unless `allow_weak_sandbox` accepts the prelude-only sandbox for
     the rest of the process (every scorer in it, so evaluation agrees with training)."""
 

@@ -19,8 +19,8 @@ happened. A failed call carries its tool's policy, `on_error`:
 
 A hung tool cannot be stopped from Python (a thread cannot be killed): the call is
 abandoned after `timeout_seconds` and the registry moves to a fresh worker thread
-(posttrain/timed_calls.py). Tools that run untrusted code must bound themselves: the
-python tool runs in posttrain/sandbox.py, whose process is killed at its wall limit.
+(posttrain/guards/timed_calls.py). Tools that run untrusted code must bound themselves: the
+python tool runs in posttrain/guards/sandbox.py, whose process is killed at its wall limit.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from posttrain.sandbox import STATUSES, run_sandboxed, weak_sandbox_refusal
-from posttrain.timed_calls import CallThread, FunctionTimeout
+from posttrain.guards.sandbox import STATUSES, run_sandboxed, weak_sandbox_refusal
+from posttrain.guards.timed_calls import CallThread, FunctionTimeout
 
 REASONS: dict[str, str] = {
     "ok": "the tool ran and returned its output",
@@ -303,7 +303,7 @@ def calculator_tool(timeout_seconds: float = 1.0, on_error: str = "continue") ->
         timeout_seconds=timeout_seconds, on_error=on_error)
 
 
-# --- python: the model's code in posttrain/sandbox.py -----------------------------------------
+# --- python: the model's code in posttrain/guards/sandbox.py -----------------------------------------
 
 
 def run_python(code: str, *, cpu_seconds: int, wall_seconds: float, memory_mb: int,
@@ -323,7 +323,7 @@ def python_tool(cpu_seconds: int = 2, wall_seconds: float = 5.0, memory_mb: int 
                 allow_weak_sandbox: bool | None = None, on_error: str = "continue") -> Tool:
     """Run the model's code in the sandbox; its stdout is the result. The process has no
     network and sees no file of the host outside its own scratch directory (namespace mode,
-    posttrain/sandbox.py). Refused at construction where only the weak sandbox exists and
+    posttrain/guards/sandbox.py). Refused at construction where only the weak sandbox exists and
     the caller did not opt in, so a run fails before its first step, not at its first call."""
     refusal = weak_sandbox_refusal(allow_weak_sandbox)
     if refusal:

@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 
 from posttrain.config import ConfigError, SamplingParams
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.files import write_atomic
 from posttrain.eval.loop_a import DEFAULT_MAX_NEW_TOKENS, describe
@@ -41,7 +41,7 @@ from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_template
 from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
-from posttrain.scoring_configs import WinrateConfig
+from posttrain.config.scoring import WinrateConfig
 from posttrain.seeds import derive_seed
 from posttrain.types import Example
 from posttrain.verifiers.contract import is_solved

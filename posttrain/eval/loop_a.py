@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import ConfigError, EnvConfig, SamplingParams
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.completions import print_report, score_records, summarise_scored
 from posttrain.eval.evaluate import evaluate_pass_at_k, sampler, solved
@@ -35,7 +35,7 @@ from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_te
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
-from posttrain.scoring_configs import EvalConfig
+from posttrain.config.scoring import EvalConfig
 from posttrain.seeds import derive_seed
 
 # The generation budget of a checkpoint that does not record its run's: above the longest

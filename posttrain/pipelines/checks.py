@@ -1,7 +1,7 @@
 """Every check that runs before a job starts, so that a setting the library cannot use is
 refused with its name and what to do, before any compute is spent.
 
-    check_config(cfg)       every setting's type (config_checks.py) and value (cfg.validate()),
+    check_config(cfg)       every setting's type (config/type_checks.py) and value (cfg.validate()),
                             then what only the library can judge: names that must exist,
                             files that must be readable, parameters an algorithm must accept,
                             splits big enough, prompts and demonstrations that fit the model,
@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.command_configs import PrmConfig
+from posttrain.config.commands import PrmConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
-from posttrain.config_checks import check_types
+from posttrain.config.type_checks import check_types
 from posttrain.data.preference import load_preference_data
 from posttrain.models import (
     MODELS,
@@ -42,7 +42,7 @@ from posttrain.pipelines.data_checks import check_data, check_multi_turn
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.runs.trackers import check_trackers
-from posttrain.scoring_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
+from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.types import PreferencePair
 
 

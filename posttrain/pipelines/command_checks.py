@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from posttrain.command_configs import PrmConfig
+from posttrain.config.commands import PrmConfig
 from posttrain.config import ConfigError, check
 from posttrain.envs import ENVIRONMENTS, env_family, make_env
 from posttrain.models import read_model_dir
@@ -19,7 +19,7 @@ from posttrain.rewards.process_reward_model import task_step_format
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.environment import is_multi_turn
 from posttrain.runs.checkpoints import final_checkpoint, read_task
-from posttrain.scoring_configs import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
+from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.search.thinking_curve import fused_task
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of

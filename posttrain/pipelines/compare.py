@@ -27,7 +27,7 @@ import time
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.compare_rows import Row, row_config

@@ -30,7 +30,7 @@ import typing
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import ConfigError, TrainConfig
-from posttrain.config_file import coerce, from_dict
+from posttrain.config.files import coerce, from_dict
 
 ROW_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")  # it names the row's run directory
 NOT_PER_ROW = {"name": "compare names each row's run after the row",

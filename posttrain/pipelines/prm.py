@@ -27,8 +27,8 @@ import time
 
 import torch
 
-from posttrain.command_configs import PrmConfig
-from posttrain.config_file import to_dict
+from posttrain.config.commands import PrmConfig
+from posttrain.config.files import to_dict
 from posttrain.data.stepwise import load_stepwise, save_stepwise_jsonl, split_by_prompt
 from posttrain.envs import make_env
 from posttrain.eval.calibration import (

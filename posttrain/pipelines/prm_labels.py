@@ -22,9 +22,9 @@ import time
 
 import torch
 
-from posttrain.command_configs import PrmConfig
+from posttrain.config.commands import PrmConfig
 from posttrain.config import EnvConfig, SFTConfig, SamplingParams, TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.sft import sft_stage

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy

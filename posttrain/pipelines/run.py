@@ -9,7 +9,7 @@ import dataclasses
 import torch
 
 from posttrain.config import SamplingParams, TrainConfig, parse_stages
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.comparison import paired_change
 from posttrain.eval.evaluate import evaluate_pass_at_1

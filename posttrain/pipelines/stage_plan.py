@@ -13,7 +13,7 @@ functions `posttrain train` already uses (sft.py, preference.py, rl.py):
 The algorithm's parameters start from the run's rl.algo_params when the run's rl.algo is
 the stage's kind (a --config file's), else from the algorithm's defaults. Values in
 brackets are text, typed here against their setting exactly as a --config file's are
-(config_file.from_dict), so `rl.steps=1.5` is refused by name as `--rl.steps 1.5` is.
+(config.files.from_dict), so `rl.steps=1.5` is refused by name as `--rl.steps 1.5` is.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import ConfigError, TrainConfig, parse_stages
-from posttrain.config_file import from_dict
+from posttrain.config.files import from_dict
 
 SFT = "sft"
 KINDS = (SFT, *ALGORITHMS, *PREFERENCE_LOSSES)

@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import TrainConfig
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.stats import paired_bootstrap_diff
 from posttrain.pipelines.build import is_preference, sampling_params

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from posttrain.command_configs import StarConfig
+from posttrain.config.commands import StarConfig
 from posttrain.config import SFTConfig, TrainConfig
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import solved

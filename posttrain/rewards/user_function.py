@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from posttrain.rewards.function_source import import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Schedule, Scored
-from posttrain.timed_calls import CallThread, FunctionTimeout, finish
+from posttrain.guards.timed_calls import CallThread, FunctionTimeout, finish
 from posttrain.types import PROMPT_MESSAGES, Example
 from posttrain.verifiers.contract import shown
 

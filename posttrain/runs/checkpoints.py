@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from posttrain.config import EnvConfig, TrainConfig, parse_stages
-from posttrain.config_file import from_dict, to_dict
+from posttrain.config.files import from_dict, to_dict
 from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
 from posttrain.models.lora_checkpoint import LoraBaseError

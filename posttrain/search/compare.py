@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from posttrain.config import ConfigError, SamplingParams
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.stats import bootstrap_ci
 from posttrain.models import load_checkpoint_model, load_tokenizer
@@ -42,7 +42,7 @@ from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.rundir import RunDir
-from posttrain.scoring_configs import SearchConfig
+from posttrain.config.scoring import SearchConfig
 from posttrain.search.budget import Partial, Problem, sample_completions
 from posttrain.search.mcts import mcts
 from posttrain.search.methods import OracleStepScorer, beam_search, greedy, majority_vote, pick_highest

@@ -36,7 +36,7 @@ from typing import Callable, Sequence
 import torch
 
 from posttrain.config import SamplingParams
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.stats import bootstrap_ci, noise_rule, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
@@ -44,7 +44,7 @@ from posttrain.rewards.process_reward_model import StepFormat, get_step_format, 
 from posttrain.roles.rollout import RolloutEngine
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.rundir import RunDir
-from posttrain.scoring_configs import VerifyConfig
+from posttrain.config.scoring import VerifyConfig
 from posttrain.search.budget import Partial, Problem, extend_steps
 from posttrain.search.methods import OracleStepScorer
 from posttrain.seeds import derive_seed

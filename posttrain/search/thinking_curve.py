@@ -23,7 +23,7 @@ from typing import Any
 from rich.console import Console
 
 from posttrain.config import SamplingParams
-from posttrain.config_file import to_dict
+from posttrain.config.files import to_dict
 from posttrain.envs import make_env
 from posttrain.eval.evaluate import solved
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
@@ -32,7 +32,7 @@ from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
 from posttrain.roles.think_budget import ThinkingUse, budgeted_generate
 from posttrain.runs.checkpoints import CheckpointTask, read_task
 from posttrain.runs.rundir import RunDir
-from posttrain.scoring_configs import ThinkConfig
+from posttrain.config.scoring import ThinkConfig
 from posttrain.verifiers.think_tags import EARLY_STOP, THINK_OPEN, forced_text
 
 

@@ -10,7 +10,7 @@ Everything runs locally: marimo serves on 127.0.0.1, its update check is switche
 it is never allowed to build a sandbox (which would download packages). The lessons live in
 the repository's lessons/ folder, beside this package, not inside it.
 
-The server dies with this command (posttrain/processes.py): killed with SIGKILL, posttrain
+The server dies with this command (posttrain/guards/processes.py): killed with SIGKILL, posttrain
 once left marimo serving on its port (measured: still answering 7 s later, with nothing
 left to stop it).
 """
@@ -28,7 +28,7 @@ import threading
 import webbrowser
 from pathlib import Path
 
-from posttrain.processes import command_dying_with_parent
+from posttrain.guards.processes import command_dying_with_parent
 
 LESSONS_DIR = Path(__file__).resolve().parents[2] / "lessons"
 INDEX = "index.py"

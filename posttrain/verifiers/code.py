@@ -1,5 +1,5 @@
 """Code tasks: the reward is whether (or how many of) the example's tests pass when the
-model's code runs in the sandbox (posttrain/sandbox.py).
+model's code runs in the sandbox (posttrain/guards/sandbox.py).
 
     example.meta["tests"]   ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]
     completion              "Here you go:\\n```python\\ndef add(a, b):\\n    return a + b\\n```"
@@ -54,7 +54,7 @@ import re
 import secrets
 from typing import Any
 
-from posttrain.sandbox import SandboxResult, run_sandboxed, weak_sandbox_refusal
+from posttrain.guards.sandbox import SandboxResult, run_sandboxed, weak_sandbox_refusal
 from posttrain.types import Example
 from posttrain.verifiers.code_harness import HARNESS, PROBE_HARNESS
 from posttrain.verifiers.code_probes import Plan, decode, judge, plan_for, read_reports

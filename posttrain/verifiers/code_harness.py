@@ -1,5 +1,5 @@
 """The programs the code verifier runs inside the sandbox, after the sandbox's prelude
-(posttrain/sandbox_child.py). Both print `<nonce> [event, ...]` lines on stdout; the parent
+(posttrain/guards/sandbox_child.py). Both print `<nonce> [event, ...]` lines on stdout; the parent
 (posttrain/verifiers/code.py) reads them with code_probes.read_reports.
 
 Nothing here is a defence. The solution runs in the same interpreter and may rewrite all of

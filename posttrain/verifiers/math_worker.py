@@ -19,7 +19,7 @@ ourselves:
     sympy computation would keep burning one of our two cores for the rest of the run.
     Reused across calls because starting Python + sympy costs ~1 s and a round trip over
     a pipe costs well under a millisecond.
-  - The child dies with its parent (posttrain/processes.py): its first act asks the kernel
+  - The child dies with its parent (posttrain/guards/processes.py): its first act asks the kernel
     for SIGKILL when the parent dies, and a watchdog thread leaves when the request pipe
     hangs up. Without that, a trainer killed with SIGKILL in the middle of a power tower
     left the child computing at 100% of a core, reparented to init (measured: still
@@ -50,7 +50,7 @@ import time
 from typing import Any
 
 if __name__ != "__main__":  # as the worker script, it loads processes.py by path (at the end)
-    from posttrain import processes
+    from posttrain.guards import processes
 
 WORKER_STARTUP_SECONDS = 60.0  # importing sympy takes ~1 s idle, much longer on a loaded box
 WORKER_MEMORY_MB = 2048  # RLIMIT_AS of the child: a huge power fails instead of swapping
@@ -278,12 +278,12 @@ def ask(expected: str, answer: str, timeout: float) -> tuple[dict | None, str]:
 
 
 def _load_processes() -> Any:
-    """posttrain/processes.py, loaded by its path: under `python -I` the posttrain package
+    """posttrain/guards/processes.py, loaded by its path: under `python -I` the posttrain package
     may not be importable (a source checkout run with PYTHONPATH), and that module imports
     nothing from it."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "processes.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "guards", "processes.py")
     spec = importlib.util.spec_from_file_location("posttrain_processes", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

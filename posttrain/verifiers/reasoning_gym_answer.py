@@ -28,7 +28,7 @@ returning something that is not a number in [0, 1], scores 0.0 with reason
 report's reason counts instead of ending a run, and a broken grader never pays. A grader
 that does not return within GRADER_TIMEOUT seconds scores 0.0 with reason "grader_timeout";
 it is abandoned in its daemon thread (Python cannot stop a thread) and the next call gets
-a fresh one (posttrain/timed_calls.py).
+a fresh one (posttrain/guards/timed_calls.py).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from posttrain.timed_calls import CallThread, FunctionTimeout
+from posttrain.guards.timed_calls import CallThread, FunctionTimeout
 from posttrain.types import Example
 from posttrain.verifiers.contract import CONTRACT_REASONS, admit, shown
 

@@ -7,7 +7,7 @@ Two modes; the sandbox never drops from the first to the second on its own
 (measured on the 2-core, root, Linux 6.x machine this was built on)
 
   "namespaces", when `unshare` and `setpriv` (util-linux) work, i.e. we are root on Linux.
-  The child runs in fresh namespaces, built by posttrain/sandbox_child.py:
+  The child runs in fresh namespaces, built by posttrain/guards/sandbox_child.py:
     - network: only a loopback that is down: every connect() fails with ENETUNREACH,
       including to services on the host's 127.0.0.1;
     - processes: a new PID namespace. The code is PID 1 there and sees only its own
@@ -83,7 +83,7 @@ import tempfile
 import threading
 import time
 
-from posttrain.sandbox_child import (
+from posttrain.guards.sandbox_child import (
     PRELUDE,
     SAFE_PATH,
     WORK,
@@ -123,7 +123,7 @@ WEAK_SANDBOX_HELP = (
     "trainer's environment, write anywhere you can and reach the network. To get namespaces, run as "
     "root on Linux with util-linux's unshare and setpriv installed (in a VM, or a container started "
     "with --privileged or --cap-add SYS_ADMIN). To accept the weak sandbox instead: --env.allow_weak_sandbox "
-    "true on the command line, or allow_weak_sandbox=True / posttrain.sandbox.permit_weak_sandbox() in Python"
+    "true on the command line, or allow_weak_sandbox=True / posttrain.guards.sandbox.permit_weak_sandbox() in Python"
 )
 
 _weak_permitted = False  # the process-wide opt-in; see permit_weak_sandbox

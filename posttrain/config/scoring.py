@@ -1,14 +1,15 @@
 """The settings of the commands that score rather than train, the ones cli/scoring.py runs:
 `posttrain eval` and `posttrain winrate` (Loop A: measure), `posttrain bon`, `posttrain search`,
 `posttrain verify` and `posttrain think` (Loop B: select). Their sections and checks come from
-config/, as the training commands' do; the other commands' settings are in command_configs.py."""
+config/, as the training commands' do; the other commands' settings are in config/commands.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config import ConfigError, EnvConfig, check, check_device, check_positive
+from posttrain.config.checks import ConfigError, check, check_device, check_positive
+from posttrain.config.sections import EnvConfig
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The settings of the commands that neither run the training loop (`posttrain train/run`,
-config/) nor score (scoring_configs.py): `posttrain star` (expert iteration) and `posttrain prm`
+config/) nor score (config/scoring.py): `posttrain star` (expert iteration) and `posttrain prm`
 (an outcome or process reward model), which train with a loop of their own, and `posttrain
 systems` (the calculator). Their sections and checks come from config/, as the training
 commands' do."""
@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config import ConfigError, EnvConfig, check, check_positive
+from posttrain.config.checks import ConfigError, check, check_positive
+from posttrain.config.sections import EnvConfig
 
 
 @dataclass

@@ -2,7 +2,7 @@
 trainer, the namespaces, the interpreter) and what runs in it before any untrusted byte:
 the Python prelude (limits, then guards) and, in namespace mode, the setup that builds its
 narrow filesystem view and drops its privileges. The parent side (modes, supervision,
-classification) is posttrain/sandbox.py; read that module's docstring first.
+classification) is posttrain/guards/sandbox.py; read that module's docstring first.
 
 The prelude and the setup are plain strings passed on the child's command line, so what
 runs in the child is exactly this text, and nothing of the parent's interpreter state

@@ -25,7 +25,7 @@ import math
 import typing
 from typing import Any
 
-from posttrain.config import ConfigError
+from posttrain.config.checks import ConfigError
 
 KINDS = {bool: "true or false", int: "an integer", float: "a finite number", str: "a string"}
 

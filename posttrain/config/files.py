@@ -22,7 +22,7 @@ from typing import Any
 
 import tomllib
 
-from posttrain.config import ConfigError
+from posttrain.config.checks import ConfigError
 
 # Settings that changed name: a config file that still uses the old one gets told the new one.
 RENAMED = {"eval_size": "heldout_size", "rl.eval_size": "rl.dev_size"}
