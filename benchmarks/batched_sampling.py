@@ -25,7 +25,7 @@ def sample(prompts: int, max_rows: int) -> dict:
     from posttrain.config import TrainConfig
     from posttrain.envs import make_env
     from posttrain.models import make_policy
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
 
     torch.set_num_threads(1)
@@ -52,7 +52,7 @@ def main() -> None:
         print(json.dumps(sample(args.prompts, args.child)))
         return
 
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
 
     batched_rows = RolloutEngine.max_rows
     results = {}

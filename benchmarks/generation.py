@@ -22,7 +22,8 @@ import torch
 from ceilings import best_time, describe, machine, matmul_params
 from posttrain.envs import make_env
 from posttrain.models.hf import HFPolicy
-from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import encode_prompt
 from posttrain.config import SamplingParams
 
 

@@ -68,7 +68,7 @@ def heldout_pass_at_1(hf_model, tokenizer, env, args) -> float:
     from posttrain.config import SamplingParams
     from posttrain.eval.evaluate import evaluate_pass_at_1
     from posttrain.models.hf import HFPolicy, HFTokenizer
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
 
     was_training = hf_model.training
     with torch.no_grad():
@@ -112,7 +112,7 @@ def run_posttrain(args) -> dict:
     from posttrain.algorithms import make_algorithm
     from posttrain.models.hf import HFPolicy
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import SharedWeights

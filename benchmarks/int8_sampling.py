@@ -33,7 +33,7 @@ from posttrain.envs import make_env
 from posttrain.models import make_policy
 from posttrain.models.hf import HFPolicy
 from posttrain.models.int8 import Int8Sampler
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
 

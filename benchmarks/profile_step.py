@@ -64,7 +64,7 @@ def grouped(prof) -> tuple[dict[str, float], list[tuple[str, float]], float]:
 
 
 def profile_generation(policy, tokenizer, env, rows: int, new_tokens: int) -> dict:
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
 
     engine = RolloutEngine(policy, tokenizer, SamplingParams(temperature=1.0, max_new_tokens=new_tokens),
@@ -86,7 +86,7 @@ def profile_generation(policy, tokenizer, env, rows: int, new_tokens: int) -> di
 def profile_update(policy, tokenizer, env, rows: int, new_tokens: int, micro_batch: int) -> dict:
     from posttrain.algorithms import make_algorithm
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import RolloutBatch

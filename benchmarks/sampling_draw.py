@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.config import SamplingParams
-from posttrain.roles.rollout import sample_next_token
+from posttrain.roles.engines.torch_engine import sample_next_token
 
 VOCAB = 49_152  # SmolLM2's
 LOGIT_SCALE = 4.0  # logits ~ N(0, 4²): an entropy of ~4.4 nats, a few hundred likely tokens

@@ -130,7 +130,7 @@ def best_of_n_rows(init: str, seed: int, ns: list[int], heldout: int) -> list[di
     from posttrain.models import load_checkpoint_model, load_tokenizer
     from posttrain.pipelines.build import sampling_params
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.seeds import generator_for
 
     torch.set_num_threads(1)

@@ -29,7 +29,7 @@ FLAT_FRACTIONS = (0.0, 0.5, 0.75, 0.9)
 def sampled_batch(policy, tokenizer, prompts: int, group: int, new_tokens: int):
     from posttrain.config import SamplingParams
     from posttrain.envs import make_env
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.types import RolloutBatch
 
     env = make_env("arithmetic", level=3, cot=True)

@@ -8,8 +8,8 @@ From Python, everything a script needs is here (README, "posttrain from Python")
     tasks          Example, Environment (the protocol your own task follows), make_env,
                    ENVIRONMENTS (the registered ones), VERIFIERS, get_verifier
     building       make_policy, load_checkpoint_model, load_tokenizer, ALGORITHMS,
-    blocks         make_algorithm, RolloutEngine, Trainer, Controller, Episode, RolloutBatch,
-                   RewardStack, RunDir
+    blocks         make_algorithm, make_engine, RolloutEngine, Trainer, Controller, Episode,
+                   RolloutBatch, RewardStack, RunDir
 
 This package face is the top of the house (DESIGN.md): it imports jobs and library alike,
 and nothing in the package imports it. Each name is imported on first use (PEP 562
@@ -36,7 +36,8 @@ PUBLIC = {
     "make_policy": "posttrain.models", "load_checkpoint_model": "posttrain.models",
     "load_tokenizer": "posttrain.models",
     "ALGORITHMS": "posttrain.algorithms", "make_algorithm": "posttrain.algorithms",
-    "RolloutEngine": "posttrain.roles.rollout", "Trainer": "posttrain.roles.trainer",
+    "make_engine": "posttrain.roles.engines", "RolloutEngine": "posttrain.roles.engines",
+    "Trainer": "posttrain.roles.trainer",
     "Controller": "posttrain.roles.controller", "RewardStack": "posttrain.rewards.stack",
     "RunDir": "posttrain.runs.rundir",
 }
@@ -61,7 +62,7 @@ if TYPE_CHECKING:  # the same names, for editors and type checkers (and for read
     from posttrain.rewards.stack import RewardStack
     from posttrain.roles.controller import Controller
     from posttrain.roles.environment import Environment
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine, make_engine
     from posttrain.roles.trainer import Trainer
     from posttrain.runs.rundir import RunDir
     from posttrain.types import Episode, Example, RolloutBatch

@@ -9,14 +9,15 @@ import torch.nn.functional as F
 
 from posttrain.algorithms import make_algorithm
 from posttrain.config import ConfigError, DistConfig, SamplingParams
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
+from posttrain.roles.rollout import ColocatedRollout, RolloutRequest
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import make_rollout
 from posttrain.roles.agent import AgentLoop
-from posttrain.roles.controller import Controller
+from posttrain.roles.controller import Controller, StepSettings
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, RolloutEngine
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING
 from posttrain.roles.trainer import Trainer
 from posttrain.types import (
     ENVIRONMENT_TURN,
@@ -231,8 +232,8 @@ def test_one_grpo_step_runs_end_to_end_on_the_multi_turn_env():
     request = lambda step, round: RolloutRequest(env.sample("train", 2, 0), 4, 7)  # noqa: E731
     rollout = ColocatedRollout(policy, TOK, SamplingParams(max_new_tokens=10), request, sampler=AgentLoop(env))
     trainer = Trainer(policy, lr=1e-2, total_steps=1)
-    controller = Controller(rollout, env.score, make_algorithm("grpo"), trainer, pad_id=TOK.pad_id,
-                            prompts_per_step=2, seed=0)
+    controller = Controller(rollout, env.score, make_algorithm("grpo"), trainer,
+                            StepSettings(prompts_per_step=2, seed=0, pad_id=TOK.pad_id))
     metrics, episodes = controller.step(0)
     assert len(episodes) == 8 and all(len(e.turns) == 5 for e in episodes)
     assert math.isfinite(metrics["pg_loss"]) and metrics["grad_norm"] > 0

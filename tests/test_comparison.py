@@ -12,7 +12,7 @@ from posttrain.eval.comparison import (IncomparableRunsError, check_comparable, 
                                        instrument_differences, paired_change, paired_scores, solved_by_id)
 from posttrain.models import CharTokenizer, load_tokenizer
 from posttrain.models.smollm2 import default_cache_dir
-from posttrain.roles.rollout import prompt_template
+from posttrain.roles.engines.contract import prompt_template
 from posttrain.runs.rundir import RunDir
 
 GREEDY = {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": 64}

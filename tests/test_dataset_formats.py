@@ -247,7 +247,7 @@ def test_a_conversation_reaches_an_instruct_model_through_its_chat_template(tmp_
     transformers = pytest.importorskip("transformers")
     from posttrain.models import smollm2
     from posttrain.models.hf import HFTokenizer
-    from posttrain.roles.rollout import example_prompt_ids
+    from posttrain.roles.engines.contract import example_prompt_ids
 
     cache = smollm2.default_cache_dir()
     if not (cache / "tokenizer.json").is_file():
@@ -310,7 +310,7 @@ def test_the_sampler_starts_a_conversation_from_its_chat_template(tmp_path):
     from posttrain.config import SamplingParams
     from posttrain.models import GPTMini, GPTMiniConfig
     from posttrain.models.hf import HFPolicy
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
 
     torch.manual_seed(0)
     GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=1, n_head=2, hidden_dim=64, max_seq_len=96)).save_pretrained(

@@ -31,7 +31,7 @@ from posttrain.models import device as devices
 from posttrain.models.device import autocast, place, resolve_device
 from posttrain.pipelines.build import build_controller
 from posttrain.pipelines.checks import check_config, check_placement
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, Example, PolicyOutputs, RolloutBatch
 
@@ -181,7 +181,7 @@ def test_meta_catches_a_tensor_on_the_default_device(tmp_path, monkeypatch):
     """The check above can fail: a rollout that places its inputs on torch's default device
     instead of the policy's (the CUDA bug) breaks the step."""
     controller, _ = controller_for(tmp_path, "grpo")
-    monkeypatch.setattr("posttrain.roles.rollout.model_device", lambda model: torch.get_default_device())
+    monkeypatch.setattr("posttrain.roles.engines.torch_engine.model_device", lambda model: torch.get_default_device())
     with default_device("meta"), pytest.raises((RuntimeError, NotImplementedError)):
         controller.step(0)
 

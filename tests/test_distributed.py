@@ -18,7 +18,7 @@ ray = pytest.importorskip("ray")
 
 from posttrain.config import TrainConfig  # noqa: E402
 from posttrain.config.files import from_dict
-from posttrain.distributed.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
+from posttrain.roles.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
 from posttrain.runs.rundir import RunDir  # noqa: E402
 from posttrain.pipelines import rl as rl_pipeline  # noqa: E402
 from posttrain.pipelines.run import run_pipeline, start_run  # noqa: E402
@@ -187,14 +187,14 @@ def test_settings_are_checked_and_the_shortcuts_map_to_them():
         with pytest.raises(ConfigError, match=message):
             DistConfig(**bad).validate()
     # a colocated run never imports Ray
-    code = ("import sys, posttrain.roles.controller, posttrain.distributed.backend; "
+    code = ("import sys, posttrain.roles.controller, posttrain.roles.rollout; "
             "assert 'ray' not in sys.modules, 'ray imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_one_shard_draws_what_the_controller_always_drew():
     """The colocated backend with one shard is the old code path: same seed, same call."""
-    from posttrain.distributed.backend import ColocatedRollout, RolloutRequest, split_shards
+    from posttrain.roles.rollout import ColocatedRollout, RolloutRequest, split_shards
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.models import CharTokenizer, build_model
     from posttrain.seeds import derive_seed, generator_for

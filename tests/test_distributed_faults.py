@@ -11,7 +11,7 @@ import torch
 
 ray = pytest.importorskip("ray")
 
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest  # noqa: E402
+from posttrain.roles.rollout import ColocatedRollout, RolloutRequest  # noqa: E402
 from posttrain.distributed.rollout_workers import RayRollout  # noqa: E402
 from posttrain.envs.arithmetic import ArithmeticEnv  # noqa: E402
 from posttrain.models import CharTokenizer, build_model  # noqa: E402

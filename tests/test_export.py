@@ -27,7 +27,7 @@ from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig, load_checkpo
 from posttrain.models.export import export_checkpoint, with_system_prompt
 from posttrain.models.hf import HFPolicy
 from posttrain.models.lora_checkpoint import LoraBaseError
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.runs.checkpoints import load_checkpoint_weights
 from posttrain.types import Example
 

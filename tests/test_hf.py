@@ -188,7 +188,7 @@ def tiny_policy(tiny_dir):
 def test_hf_rollout_old_logp_equals_a_teacher_forced_pass(tiny_policy):
     """The sampler's old_logp on a transformers model (left-padded prompts, preallocated
     cache, finished rows dropped mid-batch) equals the trainer's teacher-forced log-probs."""
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch
@@ -209,7 +209,7 @@ def test_lora_trains_only_the_adapters_and_the_reference_is_the_base(tiny_dir, t
     pytest.importorskip("peft")
     from posttrain.algorithms import make_algorithm
     from posttrain.roles.reference import AdapterOffReference, make_reference
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch
@@ -258,7 +258,7 @@ def test_smollm2_rollout_old_logp_equals_a_teacher_forced_pass():
     unpadded row; two teacher-forced passes that differ only in whether an all-ones
     attention mask is passed already differ by 1.0e-5. A ratio off by 3e-5 is far inside
     any clip range."""
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import RolloutEngine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.types import Example, RolloutBatch

@@ -1,6 +1,6 @@
 """int8 rollouts (rl.sampling.weights int8): the sampler decodes with an int8 copy of the
 policy, the trainer stays float32, and the update corrects the mismatch with truncated
-importance weights (distributed/off_policy.py::sampler_mismatch)."""
+importance weights (roles/off_policy.py::sampler_mismatch)."""
 
 import copy
 import dataclasses
@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 from posttrain.algorithms.grpo import GRPO
 from posttrain.config import ConfigError, DistConfig, ModelConfig, RLConfig, SamplingParams, TrainConfig
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
+from posttrain.roles.rollout import ColocatedRollout, RolloutRequest
 from posttrain.models.int8 import Int8Sampler
 from posttrain.pipelines.build import make_rollout
 from posttrain.pipelines.checks import check_int8_sampling
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.roles.trainer import Trainer
 from posttrain.roles.weight_sync import InProcessWeightSync
 from posttrain.runs.monitors import check_all

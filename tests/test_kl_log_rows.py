@@ -12,7 +12,7 @@ import torch
 from posttrain.envs import make_env
 from posttrain.models import save_checkpoint_model
 from posttrain.pipelines.build import build_controller
-from posttrain.roles.controller import evenly_spaced_rows
+from posttrain.roles.reference import evenly_spaced_rows
 from tests.test_devices import tiny_config, tiny_policy
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py

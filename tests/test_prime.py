@@ -26,6 +26,7 @@ from posttrain.rewards.implicit_prm import (
     implicit_process_rewards,
     outcome_labels,
 )
+from posttrain.roles.hooks import ProcessRewards
 from posttrain.types import PolicyOutputs, RolloutBatch
 from tests.test_devices import tiny_config, tiny_policy
 
@@ -211,6 +212,11 @@ def prime_controller(tmp_path, **rl_changes):
     return controller, policy
 
 
+def implicit_prm(controller) -> ImplicitPRM:
+    """The controller's implicit PRM: the object its ProcessRewards step hook steps."""
+    return next(hook.prm for hook in controller.hooks if isinstance(hook, ProcessRewards))
+
+
 def test_the_prm_starts_at_zero_reward_and_learns_the_labels(tmp_path):
     controller, policy = prime_controller(tmp_path)
     episodes = controller.rollout.sample(0, 0)
@@ -234,7 +240,7 @@ def test_the_prm_starts_at_zero_reward_and_learns_the_labels(tmp_path):
 
 def test_one_prime_step_end_to_end(tmp_path):
     controller, policy = prime_controller(tmp_path)
-    prm_before = [p.detach().clone() for p in controller.process_reward.model.parameters()]
+    prm_before = [p.detach().clone() for p in implicit_prm(controller).model.parameters()]
     policy_before = [p.detach().clone() for p in policy.parameters()]
     metrics, episodes = controller.step(0)
     assert len(episodes) == 8 and 0 < metrics["reward_mean"] < 1
@@ -243,7 +249,7 @@ def test_one_prime_step_end_to_end(tmp_path):
     assert metrics["prm/loss"] == pytest.approx(math.log(2), abs=1e-5)  # its first update starts from π_ref
     assert metrics["prm/process_reward_mean"] != 0  # "before": scored after that update
     assert metrics["time/process_reward"] > 0
-    assert any(not torch.equal(a, b) for a, b in zip(prm_before, controller.process_reward.model.parameters()))
+    assert any(not torch.equal(a, b) for a, b in zip(prm_before, implicit_prm(controller).model.parameters()))
     assert any(not torch.equal(a, b) for a, b in zip(policy_before, policy.parameters()))
 
 
@@ -267,7 +273,7 @@ def test_a_resumed_prime_run_steps_exactly_as_an_uninterrupted_one(tmp_path):
     fresh_policy.load_state_dict(saved["policy"])
     fresh.trainer.load_state_dict(saved["trainer"])
     state = dict(saved["controller"])
-    state["process_reward"] = fresh.process_reward.state_dict()  # the PRM as it was built, not as it was saved
+    state["process_reward"] = implicit_prm(fresh).state_dict()  # the PRM as it was built, not as it was saved
     fresh.load_state_dict(state)
     differs, _ = fresh.step(1)
     assert differs["prm/loss"] != expected["prm/loss"]

@@ -21,7 +21,8 @@ from posttrain.pipelines import prm_labels
 from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels
 from posttrain.rewards.process_reward_model import get_step_format, save_step_reward_model, task_step_format
 from posttrain.rewards.reward_model import RewardModel
-from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation
 from posttrain.config.scoring import SearchConfig
 from posttrain.search.budget import Problem, sample_completions
 from posttrain.search.mcts import mcts

@@ -7,7 +7,8 @@ import torch
 
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.roles.rollout import RolloutEngine, sample_next_token
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.torch_engine import sample_next_token
 from posttrain.config import SamplingParams
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Example, RolloutBatch

@@ -12,7 +12,8 @@ from posttrain.config import ConfigError, SamplingParams
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.process_reward_model import get_step_format
-from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation
 from posttrain.config.scoring import SearchConfig
 from posttrain.search.budget import Budget, Partial, Problem, extend_steps, sample_completions
 from posttrain.search.mcts import mcts

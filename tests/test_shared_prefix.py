@@ -16,7 +16,7 @@ from posttrain.config import SamplingParams
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig, shared_prefix
 from posttrain.models.logprobs import response_logp_and_entropy
 from posttrain.models.shared_prefix import batch_hidden_states, prompt_groups
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.types import Example, RolloutBatch
 
 

@@ -18,7 +18,7 @@ from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.star import HINT, verified_rationales, with_answer_hint
-from posttrain.roles.rollout import example_prompt_ids
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.types import PROMPT_MESSAGES, Episode, Example
 from tests.test_cli import help_entries, help_of, leaf_flags, reason
 from tests.test_online_dpo import only_run

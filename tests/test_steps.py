@@ -12,7 +12,7 @@ from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels, prefix_texts
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.types import Example
 from posttrain.verifiers.steps import (
     arithmetic_step_labels,
@@ -155,7 +155,7 @@ def test_monte_carlo_labels_with_a_deterministic_check():
 
 def _replay(engine, original, examples, step_lists):
     """The same rollouts again (same seed): their lengths are what the labels counted."""
-    from posttrain.roles.rollout import example_prompt_ids
+    from posttrain.roles.engines.contract import example_prompt_ids
     from posttrain.verifiers.steps import newline_separators
 
     contexts, budgets = [], []

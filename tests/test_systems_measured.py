@@ -30,7 +30,8 @@ from posttrain.config.files import from_dict
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.systems import gantt, stragglers
 from posttrain.systems.kv_cache import sampler_kv_bytes
 from posttrain.systems.memory import activation_bytes
@@ -118,7 +119,7 @@ def test_smollm2_grpo_step_peak_rss_is_the_envelope(tmp_path):
     peak = peak_rss_bytes(["-m", "posttrain", "train", *flags])
     from posttrain.models import load_tokenizer
     from posttrain.models.model_dirs import resolve_model_dir
-    from posttrain.roles.rollout import encode_prompt
+    from posttrain.roles.engines.contract import encode_prompt
 
     run = next(tmp_path.iterdir())
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]

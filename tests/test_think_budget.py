@@ -12,7 +12,7 @@ from posttrain.config import SamplingParams
 from posttrain.envs import make_env
 from posttrain.envs.thinking_modes import fused_mode, mode_of
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import RolloutEngine
 from posttrain.roles.think_budget import budgeted_generate
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Example, RolloutBatch
 from posttrain.verifiers.final_int import score

@@ -9,14 +9,15 @@ import torch
 
 from posttrain.algorithms import make_algorithm
 from posttrain.config import ConfigError, SamplingParams, TrainConfig
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest
+from posttrain.roles.rollout import ColocatedRollout, RolloutRequest
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.data_checks import check_multi_turn
 from posttrain.roles.agent import AgentLoop
-from posttrain.roles.controller import Controller
-from posttrain.roles.rollout import STOP_TOKEN, Continuation, RolloutEngine
+from posttrain.roles.controller import Controller, StepSettings
+from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.engines.contract import STOP_TOKEN, Continuation
 from posttrain.roles.thinking import thinking_token_mask
 from posttrain.roles.trainer import Trainer
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Example, RolloutBatch, TurnResult
@@ -201,7 +202,7 @@ def test_one_grpo_step_trains_the_turn_rows_and_logs_per_episode():
     rollout = ColocatedRollout(model, TOK, SamplingParams(max_new_tokens=40), request, sampler=AgentLoop(env))
     rollout.engine.continue_rows = engine.continue_rows  # the forced turns, scored by the same weights
     controller = Controller(rollout, env.score, make_algorithm("grpo", loss_agg="token-mean"),
-                            Trainer(model, lr=1e-2, total_steps=1), pad_id=TOK.pad_id, prompts_per_step=2, seed=0)
+                            Trainer(model, lr=1e-2, total_steps=1), StepSettings(prompts_per_step=2, seed=0, pad_id=TOK.pad_id))
     metrics, episodes = controller.step(0)
     assert len(episodes) == 4 and metrics["model_turns"] == 3.0  # per episode, not per row
     assert metrics["reward_mean"] == 0.5 and metrics["skipped_rows"] == 0.0

@@ -117,6 +117,9 @@ class SamplingParams:
     # float32. float32 is the default because int8 only pays for large matrices (SmolLM2,
     # not gpt_mini: BENCHMARKS.md)
     weights: str = "float32"
+    # what samples (roles/engines/): "torch", posttrain's own sampler in the trainer's process, the
+    # one every number in this repository was measured with. Any name registered in ENGINES
+    engine: str = "torch"
 
     def validate(self, prefix: str = "sampling") -> None:
         check(self.temperature >= 0, f"{prefix}.temperature", self.temperature, "a number >= 0 (0 = greedy)")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping, Sequence
 
-from posttrain.roles.rollout import encode_prompt
+from posttrain.roles.engines.contract import encode_prompt
 from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, UnpairedExample
 
 # --------------------------------------------------------------------------------------

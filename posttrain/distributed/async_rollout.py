@@ -25,7 +25,7 @@ up to max_staleness batches to finish sampling.
 
 from __future__ import annotations
 
-from posttrain.distributed.off_policy import apply_tis, current_logp, staleness_stats
+from posttrain.roles.off_policy import apply_tis, current_logp, staleness_stats
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.types import Episode, RolloutBatch
 

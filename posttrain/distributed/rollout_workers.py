@@ -10,8 +10,8 @@ versioned weights, and survive a worker that dies.
     score, reference, update
     push(state_dict, version) ─────►  load        ──────► load
 
-Each worker holds its own copy of the policy in a RolloutEngine (the same sampler the
-colocated run uses, see backend.sample_shard), and stamps every episode with the weight
+Each worker holds its own copy of the policy in an engine (the same sampler the
+colocated run uses, see roles/rollout.py::sample_shard), and stamps every episode with the weight
 version it sampled with.
 
 Fault handling. A worker is a restartable actor (`max_restarts`). When one dies mid-call
@@ -34,9 +34,9 @@ from typing import Callable
 import torch
 
 from posttrain.config import ConfigError, SamplingParams
-from posttrain.distributed.backend import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
-from posttrain.distributed.off_policy import sampler_mismatch, staleness_stats
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import make_engine
+from posttrain.roles.off_policy import sampler_mismatch, staleness_stats
+from posttrain.roles.rollout import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
 from posttrain.runs.console import console
 from posttrain.types import Episode, RolloutBatch
 
@@ -53,13 +53,13 @@ class RolloutWorker:
         # depend on the thread count, so a single-process run reproduces a distributed
         # one exactly with --threads 1.)
         torch.set_num_threads(1)
-        self.engine = RolloutEngine(model, tokenizer, params)
+        self.engine = make_engine(model, tokenizer, params)
         self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
         self.sampler = sampler  # single-turn completions, or a multi-turn environment's agent loop (a copy of it)
         self.crash_armed = False
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> tuple[int, int]:
-        self.engine.model.load_state_dict(state)
+        self.engine.load_weights(state)
         self.engine.weight_version = version
         return self.status()
 
@@ -118,7 +118,7 @@ def connect(dist) -> bool:
 
 class RayRollout:
     """The synchronous topology: workers sample, then the trainer updates, then sync.
-    `mismatch_cap` as in backend.ColocatedRollout: a cap when the workers sample with other
+    `mismatch_cap` as in roles/rollout.py::ColocatedRollout: a cap when the workers sample with other
     weights than the trainer's (int8; each worker quantises the weights it is pushed)."""
 
     topology = "sync"
@@ -135,7 +135,7 @@ class RayRollout:
         self.request = request
         self.shards = shards
         # the controller's own copy, for dev-set evaluation (greedy, small) and temperature
-        self.engine = RolloutEngine(copy.deepcopy(policy), tokenizer, params)
+        self.engine = make_engine(copy.deepcopy(policy), tokenizer, params)
         self.version = 0
         self.restarts = 0
         self.rollout_compute = 0.0  # the slowest worker's sampling time in the last gather
@@ -148,6 +148,10 @@ class RayRollout:
         self.pids = [pid for pid, _ in ray.get([w.status.remote() for w in self.workers])]
         self.push(version=0, wait=True)  # every worker starts (and has started) from the controller's policy
 
+    @property
+    def temperature(self) -> float:
+        return self.engine.params.temperature or 1.0  # greedy sampling's log-probs are of the T = 1 softmax
+
     # -- weights ---------------------------------------------------------------------------
 
     def _state(self) -> dict[str, torch.Tensor]:
@@ -158,7 +162,7 @@ class RayRollout:
         given one, when a run resumes). One ray.put, so the state is serialised once."""
         self.version = self.version + 1 if version is None else version
         state = self._state()
-        self.engine.model.load_state_dict(state)
+        self.engine.load_weights(state)
         self.engine.weight_version = self.version
         self._weights = (self.ray.put(state), self.version)  # kept to re-push to a restarted worker
         calls = [w.load_weights.remote(*self._weights) for w in self.workers]

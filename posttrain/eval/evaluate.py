@@ -14,7 +14,7 @@ import torch
 from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.environment import is_multi_turn, score_episodes
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import Engine
 from posttrain.types import Episode, Example
 from posttrain.verifiers.contract import is_solved
 
@@ -28,7 +28,7 @@ def solved(episode: Episode) -> float:
     return float(is_solved(episode.reward, episode.details))
 
 
-def one_completion_each(engine: RolloutEngine, examples: list[Example], k: int,
+def one_completion_each(engine: Engine, examples: list[Example], k: int,
                         generator: torch.Generator | None = None, params=None) -> list[Episode]:
     """K completions of each example: sampled from `generator`, or with `params` (greedy, for pass@1)."""
     if params is None:
@@ -42,7 +42,7 @@ def sampler(env):
     return AgentLoop(env) if is_multi_turn(env) else one_completion_each
 
 
-def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batch_size: int = 512) -> dict:
+def evaluate_pass_at_1(engine: Engine, env, examples: list[Example], batch_size: int = 512) -> dict:
     """{"pass@1": fraction solved, "ci": {"mean", "ci_low", "ci_high", "n", "mean_reward"},
     "episodes": [...]}: the CI is pass@1's; mean_reward sits beside it, equal to it for a
     verifier that pays only 0 or 1."""
@@ -60,7 +60,7 @@ def evaluate_pass_at_1(engine: RolloutEngine, env, examples: list[Example], batc
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}
 
 
-def evaluate_pass_at_k(engine: RolloutEngine, env, examples: list[Example], n: int, ks: list[int],
+def evaluate_pass_at_k(engine: Engine, env, examples: list[Example], n: int, ks: list[int],
                        generator: torch.Generator | None = None) -> dict:
     """{"pass@k": {k: unbiased estimate}, "ci": {k: bootstrap CI over problems}, "n_correct": [...],
     "episodes": [...]}: n samples per problem at the engine's own temperature (greedy would

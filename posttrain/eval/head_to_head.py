@@ -38,7 +38,8 @@ from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.rewards.judge import PRODUCTION_CRITERIA, Judge
 from posttrain.rewards.proxy import load_reward_scorer
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_template
+from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import example_prompt_ids, prompt_template
 from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import WinrateConfig
@@ -119,7 +120,7 @@ def answers(side: Side, examples: list[Example], params: SamplingParams, seed: i
     """One completion per prompt. Sampled answers of both sides draw from the same seeded
     stream (common random numbers): a policy against itself gives identical answers, and
     swapping A and B gives exactly 1 − the rate, at any temperature."""
-    engine = RolloutEngine(side.model, side.tokenizer, params)
+    engine = make_engine(side.model, side.tokenizer, params)
     generator = torch.Generator().manual_seed(derive_seed(seed, "winrate"))
     return [e.completion for e in engine.generate(examples, 1, generator)]
 

@@ -31,7 +31,8 @@ from posttrain.eval.packs import problems_version
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import device_record, place, resolve_device
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids, prompt_template
+from posttrain.roles.engines import Engine, make_engine
+from posttrain.roles.engines.contract import example_prompt_ids, prompt_template
 from posttrain.runs.checkpoints import TASK_FILE, read_task
 from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
@@ -112,7 +113,7 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str
     # its run's budget: the problems of its run's held-out eval get the same completions, so the same pass@1
     budget = cfg.max_new_tokens or (trained.max_new_tokens if trained else DEFAULT_MAX_NEW_TOKENS)
     # greedy: pass@1 becomes a property of the weights, not of a sampling seed
-    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(budget, max_new),
+    engine = make_engine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=min(budget, max_new),
                                                             stop_at_newline=not cfg.env.cot))
     # meta travels with the record: a code problem's tests are in it
     if is_multi_turn(env):  # the agent loop's episodes, each scored by the environment as it ended
@@ -150,13 +151,13 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str
     return result["ci"]
 
 
-def sampled_pass_at_k(cfg: EvalConfig, greedy: RolloutEngine, env, examples: list, run: RunDir) -> dict:
+def sampled_pass_at_k(cfg: EvalConfig, greedy: Engine, env, examples: list, run: RunDir) -> dict:
     """cfg.samples completions per problem at cfg.temperature, from the greedy engine's model and
     budget; pass@k for each of cfg.ks with its bootstrap CI over problems, printed and returned;
     every sample with its score in samples_pass_at_k.jsonl. Seeded from cfg.seed: the same
     command gives the same samples."""
     params = dataclasses.replace(greedy.params, temperature=cfg.temperature)
-    engine = RolloutEngine(greedy.model, greedy.tokenizer, params, shares_weights=True)
+    engine = make_engine(greedy.model, greedy.tokenizer, params, shares_weights=True)
     generator = torch.Generator().manual_seed(derive_seed(cfg.seed, "pass_at_k"))
     result = evaluate_pass_at_k(engine, env, examples, cfg.samples, cfg.pass_ks(), generator)
     run.write_jsonl("samples_pass_at_k.jsonl", [

@@ -6,7 +6,7 @@ traffic and by float32 GEMMs that cannot fill the vector units; an int8 weight i
 quarter of the bytes and feeds the CPU's int8 dot-product instructions. This is the CPU
 analogue of sampling in FP8 on a GPU. The price is a sampler that is not quite the
 trainer's policy: its log-probs differ from the float32 forward, and the update corrects
-for that with truncated importance weights (distributed/off_policy.py).
+for that with truncated importance weights (roles/off_policy.py).
 
 The kernels are torch's own dynamic quantisation (`torch.ao.nn.quantized.dynamic.Linear`,
 fbgemm on x86): the weight is stored as int8, each call quantises the activations to

@@ -30,7 +30,8 @@ from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.run import run_pipeline, start_run
 from posttrain.pipelines.stages import START, run_stages
-from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import encode_prompt
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
 from posttrain.runs.rundir import RunDir, read_json
 
@@ -125,4 +126,4 @@ def evaluate(model, env=None, split: str = "heldout", size: int = 500, seed: int
                           f"{policy.config.max_seq_len} positions for an answer; evaluate on shorter prompts")
     budget = max_new_tokens or (task.max_new_tokens if task else 64)
     params = SamplingParams(temperature=0.0, max_new_tokens=min(budget, room), stop_at_newline=not cot)
-    return evaluate_pass_at_1(RolloutEngine(policy, tokenizer, params), env, examples)
+    return evaluate_pass_at_1(make_engine(policy, tokenizer, params), env, examples)

@@ -11,9 +11,10 @@ this runs is checked by pipelines/checks.py.)
     sampling_params(cfg)      the rollout's sampling settings
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
-                              Ray workers), reference, critic, trainer (one process or
-                              data-parallel), reward, KL controller, implicit PRM (PRIME),
-                              the curated prompt pool (pipelines/curation.py)
+                              Ray workers), reference, trainer (one process or data-parallel),
+                              reward, and the step hooks some runs add: group reward terms,
+                              the curated prompt pool, the critic, PRIME's implicit PRM, an
+                              adaptive KL coefficient (roles/hooks.py)
 """
 
 from __future__ import annotations
@@ -26,12 +27,10 @@ from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import RLConfig, SamplingParams, TrainConfig
 from posttrain.distributed.async_rollout import AsyncRayRollout
-from posttrain.distributed.backend import ColocatedRollout, RolloutRequest, Sampler, single_turn
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
 from posttrain.models.value_head import ValueHead
-from posttrain.pipelines.curation import build_pool
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.ensemble import LearnedReward
@@ -42,11 +41,12 @@ from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
 from posttrain.rewards.stack import Accuracy, RewardStack
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
-from posttrain.roles.controller import Controller
+from posttrain.roles.controller import Controller, StepSettings
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.reference import make_reference
+from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards
+from posttrain.roles.reference import NoReference, make_reference
+from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
 from posttrain.runs.console import console
-from posttrain.seeds import derive_seed
 
 
 def is_preference(rl: RLConfig) -> bool:
@@ -132,7 +132,7 @@ def trainer_settings(rl: RLConfig) -> dict:
 
 
 def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
-                 horizon: int | None = None, sampler: Sampler = single_turn):
+                 horizon: int | None = None, sampler: Sampler = single_turn) -> Rollout:
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
     (Ray itself is imported only when workers start). `horizon` = the run's step count
     (async samples ahead up to it, never past it). `sampler`: single-turn completions, or a
@@ -149,28 +149,24 @@ def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Calla
     return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
 
 
-def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path) -> Controller:
+def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path, pool=None) -> Controller:
     """The RL stage's roles around `policy`; the reference is the policy at `start_weights`
-    (or, with LoRA, the policy with its adapters off)."""
+    (or, with LoRA, the policy with its adapters off). `pool`: rl.curation's pool of training
+    prompts (pipelines/curation.py::build_pool), or None to draw from the whole train split."""
     algo = make_algorithm(cfg.rl, env.max_total_tokens if is_multi_turn(env) else None)
-    pool = build_pool(cfg, env)  # rl.curation's pool of training prompts, or None (pipelines/curation.py)
-
-    def rollout_request(step: int, round: int) -> RolloutRequest:
-        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
-        examples = (pool.draw(step, round, cfg.rl.prompts_per_step) if pool is not None else
-                    env.sample("train", cfg.rl.prompts_per_step, seed=derive_seed(cfg.seed, "rl-prompts", *tag)))
-        return RolloutRequest(examples, cfg.rl.samples_per_prompt, derive_seed(cfg.seed, "rl-sample", *tag))
-
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
     # a multi-turn environment is sampled by the agent loop (roles/agent.py), every other one turn at a time
-    sampler = AgentLoop(env) if is_multi_turn(env) else single_turn
-    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), rollout_request, horizon=cfg.rl.steps,
-                           sampler=sampler)
-    use_reference = algo.uses_reference or cfg.rl.track_kl
-    reference = make_reference(policy, start_weights, cfg.rl.share_prompt) if use_reference else None
+    prompts = StepPrompts(env, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.seed, pool)
+    rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), prompts, horizon=cfg.rl.steps,
+                           sampler=AgentLoop(env) if is_multi_turn(env) else single_turn)
+    prm_settings = algo.implicit_prm_settings()  # PRIME's implicit PRM, or None
+    # the reference scores every row when something besides the KL log reads ref_logp: a KL term
+    # in the loss (which an adaptive KL controller always has) or an implicit PRM
+    reference = (make_reference(policy, start_weights, cfg.rl.share_prompt, log_rows=kl_log_rows(cfg.rl),
+                                every_row=algo.uses_reference or prm_settings is not None)
+                 if algo.uses_reference or cfg.rl.track_kl else NoReference())
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
-    # PRIME's implicit PRM: a trainable copy of the starting policy, stepped once per batch by the controller
-    prm_settings = algo.implicit_prm_settings()
+    # PRIME's implicit PRM: a trainable copy of the starting policy, stepped once per batch
     process_reward = (ImplicitPRM(policy, **prm_settings, grad_clip=cfg.rl.grad_clip,
                                   micro_batch_size=cfg.rl.micro_batch_size, share_prompt=cfg.rl.share_prompt)
                       if prm_settings is not None else None)
@@ -183,17 +179,21 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
                       "tokens: a run was killed for memory at 11.7 GB). With --rl.micro_batch_size 8 a "
                       "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
                       "update is the same")
-    kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon) if cfg.rl.kl_target else None
     stack = reward_stack(cfg.rl)
-    # terms that score a sample against its group (rl.length_reward), and weights that depend on
-    # the step (rl.reward's START->END@STEPS), apply once a group is scored
-    group_reward = stack.score_groups if stack is not None and stack.needs_groups else None
-    return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, pad_id=tokenizer.pad_id,
-                      prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, epochs=cfg.rl.epochs,
-                      minibatches=cfg.rl.minibatches, max_sampling_rounds=cfg.rl.max_sampling_rounds,
-                      reference=reference, kl_controller=kl_controller, skip_inert_rows=cfg.rl.skip_inert_rows,
-                      process_reward=process_reward, group_reward=group_reward, prompts=pool,
-                      kl_log_rows=kl_log_rows(cfg.rl))
+    hooks = [  # in the order the step calls them (roles/hooks.py)
+        # terms that score a sample against its group (rl.length_reward), and weights that depend on
+        # the step (rl.reward's START->END@STEPS), apply once a group is scored
+        *([GroupTerms(stack.score_groups)] if stack is not None and stack.needs_groups else []),
+        *([CuratedPrompts(pool)] if pool is not None else []),
+        *([CriticValues(trainer)] if algo.uses_critic else []),
+        *([ProcessRewards(process_reward)] if process_reward is not None else []),
+        *([AdaptiveKL(AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon), algo)]
+          if cfg.rl.kl_target else []),
+    ]
+    settings = StepSettings(prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, pad_id=tokenizer.pad_id,
+                            epochs=cfg.rl.epochs, minibatches=cfg.rl.minibatches,
+                            max_sampling_rounds=cfg.rl.max_sampling_rounds, skip_inert_rows=cfg.rl.skip_inert_rows)
+    return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, settings, reference, hooks)
 
 
 def kl_log_rows(rl) -> int:

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
-from posttrain.config.commands import PrmConfig
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
+from posttrain.config.commands import PrmConfig
+from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.config.type_checks import check_types
 from posttrain.data.preference import load_preference_data
 from posttrain.models import (
@@ -41,8 +42,8 @@ from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval
 from posttrain.pipelines.data_checks import check_data, check_multi_turn
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
+from posttrain.roles.engines import ENGINES
 from posttrain.runs.trackers import check_trackers
-from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.types import PreferencePair
 
 
@@ -87,6 +88,8 @@ def check_model(cfg: TrainConfig) -> None:
 def check_rl(rl: RLConfig) -> None:
     check(rl.algo in ALGORITHMS or rl.algo in PREFERENCE_LOSSES, "rl.algo", rl.algo,
           f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
+    check(rl.sampling.engine in ENGINES, "rl.sampling.engine", rl.sampling.engine,
+          f"one of {sorted(ENGINES)} (the engines registered in posttrain/roles/engines/)")
     preference = is_preference(rl)
     if rl.self_reward:
         check(preference and not rl.pairs, "rl.self_reward", rl.self_reward,

@@ -29,7 +29,7 @@ from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import example_prompt_ids
+from posttrain.roles.engines.contract import example_prompt_ids
 
 
 def check_data(cfg: TrainConfig, env) -> list[str]:

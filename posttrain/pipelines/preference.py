@@ -31,7 +31,7 @@ from posttrain.pipelines.preference_train import (
 from posttrain.roles.controller import rollout_metrics
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import make_reference
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import make_engine
 from posttrain.roles.trainer import Trainer
 from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
 from posttrain.runs.console import console
@@ -59,7 +59,7 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
 
     n_prompts = n_prompts or cfg.rl.pair_prompts
     tag = () if (round, split) == (0, "train") else (split, round)
-    engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
+    engine = make_engine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
     examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
     episodes = engine.generate(examples, cfg.rl.samples_per_prompt, generator_for(cfg.seed, "pair-sample", *tag))
     groups = group_by_prompt(score_episodes(score or env.score, episodes))
@@ -195,7 +195,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
 
     def evaluate(step: int) -> dict[str, float]:
-        engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+        engine = make_engine(policy, tokenizer, params, shares_weights=True)
         metrics = {"dev_pass@1": evaluate_pass_at_1(engine, env, dev)["pass@1"]}
         # KL(π ‖ π_ref), length and reward on the policy's own samples (T = 1), as the RL stage logs them
         episodes = score_episodes(env.score, engine.generate(dev[:64], 1, generator_for(cfg.seed, "pref-kl", step)))

@@ -30,7 +30,7 @@ from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.sft import sft_stage
 from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels
 from posttrain.rewards.process_reward_model import StepRecord, get_step_format
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import make_engine
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
@@ -79,7 +79,7 @@ def labelled_samples(cfg: PrmConfig, env, step_format: str, max_new_tokens: int,
     fmt = get_step_format(step_format)
     params = SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new_tokens)
     # shares_weights: sample with the policy as it is, without the engine freezing it (its copy trains next)
-    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+    engine = make_engine(policy, tokenizer, params, shares_weights=True)
     # not fixed_set(seed=cfg.seed): with the seed the SFT used, the first 150 train problems
     # would be its demonstrations, which the policy has memorised (measured: 85% of train-split
     # samples right against 76% on dev), and the reward model would see too few mistakes

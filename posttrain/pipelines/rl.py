@@ -9,7 +9,7 @@ from posttrain.config import TrainConfig
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import build_controller
-from posttrain.pipelines.curation import prepare_pool, remeasure, write_record
+from posttrain.pipelines.curation import build_pool, prepare_pool, remeasure, write_record
 from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
@@ -23,9 +23,9 @@ def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weight
     metrics and samples rows (a --stages run's: the algorithm). With rl.curation, the prompts
     come from a curated pool, measured before the first step (pipelines/curation.py) and
     recorded in curation.jsonl and curation.json."""
-    controller = build_controller(cfg, env, tokenizer, policy, start_weights)
-    engine = controller.rollout.engine  # the local engine dev-set evaluation samples from
-    pool = controller.prompts
+    pool = build_pool(cfg, env)  # rl.curation's pool of training prompts, or None
+    controller = build_controller(cfg, env, tokenizer, policy, start_weights, pool)
+    engine = controller.rollout.engine  # the engine in this process: dev-set evaluation samples from it
     if pool is not None and latest_checkpoint(run, stage) is None:  # else its state comes with the checkpoint
         prepare_pool(cfg, run, pool, engine, env)
     dev = env.fixed_set("dev", cfg.rl.dev_size, seed=0)

@@ -20,7 +20,8 @@ from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.sft import sft_stage
-from posttrain.roles.rollout import RolloutEngine, prompt_template
+from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import prompt_template
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.lineage import describe_changes, record_parent
@@ -154,7 +155,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
 
 def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams,
                      label: str = "") -> dict:
-    engine = RolloutEngine(policy, tokenizer, params, shares_weights=True)
+    engine = make_engine(policy, tokenizer, params, shares_weights=True)
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])
     ci = result["ci"]

@@ -9,7 +9,7 @@ from posttrain.config import SFTConfig, TrainConfig
 from posttrain.data.judge_demos import judge_demonstrations
 from posttrain.roles.agent import observation_ids
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.rollout import example_prompt_ids
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage

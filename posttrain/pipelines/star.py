@@ -43,7 +43,8 @@ from posttrain.pipelines.build import sampling_params
 from posttrain.pipelines.run import evaluate_and_log, starting_policy
 from posttrain.pipelines.sft import fine_tune
 from posttrain.roles.environment import is_multi_turn, score_episodes
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import Engine, make_engine
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
@@ -94,7 +95,7 @@ def keep_verified(episodes: list[Episode], distinct: bool, step_check: bool = Fa
     return kept
 
 
-def verified_rationales(engine: RolloutEngine, env, examples: list[Example], samples_per_prompt: int,
+def verified_rationales(engine: Engine, env, examples: list[Example], samples_per_prompt: int,
                         generator: torch.Generator, rationalize: bool, distinct: bool,
                         step_check: bool = False) -> tuple[list[Episode], dict]:
     """One iteration's training set: (kept episodes, stats). Every kept episode was passed by
@@ -175,7 +176,7 @@ def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env=None) -> dict:
     if log["start"] is None:
         log["start"] = evaluate_and_log(run, "start", policy, tokenizer, env, heldout, eval_params, "at the start")
         run.write_json("star_iterations.json", log)
-    engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
+    engine = make_engine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
 
     for i in range(star.iterations):
         stage = f"star{i}"

@@ -41,7 +41,7 @@ from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import autocast, model_device
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.rewards.rubric import Rubric, RubricCriterion, message
-from posttrain.roles.rollout import encode_prompt
+from posttrain.roles.engines.contract import encode_prompt
 from posttrain.types import Example
 from posttrain.verifiers.contract import admit
 

@@ -35,7 +35,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from posttrain.roles.rollout import example_prompt_ids
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.types import Example
 from posttrain.verifiers.steps import newline_separators
 

@@ -4,7 +4,7 @@ For K samples of each Example, every episode starts from its prompt (`env.reset`
 until the environment says done or a budget runs out:
 
     1. continue    every unfinished episode by one model turn, all in one batched call
-                   (RolloutEngine.continue_rows: the sampler `generate` uses)
+                   (Engine.continue_rows: the sampler `generate` uses)
     2. step        env.step(state, the turn's text) -> TurnResult
     3. observe     the observation is tokenised once and appended as an ENVIRONMENT_TURN
 
@@ -53,7 +53,8 @@ import torch
 from posttrain.config import SamplingParams
 from posttrain.models.hf import HFTokenizer
 from posttrain.roles.environment import MultiTurnEnvironment
-from posttrain.roles.rollout import STOP_BUDGET, STOP_TOKEN, RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import Engine
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_TOKEN, example_prompt_ids
 from posttrain.roles.thinking import check_thinking_policy, thinking_token_mask
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn, TurnResult
 
@@ -149,7 +150,7 @@ class _Running:
 
 class AgentLoop:
     """Samples a MultiTurnEnvironment's episodes; called as the rollout role's sampler
-    (distributed/backend.py::sample_shard) in place of `engine.generate`.
+    (roles/rollout.py::sample_shard) in place of `engine.generate`.
 
     stop_strings      a model turn also ends at the first of these in its text (e.g.
                       "</tool_call>"), not only at EOS
@@ -172,7 +173,7 @@ class AgentLoop:
         self.env, self.stop_strings, self.observation_role = env, tuple(stop_strings), observation_role
         self.thinking = thinking
 
-    def __call__(self, engine: RolloutEngine, examples: list[Example], samples_per_prompt: int = 1,
+    def __call__(self, engine: Engine, examples: list[Example], samples_per_prompt: int = 1,
                  generator: torch.Generator | None = None, params: SamplingParams | None = None,
                  first_group: int = 0) -> list[Episode]:
         """K = samples_per_prompt episodes of each example, grouped like `generate`'s."""
@@ -190,12 +191,12 @@ class AgentLoop:
                     continue
                 context = r.context  # with keep_last / drop, shorter than the trajectory
                 budget = min(params.max_new_tokens, env.max_total_tokens - r.response_tokens,
-                             engine.model.config.max_seq_len - len(context))
+                             engine.max_seq_len - len(context))
                 if r.model_turns >= env.max_turns:
                     r.end(MAX_TURNS)
                 elif not r.turns and budget < 1:  # not even a first turn: a setting is wrong, not the episode
                     raise ValueError(f"the prompt {r.example.prompt[:60]!r} is {len(context)} tokens, which leaves "
-                                     f"no room in the model's {engine.model.config.max_seq_len} positions for a "
+                                     f"no room in the model's {engine.max_seq_len} positions for a "
                                      "model turn: shorten the prompt or use a longer-context model")
                 elif budget < 1:
                     r.end(MAX_TOTAL_TOKENS if env.max_total_tokens <= r.response_tokens else MAX_SEQ_LEN)
@@ -209,7 +210,7 @@ class AgentLoop:
             for r, turn, budget, context in zip(rows, turns, budgets, contexts):
                 # the context it was sampled in, when that is not the trajectory: its training row's
                 context_ids = context if len(context) != len(r.prompt_ids) + r.response_tokens else None
-                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.model.config.max_seq_len,
+                self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.max_seq_len,
                                context_ids)
         return [r.episode(engine.weight_version) for r in running]
 

@@ -1,363 +1,194 @@
-"""Rollout: sample K completions per prompt from the current policy.
+"""Rollout: the role that turns a step's prompts into sampled, versioned episodes.
 
-The one thing this role must get right for RL is `old_logp`: the log-probability the
-sampling distribution gave each token *at the moment it was sampled*. The algorithm's
-importance ratio π_θ / π_old divides by it, so it is captured here, from the same logits
-that chose the token, rather than recomputed later by a model that may have moved on.
+The controller talks to a rollout through one small interface, `Rollout`, whatever samples
+and wherever it runs:
 
-Sampling is batched with a KV cache: one forward pass over the distinct (left-padded)
-prompts fills the cache, which is then copied out to each prompt's K rows, and one
-single-token forward pass per generated position follows. A row that
-stops is dropped from the batch (and from the cache), so the forward passes only ever
-compute rows still running; with RL's short, ragged answers most of the decode work of a
-fixed-size batch would otherwise be spent on rows that are already done.
+    sample(step, round)    the episodes of a step: K completions of each of its prompts, each
+                           stamped with the weight version that sampled it
+    push()                 publish the trainer's fresh weights to the engine(s): a new version
+    off_policy_correction  what the update must correct for: a sampler that is not the trainer
+                           (int8 weights), episodes sampled by older weights (async)
+    state_dict()           what the rollout holds between steps (async's batches sampled ahead)
+    engine                 the engine in this process, at the current weights: evaluation
+                           samples from it
 
-The model supplies its own cache (`model.new_cache`) and the tokenizer the prompt layout
-(`encode_prompt`), so the same code samples from gpt_mini and from any transformers model.
+Implementations: `ColocatedRollout` below, the engine in the trainer's process (the default),
+and `RayRollout` / `AsyncRayRollout` (distributed/), engines on Ray workers. What samples is an
+Engine (roles/engines/), built by `make_engine` from `rl.sampling.engine`.
 
-`continue_rows` runs the same decode loop on arbitrary token contexts, one row each, with
-a budget per row and stop strings: the multi-turn agent loop (roles/agent.py) continues
-each episode's prompt and turns so far with it, one model turn per call.
+Reproducibility. A step's prompts are cut into `shards` of whole groups and shard i is
+sampled with its own seed, derived from (run seed, step, round, i). Sampling a shard is a
+pure function of (weights, prompts, seed), and a shard is always sampled as one batch (same
+prompts, same padding), so where a shard runs — in this process or on any worker — does not
+change a single draw. With one shard the seed is the one the controller has always used,
+so colocated runs keep their numbers.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
+from typing import Callable, Protocol
 
 import torch
-import torch.nn.functional as F
 
 from posttrain.config import SamplingParams
-from posttrain.models.device import autocast, model_device
-from posttrain.models.int8 import Int8Sampler
-from posttrain.types import PROMPT_MESSAGES, Episode, Example
+from posttrain.roles.engines import Engine, make_engine
+from posttrain.roles.off_policy import sampler_mismatch
+from posttrain.roles.weight_sync import make_weight_sync
+from posttrain.seeds import derive_seed
+from posttrain.types import Episode, Example, RolloutBatch
 
 
-def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Choose one token per row; return (token (N,), its log-prob (N,)).
+class Rollout(Protocol):
+    """The rollout role as the controller sees it (see the module docstring)."""
 
-    The log-prob is that of the temperature-scaled distribution, before top-p truncation:
-    the trainer recomputes exactly this quantity, so the ratio is 1 before any update.
+    topology: str  # "colocated", "sync" (Ray workers) or "async" (Ray workers sampling ahead)
+    engine: Engine  # the engine in this process, at the weights of `version`: evaluation samples from it
 
-    The draw is inverse-CDF sampling: one uniform u per row, and the first token whose
-    cumulative probability exceeds u × (the row's total). `torch.multinomial` draws an
-    exponential for every vocabulary entry instead (49,152 per row per token for SmolLM2),
-    18% of SmolLM2's decode time at 64 rows (BENCHMARKS.md). The N uniforms are drawn at once, one
-    per row, so a row's token depends only on the generator's state and its own logits:
-    the caller relies on this to keep a row's draws independent of when the others stop.
-    """
-    # .float(): under --dtype bfloat16 the logits arrive in bf16 (3 significant digits); the
-    # log-softmax, old_logp and the CDF below are computed from their float32 upcast
-    if params.temperature == 0:
-        logp = F.log_softmax(logits.float(), dim=-1)  # (N, V)
-        token = logp.argmax(dim=-1)  # (N,)
-        return token, logp.gather(-1, token[:, None]).squeeze(-1)
-    logp = F.log_softmax(logits.float() / params.temperature, dim=-1)  # (N, V)
-    probs = logp.exp()  # (N, V)
-    vocab_order = None
-    if params.top_p < 1.0:
-        # keep the smallest set of tokens whose probability mass reaches top_p; the draw
-        # below runs over the sorted order (same distribution), so nothing is scattered back
-        probs, vocab_order = probs.sort(dim=-1, descending=True)  # (N, V), (N, V)
-        mass_before = probs.cumsum(dim=-1) - probs
-        probs = probs.masked_fill(mass_before >= params.top_p, 0.0)
-    # float64 for u and the cumulative sum, measured at V = 49,152 (benchmarks/sampling_draw.py):
-    # a float32 CDF stores each entry rounded to ~6e-8, which moves a token's share by up to
-    # 1.5e-7 and the whole draw a total-variation distance of 3e-4 from `probs` (a running
-    # sum kept in float32 moves one token by up to 6e-5); and a float32 u lies on a grid of
-    # 2^-24, so a token less likely than 6e-8 is drawn with probability 0 or 6e-8. In
-    # float64 both errors are below 1e-12, for about 2 ms more a call at 64 rows (3.6 against 1.8).
-    # (Apple's MPS has no float64: there the draw stays float32, 3e-4 from `probs`.)
-    wide = torch.float32 if probs.device.type == "mps" else torch.float64
-    # u is drawn where the generator lives (the seeded ones are CPU generators, seeds.py) and then
-    # moved: N numbers, and the same seed draws the same u, so the same tokens, on every device
-    where = generator.device if generator is not None else probs.device
-    u = torch.rand(probs.shape[0], dtype=wide, device=where, generator=generator).to(probs.device)  # (N,)
-    # summed in place: cumsum(dtype=float64) allocates a second (N, V) float64 buffer, and
-    # fresh buffers that size page-fault (measured at 64 rows: 17 ms, against 3 ms in place)
-    cdf = probs.to(wide).cumsum_(dim=-1)  # (N, V)
-    total = cdf[:, -1:].contiguous()  # (N, 1): ≈ 1 without top-p, the nucleus mass with it
-    if not torch.isfinite(total).all():  # a NaN would otherwise choose a token silently
-        bad = (~torch.isfinite(total)).squeeze(-1).nonzero().squeeze(-1).tolist()
-        raise ValueError(f"logit rows {bad[:8]} give no probability distribution (a NaN or +inf logit, "
-                         f"or every logit -inf): check the model's output for these rows")
-    # right=True: the first index whose cumulative mass *exceeds* u × total. A token of
-    # probability 0 (cut by top-p, or exp underflow) leaves the running sum exactly where
-    # the token before it left it (x + 0 = x), so whenever its entry exceeds u × total so
-    # does an earlier one, and the search stops there; at u = 0 the search skips every
-    # leading zero. (This relies on a cumsum that adds along the row, as torch's CPU kernel
-    # does; a tree-shaped scan could leave a zero-probability token a one-ulp sliver.)
-    index = torch.searchsorted(cdf, u[:, None] * total, right=True)  # (N, 1), in [0, V]
-    # u < 1, but if u × total rounded up to total nothing would exceed it and the search
-    # would return V, one past the end. The token that owns the top of the CDF is the
-    # first to reach total: the last one with positive probability (clamping to V - 1
-    # could pick a token of probability 0).
-    index = torch.minimum(index, torch.searchsorted(cdf, total))  # (N, 1)
-    token = (index if vocab_order is None else vocab_order.gather(-1, index)).squeeze(-1)  # (N,)
-    return token, logp.gather(-1, token[:, None]).squeeze(-1)
+    @property
+    def version(self) -> int:
+        """The weight version the engines sample with now (pushes so far)."""
+        ...
 
+    @property
+    def temperature(self) -> float:
+        """The temperature the episodes' log-probs were taken at: the trainer scores at the same one."""
+        ...
 
-def encode_prompt(tokenizer, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
-    """The token layout every prompt is sampled from, and so the one SFT demonstrations and
-    preference pairs must be trained on too: `[bos] + prompt`, or the tokenizer's own
-    `prompt_ids` (an instruct model's chat template, models/hf.py::HFTokenizer), which
-    renders `messages`, the prompt's turns when it is a conversation (types.PROMPT_MESSAGES)."""
-    prompt_ids = getattr(tokenizer, "prompt_ids", None)
-    if prompt_ids is not None:
-        # a tokenizer whose prompt_ids reads text only (no chat) still serves every text prompt
-        return prompt_ids(prompt, messages) if messages else prompt_ids(prompt)
-    return [tokenizer.bos_id] + tokenizer.encode(prompt)
+    def sample(self, step: int, round: int = 0) -> list[Episode]: ...
 
+    def push(self, version: int | None = None) -> int:
+        """Publish the trainer's weights; `version` restores a saved number (a resumed run)."""
+        ...
 
-def prompt_template(tokenizer) -> str:
-    """How a problem's text reaches the model, with "{prompt}" where the text goes, special
-    tokens shown: "<bos>{prompt}" for gpt_mini, the chat template's turns and system prompt for
-    an instruct model. Run directories record it: the same weights behind another template
-    (another system prompt) are measured on another task."""
-    return tokenizer.decode(encode_prompt(tokenizer, "{prompt}"), skip_special_tokens=False)
+    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict[str, float]]:
+        """The batch the update should see (π_old and importance weights where the sampler was
+        not the trainer's current policy) and what the correction measured."""
+        ...
 
+    def step_metrics(self) -> dict[str, float]: ...
 
-def example_prompt_ids(tokenizer, example: Example) -> list[int]:
-    """`encode_prompt` of an Example: its conversation when it has one, else its text."""
-    return encode_prompt(tokenizer, example.prompt, example.meta.get(PROMPT_MESSAGES))
+    def state_dict(self) -> dict: ...
 
+    def load_state_dict(self, state: dict) -> None: ...
 
-# why a row stopped: its stop token (EOS, or a newline with stop_at_newline), one of the
-# caller's stop strings in its text, or its token budget (then it is cut off, unfinished)
-STOP_TOKEN, STOP_STRING, STOP_BUDGET = "stop_token", "stop_string", "budget"
-STOP_CODES = (STOP_BUDGET, STOP_TOKEN, STOP_STRING)  # index = the code the decode loop keeps per row
+    def close(self) -> None: ...
 
 
 @dataclass
-class Continuation:
-    """The tokens one row of the sampler drew, exactly as drawn."""
+class RolloutRequest:
+    """What one (step, round) samples: K completions of each example, from `seed`."""
 
-    token_ids: list[int]  # ends with the stop token when it stopped on one
-    logp: list[float]  # log π_old of each token, captured while sampling
-    text: str  # the decoded tokens, a final EOS left out
-    stop: str  # STOP_TOKEN, STOP_STRING or STOP_BUDGET
+    examples: list[Example]
+    samples_per_prompt: int
+    seed: int
 
 
-class RolloutEngine:
-    """A policy and a tokenizer; turns Examples into Episodes.
+class StepPrompts:
+    """The request of each (step, round): prompts_per_step prompts drawn from the environment's
+    train split (or from a curated pool: data/curation.py), each seeded by (seed, step, round)
+    alone, so a resumed run draws what an uninterrupted one draws."""
 
-    By default the engine owns its model (a copy, kept fresh by roles/weight_sync.py) and
-    freezes it. With `shares_weights=True` the model is the trainer's own module: nothing
-    is frozen or copied, and sampling only switches it to eval mode for the duration. In
-    one process that saves a whole copy of the weights (540 MB for SmolLM2-135M) and makes
-    weight sync free; an engine in another process always owns its copy.
+    def __init__(self, env, prompts_per_step: int, samples_per_prompt: int, seed: int, pool=None):
+        self.env, self.pool = env, pool
+        self.prompts_per_step, self.samples_per_prompt, self.seed = prompts_per_step, samples_per_prompt, seed
 
-    With `params.weights == "int8"` the engine decodes with an int8 copy of the model
-    (models/int8.py), quantised again whenever its weight version changes: every weight
-    sync bumps the version, both after an optimizer step on a shared module and after a
-    load_state_dict into an owned copy. `old_logp` is then log π_int8, not the trainer's
-    log π_old, and the update has to correct for it (distributed/off_policy.py).
-    """
+    def __call__(self, step: int, round: int) -> RolloutRequest:
+        tag = (step,) if round == 0 else (step, round)  # round 0 draws what a plain step draws
+        examples = (self.pool.draw(step, round, self.prompts_per_step) if self.pool is not None else
+                    self.env.sample("train", self.prompts_per_step, seed=derive_seed(self.seed, "rl-prompts", *tag)))
+        return RolloutRequest(examples, self.samples_per_prompt, derive_seed(self.seed, "rl-sample", *tag))
 
-    max_rows = 512  # sequences decoded at once: generate splits a larger call (an instance may set its own)
 
-    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, shares_weights: bool = False):
-        self.model = model if shares_weights else model.eval().requires_grad_(False)
-        self.tokenizer = tokenizer
-        self.params = params
-        self.weight_version = 0
-        self._compiled_decode = None  # made on first use when params.compile
-        self._int8: Int8Sampler | None = None  # made on first int8 sampling call
-        self._int8_version: int | None = None  # the weight version it was quantised from
-        self.requantize_seconds = 0.0  # the last re-quantisation's cost, for the step's metrics
+@dataclass
+class Shard:
+    """Whole groups [first_group, first_group + len(examples)) of a request, with their seed."""
 
-    def decoding_model(self, params: SamplingParams) -> torch.nn.Module:
-        """The module that decodes under `params`: the model, or its int8 copy quantised
-        from the weights of the current version."""
-        if params.weights == "float32":
-            return self.model
-        if self._int8 is None:
-            self._int8 = Int8Sampler(self.model)
-        elif self._int8_version != self.weight_version:
-            start = time.perf_counter()
-            self._int8.refresh()
-            self.requantize_seconds = time.perf_counter() - start
-        self._int8_version = self.weight_version
-        return self._int8.module
+    index: int
+    first_group: int
+    examples: list[Example]
+    seed: int
 
-    def _decode_step(self, params: SamplingParams, model: torch.nn.Module):
-        """The module that runs one-token decode steps: `model`, or the model's compiled form.
-        The compiled form reads the same parameters (they are graph inputs, not constants),
-        so it samples from the weights as they are after every optimizer step."""
-        if not params.compile:  # (SamplingParams refuses compile with int8 weights)
-            return model
-        if self._compiled_decode is None:
-            self._compiled_decode = torch.compile(self.model, dynamic=True)
-        return self._compiled_decode
 
-    @torch.no_grad()
-    def generate(
-        self,
-        examples: list[Example],
-        samples_per_prompt: int = 1,
-        generator: torch.Generator | None = None,
-        params: SamplingParams | None = None,
-    ) -> list[Episode]:
-        """K = samples_per_prompt completions for each example, grouped by example (episode
-        group_id = the example's index in `examples`).
+def split_shards(request: RolloutRequest, shards: int) -> list[Shard]:
+    """Contiguous, near-equal runs of whole groups; shard i's seed depends on i alone."""
 
-        At most `max_rows` sequences decode at once: the KV cache and logits grow with the
-        row count (3,200 prompts × 8 samples in one batch took a gpt_mini run past 7 GB), while
-        a few hundred rows already keep the matrix multiplies busy. A call within the limit is
-        one batch, so its samples do not depend on the limit."""
-        was_training = self.model.training
-        self.model.eval()
-        per_batch = max(1, self.max_rows // samples_per_prompt)  # whole groups: a group is never split
-        episodes = []
-        try:
-            for first in range(0, len(examples), per_batch):
-                episodes += self._generate(examples[first : first + per_batch], samples_per_prompt, generator,
-                                           params or self.params, first_group=first)
-            return episodes
-        finally:
-            self.model.train(was_training)
+    n = len(request.examples)
+    shards = max(1, min(shards, n))
+    bounds = [n * i // shards for i in range(shards + 1)]
+    return [Shard(i, bounds[i], request.examples[bounds[i]: bounds[i + 1]],
+                  request.seed if shards == 1 else derive_seed(request.seed, "shard", i))
+            for i in range(shards)]
 
-    @torch.no_grad()
-    def continue_rows(
-        self,
-        contexts: list[list[int]],
-        budgets: list[int],
-        generator: torch.Generator | None = None,
-        params: SamplingParams | None = None,
-        stop_strings: tuple[str, ...] = (),
-    ) -> list[Continuation]:
-        """Continue each token context (one row each: a prompt and the turns so far of a
-        multi-turn episode, roles/agent.py) by at most `budgets[i]` tokens, in one batch.
 
-        A row stops at a stop token (EOS; a newline with params.stop_at_newline), at the
-        first of `stop_strings` in the decoded text of its new tokens, or at its budget. The
-        text is checked rather than the ids because a subword tokenizer may write a closing
-        tag such as "</tool_call>" in several different splits; the ids stay as drawn,
-        never re-tokenised. Same sampler, same decode loop as `generate` (`_sample_rows`)."""
-        if len(budgets) != len(contexts):
-            raise ValueError(f"continue_rows got {len(contexts)} contexts but {len(budgets)} budgets: give one each")
-        if contexts and (min(budgets) < 1 or min(len(c) for c in contexts) < 1):
-            raise ValueError(f"every context needs at least one token and every budget at least 1 (got budgets "
-                             f"{sorted(set(budgets))[:4]}...): leave finished rows out instead of passing budget 0")
-        was_training = self.model.training
-        self.model.eval()
-        rows = []
-        try:
-            for first in range(0, len(contexts), self.max_rows):
-                rows += self._sample_rows(contexts[first : first + self.max_rows], 1,
-                                          budgets[first : first + self.max_rows], generator, params or self.params,
-                                          stop_strings)
-            return rows
-        finally:
-            self.model.train(was_training)
+# how a shard's episodes are drawn: (engine, examples, samples_per_prompt, generator) -> episodes grouped
+# by example; `single_turn` (one completion each) or a multi-turn environment's roles/agent.py::AgentLoop
+Sampler = Callable[[Engine, list[Example], int, torch.Generator], list[Episode]]
 
-    def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
-                  params: SamplingParams, first_group: int = 0) -> list[Episode]:
-        K = samples_per_prompt
-        distinct_prompts = [example_prompt_ids(self.tokenizer, ex) for ex in examples]
-        rows = self._sample_rows(distinct_prompts, K, [params.max_new_tokens] * (len(examples) * K), generator, params)
-        return [Episode(example=examples[i // K], group_id=first_group + i // K, prompt_ids=distinct_prompts[i // K],
-                        response_ids=row.token_ids, response_logp=row.logp, completion=row.text,
-                        weight_version=self.weight_version, finished=row.stop != STOP_BUDGET)
-                for i, row in enumerate(rows)]
 
-    def _sample_rows(self, contexts: list[list[int]], repeats: int, budgets: list[int],
-                     generator: torch.Generator | None, params: SamplingParams,
-                     stop_strings: tuple[str, ...] = ()) -> list[Continuation]:
-        """The decode loop `generate` and `continue_rows` share: row i continues
-        contexts[i // repeats] by at most budgets[i] tokens."""
-        tok = self.tokenizer
-        K = repeats
-        prompts = [p for p in contexts for _ in range(K)]  # row i continues context i // K
-        N, P = len(prompts), max(len(p) for p in prompts)
-        longest = max(budgets)
-        max_len = P + longest  # columns of the left-padded batch (and its KV cache)
-        # Positions come from the attention mask (default_position_ids), so what must fit the
-        # model is each row's own prompt + budget, not the batch's columns: a long multi-turn
-        # context with a short budget may share a batch with a short one given a long budget.
-        worst = max(range(N), key=lambda i: len(prompts[i]) + budgets[i])
-        if len(prompts[worst]) + budgets[worst] > self.model.config.max_seq_len:
-            raise ValueError(
-                f"prompt ({len(prompts[worst])} tokens) + max_new_tokens ({budgets[worst]}) = "
-                f"{len(prompts[worst]) + budgets[worst]} exceeds the model's "
-                f"max_seq_len={self.model.config.max_seq_len}: lower max_new_tokens or raise model.max_seq_len"
-            )
+def single_turn(engine: Engine, examples: list[Example], samples_per_prompt: int,
+                generator: torch.Generator) -> list[Episode]:
+    return engine.generate(examples, samples_per_prompt, generator)
 
-        # left-pad so every prompt ends at the same column and decoding is one column per step;
-        # assembled on the CPU from the lists, then moved once to the policy's device
-        cpu, device = torch.device("cpu"), model_device(self.model)
-        input_ids = torch.full((N, P), tok.pad_id, dtype=torch.long, device=cpu)
-        attention_mask = torch.zeros(N, max_len, device=cpu)
-        for i, p in enumerate(prompts):
-            input_ids[i, P - len(p) :] = torch.tensor(p, device=cpu)
-            attention_mask[i, P - len(p) : P] = 1.0
-        input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
 
-        stop_ids = torch.tensor([tok.eos_id] + ([tok.encode("\n")[-1]] if params.stop_at_newline else []),
-                                device=device)
-        # prefill each distinct prompt once, then copy its cache out to the group's K rows:
-        # the K prompts of a group are the same tokens, and their keys and values would be too
-        model = self.decoding_model(params)  # the float policy, or its int8 copy
-        cache = self.model.new_cache(len(contexts), max_len)  # float32 keys and values either way
-        with autocast(self.model):  # the policy's precision; sample_next_token reads the logits in float32
-            hidden = model.hidden_states(input_ids[::K], attention_mask=attention_mask[::K, :P], kv_cache=cache)
-            logits = model.lm_head(hidden[:, -1])  # (G, V): only the last position's are needed
-        if K > 1:
-            cache.batch_select_indices(torch.arange(len(contexts), device=device).repeat_interleave(K))  # (N rows)
-            logits = logits.repeat_interleave(K, dim=0)  # (N, V)
+def sample_shard(engine: Engine, shard: Shard, samples_per_prompt: int, sampler: Sampler = single_turn) -> list[Episode]:
+    """The one place a shard is sampled, in the controller's process or in a worker."""
+    episodes = sampler(engine, shard.examples, samples_per_prompt, torch.Generator().manual_seed(shard.seed))
+    for e in episodes:  # group ids of the whole step, not of the shard
+        e.group_id += shard.first_group
+    return episodes
 
-        tokens = torch.full((N, longest), tok.pad_id, dtype=torch.long, device=device)
-        logps = torch.zeros(N, longest, device=device)
-        budget = torch.tensor(budgets, dtype=torch.long, device=device)  # (N,)
-        lengths = budget.clone()  # a row that never stops runs to its budget
-        stop = torch.full((N,), STOP_CODES.index(STOP_BUDGET), dtype=torch.long, device=device)
-        active = torch.arange(N, device=device)  # the rows still running, in the order the cache holds them
-        all_logits = torch.zeros(N, logits.shape[-1], device=device)
-        decode = self._decode_step(params, model)
-        for t in range(longest):
-            # Draw for all N rows (finished ones from dummy logits) so that a row's random
-            # stream does not depend on when the other rows stopped.
-            all_logits[active] = logits.float()
-            token, logp = sample_next_token(all_logits, params, generator)  # (N,), (N,)
-            token, logp = token[active], logp[active]  # (n,)
-            tokens[active, t], logps[active, t] = token, logp
-            stopped = torch.isin(token, stop_ids)  # (n,)
-            stop[active[stopped]] = STOP_CODES.index(STOP_TOKEN)
-            if stop_strings:
-                by_text = self._stop_string_rows(tokens, active, ~stopped, t, stop_strings)  # (n,)
-                stop[active[by_text]] = STOP_CODES.index(STOP_STRING)
-                stopped |= by_text
-            lengths[active[stopped]] = t + 1  # the stop token is part of the response
-            ended = stopped | (budget[active] <= t + 1)  # (n,)
-            if ended.all() or t == longest - 1:
-                break
-            if ended.any():  # drop finished rows from the batch and the cache
-                keep = (~ended).nonzero().squeeze(1)
-                cache.batch_select_indices(keep)
-                active, token, attention_mask = active[keep], token[keep], attention_mask[keep]
-            attention_mask[:, P + t] = 1.0
-            with autocast(self.model):
-                logits = decode(token[:, None], attention_mask=attention_mask[:, : P + t + 1], kv_cache=cache)[:, -1]
 
-        # back to the CPU once, not one small copy per row below
-        tokens, logps, lengths, stop = tokens.cpu(), logps.cpu(), lengths.cpu(), stop.cpu()
-        rows = []
-        for i in range(N):
-            n = int(lengths[i])
-            response = tokens[i, :n].tolist()
-            reason = STOP_CODES[int(stop[i])]
-            text_ids = response[:-1] if reason == STOP_TOKEN and response[-1] == tok.eos_id else response
-            rows.append(Continuation(response, logps[i, :n].tolist(), tok.decode(text_ids), reason))
-        return rows
+class ColocatedRollout:
+    """The engine in the trainer's process, sampling from the trainer's own module (for an
+    engine that shares weights): one copy of the weights, and weight sync is a version bump.
 
-    def _stop_string_rows(self, tokens: torch.Tensor, active: torch.Tensor, candidates: torch.Tensor, t: int,
-                          stop_strings: tuple[str, ...]) -> torch.Tensor:
-        """(n,) bool: the running rows (among `candidates`) whose new tokens, decoded, now
-        hold one of `stop_strings`. The whole new text is decoded each time, not the last
-        token alone: a tag can close across a token boundary."""
-        found = torch.zeros_like(candidates)
-        for j in candidates.nonzero().squeeze(1).tolist():
-            text = self.tokenizer.decode(tokens[int(active[j]), : t + 1].tolist())
-            found[j] = any(s in text for s in stop_strings)
-        return found
+    `mismatch_cap`: None when the engine samples with the trainer's weights (on-policy,
+    nothing to correct); a cap C when it samples with other ones (rl.sampling.weights
+    int8), so the update corrects with importance weights min(π_trainer / π_sampler, C)."""
+
+    topology = "colocated"
+
+    def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+                 request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn,
+                 mismatch_cap: float | None = None):
+        self.engine = make_engine(policy, tokenizer, params, shares_weights=True)
+        self.sync = make_weight_sync(policy, self.engine)
+        self.request = request
+        self.shards = shards
+        self.sampler = sampler  # one completion per episode, or a multi-turn environment's agent loop
+        self.mismatch_cap = mismatch_cap
+
+    @property
+    def version(self) -> int:
+        return self.sync.version
+
+    @property
+    def temperature(self) -> float:
+        return self.engine.params.temperature or 1.0  # greedy sampling's log-probs are of the T = 1 softmax
+
+    def sample(self, step: int, round: int = 0) -> list[Episode]:
+        request = self.request(step, round)
+        return [e for shard in split_shards(request, self.shards)
+                for e in sample_shard(self.engine, shard, request.samples_per_prompt, self.sampler)]
+
+    def push(self, version: int | None = None) -> int:
+        return self.sync.push(version)
+
+    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict[str, float]]:
+        if self.mismatch_cap is None:
+            return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
+        batch, stats = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)
+        return batch, {**stats, **self.engine.metrics()}
+
+    def state_dict(self) -> dict:
+        return {}  # nothing sampled ahead: a resumed step samples from the restored weights
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def step_metrics(self) -> dict[str, float]:
+        return {}
+
+    def close(self) -> None:
+        pass

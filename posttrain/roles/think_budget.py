@@ -9,7 +9,7 @@ demonstrations are cut off the same way (envs/thinking_modes.py, budget_demos; R
 "Thinking-mode fusion"). This module is that sampler; the appended text is
 verifiers/think_tags.py's EARLY_STOP, where the demonstrations read it too.
 
-One row goes through at most three calls of the decode loop (RolloutEngine.continue_rows),
+One row goes through at most three calls of the decode loop (Engine.continue_rows),
 each batched over the rows still going:
 
     1. open      from the prompt until `<think>` appears in its text, or EOS, or
@@ -36,7 +36,8 @@ from dataclasses import dataclass
 import torch
 
 from posttrain.config import SamplingParams
-from posttrain.roles.rollout import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import Engine
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING, STOP_TOKEN, Continuation, example_prompt_ids
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn
 from posttrain.verifiers.think_tags import EARLY_STOP, THINK_CLOSE, THINK_OPEN, forced_text
 
@@ -52,7 +53,7 @@ class ThinkingUse:
     appended_tokens: int  # the appended instruction's tokens (0 unless forced)
 
 
-def budgeted_generate(engine: RolloutEngine, examples: list[Example], budget: int, answer_tokens: int,
+def budgeted_generate(engine: Engine, examples: list[Example], budget: int, answer_tokens: int,
                       params: SamplingParams | None = None, generator: torch.Generator | None = None,
                       early_stop: str = EARLY_STOP) -> tuple[list[Episode], list[ThinkingUse]]:
     """One completion per example under a thinking budget of `budget` tokens (module

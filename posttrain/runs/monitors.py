@@ -222,7 +222,7 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
 
 def sampler_mismatch(rows: list[dict[str, Any]], mismatch_key: str = "int8/logp_mismatch",
                      mismatch_max: float = 0.05) -> list[Alert]:
-    """Mean |log π_sampler − log π_trainer| per token above `mismatch_max` (distributed/off_policy.py)."""
+    """Mean |log π_sampler − log π_trainer| per token above `mismatch_max` (roles/off_policy.py)."""
     flags = [(step, not gap <= mismatch_max, gap) for step, gap in _series(rows, mismatch_key)]
     return [
         _alert(

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 import torch
 
 from posttrain.config import SamplingParams
-from posttrain.roles.rollout import STOP_TOKEN, RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import Engine
+from posttrain.roles.engines.contract import STOP_TOKEN, example_prompt_ids
 from posttrain.types import Example
 
 
@@ -85,7 +86,7 @@ def _row_caps(rows: list[tuple[Problem, Partial]], per_row: int, max_new_tokens:
             for problem, partial in rows]
 
 
-def _draw(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], caps: list[int],
+def _draw(engine: Engine, rows: list[tuple[Problem, Partial]], caps: list[int],
           generator: torch.Generator | None, params: SamplingParams, stop_strings: tuple[str, ...],
           max_new_tokens: int) -> list[Partial | None]:
     """Continue every row with a cap >= 1 in one batched call, charge each problem what its
@@ -104,7 +105,7 @@ def _draw(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], caps: list
     return out
 
 
-def sample_completions(engine: RolloutEngine, problems: list[Problem], n: int, max_new_tokens: int,
+def sample_completions(engine: Engine, problems: list[Problem], n: int, max_new_tokens: int,
                        generator: torch.Generator | None = None, params: SamplingParams | None = None
                        ) -> list[list[Partial]]:
     """Up to `n` whole completions of each problem, each capped at max_new_tokens and at
@@ -120,7 +121,7 @@ def sample_completions(engine: RolloutEngine, problems: list[Problem], n: int, m
     return [by_problem[id(problem)] for problem in problems]
 
 
-def finish(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], max_new_tokens: int,
+def finish(engine: Engine, rows: list[tuple[Problem, Partial]], max_new_tokens: int,
            generator: torch.Generator | None = None, params: SamplingParams | None = None) -> list[Partial | None]:
     """Each (problem, partial) row continued to its end (end-of-sequence or max_new_tokens),
     capped by its problem's budget shared among its rows in this call: MCTS's rollouts, and
@@ -129,7 +130,7 @@ def finish(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], max_new_t
     return _draw(engine, rows, _row_caps(rows, max_new_tokens, max_new_tokens), generator, params, (), max_new_tokens)
 
 
-def extend_steps(engine: RolloutEngine, rows: list[tuple[Problem, Partial]], separators: tuple[str, ...],
+def extend_steps(engine: Engine, rows: list[tuple[Problem, Partial]], separators: tuple[str, ...],
                  step_tokens: int, max_new_tokens: int, generator: torch.Generator | None = None,
                  params: SamplingParams | None = None) -> list[Partial | None]:
     """Each (problem, partial) row extended by one step: sampled until the first separator

@@ -39,7 +39,7 @@ from posttrain.envs import make_env
 from posttrain.eval.stats import bootstrap_ci
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format, load_step_scorer, task_step_format
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import make_engine
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import SearchConfig
@@ -60,7 +60,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     model = load_checkpoint_model(Path(cfg.checkpoint), None)
     tokenizer = load_tokenizer(Path(cfg.checkpoint))
     max_new = cfg.max_new_tokens or (trained.max_new_tokens if trained else 64)
-    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new))
+    engine = make_engine(model, tokenizer, SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new))
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     scorers = {"ORM": load_step_scorer(cfg.orm) if cfg.orm else None,
                "PRM": load_step_scorer(cfg.prm, cfg.aggregation) if cfg.prm else None}

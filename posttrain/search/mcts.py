@@ -32,7 +32,7 @@ import torch
 
 from posttrain.config import SamplingParams
 from posttrain.rewards.process_reward_model import StepFormat
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import Engine
 from posttrain.search.budget import Partial, Problem, extend_steps, finish
 from posttrain.search.methods import Scorer, prefix_values
 
@@ -75,7 +75,7 @@ def backup(node: Node, value: float) -> None:
         node = node.parent
 
 
-def mcts(engine: RolloutEngine, problems: list[Problem], scorer: Scorer, fmt: StepFormat,
+def mcts(engine: Engine, problems: list[Problem], scorer: Scorer, fmt: StepFormat,
          separators: tuple[str, ...], children: int, step_tokens: int, max_new_tokens: int,
          c_uct: float = 1.0, generator: torch.Generator | None = None, params: SamplingParams | None = None,
          aggregation: str = "min") -> list[Partial | None]:

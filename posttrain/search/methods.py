@@ -31,7 +31,7 @@ import torch
 
 from posttrain.config import SamplingParams
 from posttrain.rewards.process_reward_model import AGGREGATIONS, StepFormat
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import Engine
 from posttrain.search.budget import Partial, Problem, extend_steps, greedy_params, sample_completions
 from posttrain.types import Example
 from posttrain.verifiers.steps import check_arithmetic_steps, split_steps
@@ -104,7 +104,7 @@ class NoisyScorer:
                 for row, p, chain in zip(scores, prompts, steps)]
 
 
-def greedy(engine: RolloutEngine, problems: list[Problem], max_new_tokens: int) -> list[Partial | None]:
+def greedy(engine: Engine, problems: list[Problem], max_new_tokens: int) -> list[Partial | None]:
     """One completion per problem at temperature 0 (capped by the budget as any other)."""
     params = greedy_params(engine.params)
     return [partials[0] if partials else None
@@ -153,7 +153,7 @@ def prefix_values(scorer: Scorer, fmt: StepFormat, prompts: list[str], partials:
     return values
 
 
-def beam_search(engine: RolloutEngine, problems: list[Problem], scorer: Scorer, fmt: StepFormat,
+def beam_search(engine: Engine, problems: list[Problem], scorer: Scorer, fmt: StepFormat,
                 separators: tuple[str, ...], width: int, expansions: int, step_tokens: int, max_new_tokens: int,
                 generator: torch.Generator | None = None, params: SamplingParams | None = None,
                 aggregation: str = "min") -> list[Partial | None]:

@@ -41,7 +41,7 @@ from posttrain.envs import make_env
 from posttrain.eval.stats import bootstrap_ci, noise_rule, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.rewards.process_reward_model import StepFormat, get_step_format, load_step_scorer
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import Engine, make_engine
 from posttrain.runs.checkpoints import read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import VerifyConfig
@@ -101,7 +101,7 @@ class Attempt:
         return out
 
 
-def grow(engine: RolloutEngine, problems: list[Problem], attempts: list[Attempt], separators: tuple[str, ...],
+def grow(engine: Engine, problems: list[Problem], attempts: list[Attempt], separators: tuple[str, ...],
          step_tokens: int, max_new_tokens: int, generator: torch.Generator | None) -> None:
     """Extend every unfinished attempt one step at a time until each ends or its budget is spent."""
     while True:
@@ -129,7 +129,7 @@ class VerifyResult:
     tokens: list[int]
 
 
-def verify_and_revise(engine: RolloutEngine, problems: list[Problem], verifier: StepVerifier, fmt: StepFormat,
+def verify_and_revise(engine: Engine, problems: list[Problem], verifier: StepVerifier, fmt: StepFormat,
                       separators: tuple[str, ...], threshold: float, max_revisions: int, step_tokens: int,
                       max_new_tokens: int, is_correct: Callable[[Problem, Partial], bool],
                       generator: torch.Generator | None = None) -> VerifyResult:
@@ -202,7 +202,7 @@ def run_verify(cfg: VerifyConfig) -> dict:
     env = make_env(env_cfg.name, **env_cfg.kwargs())
     tokenizer = load_tokenizer(Path(cfg.checkpoint))
     max_new = cfg.max_new_tokens or (trained.max_new_tokens if trained else 64)
-    engine = RolloutEngine(load_checkpoint_model(Path(cfg.checkpoint), None), tokenizer,
+    engine = make_engine(load_checkpoint_model(Path(cfg.checkpoint), None), tokenizer,
                            SamplingParams(temperature=cfg.temperature, max_new_tokens=max_new))
     examples = env.fixed_set(cfg.split, cfg.size, seed=cfg.seed)
     fmt = get_step_format("arithmetic")

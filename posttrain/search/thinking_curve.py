@@ -28,7 +28,8 @@ from posttrain.envs import make_env
 from posttrain.eval.evaluate import solved
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.roles.rollout import RolloutEngine, example_prompt_ids
+from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.roles.think_budget import ThinkingUse, budgeted_generate
 from posttrain.runs.checkpoints import CheckpointTask, read_task
 from posttrain.runs.rundir import RunDir
@@ -52,7 +53,7 @@ def run_think(cfg: ThinkConfig) -> dict[str, Any]:
     envs = {mode: make_env("arithmetic_think", level=task.env.level, think_mode=mode) for mode in ("think", "no_think")}
     model, tokenizer = load_checkpoint_model(Path(cfg.checkpoint), None), load_tokenizer(Path(cfg.checkpoint))
     max_new = cfg.max_new_tokens or task.max_new_tokens
-    engine = RolloutEngine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new))
+    engine = make_engine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new))
     problems = {mode: env.fixed_set(cfg.split, cfg.size, seed=cfg.seed) for mode, env in envs.items()}
     early_stop = cfg.early_stop or EARLY_STOP
     budgets = cfg.budget_list()

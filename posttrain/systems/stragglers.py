@@ -179,7 +179,7 @@ class Mismatch:
 def logprob_mismatch(sampler_logp: list[float], policy_logp: list[float], cap: float = 2.0) -> Mismatch:
     """Compare per-token log-probs of the sampled tokens under the sampler (int8, fp8) and
     the policy the update trains: the importance weight w = π / π_sampler corrects the
-    update, truncated at `cap` (TIS, distributed/off_policy.py)."""
+    update, truncated at `cap` (TIS, roles/off_policy.py)."""
     if len(sampler_logp) != len(policy_logp) or not sampler_logp:
         raise ValueError(f"{len(sampler_logp)} sampler and {len(policy_logp)} policy log-probs: give one each, "
                          "for the same tokens")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from posttrain.distributed.off_policy import truncated_is_weights
+from posttrain.roles.off_policy import truncated_is_weights
 from posttrain.teach.forces import FORCES, score
 
 

@@ -8,7 +8,7 @@ posttrain/systems/, and what tests/test_systems_measured.py checks those formula
     training_state_held     the bytes a Trainer holds per piece of training state after a step:
                             weights, gradients, AdamW's moments (memory.training_state_bytes)
 
-They call the library's real objects (RolloutEngine, the models, the Trainer's
+They call the library's real objects (Engine, the models, the Trainer's
 optimizer) and only watch.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import SamplingParams
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import Engine, make_engine
 
 
 def held_cache_bytes(cache) -> int:
@@ -48,7 +48,7 @@ def sampler_cache_bytes(model, tokenizer, examples, samples_per_prompt: int, max
 
     model.new_cache = recording  # an instance attribute over the method: watched for this call only
     try:
-        RolloutEngine(model, tokenizer, SamplingParams(max_new_tokens=max_new_tokens)).generate(
+        make_engine(model, tokenizer, SamplingParams(max_new_tokens=max_new_tokens)).generate(
             examples, samples_per_prompt, torch.Generator().manual_seed(seed))
     finally:
         del model.new_cache

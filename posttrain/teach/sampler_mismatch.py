@@ -19,7 +19,7 @@ from posttrain.models.device import place
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import response_logp
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.roles.rollout import RolloutEngine
+from posttrain.roles.engines import make_engine
 from posttrain.systems.stragglers import Mismatch, logprob_mismatch
 from posttrain.types import Example, RolloutBatch
 
@@ -48,7 +48,7 @@ def sample_and_score(model: torch.nn.Module, tok, examples: list[Example], sampl
         place(sampler, "cpu", "bfloat16")  # float32 weights, bf16 matmuls under autocast
     params = SamplingParams(temperature=1.0, max_new_tokens=max_new_tokens,
                             weights="int8" if precision == "int8" else "float32")
-    engine = RolloutEngine(sampler, tok, params)
+    engine = make_engine(sampler, tok, params)
     episodes = engine.generate(examples, samples_per_prompt, generator=torch.Generator().manual_seed(seed))
     batch = RolloutBatch.collate(episodes, tok.pad_id)
     with torch.no_grad():

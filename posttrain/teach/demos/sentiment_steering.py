@@ -49,7 +49,8 @@ from posttrain.models.tokenizer import CharTokenizer
 from posttrain.models.value_head import ValueHead
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
-from posttrain.roles.rollout import RolloutEngine, encode_prompt
+from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import encode_prompt
 from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.roles.weight_sync import InProcessWeightSync
 from posttrain.teach.demos import reviews
@@ -142,7 +143,7 @@ def pretrain(cfg: Config, tokenizer: CharTokenizer, log=print) -> GPTMini:
 def evaluate(policy: GPTMini, reference: Reference, tokenizer, cfg: Config) -> dict:
     """Sample eval_samples completions of every corpus opening, with a generator seeded
     the same way every time, and measure reward, KL to the reference, diversity, entropy."""
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, SamplingParams(max_new_tokens=cfg.max_new_tokens))
+    engine = make_engine(copy.deepcopy(policy), tokenizer, SamplingParams(max_new_tokens=cfg.max_new_tokens))
     examples = [Example(p, "", id=str(i)) for i, p in enumerate(reviews.prompts())]
     gen = torch.Generator().manual_seed(cfg.seed + 1)
     episodes = score_episodes(score, engine.generate(examples, cfg.eval_samples, gen))
@@ -182,7 +183,7 @@ def ppo_run(start: GPTMini, beta: float, tokenizer, cfg: Config, log=print) -> t
     Returns (one metrics row per step, the trained policy)."""
     policy = copy.deepcopy(start).train()
     reference = Reference(start)  # the frozen anchor: the pretrained model itself
-    engine = RolloutEngine(copy.deepcopy(policy), tokenizer, SamplingParams(max_new_tokens=cfg.max_new_tokens))
+    engine = make_engine(copy.deepcopy(policy), tokenizer, SamplingParams(max_new_tokens=cfg.max_new_tokens))
     sync = InProcessWeightSync(policy, engine)
     critic = ValueHead(policy.config.dim)  # V(prefix) on the policy's hidden states
     trainer = Trainer(policy, lr=cfg.lr, total_steps=cfg.steps, critic=critic)

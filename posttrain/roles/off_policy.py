@@ -1,5 +1,8 @@
-"""Off-policy bookkeeping for the distributed topologies: how stale a batch is, and the
-truncated importance-sampling (TIS) correction the async topology applies.
+"""Off-policy bookkeeping for every rollout whose sampler is not the trainer's current policy:
+how stale a batch is, and the truncated importance-sampling (TIS) correction applied when
+episodes were sampled by older weights (the async topology) or by other weights (an int8
+sampler). The rollout role calls it from `off_policy_correction` (roles/rollout.py,
+distributed/).
 
 Three policies meet in an async update:
 

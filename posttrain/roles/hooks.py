@@ -1,0 +1,146 @@
+"""Step hooks: what some runs add to the controller's step, at fixed points, without the
+controller asking whether it is there.
+
+A hook's every method does nothing by default; a hook overrides the points it needs:
+
+    scored(step, episodes)     after each sampling round is scored: terms that score a sample
+                               against its group, a prompt pool's pass rates. Returns metrics,
+                               averaged over the step's rounds
+    keep_groups(episodes)      which groups of the round to train on (by default, every one)
+    before_advantages(batch)   per-token inputs of the advantage, written on the batch:
+                               a critic's values, an implicit PRM's process rewards
+    finish_step(step, metrics) reads the step's metrics and may add to them: steer β from the KL
+    state_dict()               what a checkpoint keeps, under `state_key`
+
+The hooks of this file wrap the objects build.py makes for them (a reward stack's group
+terms, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
+each is a handful of lines that says where in the step its object acts.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, ClassVar
+
+from posttrain.types import Episode, RolloutBatch
+
+
+class StepHook:
+    """A collaborator of the controller's step (see the module docstring)."""
+
+    state_key: ClassVar[str | None] = None  # its entry in a checkpoint; None = it keeps nothing between steps
+    timing: ClassVar[str | None] = None  # the time/ metric its before_advantages counts toward, if any
+
+    def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        return {}
+
+    def keep_groups(self, episodes: list[Episode]) -> set[int]:
+        return {e.group_id for e in episodes}
+
+    def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        return {}
+
+    def finish_step(self, step: int, metrics: dict[str, float]) -> None:
+        pass
+
+    def state_dict(self) -> Any:
+        return None
+
+    def load_state_dict(self, state: Any) -> None:
+        pass
+
+
+class GroupTerms(StepHook):
+    """Reward terms that score a sample against the others of its group (Kimi's length reward,
+    rewards/length.py), and weights that depend on the step, added once a round is scored,
+    while its group ids are still that round's prompts (rewards/stack.py::score_groups)."""
+
+    def __init__(self, score_groups: Callable[[list[Episode], int], dict[str, float]]):
+        self.score_groups = score_groups
+
+    def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        return self.score_groups(episodes, step)
+
+
+class CuratedPrompts(StepHook):
+    """A curated prompt pool (data/curation.py): every sampled group is a fresh pass rate of
+    its prompt, kept or not; its online band says which groups to train on."""
+
+    state_key = "prompts"
+
+    def __init__(self, pool):
+        self.pool = pool
+
+    def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        self.pool.observe(step, episodes)
+        return {}
+
+    def keep_groups(self, episodes: list[Episode]) -> set[int]:
+        return self.pool.keep_groups(episodes)
+
+    def finish_step(self, step: int, metrics: dict[str, float]) -> None:
+        metrics.update(self.pool.step_metrics(step))
+
+    def state_dict(self) -> dict:
+        return self.pool.state_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state is None:
+            raise ValueError("the checkpoint holds no curated prompt pool: it is of a run without "
+                             "rl.curation; resume with the settings the run started with")
+        self.pool.load_state_dict(state)
+
+
+class CriticValues(StepHook):
+    """PPO's critic: V of every response position under the weights that sampled, taken before
+    any update (the trainer holds the value head: roles/trainer.py)."""
+
+    timing = "reference"  # counted with the reference's pass, as one more forward over the batch
+
+    def __init__(self, trainer):
+        self.trainer = trainer
+
+    def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        batch.values = self.trainer.values(batch)
+        return {}
+
+
+class ProcessRewards(StepHook):
+    """PRIME's implicit PRM (rewards/implicit_prm.py): it learns from this batch's outcomes,
+    then gives every token a process reward."""
+
+    state_key = "process_reward"
+    timing = "process_reward"
+
+    def __init__(self, prm):
+        self.prm = prm
+
+    def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        batch.process_rewards, metrics = self.prm(batch)
+        return metrics
+
+    def state_dict(self) -> dict:
+        return self.prm.state_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.prm.load_state_dict(state)
+
+
+class AdaptiveKL(StepHook):
+    """An adaptive KL coefficient (Ziegler et al. 2019; rewards/kl_control.py): after each step,
+    β moves toward the value that keeps KL to the reference at the target."""
+
+    state_key = "kl_controller"
+
+    def __init__(self, controller, algorithm):
+        self.controller, self.algorithm = controller, algorithm
+
+    def finish_step(self, step: int, metrics: dict[str, float]) -> None:
+        metrics["kl_coef"] = self.algorithm.kl_coef  # the β this step trained with
+        self.algorithm.kl_coef = self.controller.update(metrics["kl_ref"], 1)
+
+    def state_dict(self) -> dict:
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.controller.load_state_dict(state)
+        self.algorithm.kl_coef = self.controller.value
