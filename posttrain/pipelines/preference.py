@@ -26,7 +26,7 @@ from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import pair_ranker, sampling_params, trainer_settings
 from posttrain.pipelines.preference_rounds import PreferenceRounds, stage_file, verifier_pairs
-from posttrain.pipelines.preference_train import batch_indices, evaluate_preference, preference_batch
+from posttrain.pipelines.preference_train import evaluate_preference, preference_batch
 from posttrain.roles.controller import rollout_metrics
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference, make_reference
@@ -81,8 +81,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     def pref_step(step: int) -> dict[str, float]:
         started = time.perf_counter()
-        this_round = rounds.at(step)  # its first step (or a resume's) builds the round's pairs
-        indices = batch_indices(len(this_round.rows), cfg.rl.prompts_per_step, this_round.seed, step - this_round.start)
+        this_round = rounds.at(step)  # a round's first step (or a resumed run's) builds its pairs
+        indices = this_round.batch_indices(step, cfg.rl.prompts_per_step)
         metrics = trainer.update(preference_batch(this_round.rows, indices, tokenizer.pad_id, loss.gap_weighting), loss)
         metrics["time/train"] = time.perf_counter() - started
         if step == this_round.start:

@@ -28,7 +28,7 @@ from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import model_device, place
 from posttrain.pipelines.build import sampling_params
-from posttrain.pipelines.preference_train import cache_reference_logps
+from posttrain.pipelines.preference_train import batch_indices, cache_reference_logps
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference
 from posttrain.roles.rollout import RolloutEngine
@@ -101,7 +101,12 @@ class Round:
     rows: list[list[Episode]]  # each pair as two adjacent rows (preference_episodes)
     stats: dict[str, float]  # where its pairs came from, as <stage>_rounds.json records them
     passes: float  # how many times the round trains on each of its pairs
-    seed: int  # its batch order (preference_train.batch_indices)
+    seed: int  # its batch order
+
+    def batch_indices(self, step: int, batch_size: int) -> list[int]:
+        """The pairs stage step `step` trains on: the round's own shuffles, counted from its
+        first step (a pure function of the step, so a resumed run draws the same)."""
+        return batch_indices(len(self.rows), batch_size, self.seed, step - self.start)
 
     def record(self) -> dict[str, float]:
         """What the round's first step logs about it."""
