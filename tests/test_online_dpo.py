@@ -162,21 +162,41 @@ def test_online_rounds_and_reward_models_refuse_settings_they_cannot_honour(rl, 
 
 
 def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path, monkeypatch):
-    from posttrain.pipelines import preference as preference_pipeline
+    from posttrain.pipelines import preference_rounds
 
-    real = preference_pipeline.verifier_pairs
+    real = preference_rounds.verifier_pairs
 
     def none_in_round_1(cfg, env, tokenizer, policy, round=0, n_prompts=0, split="train", score=None):
         pairs, stats = real(cfg, env, tokenizer, policy, round, n_prompts, split, score)
         return ([], {**stats, "pairs": 0}) if (round, split) == (1, "train") else (pairs, stats)
 
-    monkeypatch.setattr(preference_pipeline, "verifier_pairs", none_in_round_1)
+    monkeypatch.setattr(preference_rounds, "verifier_pairs", none_in_round_1)
     assert main(online(sft, tmp_path, "--rl.online_rounds", "2", "--rl.steps", "4")) == 0
     run = only_run(tmp_path)
     rounds = json.loads((run / "pref_rounds.json").read_text())
     assert rounds["1"]["pairs"] == 0 and rounds["1"]["reused_round"] == 0
     assert (run / "pairs_round1.jsonl").read_text() == (run / "pairs_round0.jsonl").read_text()
     assert [r["step"] for r in pref_rows(run)] == [0, 1, 2, 3]
+
+
+def test_an_alert_stops_the_preference_stage_where_it_fired_and_a_resume_keeps_it_stopped(sft, tmp_path):
+    # lr 1e-2 wins the pairs by making the chosen answers unlikely too: the held-out chosen
+    # log-likelihood falls from -0.248 nats/token at step 0 to -0.752 at step 2, more than the
+    # 0.5 chosen_likelihood_collapse allows, and rl.on_alert=stop makes step 2 the last
+    assert main(online(sft, tmp_path, "--rl.steps", "12", "--rl.eval_every", "1", "--rl.lr", "1e-2",
+                       "--rl.on_alert", "stop", "--rl.stop_on", "chosen_likelihood_collapse")) == 0
+    run = only_run(tmp_path)
+    record = json.loads((run / "early_stop.json").read_text())["pref"]
+    assert (record["step"], record["action"], record["monitor"]) == (2, "stop", "chosen_likelihood_collapse")
+    rows = pref_rows(run)
+    assert [r["step"] for r in rows] == [0, 1, 2]
+    assert rows[0]["dev_pref_logps_chosen_per_token"] - rows[2]["dev_pref_logps_chosen_per_token"] > 0.5
+    assert (run / "checkpoints" / "pref" / "latest").read_text().strip() == "step_000002"
+    assert not (run / "pairs_round1.jsonl").exists()  # round 1 (steps 4-7) never started
+    assert json.loads((run / "summary.json").read_text())["early_stop"]["step"] == 2
+
+    assert main(["train", "--resume", str(run)]) == 0
+    assert pref_rows(run) == rows and not (run / "pairs_round1.jsonl").exists()
 
 
 # ------------------------------------------------------------------ iterative DPO: a fresh reference each round
@@ -188,9 +208,9 @@ def spy_on_reference(monkeypatch) -> list[dict]:
     import torch
 
     from posttrain.models.logprobs import sequence_logps
-    from posttrain.pipelines import preference
+    from posttrain.pipelines import preference, preference_rounds
 
-    real_cache, real_trainer, calls, policies = preference.cache_reference_logps, preference.Trainer, [], []
+    real_cache, real_trainer, calls, policies = preference_rounds.cache_reference_logps, preference.Trainer, [], []
 
     class RememberingTrainer(real_trainer):
         def __init__(self, model, *args, **kwargs):
@@ -206,7 +226,7 @@ def spy_on_reference(monkeypatch) -> list[dict]:
                           "reference_logps": sequence_logps(reference, batch).tolist()})
 
     monkeypatch.setattr(preference, "Trainer", RememberingTrainer)
-    monkeypatch.setattr(preference, "cache_reference_logps", spy)
+    monkeypatch.setattr(preference_rounds, "cache_reference_logps", spy)
     return calls
 
 

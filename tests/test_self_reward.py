@@ -17,7 +17,7 @@ from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines import preference
+from posttrain.pipelines import preference_rounds
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines import sft as sft_module
 from posttrain.pipelines.sft import sft_demonstrations, sft_judge_rows
@@ -154,12 +154,12 @@ def test_pairs_follow_the_judge_even_against_the_verifier_and_agreement_is_measu
     scores.update({sol[a.prompt]: 0.1, off(a, 1): 0.9, off(a, 2): 0.5})  # a: the judge prefers a wrong answer
     scores.update({sol[b.prompt]: 0.8, off(b, 1): 0.3, off(b, 2): 0.8})  # b: it prefers the right one (tied)
     scores.update({sol[c.prompt]: 0.4, off(c, 1): 0.4, off(c, 2): 0.4})  # c: all tied, no pair
-    monkeypatch.setattr(preference, "RolloutEngine", ScriptedEngine)
+    monkeypatch.setattr(preference_rounds, "make_engine", ScriptedEngine)
     monkeypatch.setattr(env, "sample", lambda split, n, seed=None: [a, b, c])
     cfg = TrainConfig()
     cfg.rl.samples_per_prompt = 3
-    pairs, stats = preference.verifier_pairs(cfg, env, TOK, None, 0, 3, score=SelfJudgeReward(FakeJudge(scores),
-                                                                                              env.score))
+    pairs, stats = preference_rounds.verifier_pairs(cfg, env, TOK, None, 0, 3,
+                                                    score=SelfJudgeReward(FakeJudge(scores), env.score))
     # one pair per prompt, the judge's best against its worst; of b's tied best, the first
     assert [(p.chosen, p.rejected) for p in pairs] == [(off(a, 1), sol[a.prompt]), (sol[b.prompt], off(b, 1))]
     assert [(p.score_chosen, p.score_rejected) for p in pairs] == [(0.9, 0.1), (0.8, 0.3)]

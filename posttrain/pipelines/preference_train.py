@@ -8,7 +8,8 @@ decay, micro-batches, gradient clipping, checkpointable state).
         trainer.update(batch, loss)                       loss.compute_loss, backward, clip, AdamW
 
 `train_preference` is that loop on its own (notebooks, tests); the preference stage of a
-run (pipelines/preference.py) runs the same steps with rounds, checkpoints and evaluations.
+run (pipelines/preference.py) runs the same steps with rounds (pipelines/preference_rounds.py),
+checkpoints and evaluations.
 `evaluate_preference` scores held-out pairs with the loss's own metrics.
 
 Caching the reference log-probs is exact and saves the reference a forward pass per step;
