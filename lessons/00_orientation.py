@@ -1,8 +1,4 @@
-"""Lesson 00 · Orientation: the map before the territory.
-
-Run it:  posttrain lessons 00      (or: marimo edit lessons/00_orientation.py)
-Headless: python lessons/00_orientation.py
-"""
+"""Lesson 00 · Orientation: the map before the territory."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a handful of numbers: a second thread costs more than the work
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 01 · What is post-training RL? From a reward to a gradient.
-
-Run it:  posttrain lessons 01
-Headless: python lessons/01_what_is_post_training_rl.py
-"""
+"""Lesson 01 · What is post-training RL? From a reward to a gradient."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread is faster than two
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

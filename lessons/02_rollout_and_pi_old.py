@@ -1,8 +1,4 @@
-"""Lesson 02 · Rollout: sampling K completions, and why old_logp is recorded right then.
-
-Run it:  posttrain lessons 02
-Headless: python lessons/02_rollout_and_pi_old.py
-"""
+"""Lesson 02 · Rollout: sampling K completions, and why old_logp is recorded right then."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import copy
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter model: one thread, and the machine stays free
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return copy, mo, torch
 
 
@@ -65,27 +62,14 @@ def _(mo):
 
 
 @app.cell
-def _(torch):
-    from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
-    from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.pipelines.sft import demonstration_episodes
-    from posttrain.roles.trainer import Trainer, sft_loss
+def _():
+    from posttrain.roles.trainer import Trainer
+    from posttrain.teach.widgets import tiny_policy
     from posttrain.types import RolloutBatch
 
-    torch.manual_seed(0)
-    tok = CharTokenizer()
-    env = ArithmeticEnv(level=1, cot=False)  # "Q: 3+4\n" -> "Final: 7", scored by final_int/strict-v1
-    model = GPTMini(GPTMiniConfig(vocab_size=tok.vocab_size, dim=32, n_layer=2, n_head=2, hidden_dim=96, max_seq_len=48))
-    _demos = demonstration_episodes(env, tok, env.fixed_set("train", 90))
-    _sft = Trainer(model, lr=1e-2, total_steps=100, warmup_steps=5)  # high lr: a tiny model, a format to learn fast
-    _gen = torch.Generator().manual_seed(0)
-    sft_losses = []
-    for _step in range(100):
-        _rows = torch.randint(len(_demos), (16,), generator=_gen)
-        _m = _sft.update(RolloutBatch.collate([_demos[i] for i in _rows.tolist()], tok.pad_id), sft_loss)
-        sft_losses.append(_m["loss"])
-    model.eval()
+    # level-1 arithmetic ("Q: 3+4\n" -> "Final: 7", scored by final_int/strict-v1) taught by 100
+    # steps of the real SFT path (Trainer + sft_loss): the same policy lessons 05-07 and 16 start from
+    model, tok, env, sft_losses = tiny_policy(sft_steps=100)
     prompt = env.fixed_set("heldout", 1, seed=0)[0]
     return RolloutBatch, Trainer, env, model, prompt, sft_losses, tok
 
@@ -235,6 +219,7 @@ def _(mo):
     * `posttrain/types.py` — `Episode`, `RolloutBatch` (the `(B, T)` layout, `old_logp` alignment)
     * `posttrain/models/gpt_mini.py` — the decoder (its KV cache: `posttrain/models/kv_cache.py`)
     * `posttrain/roles/trainer.py` — `Trainer`, `sft_loss`
+    * `posttrain/teach/widgets.py` — `tiny_policy`, the SFT steps that teach the answer format
     * `tests/test_rollout.py` — the sampling-time vs teacher-forced check, as a test
 
     ## Exercises

@@ -1,8 +1,4 @@
-"""Lesson 03 · Reward and reference: the verifier that scores, the anchor that holds.
-
-Run it:  posttrain lessons 03
-Headless: python lessons/03_reward_and_reference.py
-"""
+"""Lesson 03 · Reward and reference: the verifier that scores, the anchor that holds."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

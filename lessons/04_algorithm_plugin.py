@@ -1,8 +1,4 @@
-"""Lesson 04 · The algorithm plug-in: two functions every RL algorithm fills in.
-
-Run it:  posttrain lessons 04
-Headless: python lessons/04_algorithm_plugin.py
-"""
+"""Lesson 04 · The algorithm plug-in: two functions every RL algorithm fills in."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import dataclasses
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return dataclasses, mo, torch
 
 

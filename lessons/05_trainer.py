@@ -1,8 +1,4 @@
-"""Lesson 05 · Trainer: one forward, one backward, one step, and no algorithm names.
-
-Run it:  posttrain lessons 05
-Headless: python lessons/05_trainer.py
-"""
+"""Lesson 05 · Trainer: one forward, one backward, one step, and no algorithm names."""
 
 import marimo
 
@@ -16,9 +12,10 @@ def _():
     import dataclasses
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter model: one thread, and the machine stays free
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return copy, dataclasses, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 06 · Weight sync: the trainer's fresh weights must reach the sampler.
-
-Run it:  posttrain lessons 06
-Headless: python lessons/06_weight_sync.py
-"""
+"""Lesson 06 · Weight sync: the trainer's fresh weights must reach the sampler."""
 
 import marimo
 
@@ -16,9 +12,10 @@ def _():
     import dataclasses
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter model: one thread, and the machine stays free
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return copy, dataclasses, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 07 · Controller: one RL step, role by role, with every output on screen.
-
-Run it:  posttrain lessons 07
-Headless: python lessons/07_controller.py
-"""
+"""Lesson 07 · Controller: one RL step, role by role, with every output on screen."""
 
 import marimo
 
@@ -17,9 +13,10 @@ def _():
     import json
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter model: one thread, and the machine stays free
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return copy, dataclasses, json, mo, torch
 
 

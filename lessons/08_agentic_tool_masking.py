@@ -1,8 +1,4 @@
-"""Lesson 08 · Agentic RL: multi-turn trajectories, and why tool output gets response_mask 0.
-
-Run it:  posttrain lessons 08
-Headless: python lessons/08_agentic_tool_masking.py
-"""
+"""Lesson 08 · Agentic RL: multi-turn trajectories, and why tool output gets response_mask 0."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import dataclasses
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a few dozen tokens: one thread is plenty
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return dataclasses, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 09 · REINFORCE: the policy gradient in one line, and why it is noisy.
-
-Run it:  posttrain lessons 09
-Headless: python lessons/09_reinforce.py
-"""
+"""Lesson 09 · REINFORCE: the policy gradient in one line, and why it is noisy."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import dataclasses
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return dataclasses, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 10 · PPO: a critic, an importance ratio, and the clip table.
-
-Run it:  posttrain lessons 10
-Headless: python lessons/10_ppo.py
-"""
+"""Lesson 10 · PPO: a critic, an importance ratio, and the clip table."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

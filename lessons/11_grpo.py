@@ -1,8 +1,4 @@
-"""Lesson 11 · GRPO: drop the critic, use the group as the baseline.
-
-Run it:  posttrain lessons 11
-Headless: python lessons/11_grpo.py
-"""
+"""Lesson 11 · GRPO: drop the critic, use the group as the baseline."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import itertools
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return itertools, mo, torch
 
 

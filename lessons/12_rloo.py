@@ -1,8 +1,4 @@
-"""Lesson 12 · RLOO: the leave-one-out baseline, unbiased for free.
-
-Run it:  posttrain lessons 12
-Headless: python lessons/12_rloo.py
-"""
+"""Lesson 12 · RLOO: the leave-one-out baseline, unbiased for free."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import itertools
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return itertools, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 13 · DAPO: four practical fixes to GRPO, each a few lines.
-
-Run it:  posttrain lessons 13
-Headless: python lessons/13_dapo.py
-"""
+"""Lesson 13 · DAPO: four practical fixes to GRPO, each a few lines."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 14 · Dr. GRPO: delete two divisors, remove two biases.
-
-Run it:  posttrain lessons 14
-Headless: python lessons/14_dr_grpo.py
-"""
+"""Lesson 14 · Dr. GRPO: delete two divisors, remove two biases."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # tiny tensors: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 15 · RLHF: SFT, a Bradley–Terry reward model, then RL against it on a KL leash.
-
-Run it:  posttrain lessons 15
-Headless: python lessons/15_rlhf.py
-"""
+"""Lesson 15 · RLHF: SFT, a Bradley–Terry reward model, then RL against it on a KL leash."""
 
 import marimo
 
@@ -16,9 +12,10 @@ def _():
     import random
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 20k-parameter reward model: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return collections, mo, random, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 16 · DPO: RL without RL. Z(x) cancels; IPO, KTO, ORPO and SimPO on the same pairs.
-
-Run it:  posttrain lessons 16
-Headless: python lessons/16_dpo.py
-"""
+"""Lesson 16 · DPO: RL without RL. Z(x) cancels; IPO, KTO, ORPO and SimPO on the same pairs."""
 
 import marimo
 
@@ -16,9 +12,10 @@ def _():
     import math
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter policy: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return copy, math, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 17 · Process rewards and search: greedy, best-of-N, PRM beam search and MCTS at one token budget.
-
-Run it:  posttrain lessons 17
-Headless: python lessons/17_prm_search.py
-"""
+"""Lesson 17 · Process rewards and search: greedy, best-of-N, PRM beam search and MCTS at one token budget."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a 33k-parameter policy: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

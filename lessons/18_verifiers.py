@@ -1,8 +1,4 @@
-"""Lesson 18 · Environments and verifiers: five archetypes, and what optimisation does to a weak one.
-
-Run it:  posttrain lessons 18
-Headless: python lessons/18_verifiers.py
-"""
+"""Lesson 18 · Environments and verifiers: five archetypes, and what optimisation does to a weak one."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import html
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # three logits and a few hundred strings: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return html, mo, torch
 
 

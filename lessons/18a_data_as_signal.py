@@ -1,8 +1,4 @@
-"""Lesson 18a · Data as a gradient-signal substrate: p(1 − p), the pass-rate band, and the data pipeline.
-
-Run it:  posttrain lessons 18a
-Headless: python lessons/18a_data_as_signal.py
-"""
+"""Lesson 18a · Data as a gradient-signal substrate: p(1 − p), the pass-rate band, and the data pipeline."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import json
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a few hundred thousand coin flips: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return json, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 19 · System topology: which GPUs hold which role, and what each placement costs.
-
-Run it:  posttrain lessons 19
-Headless: python lessons/19_system_topology.py
-"""
+"""Lesson 19 · System topology: which GPUs hold which role, and what each placement costs."""
 
 import marimo
 

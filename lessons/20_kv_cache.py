@@ -1,8 +1,4 @@
-"""Lesson 20 · The KV cache and PagedAttention: what decoding keeps per token, and how to allocate it.
-
-Run it:  posttrain lessons 20
-Headless: python lessons/20_kv_cache.py
-"""
+"""Lesson 20 · The KV cache and PagedAttention: what decoding keeps per token, and how to allocate it."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a tiny model: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

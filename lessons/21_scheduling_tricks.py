@@ -1,8 +1,4 @@
-"""Lesson 21 · Scheduling tricks: continuous batching, prefix caching, chunked prefill, speculative decoding.
-
-Run it:  posttrain lessons 21
-Headless: python lessons/21_scheduling_tricks.py
-"""
+"""Lesson 21 · Scheduling tricks: continuous batching, prefix caching, chunked prefill, speculative decoding."""
 
 import marimo
 

@@ -1,8 +1,4 @@
-"""Lesson 22 · Memory and throughput math: bytes per parameter, ZeRO, activations, and the decode roofline.
-
-Run it:  posttrain lessons 22
-Headless: python lessons/22_memory_and_throughput.py
-"""
+"""Lesson 22 · Memory and throughput math: bytes per parameter, ZeRO, activations, and the decode roofline."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a tiny model: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 22a · The throughput equation: an RL step's five terms, and how the topology composes them.
-
-Run it:  posttrain lessons 22a
-Headless: python lessons/22a_throughput_equation.py
-"""
+"""Lesson 22a · The throughput equation: an RL step's five terms, and how the topology composes them."""
 
 import marimo
 

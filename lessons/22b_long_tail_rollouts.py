@@ -1,8 +1,4 @@
-"""Lesson 22b · Long-tail rollouts: a batch waits for its longest answer — max-of-K, packing, dynamic K.
-
-Run it:  posttrain lessons 22b
-Headless: python lessons/22b_long_tail_rollouts.py
-"""
+"""Lesson 22b · Long-tail rollouts: a batch waits for its longest answer — max-of-K, packing, dynamic K."""
 
 import marimo
 
@@ -15,9 +11,10 @@ def _():
     import math
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a sub-million-parameter model in the last section: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return math, mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 22c · Async pipelining and weight sync: from a sum of terms to a max, and what it costs.
-
-Run it:  posttrain lessons 22c
-Headless: python lessons/22c_async_pipelining.py
-"""
+"""Lesson 22c · Async pipelining and weight sync: from a sum of terms to a max, and what it costs."""
 
 import marimo
 

@@ -1,8 +1,4 @@
-"""Lesson 23 · Famous recipes and failure modes: five axes, and what a sick run looks like.
-
-Run it:  posttrain lessons 23
-Headless: python lessons/23_recipes_and_failure_modes.py
-"""
+"""Lesson 23 · Famous recipes and failure modes: five axes, and what a sick run looks like."""
 
 import marimo
 

@@ -1,8 +1,4 @@
-"""Lesson 24 · The RL infra engineer: five layers, four paths, three architectures, and the traps.
-
-Run it:  posttrain lessons 24
-Headless: python lessons/24_rl_infra_engineer.py
-"""
+"""Lesson 24 · The RL infra engineer: five layers, four paths, three architectures, and the traps."""
 
 import marimo
 

@@ -1,8 +1,4 @@
-"""Lesson 25 · Kernels for RL: six surfaces, the first kernel to write, and the silent bug.
-
-Run it:  posttrain lessons 25
-Headless: python lessons/25_kernels_for_rl.py
-"""
+"""Lesson 25 · Kernels for RL: six surfaces, the first kernel to write, and the silent bug."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a sub-million-parameter model: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 26 · Why RL is shaping this way today: three forces (signal, estimator, cost).
-
-Run it:  posttrain lessons 26
-Headless: python lessons/26_three_forces.py
-"""
+"""Lesson 26 · Why RL is shaping this way today: three forces (signal, estimator, cost)."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # a few hundred thousand coin flips: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

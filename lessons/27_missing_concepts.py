@@ -1,8 +1,4 @@
-"""Lesson 27 · Missing concepts: what this curriculum does not develop, and where each would go.
-
-Run it:  posttrain lessons 27
-Headless: python lessons/27_missing_concepts.py
-"""
+"""Lesson 27 · Missing concepts: what this curriculum does not develop, and where each would go."""
 
 import marimo
 
@@ -13,9 +9,10 @@ app = marimo.App(width="medium")
 @app.cell
 def _():
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # 4,000 batches of 32 one-token samples: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return mo, torch
 
 

@@ -1,8 +1,4 @@
-"""Lesson 28 · Bottlenecks, optimizations, and how to find them: the playbook, on real runs.
-
-Run it:  posttrain lessons 28
-Headless: python lessons/28_bottlenecks.py
-"""
+"""Lesson 28 · Bottlenecks, optimizations, and how to find them: the playbook, on real runs."""
 
 import marimo
 
@@ -16,9 +12,10 @@ def _():
     import json
 
     import marimo as mo
-    import torch
 
-    torch.set_num_threads(1)  # the profiled sampler is a sub-million-parameter model: one thread
+    from posttrain.teach.lesson_setup import torch_on_one_thread
+
+    torch = torch_on_one_thread()
     return dataclasses, json, mo, torch
 
 

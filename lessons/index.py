@@ -1,7 +1,7 @@
 """The lessons of posttrain, in order: one line each, with a link.
 
-Run it:  posttrain lessons            (every lesson, starting here)
-Headless: python lessons/index.py
+Run it:  posttrain lessons            (every lesson, starting here; one lesson: posttrain lessons 02)
+Headless: python lessons/index.py     (any lesson likewise: python lessons/02_rollout_and_pi_old.py)
 """
 
 import marimo
