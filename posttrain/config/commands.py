@@ -98,7 +98,7 @@ class PrmConfig:
     batch_size: int = 32  # completions per step
     # completions per forward and backward pass (gradient accumulation: the step's gradient is the
     # whole batch's, to float rounding); 0 = all batch_size at once. A transformers body
-    # (--init smollm2-135m) wants a few, as rl.micro_batch_size does
+    # (--init smollm2-135m) wants a few, as the Bradley–Terry model does (rl.rm.micro_batch_size)
     micro_batch_size: int = 0
     sft_steps: int = 600  # without --init: the SFT of `posttrain run` (600 steps, 150 demonstrations)
     out_dir: str = "runs"  # where the run directory is created

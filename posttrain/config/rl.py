@@ -39,7 +39,8 @@ class RewardModelConfig:
     batch_size: int = 32  # pairs per step
     # pairs per forward and backward pass (gradient accumulation: the step's gradient is the whole
     # batch's, to float rounding); 0 = all batch_size pairs at once, as the runs above trained. A
-    # transformers body wants a few: each pair holds two texts' activations (rl.micro_batch_size)
+    # transformers body wants a few: measured on SmolLM2-135M ("loglik", 32 pairs of ~60-token
+    # arithmetic texts), one step peaked at 7.4 GB of memory with 0 and 3.75 GB with 4
     micro_batch_size: int = 0
     # what the scalar head reads (rewards/reward_model.py): "last" real token's hidden
     # state, "mean" hidden state, or "loglik", the body's own mean token log-likelihood.

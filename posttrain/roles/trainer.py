@@ -118,6 +118,10 @@ class Trainer:
         critic: torch.nn.Module | None = None,
         share_prompt: bool = True,
     ):
+        if not (micro_batch_size >= 0 and warmup_steps >= 0 and grad_clip >= 0):
+            raise ValueError(f"micro_batch_size={micro_batch_size}, warmup_steps={warmup_steps}, "
+                             f"grad_clip={grad_clip}: each must be >= 0 (0 = the whole batch at once, no warmup, "
+                             "no clipping)")
         self.model = model
         # a value head on the policy's hidden states, for algorithms that use one; on the policy's device
         self.critic = critic.to(model_device(model)) if critic is not None else None
