@@ -25,7 +25,8 @@ from posttrain.config import RewardModelConfig
 from posttrain.data.feedback_fixture import FEEDBACK_FIXTURE
 from posttrain.data.preference import load_preference_data
 from posttrain.models import load_checkpoint_model, load_tokenizer
-from posttrain.rewards.reward_model import RewardModel, pairwise_accuracy, save_reward_model, train_reward_model
+from posttrain.rewards.reward_model import RewardModel, pairwise_accuracy, save_reward_model
+from posttrain.rewards.reward_model_training import train_reward_model
 
 
 def main() -> None:

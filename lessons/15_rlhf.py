@@ -115,7 +115,8 @@ def _(mo):
 @app.cell
 def _(BETAS, PROMPT, controls, gold, heldout, ref_logp, sentiment_pairs, texts, torch):
     from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.rewards.reward_model import pairwise_accuracy, reward_of, train_reward_model
+    from posttrain.rewards.reward_model import pairwise_accuracy, reward_of
+    from posttrain.rewards.reward_model_training import train_reward_model
     from posttrain.teach.demos.kl_tradeoff import exact_kl
 
     n_pairs = controls.value["pairs"]
@@ -217,7 +218,8 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/rewards/reward_model.py` — `RewardModel`, `bt_loss`, `train_reward_model`, `pairwise_accuracy`, `reward_of`
+    * `posttrain/rewards/reward_model.py` — `RewardModel`, `bt_loss`, `pairwise_accuracy`, `reward_of`
+    * `posttrain/rewards/reward_model_training.py` — `train_reward_model`: the BT loss handed to the one `Trainer`
     * `posttrain/data/sentiment_pairs.py` — `review`, `sentiment_pairs`, `lexicon_sentiment` (the raters)
     * `posttrain/teach/demos/kl_tradeoff.py` — the closed-form optimum and `exact_kl`
     * `posttrain/pipelines/rlhf.py` — the whole recipe on the arithmetic task: SFT, reward model, PPO

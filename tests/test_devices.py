@@ -164,7 +164,8 @@ def test_a_transformers_lora_step_creates_no_tensor_on_the_default_device(tmp_pa
 
 @pytest.mark.parametrize("pooling", ["last", "mean", "loglik"])
 def test_a_reward_model_trains_and_scores_on_its_own_device(pooling):
-    from posttrain.rewards.reward_model import RewardModel, reward_of, train_reward_model
+    from posttrain.rewards.reward_model import RewardModel, reward_of
+    from posttrain.rewards.reward_model_training import train_reward_model
     from posttrain.types import PreferencePair
 
     body, tokenizer = tiny_policy()

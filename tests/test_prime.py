@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import io
 import json
 import math
 
@@ -19,6 +20,8 @@ from posttrain.envs import make_env
 from posttrain.models import save_checkpoint_model
 from posttrain.pipelines.build import build_controller
 from posttrain.pipelines.checks import check_config
+from posttrain.algorithms.core import masked_mean
+from posttrain.models.logprobs import response_logp
 from posttrain.rewards.implicit_prm import (
     ImplicitPRM,
     implicit_outcome_logits,
@@ -277,6 +280,118 @@ def test_a_resumed_prime_run_steps_exactly_as_an_uninterrupted_one(tmp_path):
     fresh.load_state_dict(state)
     differs, _ = fresh.step(1)
     assert differs["prm/loss"] != expected["prm/loss"]
+
+
+# ---- the PRM trains through the one Trainer: today's numbers, today's checkpoints ---------
+
+
+class PlainAdamWPRM:
+    """ImplicitPRM as it was before it trained through the Trainer, its own AdamW step line
+    for line: the reference the Trainer has to reproduce, and the writer of today's checkpoints."""
+
+    def __init__(self, policy, beta, lr, update="before", grad_clip=1.0, micro_batch_size=0, share_prompt=True):
+        self.model = copy.deepcopy(policy).train()
+        parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+        self.beta, self.update, self.grad_clip = beta, update, grad_clip
+        self.micro_batch_size, self.share_prompt = micro_batch_size, share_prompt
+
+    def logp(self, batch):
+        return response_logp(self.model, batch, self.share_prompt)
+
+    def micro_batches(self, batch):
+        rows = torch.arange(batch.batch_size, device=batch.tokens.device)
+        return list(rows.split(self.micro_batch_size or batch.batch_size))
+
+    def __call__(self, batch):
+        labels = outcome_labels(batch.rewards)
+        mask = batch.response_mask
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        logp_before = torch.zeros_like(batch.old_logp)
+        loss_sum = 0.0
+        for rows in self.micro_batches(batch):
+            micro = batch.select(rows)
+            prm_logp = self.logp(micro)
+            loss = implicit_prm_loss(prm_logp, micro.ref_logp, micro.response_mask, labels[rows], self.beta)
+            share = len(rows) / batch.batch_size
+            (loss * share).backward()
+            loss_sum += loss.item() * share
+            logp_before[rows] = prm_logp.detach()
+        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
+        self.optimizer.step()
+        logits_before = implicit_outcome_logits(logp_before, batch.ref_logp, mask, self.beta)
+        accuracy = ((logits_before > 0) == (labels > 0.5)).float().mean().item()
+        if self.update == "before":
+            with torch.no_grad():
+                self.model.eval()
+                prm_logp = torch.cat([self.logp(batch.select(rows)) for rows in self.micro_batches(batch)])
+        else:
+            prm_logp = logp_before
+        process_rewards = implicit_process_rewards(prm_logp, batch.ref_logp, mask, self.beta)
+        return process_rewards, {
+            "prm/loss": loss_sum, "prm/accuracy": accuracy, "prm/grad_norm": grad_norm.item(),
+            "prm/process_reward_mean": masked_mean(process_rewards, mask).item(),
+            "prm/outcome_score_mean": process_rewards.sum(dim=1).mean().item(),
+        }
+
+    def state_dict(self):
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+
+@pytest.fixture(scope="module")
+def scored_batch(tmp_path_factory):
+    """A rollout batch of the tiny policy with 0/1 rewards and the reference's log-probs."""
+    controller, policy = prime_controller(tmp_path_factory.mktemp("prm"))
+    episodes = controller.rollout.sample(0, 0)
+    for e in episodes:
+        e.reward = float(len(e.completion) % 2)
+    batch = controller.collate(episodes)
+    batch.ref_logp = controller.reference.logp(batch)
+    return policy, batch
+
+
+def assert_same_steps(prm, reference, batch, steps) -> list[dict]:
+    """Step both `steps` times on the batch: the same rewards, metrics and weights, exactly."""
+    history = []
+    for _ in range(steps):
+        (rewards, metrics), (expected_rewards, expected) = prm(batch), reference(batch)
+        assert torch.equal(rewards, expected_rewards) and metrics == expected
+        history.append(metrics)
+    for a, b in zip(prm.model.parameters(), reference.model.parameters()):
+        assert torch.equal(a, b)
+    return history
+
+
+@pytest.mark.parametrize("update", ["before", "after"])
+@pytest.mark.parametrize("micro_batch_size", [0, 3])
+def test_the_trainer_steps_the_prm_bit_for_bit_as_its_own_adamw_did(scored_batch, update, micro_batch_size):
+    policy, batch = scored_batch
+    settings = dict(beta=0.5, lr=5e-3, update=update, grad_clip=0.1, micro_batch_size=micro_batch_size)
+    prm, reference = ImplicitPRM(policy, **settings), PlainAdamWPRM(policy, **settings)
+    history = assert_same_steps(prm, reference, batch, 2)
+    assert history[0]["prm/grad_norm"] > 0.1  # clipping is in play
+
+
+def test_a_checkpoint_written_before_the_trainer_resumes_exactly(scored_batch):
+    policy, batch = scored_batch
+    settings = dict(beta=0.5, lr=5e-3, grad_clip=0.1, micro_batch_size=3)
+    reference = PlainAdamWPRM(policy, **settings)
+    reference(batch)
+    reference(batch)
+    saved = torch.load(io_of(reference.state_dict()), weights_only=True)  # as a checkpoint file holds it
+    prm = ImplicitPRM(policy, **settings)
+    assert set(prm.state_dict()) == set(saved) == {"model", "optimizer"}  # the same keys as ever
+    prm.load_state_dict(saved)
+    assert_same_steps(prm, reference, batch, 2)
+
+
+def io_of(state: dict):
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    buffer.seek(0)
+    return buffer
 
 
 def test_config_refuses_what_the_prm_cannot_run_with():

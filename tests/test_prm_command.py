@@ -13,7 +13,7 @@ from posttrain.cli import main
 from posttrain.data.stepwise import load_stepwise, split_by_prompt
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.rewards.process_reward_model import load_step_scorer
+from posttrain.rewards.process_reward_model import load_step_scorer, train_step_reward_model
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -66,6 +66,24 @@ def test_prm_from_a_trl_stepwise_file(tmp_path, tiny_checkpoint):
     good, bad = scorer.score_steps(["P1\n", "P1\n"], [["good", "good"], ["bad", "good"]])
     assert good[1] > 0.5 > bad[1]
     assert "step accuracy" in (run / "summary.md").read_text()
+
+
+def test_micro_batch_size_reaches_the_trainer(tmp_path, tiny_checkpoint, monkeypatch, capsys):
+    from posttrain.pipelines import prm as prm_pipeline
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["micro_batch_size"])
+        return train_step_reward_model(*args, **kwargs)
+
+    monkeypatch.setattr(prm_pipeline, "train_step_reward_model", spy)
+    write_toy_file(tmp_path / "steps.jsonl", n=40)
+    assert main(["prm", "--data", str(tmp_path / "steps.jsonl"), "--step_format", "newline", "--init",
+                 str(tiny_checkpoint), "--steps", "2", "--micro_batch_size", "4", "--out_dir", str(tmp_path)]) == 0
+    assert seen == [4]
+    assert main(["prm", "--micro_batch_size", "-1"]) == 2
+    assert "micro_batch_size=-1" in capsys.readouterr().err
 
 
 def test_orm_from_the_policys_own_samples_after_a_short_sft(tmp_path):

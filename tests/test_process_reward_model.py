@@ -21,15 +21,22 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.process_reward_model import (
     AGGREGATIONS,
+    StepBatch,
+    StepBCELoss,
     StepRecord,
     StepRewardScorer,
+    collate_positions,
     encode_steps,
     get_step_format,
     load_step_scorer,
+    logits_at,
+    masked_bce,
     save_step_reward_model,
+    step_batches,
     train_step_reward_model,
 )
 from posttrain.rewards.reward_model import RewardModel, collate_texts, encode_for_reward
+from posttrain.rewards.reward_model_training import reward_model_trainer, shuffled_batches
 from posttrain.verifiers.steps import join_steps
 
 TOK = CharTokenizer()
@@ -168,6 +175,87 @@ def test_a_transformers_body_trains_and_scores(tmp_path):
     scorer = StepRewardScorer(model, tokenizer, "prm", "newline")
     scores = scorer.score_steps(["P\n", "P\n"], [["good", "bad", "good"], ["good"]])
     assert [len(s) for s in scores] == [3, 1] and scores[0][1] < 0.5 < scores[0][0]
+
+
+# --- training through the one Trainer: today's numbers, micro-batches ---------------------
+
+
+def plain_adamw_loop(model, tokenizer, records, kind, step_format, steps, lr, batch_size, seed):
+    """train_step_reward_model as it was before it trained through the Trainer, its own
+    AdamW loop line for line: the reference today's defaults have to reproduce."""
+    usable = [r for r in records if r.steps]
+    fmt = get_step_format(step_format)
+    max_len = model.config.max_seq_len
+    if kind == "prm":
+        encoded = [encode_steps(tokenizer, r.prompt, r.steps, fmt, max_len) for r in usable]
+        targets = [list(map(float, r.labels)) for r in usable]
+    else:
+        encoded = []
+        for r in usable:
+            ids, _ = encode_for_reward(tokenizer, r.prompt, fmt.join(r.steps), max_len)
+            encoded.append((ids, [len(ids) - 1]))
+        targets = [[float(r.outcome)] for r in usable]
+    torch.manual_seed(seed)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    batches = shuffled_batches(len(usable), batch_size, seed)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        idx = next(batches)
+        tokens, _ = collate_texts([encoded[i][0] for i in idx], tokenizer.pad_id)
+        positions, mask = collate_positions([encoded[i][1] for i in idx])
+        labels = torch.zeros(mask.shape)
+        for b, i in enumerate(idx):
+            labels[b, : len(targets[i])] = torch.tensor(targets[i])
+        logits = logits_at(model, tokens, positions)
+        labels, mask = labels.to(logits.device), mask.to(logits.device)
+        loss = masked_bce(logits, labels, mask.float())
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    model.eval()
+    return losses
+
+
+@pytest.mark.parametrize("kind", ["prm", "orm"])
+def test_the_trainer_reproduces_the_plain_adamw_loop_bit_for_bit(kind):
+    records = toy_records(60, 0)
+    reference = tiny_reward_model(3)
+    losses = plain_adamw_loop(reference, TOK, records, kind, "newline", steps=10, lr=3e-3, batch_size=16, seed=4)
+    model = tiny_reward_model(3)
+    history = train_step_reward_model(model, TOK, records, kind, "newline", steps=10, lr=3e-3, batch_size=16, seed=4)
+    assert [h["loss"] for h in history] == losses and losses[-1] < losses[0]
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(a, b), name
+
+
+class ShareOfRows(StepBCELoss):
+    """The loss weighted by its share of the rows, not of the labelled positions: wrong for
+    a mean over positions when rows hold different numbers of steps."""
+
+    def share(self, batch, rows):
+        return len(rows) / batch.batch_size
+
+
+def bce_gradient(batch: StepBatch, micro_batch_size: int, loss=StepBCELoss()) -> torch.Tensor:
+    model = tiny_reward_model(3)
+    torch.nn.init.normal_(model.head.weight, std=0.3)  # a live head: the body gets a gradient too
+    reward_model_trainer(model, 1e-3, 1, micro_batch_size).step(batch, loss)
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_micro_batches_give_the_whole_batch_gradient_weighted_by_labelled_steps():
+    # rows of 1 to 4 steps: a share of the rows is not a share of the steps
+    batch = next(step_batches(toy_records(20, 0), TOK, "prm", get_step_format("newline"), 64, batch_size=9, seed=0))
+    assert len({len(p) for p in batch.positions}) > 1
+    whole = bce_gradient(batch, 0)
+    scale = whole.abs().max()
+    assert scale > 1e-3
+    for size in (1, 4):  # to float32 rounding: other shapes sum in another order
+        torch.testing.assert_close(bce_gradient(batch, size), whole, atol=1e-4 * scale, rtol=0)
+    # the test can fail: weighted by rows, single-row micro-batches give another gradient
+    assert (bce_gradient(batch, 1, ShareOfRows()) - whole).abs().max() > 0.01 * scale
 
 
 # --- the measurements --------------------------------------------------------------------

@@ -2,19 +2,32 @@
 real token, held-out accuracy on the bundled sentiment pairs after a short training run,
 and the scorer's verifier contract on any string."""
 
+import dataclasses
+import io
 import math
 import time
 
 import pytest
 import torch
 
+from posttrain.config import ConfigError, RewardModelConfig
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
+from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.reward_model import (
     RewardModel,
     RewardModelScorer,
     bt_loss,
     collate_texts,
+    encode_for_reward,
     pairwise_accuracy,
+    reward_of,
+)
+from posttrain.rewards.reward_model_training import (
+    BradleyTerryLoss,
+    PairBatch,
+    pair_batches,
+    reward_model_trainer,
+    shuffled_batches,
     train_reward_model,
 )
 from posttrain.data.sentiment_pairs import sentiment_pairs
@@ -173,3 +186,133 @@ def test_a_transformers_model_is_a_reward_model_body_that_saves_and_scores(tmp_p
     proxy = ProxyReward.load(directory, lambda example, completion: {"reward": 0.0, "details": {}})
     scored = [proxy(Example(train[0].prompt, ""), t)["reward"] for t in texts]
     assert scored == pytest.approx(expected.tolist(), abs=1e-5)  # loaded with the tokenizer saved beside it
+
+
+# --- training through the one Trainer: today's numbers, micro-batches, exact resume ------
+
+
+def tiny_body(seed: int) -> GPTMini:
+    torch.manual_seed(seed)
+    return GPTMini(GPTMiniConfig(vocab_size=CharTokenizer().vocab_size, dim=16, n_layer=1, n_head=2, hidden_dim=32,
+                                 max_seq_len=96))
+
+
+def gapped_pairs(n: int) -> list:
+    """Sentiment pairs with a margin in pair.meta["gap"] (0, 0.5 or 1), so the margin path runs too."""
+    return [dataclasses.replace(p, meta={**p.meta, "gap": (i % 3) * 0.5})
+            for i, p in enumerate(sentiment_pairs(n, seed=0))]
+
+
+def plain_adamw_loop(pairs, model, tokenizer, steps, lr, batch_size, margin_key, seed):
+    """train_reward_model as it was before it trained through the Trainer, its own AdamW
+    loop line for line: the reference today's defaults have to reproduce."""
+    torch.manual_seed(seed)
+    max_len = model.config.max_seq_len
+    chosen = [encode_for_reward(tokenizer, p.prompt, p.chosen, max_len)[0] for p in pairs]
+    rejected = [encode_for_reward(tokenizer, p.prompt, p.rejected, max_len)[0] for p in pairs]
+    margins = torch.tensor([float(p.meta[margin_key]) for p in pairs]) if margin_key else None
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    batches = shuffled_batches(len(pairs), batch_size, seed)
+    losses = []
+    model.train()
+    for _ in range(steps):
+        idx = next(batches)
+        tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
+        r = model(tokens, lengths)
+        r_c, r_r = r[: len(idx)], r[len(idx) :]
+        loss = bt_loss(r_c, r_r, margins[idx] if margins is not None else None)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    mean_reward = reward_of(model, tokenizer, [p.prompt for p in pairs] * 2,
+                            [p.chosen for p in pairs] + [p.rejected for p in pairs]).mean()
+    with torch.no_grad():
+        model.head.bias -= mean_reward
+    return losses
+
+
+@pytest.mark.parametrize("pooling", ["last", "loglik"])
+def test_the_trainer_reproduces_the_plain_adamw_loop_bit_for_bit(pooling):
+    pairs, tokenizer = gapped_pairs(40), CharTokenizer()
+    settings = dict(steps=12, lr=3e-3, batch_size=8, margin_key="gap", seed=3)
+    reference = RewardModel(tiny_body(0), pooling)
+    losses = plain_adamw_loop(pairs, reference, tokenizer, **settings)
+    model, history = train_reward_model(pairs, RewardModel(tiny_body(0), pooling), tokenizer, **settings)
+    assert [h["loss"] for h in history] == losses and losses[-1] < losses[0]
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert {h["lr"] for h in history} == {3e-3}  # constant: no warmup, no decay
+
+
+def bt_gradient(batch: PairBatch, micro_batch_size: int, pooling: str) -> torch.Tensor:
+    """The gradient of one Trainer.step (clipping off), left in .grad."""
+    model = RewardModel(tiny_body(0), pooling)
+    torch.nn.init.normal_(model.head.weight, std=0.3)  # a live head: every parameter gets a gradient
+    reward_model_trainer(model, 1e-3, 1, micro_batch_size).step(batch, BradleyTerryLoss())
+    # (the body's LM head has no gradient unless the readout is "loglik")
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+@pytest.mark.parametrize("pooling", ["last", "mean", "loglik"])
+def test_micro_batches_give_the_whole_batch_gradient(pooling):
+    # each micro-batch is padded to its own longest text: padding must not matter either
+    batch = next(pair_batches(gapped_pairs(16), CharTokenizer(), 96, batch_size=7, seed=0, margin_key="gap"))
+    whole = bt_gradient(batch, 0, pooling)
+    scale = whole.abs().max()
+    assert scale > 1e-3
+    for size in (1, 3):  # to float32 rounding: other shapes sum in another order
+        torch.testing.assert_close(bt_gradient(batch, size, pooling), whole, atol=1e-4 * scale, rtol=0)
+
+
+def test_a_resumed_reward_model_training_ends_with_the_uninterrupted_weights():
+    pairs, N, k = gapped_pairs(40), 9, 4
+    # warmup, clipping and micro-batches all on: the moments, the schedule's position and the step count must resume
+    settings = dict(lr=3e-3, steps=N, micro_batch_size=3, warmup_steps=6, grad_clip=0.05)
+    loss = BradleyTerryLoss()
+
+    def batches():  # the same seed, the same batches
+        return pair_batches(pairs, CharTokenizer(), 96, batch_size=8, seed=5, margin_key="gap")
+
+    straight = RewardModel(tiny_body(0))
+    history = reward_model_trainer(straight, **settings).fit(batches(), loss, N)
+    assert max(h["grad_norm"] for h in history) > 0.05  # clipping acted
+
+    first = RewardModel(tiny_body(0))
+    trainer = reward_model_trainer(first, **settings)
+    trainer.fit(batches(), loss, k)
+    buffer = io.BytesIO()
+    torch.save({"model": first.state_dict(), "trainer": trainer.state_dict()}, buffer)
+
+    def resume(with_trainer_state: bool) -> tuple[RewardModel, list]:
+        model = RewardModel(tiny_body(1))  # other weights: what it ends with comes from the checkpoint
+        fresh = reward_model_trainer(model, **settings)
+        buffer.seek(0)
+        saved = torch.load(buffer, weights_only=True)
+        model.load_state_dict(saved["model"])
+        if with_trainer_state:
+            fresh.load_state_dict(saved["trainer"])
+        rest = batches()
+        for _ in range(k):  # the batches the first k steps trained on
+            next(rest)
+        return model, fresh.fit(rest, loss, N - k)
+
+    resumed, tail = resume(True)
+    assert [h["lr"] for h in tail] == [h["lr"] for h in history[k:]]  # still warming up at step k
+    assert [h["loss"] for h in tail] == [h["loss"] for h in history[k:]]
+    for (name, a), b in zip(resumed.state_dict().items(), straight.state_dict().values()):
+        assert torch.equal(a, b), name
+    # the test can fail: with fresh moments and the warmup started over, the weights differ
+    restarted, _ = resume(False)
+    assert not all(torch.equal(a, b) for a, b in zip(restarted.parameters(), straight.parameters()))
+
+
+def test_the_reward_model_settings_reach_the_trainer():
+    pairs = gapped_pairs(16)
+    model, history = train_reward_model(pairs, RewardModel(tiny_body(0)), steps=3, lr=1e-3, batch_size=8,
+                                        micro_batch_size=4, warmup_steps=4, grad_clip=1e-4)
+    # linear warmup over 4 steps; each step logs the rate of the next one, as Trainer.update does
+    assert [h["lr"] for h in history] == pytest.approx([5e-4, 7.5e-4, 1e-3])
+    assert min(h["grad_norm"] for h in history) > 1e-4  # every step was clipped
+    with pytest.raises(ConfigError, match="rl.rm.micro_batch_size"):
+        RewardModelConfig(micro_batch_size=-1).validate()

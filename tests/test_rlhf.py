@@ -131,6 +131,7 @@ def test_rlhf_resume_keeps_the_trained_reward_model(rlhf_run):
     (["rlhf", "--algo", "dpo"], "rlhf trains an RL algorithm"),
     (["train", "--algo", "ppo", "--rl.rm.path", "no/such/dir"], "rl.rm.path='no/such/dir' is not allowed"),
     (["rlhf", "--rl.rm.temperature", "0"], "rl.rm.temperature=0"),
+    (["rlhf", "--rl.rm.micro_batch_size", "-1"], "rl.rm.micro_batch_size=-1"),
 ])
 def test_rlhf_errors_are_one_line(argv, message, capsys):
     assert main(argv) == 2
@@ -172,6 +173,22 @@ def test_rlhf_trains_an_ensemble_each_member_on_its_own_bootstrap(sft, tmp_path)
     report = json.loads((run / "rlhf.json").read_text())
     assert report["reward_model"]["ensemble"] == "min" and len(report["reward_model"]["members"]) == 2
     assert "an ensemble of 2, combined by min" in (run / "summary.md").read_text()
+
+
+def test_rl_rm_micro_batch_size_reaches_the_trainer(sft, tmp_path, monkeypatch):
+    from posttrain.pipelines import rlhf
+    from posttrain.rewards.reward_model_training import train_reward_model
+
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["micro_batch_size"])
+        return train_reward_model(*args, **kwargs)
+
+    monkeypatch.setattr(rlhf, "train_reward_model", spy)
+    assert main(["rlhf", *TINY_PREF, "--init", sft, "--rl.rm.prompts", "48", "--rl.rm.steps", "2",
+                 "--rl.rm.micro_batch_size", "4", "--rl.steps", "1", "--out_dir", str(tmp_path)]) == 0
+    assert seen == [4]
 
 
 def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):

@@ -161,3 +161,9 @@ def test_the_schedule_end_and_beta2_are_settings():
     assert constant.optimizer.param_groups[0]["betas"] == (0.9, 0.999)
     decayed = Trainer(tiny_model(), lr=1e-3, total_steps=4, warmup_steps=1)
     assert [decayed.update(batch, make_algorithm("grpo"))["lr"] for _ in range(4)][-1] == pytest.approx(1e-4)
+
+
+def test_a_negative_setting_is_refused_with_its_value():
+    for setting in ("micro_batch_size", "warmup_steps", "grad_clip"):
+        with pytest.raises(ValueError, match=f"{setting}=-1.*must be >= 0"):
+            Trainer(tiny_model(), lr=1e-3, total_steps=1, **{setting: -1})

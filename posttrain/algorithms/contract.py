@@ -1,6 +1,8 @@
 """The contract every RL algorithm follows, and the checks that keep its fields honest.
 
-    Loss        what the trainer minimises: compute_loss(outputs, batch) and its loss_agg
+    Loss        what the trainer minimises for the policy: compute_loss(outputs, batch) and its loss_agg
+    ModelLoss   what it minimises for a model that reads its batch its own way (a reward model,
+                a PRM): share(batch, rows) and compute_loss(model, batch, rows)
     Algorithm   an RL algorithm: a Loss plus every hook the controller calls, with defaults
 
 An algorithm is a `@dataclass` subclass of `Algorithm` whose fields are its
@@ -11,7 +13,7 @@ hyperparameters; because every algorithm has this same shape, the registry
 from __future__ import annotations
 
 import dataclasses
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 
@@ -28,6 +30,31 @@ class Loss(Protocol):
 
     def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss to minimise, metrics as python floats)."""
+        ...
+
+
+class ModelLoss(Protocol):
+    """What the trainer needs to train a model that is not the policy, whose loss runs the
+    model itself (Trainer.step): a reward model on preference pairs, a PRM at each step's
+    position, PRIME's implicit PRM on a rollout batch. A policy loss is handed the trainer's
+    forward pass (PolicyOutputs); these models read their batch their own way (a scalar head
+    at the last token, at each step's separator), so the loss brings its forward pass along.
+
+    `batch` is the loss's own kind of batch; all the trainer asks of it is `batch.batch_size`,
+    its number of rows, which it cuts into micro-batches (`rows`, a (b,) tensor of row
+    indices, on the CPU). Σ over the micro-batches of share · loss is exactly the whole
+    batch's loss, so the accumulated gradient is the batch's whatever the micro-batch size."""
+
+    def share(self, batch: Any, rows: torch.Tensor) -> float:
+        """The weight of the loss of `rows` within the whole batch's: their share of the rows
+        for a mean over rows, of the labelled entries for a mean over entries."""
+        ...
+
+    def compute_loss(self, model: torch.nn.Module, batch: Any,
+                     rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        """(scalar loss of the batch's `rows` under `model`, to minimise; metrics as python
+        floats, each a mean over the same rows or entries as the loss, so the trainer can
+        weight them by the same share)."""
         ...
 
 

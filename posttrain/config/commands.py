@@ -96,6 +96,10 @@ class PrmConfig:
     # falling after 400 steps; 1e-3 gave the README's numbers
     lr: float = 1e-3
     batch_size: int = 32  # completions per step
+    # completions per forward and backward pass (gradient accumulation: the step's gradient is the
+    # whole batch's, to float rounding); 0 = all batch_size at once. A transformers body
+    # (--init smollm2-135m) wants a few, as the Bradley–Terry model does (rl.rm.micro_batch_size)
+    micro_batch_size: int = 0
     sft_steps: int = 600  # without --init: the SFT of `posttrain run` (600 steps, 150 demonstrations)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "prm"  # the run directory's suffix
@@ -118,6 +122,8 @@ class PrmConfig:
               "a number > 0: greedy samples repeat one completion per problem")
         check(0 < self.heldout_percent < 100, "heldout_percent", self.heldout_percent, "an integer in 1..99")
         check(self.lr > 0, "lr", self.lr, "a number > 0")
+        check(self.micro_batch_size >= 0, "micro_batch_size", self.micro_batch_size,
+              "an integer >= 0 (0 = the whole batch)")
         check(self.sft_steps >= 0, "sft_steps", self.sft_steps, "an integer >= 0")
         check(self.step_format in ("", "arithmetic", "newline", "answer_tag"), "step_format", self.step_format,
               "'' (the task's own), arithmetic, newline or answer_tag")

@@ -6,6 +6,10 @@ linear layer on the hidden state, trained by the value loss alongside the policy
 separate critic model instead; the algorithm does not care which, it only reads
 `outputs.values` and `batch.values`.
 
+It has no training loop of its own: the one Trainer (roles/trainer.py, `critic=`) runs it
+in the policy's forward pass on the same hidden states and steps its weights with the
+policy's, on the value loss inside the algorithm's loss object (PPO's `vf_coef` term).
+
 Alignment matches `old_logp`: `values[:, t]` is V of the state in which `tokens[:, t]`
 was chosen, i.e. of the prefix `tokens[:, :t]`, so it is read from the hidden state at
 position t − 1. Position 0 has no prefix and holds 0.

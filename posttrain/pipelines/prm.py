@@ -256,7 +256,8 @@ def run_prm(cfg: PrmConfig) -> dict:
                               f"{metrics['accuracy']:.3f}, {metrics['seconds']:.0f} s")
 
         history = train_step_reward_model(model, tokenizer, train, cfg.kind, step_format, steps=cfg.steps, lr=cfg.lr,
-                                          batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, "prm"), on_step=show)
+                                          batch_size=cfg.batch_size, seed=derive_seed(cfg.seed, "prm"), on_step=show,
+                                          micro_batch_size=cfg.micro_batch_size)
         run.append_jsonl("metrics.jsonl", [{"stage": cfg.kind, "step": i, **h} for i, h in enumerate(history)])
         scorer = StepRewardScorer(model, tokenizer, cfg.kind, step_format)
         baseline = policy_confidence(policy, tokenizer, heldout, step_format) if not cfg.data else None

@@ -52,8 +52,8 @@ from posttrain.rewards.reward_model import (
     load_reward_model,
     pairwise_accuracy,
     save_reward_model,
-    train_reward_model,
 )
+from posttrain.rewards.reward_model_training import train_reward_model
 from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
@@ -111,7 +111,8 @@ def train_and_save_reward_models(cfg: TrainConfig, run: RunDir, env, tokenizer, 
             pairs = [train[i] for i in torch.randint(len(train), (len(train),), generator=draw).tolist()]
         # InstructGPT initialises the reward model from the SFT model: the body already reads the task
         model, history = train_reward_model(pairs, RewardModel.from_policy(policy, rm.pooling), tokenizer,
-                                            steps=rm.steps, lr=rm.lr, batch_size=rm.batch_size, seed=seed)
+                                            steps=rm.steps, lr=rm.lr, batch_size=rm.batch_size, seed=seed,
+                                            micro_batch_size=rm.micro_batch_size)
         run.append_jsonl("metrics.jsonl", [{"stage": "rm", "member": member, "step": i, **h}
                                            for i, h in enumerate(history)])
         info = {"train_pairs": len(train), "heldout_pairs": len(heldout),

@@ -20,7 +20,8 @@ The reference's log-probs are not recomputed: the reference role has already put
     implicit_process_rewards(prm_logp, ref_logp, mask, beta)   r_t, (B, T)
     implicit_outcome_logits(prm_logp, ref_logp, mask, beta)    Σ_t r_t, (B,)
     implicit_prm_loss(prm_logp, ref_logp, mask, labels, beta)  the BCE above
-    ImplicitPRM                                                 the model, its optimizer, one step per batch
+    ImplicitPRMLoss                                             that loss on a rollout batch, for the one Trainer
+    ImplicitPRM                                                 the model and its Trainer, one step per batch
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch.nn.functional as F
 
 from posttrain.algorithms.core import masked_mean
 from posttrain.models.logprobs import response_logp
+from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
 
 
@@ -70,10 +72,37 @@ def outcome_labels(rewards: torch.Tensor) -> torch.Tensor:
     return rewards
 
 
+class ImplicitPRMLoss:
+    """implicit_prm_loss on a rollout batch's rows, as the one Trainer minimises it
+    (roles/trainer.py::step; algorithms/contract.py::ModelLoss): a mean over rows, so a
+    micro-batch weighs by its share of the rows. Built for one batch, whose labels it checks
+    first. It keeps what its forward passes computed, `logp` (B, T), log π_φ before the
+    update: the PRM's held-out verdict on the batch, and its scores under update="after",
+    with no second forward pass."""
+
+    def __init__(self, batch: RolloutBatch, beta: float, share_prompt: bool):
+        self.labels = outcome_labels(batch.rewards)  # (B,)
+        self.logp = torch.zeros_like(batch.old_logp)  # (B, T), filled micro-batch by micro-batch
+        self.beta, self.share_prompt = beta, share_prompt
+
+    def share(self, batch: RolloutBatch, rows: torch.Tensor) -> float:
+        return len(rows) / batch.batch_size
+
+    def compute_loss(self, model: torch.nn.Module, batch: RolloutBatch,
+                     rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        micro = batch.select(rows)
+        rows = rows.to(self.logp.device)
+        prm_logp = response_logp(model, micro, self.share_prompt)  # (b, T)
+        loss = implicit_prm_loss(prm_logp, micro.ref_logp, micro.response_mask, self.labels[rows], self.beta)
+        self.logp[rows] = prm_logp.detach()
+        return loss, {"loss": loss.item()}
+
+
 class ImplicitPRM:
-    """π_φ, a trainable copy of the starting policy, with its own AdamW, updated once per
-    rollout batch. Called by the controller on each batch (after the reference has filled
-    `batch.ref_logp`): returns the batch's process rewards (B, T) and metrics.
+    """π_φ, a trainable copy of the starting policy, stepped once per rollout batch by the
+    one Trainer (roles/trainer.py) on ImplicitPRMLoss. Called by the controller on each
+    batch (after the reference has filled `batch.ref_logp`): returns the batch's process
+    rewards (B, T) and metrics.
 
     update: "before" updates on the batch, then scores it with the updated weights (the
     paper's default; two forward passes and one backward); "after" scores with the
@@ -85,15 +114,15 @@ class ImplicitPRM:
         if update not in ("before", "after"):
             raise ValueError(f"ImplicitPRM update={update!r} is invalid; allowed: 'before' or 'after'")
         self.model = copy.deepcopy(policy).train()
-        parameters = [p for p in self.model.parameters() if p.requires_grad]
-        if not parameters:
+        if not any(p.requires_grad for p in self.model.parameters()):
             raise ValueError("the implicit PRM is a copy of the policy, and the policy has no trainable parameters: "
                              "build the PRM from the policy the trainer trains, not the rollout engine's frozen copy")
-        # AdamW with the trainer's β2 0.95 and no weight decay (verl's PRIME recipe: weight_decay 0,
-        # grad_clip 1.0, constant learning rate), so its state is only the moments
-        self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
-        self.beta, self.update, self.grad_clip = beta, update, grad_clip
-        self.micro_batch_size, self.share_prompt = micro_batch_size, share_prompt
+        # AdamW with the policy trainer's β2 0.95 and no weight decay, at a constant learning rate
+        # (verl's PRIME recipe: weight_decay 0, grad_clip 1.0, constant lr); a constant rate has no
+        # schedule length, so total_steps is any number
+        self.trainer = Trainer(self.model, lr, total_steps=1, final_lr_fraction=1.0, adam_beta2=0.95,
+                               weight_decay=0.0, grad_clip=grad_clip, micro_batch_size=micro_batch_size)
+        self.beta, self.update, self.share_prompt = beta, update, share_prompt
 
     def logp(self, batch: RolloutBatch) -> torch.Tensor:
         """log π_φ of the batch's response tokens, (B, T), differentiable unless under no_grad."""
@@ -101,53 +130,41 @@ class ImplicitPRM:
 
     def micro_batches(self, batch: RolloutBatch) -> list[torch.Tensor]:
         rows = torch.arange(batch.batch_size, device=batch.tokens.device)
-        return list(rows.split(self.micro_batch_size or batch.batch_size))
+        return list(rows.split(self.trainer.micro_batch_size or batch.batch_size))
 
     def __call__(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """One online step of the PRM on `batch`: (process rewards (B, T), metrics)."""
         if batch.ref_logp is None:
             raise ValueError("the implicit PRM reads batch.ref_logp (π_ref's log-probs): run the reference role first")
-        labels = outcome_labels(batch.rewards)  # (B,)
+        loss = ImplicitPRMLoss(batch, self.beta, self.share_prompt)
+        stepped = self.trainer.step(batch, loss)
         mask = batch.response_mask  # (B, T)
-        self.model.train()
-        self.optimizer.zero_grad(set_to_none=True)
-        logp_before = torch.zeros_like(batch.old_logp)  # (B, T) log π_φ before this step's update
-        loss_sum = 0.0
-        for rows in self.micro_batches(batch):
-            micro = batch.select(rows)
-            prm_logp = self.logp(micro)  # (b, T)
-            loss = implicit_prm_loss(prm_logp, micro.ref_logp, micro.response_mask, labels[rows], self.beta)
-            share = len(rows) / batch.batch_size  # the BCE is a mean over rows: weight each micro-batch by its rows
-            (loss * share).backward()
-            loss_sum += loss.item() * share
-            logp_before[rows] = prm_logp.detach()
-        parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
-        self.optimizer.step()
 
         # the PRM's verdict on rollouts it has not trained on yet: a held-out accuracy, step by step
-        logits_before = implicit_outcome_logits(logp_before, batch.ref_logp, mask, self.beta)  # (B,)
-        accuracy = ((logits_before > 0) == (labels > 0.5)).float().mean().item()
+        logits_before = implicit_outcome_logits(loss.logp, batch.ref_logp, mask, self.beta)  # (B,)
+        accuracy = ((logits_before > 0) == (loss.labels > 0.5)).float().mean().item()
         if self.update == "before":
             with torch.no_grad():
                 self.model.eval()
                 prm_logp = torch.cat([self.logp(batch.select(rows)) for rows in self.micro_batches(batch)])
         else:
-            prm_logp = logp_before
+            prm_logp = loss.logp
         process_rewards = implicit_process_rewards(prm_logp, batch.ref_logp, mask, self.beta)  # (B, T)
         return process_rewards, {
-            "prm/loss": loss_sum,
+            "prm/loss": stepped["loss"],
             "prm/accuracy": accuracy,
-            "prm/grad_norm": grad_norm.item(),
+            "prm/grad_norm": stepped["grad_norm"],
             "prm/process_reward_mean": masked_mean(process_rewards, mask).item(),  # per response token
             "prm/outcome_score_mean": process_rewards.sum(dim=1).mean().item(),  # Σ_t r_t per response
         }
 
     def state_dict(self) -> dict:
-        """The PRM's weights and optimizer moments: with them a resumed run scores and steps
-        exactly as an uninterrupted one."""
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+        """The PRM's weights and its optimizer's moments: with them a resumed run scores and
+        steps exactly as an uninterrupted one. Its learning rate is constant, so the trainer's
+        schedule holds nothing a resume needs, and the keys stay those of checkpoints written
+        when the PRM had its own AdamW loop: they load as they are."""
+        return {"model": self.model.state_dict(), "optimizer": self.trainer.state_dict()["optimizer"]}
 
     def load_state_dict(self, state: dict) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.trainer.load_state_dict({**self.trainer.state_dict(), "optimizer": state["optimizer"]})

@@ -44,9 +44,8 @@ the first-error labels of verifiers/steps.py already means "all right so far").
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -59,8 +58,9 @@ from posttrain.rewards.reward_model import (
     encode_for_reward,
     load_reward_model,
     save_reward_model,
-    shuffled_batches,
 )
+from posttrain.rewards.reward_model_training import reward_model_trainer, shuffled_batches
+from posttrain.roles.trainer import quiet
 from posttrain.verifiers.steps import FINAL_PREFIX, newline_separators, split_steps, step_separators
 
 KINDS = ("orm", "prm")
@@ -198,7 +198,7 @@ AGGREGATIONS = {"min": aggregate_min, "product": aggregate_product, "last": aggr
 
 
 # --------------------------------------------------------------------------------------
-# Training data and the training loop
+# Training data, and the loss the one Trainer minimises (roles/trainer.py::step)
 # --------------------------------------------------------------------------------------
 
 
@@ -212,6 +212,66 @@ class StepRecord:
     outcome: float  # the verifier's reward of the whole completion, 0/1: the ORM's label
 
 
+@dataclass(frozen=True)
+class StepBatch:
+    """Labelled solutions as an ORM or PRM reads them: each row's token ids, the positions
+    its head reads (each step's separator for a PRM, the <eos> for an ORM) and the label
+    at each. Ids, not a padded tensor: each micro-batch is padded to its own longest row."""
+
+    ids: list[list[int]]
+    positions: list[list[int]]
+    labels: list[list[float]]  # one per position: 0/1, or a Monte-Carlo fraction
+    pad_id: int
+
+    @property
+    def batch_size(self) -> int:  # solutions: what the trainer's micro_batch_size counts
+        return len(self.ids)
+
+
+def step_batches(records: Sequence[StepRecord], tokenizer, kind: str, step_format: StepFormat, max_len: int,
+                 batch_size: int, seed: int) -> Iterator[StepBatch]:
+    """Batch after batch of `batch_size` records (shuffled_batches, as the Bradley–Terry
+    model's), each encoded once: a PRM reads every step's label at its separator, an ORM the
+    outcome at the <eos> (RewardModel's "last" readout)."""
+    if kind == "prm":
+        encoded = [encode_steps(tokenizer, r.prompt, r.steps, step_format, max_len) for r in records]
+        targets = [list(map(float, r.labels)) for r in records]
+    else:
+        encoded = []
+        for r in records:
+            ids, _ = encode_for_reward(tokenizer, r.prompt, step_format.join(r.steps), max_len)
+            encoded.append((ids, [len(ids) - 1]))
+        targets = [[float(r.outcome)] for r in records]
+    for idx in shuffled_batches(len(records), batch_size, seed):
+        yield StepBatch([encoded[i][0] for i in idx], [encoded[i][1] for i in idx], [targets[i] for i in idx],
+                        tokenizer.pad_id)
+
+
+class StepBCELoss:
+    """masked_bce of the head's logits at a StepBatch's positions against their labels, as
+    the one Trainer minimises it (algorithms/contract.py::ModelLoss). A mean over the
+    labelled positions, so a micro-batch weighs by its share of them (a PRM's rows hold
+    different numbers of steps). Metrics over the same positions: loss, accuracy, positive_rate."""
+
+    def share(self, batch: StepBatch, rows: torch.Tensor) -> float:
+        return sum(len(batch.positions[i]) for i in rows.tolist()) / sum(len(p) for p in batch.positions)
+
+    def compute_loss(self, model: RewardModel, batch: StepBatch,
+                     rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+        idx = rows.tolist()
+        tokens, _ = collate_texts([batch.ids[i] for i in idx], batch.pad_id)
+        positions, mask = collate_positions([batch.positions[i] for i in idx])  # (b, S) each
+        labels = torch.zeros(mask.shape, device="cpu")  # (b, S), 0 where mask is False
+        for b, i in enumerate(idx):
+            labels[b, : len(batch.labels[i])] = torch.tensor(batch.labels[i], device="cpu")
+        logits = logits_at(model, tokens, positions)  # (b, S)
+        labels, mask = labels.to(logits.device), mask.to(logits.device)
+        loss = masked_bce(logits, labels, mask.float())
+        hit = ((logits > 0).float() == (labels > 0.5).float()).float()  # (b, S)
+        return loss, {"loss": loss.item(), "accuracy": ((hit * mask).sum() / mask.sum()).item(),
+                      "positive_rate": ((labels > 0.5).float() * mask).sum().item() / mask.sum().item()}
+
+
 def train_step_reward_model(
     model: RewardModel,
     tokenizer,
@@ -222,12 +282,17 @@ def train_step_reward_model(
     lr: float = 3e-4,
     batch_size: int = 32,
     seed: int = 0,
-    on_step: Callable[[int, dict], None] | None = None,
+    on_step: Callable[[int, dict], None] = quiet,
+    micro_batch_size: int = 0,
+    warmup_steps: int = 0,
+    grad_clip: float = 0.0,
 ) -> list[dict[str, float]]:
     """Fit `model` in place with BCE: on step labels at each step's separator (prm) or on
-    the outcome at the <eos> (orm). Returns metrics per step: loss, accuracy (thresholded at
-    0.5, on the batch's labelled entries), positive_rate, seconds; `on_step(step, metrics)`
-    is called after each step (progress display).
+    the outcome at the <eos> (orm), through the one Trainer (reward_model_trainer: its
+    micro_batch_size, warmup_steps and grad_clip; the defaults train as this model always
+    has). Returns metrics per step: loss, accuracy (thresholded at 0.5, on the batch's
+    labelled entries), positive_rate, grad_norm, lr, seconds; `on_step(step, metrics)` is
+    called after each step (progress display).
 
     The default lr suits a small body copied from an SFT policy; `posttrain prm` measured
     its own setting on arithmetic (config/commands.PrmConfig.lr, README "Process reward
@@ -237,42 +302,11 @@ def train_step_reward_model(
     usable = [r for r in records if r.steps]
     if not usable:
         raise ValueError(f"none of the {len(records)} records has a step: nothing to train on")
-    fmt = get_step_format(step_format)
-    max_len = model.config.max_seq_len
-    if kind == "prm":
-        encoded = [encode_steps(tokenizer, r.prompt, r.steps, fmt, max_len) for r in usable]
-        targets = [list(map(float, r.labels)) for r in usable]
-    else:
-        encoded = []
-        for r in usable:
-            ids, _ = encode_for_reward(tokenizer, r.prompt, fmt.join(r.steps), max_len)
-            encoded.append((ids, [len(ids) - 1]))  # the ORM reads the <eos>: RewardModel's "last" readout
-        targets = [[float(r.outcome)] for r in usable]
+    batches = step_batches(usable, tokenizer, kind, get_step_format(step_format), model.config.max_seq_len,
+                           batch_size, seed)
     torch.manual_seed(seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    batches = shuffled_batches(len(usable), batch_size, seed)
-    history = []
-    start = time.perf_counter()
-    model.train()
-    for _ in range(steps):
-        idx = next(batches)
-        tokens, _ = collate_texts([encoded[i][0] for i in idx], tokenizer.pad_id)
-        positions, mask = collate_positions([encoded[i][1] for i in idx])
-        labels = torch.zeros(mask.shape)
-        for b, i in enumerate(idx):
-            labels[b, : len(targets[i])] = torch.tensor(targets[i])
-        logits = logits_at(model, tokens, positions)  # (B, S)
-        labels, mask = labels.to(logits.device), mask.to(logits.device)
-        loss = masked_bce(logits, labels, mask.float())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        hit = ((logits > 0).float() == (labels > 0.5).float()).float()
-        history.append({"loss": loss.item(), "accuracy": ((hit * mask).sum() / mask.sum()).item(),
-                        "positive_rate": ((labels > 0.5).float() * mask).sum().item() / mask.sum().item(),
-                        "seconds": time.perf_counter() - start})
-        if on_step is not None:
-            on_step(len(history) - 1, history[-1])
+    trainer = reward_model_trainer(model, lr, steps, micro_batch_size, warmup_steps, grad_clip)
+    history = trainer.fit(batches, StepBCELoss(), steps, on_step)
     model.eval()
     return history
 

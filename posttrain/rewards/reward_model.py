@@ -9,7 +9,8 @@ likelihood on preference pairs gives the pairwise ranking loss of RLHF reward mo
 
 with an optional per-pair margin m ≥ 0 (Llama 2, Touvron et al. 2023, Sec. 3.2.2: a larger
 m for pairs the raters found clearly different). Only differences of r are ever observed,
-so r is defined up to a constant; `train_reward_model` centres it on the training data.
+so r is defined up to a constant; `train_reward_model` (rewards/reward_model_training.py,
+with the one Trainer) centres it on the training data.
 
 Architecture: a transformer body with its LM head unused, and a linear head reading the
 hidden state of the *last real token* of `[bos] prompt completion [eos]`. Under causal
@@ -45,11 +46,9 @@ from __future__ import annotations
 
 import copy
 import json
-import random
 import shutil
-import time
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 import torch
 import torch.nn as nn
@@ -57,7 +56,6 @@ import torch.nn.functional as F
 
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import autocast, model_device
-from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.logprobs import token_logp
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.types import Example, PreferencePair
@@ -178,103 +176,6 @@ def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], token
     r_c = reward_of(model, tokenizer, prompts, [p.chosen for p in pairs])  # (B,)
     r_r = reward_of(model, tokenizer, prompts, [p.rejected for p in pairs])  # (B,)
     return ((r_c > r_r).float() + 0.5 * (r_c == r_r).float()).mean().item()
-
-
-# --------------------------------------------------------------------------------------
-# Training
-# --------------------------------------------------------------------------------------
-
-
-def default_reward_config(vocab_size: int) -> GPTMiniConfig:
-    """A small body: one layer of width 32 (~20k parameters) learns the bundled sentiment
-    pairs to ~80% held-out accuracy in a few CPU seconds (measured: wider or deeper bodies
-    gained nothing at this data size); review plus prompt fit in 96 characters."""
-    return GPTMiniConfig(vocab_size=vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=96, max_seq_len=96)
-
-
-def shuffled_batches(n: int, batch_size: int, seed: int) -> Iterator[list[int]]:
-    """Indices of batch after batch, endlessly: each pass a fresh shuffle of range(n), the
-    next pass appended before the current one runs out, so every batch is full."""
-    rng = random.Random(seed)
-    order: list[int] = []
-    while True:
-        if len(order) < batch_size:
-            epoch = list(range(n))
-            rng.shuffle(epoch)
-            order += epoch
-        batch, order = order[:batch_size], order[batch_size:]
-        yield batch
-
-
-def train_reward_model(
-    pairs: Sequence[PreferencePair],
-    model: RewardModel | None = None,
-    tokenizer=None,
-    steps: int = 250,
-    lr: float = 1e-3,
-    batch_size: int = 16,
-    margin_key: str | None = None,
-    seed: int = 0,
-) -> tuple[RewardModel, list[dict[str, float]]]:
-    """Fit a Bradley–Terry reward model on preference pairs; return (model, metrics per step).
-
-    model:      a RewardModel to train in place; default a fresh one with
-                `default_reward_config` (or start from a policy: RewardModel.from_policy).
-    steps, lr, batch_size: AdamW steps over batches of pairs (reshuffled every epoch);
-                1e-3 suits the small default body trained from scratch (3e-3 stalled at
-                loss log 2 for one seed in three); use ~1e-5
-                when starting from a pretrained policy. Fresh pairs beat repeated ones: on
-                the sentiment set, 3,000 pairs seen about once gave ~0.8 held-out accuracy
-                where 400 pairs seen six times gave ~0.75 (memorised, not learned).
-    margin_key: read a per-pair margin m from `pair.meta[margin_key]` (e.g. a rating gap);
-                None trains the plain BT loss.
-
-    Metrics per step: loss, accuracy (on the batch), reward_margin, seconds.
-    After training the head's bias is shifted so the mean reward over the training
-    responses is 0 (rewards are only defined up to a constant; a centred scale is easier
-    on PPO's value function and on a reader of the numbers).
-    """
-    if not pairs:
-        raise ValueError("train_reward_model got no pairs")
-    tokenizer = tokenizer or CharTokenizer()
-    torch.manual_seed(seed)
-    if model is None:
-        model = RewardModel(GPTMini(default_reward_config(tokenizer.vocab_size)))
-    max_len = model.config.max_seq_len
-    chosen = [encode_for_reward(tokenizer, p.prompt, p.chosen, max_len)[0] for p in pairs]
-    rejected = [encode_for_reward(tokenizer, p.prompt, p.rejected, max_len)[0] for p in pairs]
-    margins = (torch.tensor([float(p.meta[margin_key]) for p in pairs], device=model_device(model))
-               if margin_key else None)
-
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    batches = shuffled_batches(len(pairs), batch_size, seed)
-    history = []
-    start = time.perf_counter()
-    model.train()
-    for step in range(steps):
-        idx = next(batches)
-        # one forward pass over [chosen rows; rejected rows]
-        tokens, lengths = collate_texts([chosen[i] for i in idx] + [rejected[i] for i in idx], tokenizer.pad_id)
-        r = model(tokens, lengths)  # (2B,)
-        r_c, r_r = r[: len(idx)], r[len(idx) :]  # (B,), (B,)
-        loss = bt_loss(r_c, r_r, margins[idx] if margins is not None else None)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        history.append({
-            "loss": loss.item(),
-            "accuracy": (r_c > r_r).float().mean().item(),
-            "reward_margin": (r_c - r_r).mean().item(),
-            "seconds": time.perf_counter() - start,
-        })
-
-    # centre: mean reward over all training responses -> 0
-    texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
-    mean_reward = reward_of(model, tokenizer, [p.prompt for p in pairs] * 2, texts).mean()
-    with torch.no_grad():
-        model.head.bias -= mean_reward
-    model.eval()
-    return model, history
 
 
 # --------------------------------------------------------------------------------------

@@ -1,22 +1,30 @@
 """Trainer: forward, backward, optimizer step. It knows no algorithm names.
 
-The loss is an object with `compute_loss(outputs, batch) -> (loss, metrics)` and a
-`loss_agg` (algorithms/contract.py::Loss), handed in by the caller: an RL algorithm, a
-preference loss (the DPO family), or `sft_loss` for supervised fine-tuning. Everything
-specific to an algorithm lives in that object; everything specific to optimisation
-(learning-rate schedule, gradient clipping, micro-batch accumulation, epochs over a
-rollout batch) lives here, once for all of them.
+The loss is an object handed in by the caller. Everything specific to an algorithm or a
+model lives in that object; everything specific to optimisation (learning-rate schedule,
+gradient clipping, micro-batch accumulation, epochs over a rollout batch, the state a
+resumed run needs) lives here, once for every learned thing:
+
+    update(batch, loss)   the policy: `loss` is a Loss (algorithms/contract.py), handed
+                          this trainer's forward pass. An RL algorithm, a preference loss
+                          (the DPO family), or `sft_loss` for supervised fine-tuning; a
+                          value head (`critic`) trains here too, on its algorithm's loss
+    step(batch, loss)     any other model: `loss` is a ModelLoss, which runs the model
+                          itself. The reward models (rewards/reward_model.py), the PRMs
+                          (rewards/process_reward_model.py), PRIME's implicit PRM
+    fit(batches, loss, n) n steps, one per batch, with the seconds since the start
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 import torch
 
-from posttrain.algorithms.contract import Loss
+from posttrain.algorithms.contract import Loss, ModelLoss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp_and_entropy
@@ -77,6 +85,24 @@ def metrics_of_trained_rows(sums: dict[str, float]) -> dict[str, float]:
     return {key: value / share for key, value in sums.items()}
 
 
+def backward_share(value: torch.Tensor, share: float, metrics: dict[str, float], sums: dict[str, float]) -> None:
+    """Backward through one micro-batch's loss weighted by its `share` of the whole batch's,
+    and add its metrics, weighted the same, to `sums`. A loss that is not finite stops the
+    run here, before it reaches the weights."""
+    if not torch.isfinite(value):
+        raise FloatingPointError(
+            f"the loss is {value.item()} (not finite); the last metrics were {metrics}. "
+            "Lower the learning rate or check the rewards for NaN/inf."
+        )
+    (value * share).backward()
+    for key, metric in metrics.items():
+        sums[key] += metric * share
+
+
+def quiet(step: int, metrics: dict[str, float]) -> None:
+    """Trainer.fit's default `on_step`: no progress display."""
+
+
 class Trainer:
     def __init__(
         self,
@@ -92,6 +118,10 @@ class Trainer:
         critic: torch.nn.Module | None = None,
         share_prompt: bool = True,
     ):
+        if not (micro_batch_size >= 0 and warmup_steps >= 0 and grad_clip >= 0):
+            raise ValueError(f"micro_batch_size={micro_batch_size}, warmup_steps={warmup_steps}, "
+                             f"grad_clip={grad_clip}: each must be >= 0 (0 = the whole batch at once, no warmup, "
+                             "no clipping)")
         self.model = model
         # a value head on the policy's hidden states, for algorithms that use one; on the policy's device
         self.critic = critic.to(model_device(model)) if critic is not None else None
@@ -170,11 +200,16 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         rows = torch.arange(minibatch.batch_size, device=minibatch.tokens.device)
         metrics = metrics_of_trained_rows(self.accumulate(minibatch, rows, loss))
+        metrics["grad_norm"] = self.clip_and_step()
+        return metrics
+
+    def clip_and_step(self) -> float:
+        """Clip the accumulated gradient to `grad_clip` (global norm; 0 = never) and take the
+        optimizer step; the gradient's norm before clipping."""
         parameters = [p for group in self.optimizer.param_groups for p in group["params"]]
         norm = torch.nn.utils.clip_grad_norm_(parameters, self.grad_clip if self.grad_clip > 0 else float("inf"))
         self.optimizer.step()
-        metrics["grad_norm"] = norm.item()
-        return metrics
+        return norm.item()
 
     def accumulate(self, minibatch: RolloutBatch, rows: torch.Tensor, loss: Loss) -> dict[str, float]:
         """Backward through the loss of `rows` of the minibatch, micro_batch_size rows at a
@@ -197,15 +232,43 @@ class Trainer:
             if minibatch.rows_with_gradient is not None:
                 sums["trained_share"] += share
             value, metrics = loss.compute_loss(self.forward(micro), micro)
-            if not torch.isfinite(value):
-                raise FloatingPointError(
-                    f"the loss is {value.item()} (not finite); the last metrics were {metrics}. "
-                    "Lower the learning rate or check the rewards for NaN/inf."
-                )
-            (value * share).backward()
-            for key, metric in metrics.items():
-                sums[key] += metric * share
+            backward_share(value, share, metrics, sums)
         return dict(sums)
+
+    def step(self, batch: Any, loss: ModelLoss) -> dict[str, float]:
+        """One optimizer step of a model whose loss runs its own forward pass (ModelLoss: a
+        reward model, a PRM), on the whole batch's gradient: accumulated micro_batch_size
+        rows at a time, each micro-batch's loss weighted by its share of the batch's
+        (`loss.share`), then clipped and stepped as the policy's is. The learning-rate
+        schedule advances once per call. Metrics: the loss's, as means over the batch,
+        with grad_norm (before clipping) and lr."""
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        rows = torch.arange(batch.batch_size, device="cpu")  # indices, on the CPU whatever the model's device
+        sums: dict[str, float] = defaultdict(float)
+        for micro in rows.split(self.micro_batch_size or max(1, len(rows))):
+            value, metrics = loss.compute_loss(self.model, batch, micro)
+            backward_share(value, loss.share(batch, micro), metrics, sums)
+        sums["grad_norm"] = self.clip_and_step()
+        self.scheduler.step()
+        sums["lr"] = self.scheduler.get_last_lr()[0]
+        return dict(sums)
+
+    def fit(self, batches: Iterator[Any], loss: ModelLoss, steps: int,
+            on_step: Callable[[int, dict[str, float]], None] = quiet) -> list[dict[str, float]]:
+        """`steps` calls of `step`, one per batch drawn from `batches`: the one training loop
+        of the reward models and PRMs. Returns the metrics of each step, with "seconds", the
+        wall time since the start; `on_step(step, metrics)` after each (a progress line).
+        A resumed run loads `state_dict()` and the model's weights, skips the batches already
+        used, and fits the rest: the weights it ends with are the uninterrupted run's."""
+        history = []
+        start = time.perf_counter()
+        for step in range(steps):
+            metrics = self.step(next(batches), loss)
+            metrics["seconds"] = time.perf_counter() - start
+            history.append(metrics)
+            on_step(step, metrics)
+        return history
 
     def state_dict(self) -> dict:
         state = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
