@@ -28,7 +28,7 @@ import torch
 
 from posttrain.config import SamplingParams
 from posttrain.roles.rollout import STOP_TOKEN, RolloutEngine, example_prompt_ids
-from posttrain.types import Example
+from posttrain.types import Example, Tokenizer
 
 
 @dataclass
@@ -57,7 +57,7 @@ class Problem:
     budget: Budget
 
     @staticmethod
-    def of(examples: list[Example], tokenizer, budget: int) -> list[Problem]:
+    def of(examples: list[Example], tokenizer: Tokenizer, budget: int) -> list[Problem]:
         return [Problem(e, example_prompt_ids(tokenizer, e), Budget(budget)) for e in examples]
 
 
