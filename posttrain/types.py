@@ -11,6 +11,14 @@
     TurnResult   a multi-turn environment's answer to one model turn.
     RolloutBatch many Episodes collated into padded (B, T) tensors for the trainer.
 
+and the two collaborators every band names, declared as structural protocols (any class
+with these members fits; none needs to inherit from them):
+
+    Environment  a task: prompts (`sample`, `fixed_set`), a reference answer (`solution`)
+                 and its verifier (`score`). envs/ holds the shipped ones.
+    Tokenizer    text to token ids and back, with the special ids the sampler needs:
+                 models/tokenizer.py::CharTokenizer, models/hf.py::HFTokenizer.
+
 Layout of a RolloutBatch row (right-padded, one row per episode):
 
     tokens          [ p0 p1 p2 p3 | r0 r1 r2 EOS | pad pad ]
@@ -39,8 +47,10 @@ drew, and `row_weights` makes the group statistics count the episode once.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -152,7 +162,7 @@ class Episode:
         if not any(turn.context_ids is not None for turn in model_turns):
             return [self]
         rows, context = [], list(self.prompt_ids)
-        for turn in self.turns:
+        for turn in self.turns or []:
             if turn.source == MODEL_TURN:
                 row_context = context if turn.context_ids is None else turn.context_ids
                 rows.append(replace(self, prompt_ids=list(row_context), response_ids=list(turn.token_ids),
@@ -209,7 +219,7 @@ class RolloutBatch:
     def select(self, rows: torch.Tensor | list[int]) -> RolloutBatch:
         """The sub-batch of the given rows (for minibatches and dynamic sampling)."""
         rows = torch.as_tensor(rows, dtype=torch.long, device=self.tokens.device)
-        picked = {}
+        picked: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):
@@ -226,8 +236,9 @@ class RolloutBatch:
         if width == self.tokens.shape[1]:
             return self
         per_token = {f.name: getattr(self, f.name) for f in fields(self)}
-        return replace(self, **{name: value[:, :width] for name, value in per_token.items()
-                                if isinstance(value, torch.Tensor) and value.dim() == 2})
+        cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()
+                               if isinstance(value, torch.Tensor) and value.dim() == 2}
+        return replace(self, **cut)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
         """The batch with every tensor on `device` (the policy's: models/device.py)."""
@@ -262,7 +273,7 @@ class RolloutBatch:
             response_mask[b, P : P + R] = 1.0 if e.turns is None else torch.tensor(model_token_mask(e), device=cpu)
             old_logp[b, P : P + R] = torch.tensor(e.response_logp, dtype=torch.float32, device=cpu)
             old_logp[b] *= response_mask[b]  # 0 off the model's tokens, whatever an episode put there
-            if cached_ref:
+            if ref_logp is not None:  # every episode carries its cached reference log-probs
                 ref_logp[b, P : P + R] = torch.tensor(e.ref_logp, dtype=torch.float32, device=cpu)
         return RolloutBatch(
             tokens=tokens,
@@ -310,3 +321,59 @@ class PolicyOutputs:
     logp: torch.Tensor  # (B, T) log π_θ(token | prefix), differentiable
     entropy: torch.Tensor  # (B, T) entropy of π_θ(· | prefix) at each position
     values: torch.Tensor | None = None  # (B, T) V_φ(prefix), only for algorithms with a critic
+
+
+# ---- the collaborators every band names ----------------------------------------------------
+# They live here, at the bottom of the house, so an environment, a sampler, a reward model and
+# a job can all name them without importing the role that first used them.
+
+
+class Environment(Protocol):
+    """A task: a prompt distribution and how to score a completion (envs/ holds the shipped
+    ones; roles/environment.py applies the verifier, and declares the multi-turn extension,
+    MultiTurnEnvironment). `score` sees only text, so it cannot be backpropagated through:
+    that is why RL needs a policy-gradient estimator at all."""
+
+    @property
+    def spec_version(self) -> str:
+        """The scorer's name and version (recorded in meta.json: a reward is only comparable
+        under the same spec)."""
+        ...
+
+    def sample(self, split: str, n: int, seed: int) -> list[Example]: ...
+
+    def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]: ...
+
+    def solution(self, example: Example) -> str: ...
+
+    def score(self, example: Example, completion: str) -> dict[str, Any]: ...
+
+
+class Tokenizer(Protocol):
+    """What the library calls on a tokenizer. `encode` never adds special tokens: the caller
+    decides where `bos_id` and `eos_id` go (the sampler stops on `eos_id`, SFT demonstrations
+    end with it, `pad_id` fills the right of a RolloutBatch). The ids are read-only here, so a
+    tokenizer may hold them as plain attributes or compute them."""
+
+    @property
+    def bos_id(self) -> int | None:
+        """The id a raw prompt starts with; None for a model that has no <bos> (then a prompt
+        starts with its first character)."""
+        ...
+
+    @property
+    def eos_id(self) -> int: ...
+
+    @property
+    def pad_id(self) -> int: ...
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    def __len__(self) -> int: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str: ...
+
+    def save(self, directory: str | os.PathLike[str]) -> None: ...

@@ -25,7 +25,7 @@ from posttrain.algorithms.reinforce_pp import ReinforcePP
 from posttrain.algorithms.rloo import RLOO
 
 # The family tree, parent first: each entry is a small diff on the one it extends.
-ALGORITHMS: dict[str, type] = {
+ALGORITHMS: dict[str, type[Algorithm]] = {
     "reinforce": REINFORCE,  # the root: −(R − b) · log π
     "rloo": RLOO,  # REINFORCE, leave-one-out baseline
     "kimi": Kimi,  # REINFORCE, group-mean baseline, + τ/2 · (log π(y) − log π_old(y))² (mirror descent)

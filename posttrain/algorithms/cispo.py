@@ -105,10 +105,10 @@ class CISPO(Algorithm):
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """cispo_loss − entropy_coef · agg(H)."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = cispo_loss(
-            outputs.logp, batch.old_logp, batch.advantages, mask,
+            outputs.logp, batch.old_logp, adv, mask,
             self.clip_eps_low, self.clip_eps_high, self.loss_agg, self.max_len,
         )
         loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics

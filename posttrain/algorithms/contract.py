@@ -13,12 +13,19 @@ hyperparameters; because every algorithm has this same shape, the registry
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import torch
 
 from posttrain.algorithms.core import LOSS_AGG_MODES, advantage_metrics, agg_loss, masked_mean
 from posttrain.types import PolicyOutputs, RolloutBatch
+
+if TYPE_CHECKING:  # the type checker's name for "any @dataclass" (typeshed's; no module at run time)
+    from _typeshed import DataclassInstance
+
+# the kind of object a registry builds (an Algorithm, a PreferenceLoss): always a @dataclass
+T = TypeVar("T", bound="DataclassInstance")
 
 
 class Loss(Protocol):
@@ -105,6 +112,8 @@ class Algorithm:
     entropy_coef: float = 0.0  # weight of an entropy bonus; 0 = none
     entropy_agg: str = "loss_agg"  # how the bonus aggregates: as the loss does, or "token-mean"
     max_len: int | None = None  # the generation budget, for loss_agg="seq-mean-token-sum-norm"
+    # what @dataclass gives every subclass, declared so a type checker lets dataclasses.fields read it
+    __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     @property
     def uses_reference(self) -> bool:
@@ -133,8 +142,7 @@ class Algorithm:
         pulls on every row, and a critic learns from every row's return."""
         if not self.zero_advantage_rows_are_inert or self.kl_coef > 0 or self.entropy_coef > 0 or self.uses_critic:
             return None
-        require_advantages(batch)
-        return (batch.advantages != 0).any(dim=1)  # NaN != 0: a broken row stays in, and fails loudly
+        return (require_advantages(batch) != 0).any(dim=1)  # NaN != 0: a broken row stays in, and fails loudly
 
     def filter_batch(self, batch: RolloutBatch) -> RolloutBatch:
         """The rows to train on, whole groups only. Keeping fewer makes the controller draw
@@ -166,7 +174,7 @@ class Algorithm:
             agg = "token-mean" if self.entropy_agg == "token-mean" else self.loss_agg
             loss = loss - self.entropy_coef * agg_loss(outputs.entropy, mask, agg, self.max_len)
         return loss, {"entropy": masked_mean(outputs.entropy.detach(), mask).item(),
-                      **advantage_metrics(batch.advantages, mask)}
+                      **advantage_metrics(require_advantages(batch), mask)}
 
     def state_dict(self) -> dict:
         """State carried from step to step, as plain numbers (REINFORCE's running-mean
@@ -178,9 +186,12 @@ class Algorithm:
             raise ValueError(f"{type(self).__name__} keeps no state between steps, but a checkpoint holds {state!r}")
 
 
-def require_advantages(batch: RolloutBatch) -> None:
+def require_advantages(batch: RolloutBatch) -> torch.Tensor:
+    """The batch's advantages (B, T), or ValueError when compute_advantages has not filled
+    them in. Returned, not only checked, so the caller holds a Tensor, never an Optional."""
     if batch.advantages is None:
         raise ValueError("batch.advantages is None: run compute_advantages on the batch first")
+    return batch.advantages
 
 
 def check_field(algo: object, field: str, ok: bool, allowed: str) -> None:
@@ -207,17 +218,23 @@ def check_loss_fields(algo: object) -> None:
                     "a positive int with loss_agg='seq-mean-token-sum-norm' (the generation budget, max_new_tokens)")
 
 
-def make_from_registry(registry: dict[str, type], kind: str, name: str, params: dict) -> object:
+def field_with_default(f: dataclasses.Field[Any]) -> str:
+    """"name=default" (the factory's value for a default_factory), or "name=<required>"."""
+    if f.default is not dataclasses.MISSING:
+        return f"{f.name}={f.default!r}"
+    if f.default_factory is not dataclasses.MISSING:
+        return f"{f.name}={f.default_factory()!r}"
+    return f"{f.name}=<required>"
+
+
+def make_from_registry(registry: Mapping[str, type[T]], kind: str, name: str, params: dict[str, Any]) -> T:
     """Build `registry[name](**params)`, or raise ValueError listing the valid names (for an
     unknown name) or the valid fields with their defaults (for a bad parameter)."""
     if name not in registry:
         raise ValueError(f"unknown {kind} {name!r}; choose one of {sorted(registry)}")
     cls = registry[name]
-    fields = [f for f in dataclasses.fields(cls)]
-    help_text = ", ".join(
-        f"{f.name}={f.default if f.default is not dataclasses.MISSING else f.default_factory()!r}"
-        if f.default_factory is not dataclasses.MISSING or f.default is not dataclasses.MISSING
-        else f"{f.name}=<required>" for f in fields)
+    fields = dataclasses.fields(cls)
+    help_text = ", ".join(field_with_default(f) for f in fields)
     unknown = sorted(set(params) - {f.name for f in fields})
     if unknown:
         raise ValueError(f"unknown parameter(s) {unknown} for {kind} {name!r}; valid fields (with defaults): {help_text}")

@@ -120,7 +120,7 @@ class DAPO(GRPO):
     def shaped_rewards(self, batch: RolloutBatch) -> torch.Tensor:
         """batch.rewards + R_length, (B,)."""
         lengths = batch.response_lengths()  # (B,)
-        if self.overlong_cache > 0 and batch.batch_size and lengths.max() > self.max_len:
+        if self.overlong_cache > 0 and batch.batch_size and lengths.max() > (self.max_len or 0):
             raise ValueError(
                 f"a response has {int(lengths.max())} tokens but DAPO.max_len={self.max_len}: set max_len to the "
                 "rollout's max_new_tokens (the overlong penalty measures lengths against it)"

@@ -222,12 +222,12 @@ class GRPO(Algorithm):
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """clipped surrogate + kl_coef · agg(KL(π_θ ‖ π_ref)) − entropy_coef · agg(H), all
         aggregated over response tokens with `loss_agg`."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = clipped_surrogate(
             outputs.logp,
             batch.old_logp,
-            batch.advantages,
+            adv,
             mask,
             eps_low=self.clip_eps_low,
             eps_high=self.clip_eps_high,

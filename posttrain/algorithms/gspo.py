@@ -36,7 +36,7 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import MAX_LOG_RATIO, importance_ratio, masked_mean, ratio_metrics
-from posttrain.algorithms.contract import check_field
+from posttrain.algorithms.contract import check_field, require_advantages
 from posttrain.algorithms.grpo import GRPO
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -77,7 +77,7 @@ class GSPO(GRPO):
 
         with torch.no_grad():
             s = torch.exp(log_s.clamp(-MAX_LOG_RATIO, MAX_LOG_RATIO))  # (B,)
-            adv = masked_mean(batch.advantages, mask, dim=-1)  # (B,) Â_i
+            adv = masked_mean(require_advantages(batch), mask, dim=-1)  # (B,) Â_i
             clipped = torch.clamp(s, 1 - self.clip_eps_low, 1 + self.clip_eps_high)  # (B,)
             has_tokens = (mask.sum(-1) > 0).float()  # (B,)
             metrics["seq_clipfrac"] = masked_mean((-adv * clipped > -adv * s).float(), has_tokens).item()

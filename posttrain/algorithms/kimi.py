@@ -108,9 +108,9 @@ class Kimi(REINFORCE):
 
     def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """mean_i( −A_i ℓ_i + τ/2 ℓ_i² ) − entropy_coef · agg(H)."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
-        loss, metrics = kimi_loss(outputs.logp, batch.old_logp, batch.advantages, mask, self.tau)
+        loss, metrics = kimi_loss(outputs.logp, batch.old_logp, adv, mask, self.tau)
         loss, tail = self.loss_tail(loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
         log_ratio, ratio = importance_ratio(outputs.logp.detach(), batch.old_logp, mask)
         return loss, {**metrics, **ratio_metrics(log_ratio, ratio, mask), **tail}

@@ -168,9 +168,9 @@ class PRIME(RLOO):
 
     def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """PPO's clipped surrogate on A − entropy_coef · agg(H)."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
-        pg_loss, metrics = clipped_surrogate(outputs.logp, batch.old_logp, batch.advantages, mask,
+        pg_loss, metrics = clipped_surrogate(outputs.logp, batch.old_logp, adv, mask,
                                              eps_low=self.clip_eps_low, eps_high=self.clip_eps_high,
                                              agg=self.loss_agg, max_len=self.max_len)
         loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics

@@ -127,9 +127,9 @@ class REINFORCE(Algorithm):
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """agg(−A · log π) − entropy_coef · agg(H) over response tokens."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
-        pg_loss = policy_gradient_loss(outputs.logp, batch.advantages, mask, self.loss_agg, self.max_len)
+        pg_loss = policy_gradient_loss(outputs.logp, adv, mask, self.loss_agg, self.max_len)
         loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics
         # No ratio enters the loss; it is logged because it shows when the samples have
         # gone stale (approx_kl > 0 means the update ran off-policy).

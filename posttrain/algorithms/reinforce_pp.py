@@ -88,10 +88,10 @@ class ReinforcePP(Algorithm):
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """clipped surrogate − entropy_coef · agg(H); the KL is already in the advantages."""
-        require_advantages(batch)
+        adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
         pg_loss, metrics = clipped_surrogate(
-            outputs.logp, batch.old_logp, batch.advantages, mask,
+            outputs.logp, batch.old_logp, adv, mask,
             eps_low=self.clip_eps_low, eps_high=self.clip_eps_high, agg=self.loss_agg, max_len=self.max_len,
         )
         loss, tail = self.loss_tail(pg_loss, outputs, batch)  # entropy bonus, entropy and advantage metrics

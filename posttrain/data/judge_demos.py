@@ -25,7 +25,7 @@ import re
 
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
-from posttrain.types import Episode, Example
+from posttrain.types import Environment, Episode, Example, Tokenizer
 from posttrain.verifiers.steps import problem_of
 
 # how far a wrong step's sum is off: the slips a running-sum chain shows (a carry, a neighbour)
@@ -60,7 +60,7 @@ def corrupt_one_digit(text: str, rng: random.Random) -> str:
     return text[:i] + rng.choice([d for d in "0123456789" if d != text[i]]) + text[i + 1 :]
 
 
-def wrong_solution(env, example: Example, rng: random.Random) -> str:
+def wrong_solution(env: Environment, example: Example, rng: random.Random) -> str:
     """A wrong answer to `example` in the form of its solution (module docstring)."""
     solution = env.solution(example)
     problem = problem_of(example)
@@ -69,7 +69,7 @@ def wrong_solution(env, example: Example, rng: random.Random) -> str:
     return corrupt_one_digit(solution, rng)
 
 
-def judge_demonstrations(env, tokenizer, examples: list[Example], seed: int) -> list[Episode]:
+def judge_demonstrations(env: Environment, tokenizer: Tokenizer, examples: list[Example], seed: int) -> list[Episode]:
     """Two rows per example, its solution judged Y and a wrong twin judged N (module
     docstring), laid out as the self-judge reads them. Deterministic in `seed`."""
     rng = random.Random(seed)

@@ -8,14 +8,14 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Sequence
 
 from posttrain.roles.engines.contract import encode_prompt
-from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, UnpairedExample
+from posttrain.types import PROMPT_MESSAGES, Episode, Example, PreferencePair, Tokenizer, UnpairedExample
 
 # --------------------------------------------------------------------------------------
 # Records -> trainable rows
 # --------------------------------------------------------------------------------------
 
 
-def response_episode(tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
+def response_episode(tokenizer: Tokenizer, prompt: str, response: str, preferred: bool, group_id: int,
                      max_len: int | None, where: str, messages: list[dict[str, str]] | None = None,
                      score: float | None = None) -> Episode:
     """One response as a trainable row: `[bos] prompt` (or the chat template), then the
@@ -37,7 +37,7 @@ def response_episode(tokenizer, prompt: str, response: str, preferred: bool, gro
                    details={} if score is None else {"score": score})
 
 
-def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tokenizer,
+def preference_episodes(records: Sequence[PreferencePair | UnpairedExample], tokenizer: Tokenizer,
                         max_len: int | None = None) -> list[list[Episode]]:
     """Each record's rows, in record order: a pair gives [chosen, rejected] (one group of two,
     adjacent, so micro-batches of an even size never split a pair), an unpaired example

@@ -256,7 +256,7 @@ class ArithmeticEnv:
         successive training batches differ."""
         check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
-        examples = []
+        examples: list[Example] = []
         while len(examples) < n:
             # one level draws no level: the stream (and every number measured on it) stays as it was
             level = self.levels[0] if len(self.levels) == 1 else rng.choice(self.levels)

@@ -220,7 +220,8 @@ class ReasoningGymEnv:
         makes the draw reproducible on its own; None continues the environment's stream."""
         check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
-        examples, draws = [], 0
+        examples: list[Example] = []
+        draws = 0
         while len(examples) < n:
             draws += 1
             if draws > 200 * n + 10_000:  # ~10 draws per dev/held-out hit: only an empty split gets here

@@ -110,7 +110,7 @@ class ToolArithmeticEnv(ToolEnvironment):
         environment's own stream, so successive batches differ."""
         check_split_request(split, n)
         rng = self._rng if seed is None else random.Random(seed)
-        examples = []
+        examples: list[Example] = []
         while len(examples) < n:
             a, b = self._draw(rng)
             if split_of(f"{a}*{b}") == split:
@@ -124,7 +124,8 @@ class ToolArithmeticEnv(ToolEnvironment):
         if n > n_problems // 20:  # dev and heldout each hold ~10%: stay well inside that
             raise ValueError(f"n={n} is too many distinct problems for digits={self.digits} (each of dev and "
                              f"heldout holds ~{n_problems // 10}); ask for at most {n_problems // 20}")
-        rng, chosen = random.Random(seed), {}
+        rng = random.Random(seed)
+        chosen: dict[tuple[int, int], None] = {}  # an ordered set: the first n distinct draws
         while len(chosen) < n:
             a, b = self._draw(rng)
             if split_of(f"{a}*{b}") == split:

@@ -132,13 +132,15 @@ class _TagFinder:
     would rescan the text 10^5 times."""
 
     def __init__(self, text: str):
-        self.text, self.hits = text, {}  # tag -> (searched from, found at or -1)
+        self.text = text
+        self.hits: dict[str, tuple[int, int]] = {}  # tag -> (searched from, found at or -1)
 
     def __call__(self, tag: str, position: int) -> int:
-        searched_from, found = self.hits.get(tag, (None, None))
-        # the last hit is still the next one when it lies at or after `position` (or there was none)
-        if searched_from is not None and searched_from <= position and (found < 0 or found >= position):
-            return found
+        if tag in self.hits:
+            searched_from, found = self.hits[tag]
+            # the last hit is still the next one when it lies at or after `position` (or there was none)
+            if searched_from <= position and (found < 0 or found >= position):
+                return found
         found = self.text.find(tag, position)
         self.hits[tag] = (position, found)
         return found
@@ -175,22 +177,22 @@ def read_call(body: str, registry: ToolRegistry, call_format: str) -> ToolCall |
                              '{"name": NAME, "arguments": {...}}', quoted)
     if not isinstance(call, dict):
         return MalformedCall("not_an_object", MALFORMED["not_an_object"], quoted)
-    name, arguments = call.get("name"), call.get("arguments", {})
-    if not isinstance(name, str) or not name:
+    called, arguments = call.get("name"), call.get("arguments", {})  # anything JSON holds, until checked
+    if not isinstance(called, str) or not called:
         return MalformedCall("missing_name", MALFORMED["missing_name"], quoted)
     if isinstance(arguments, str):  # '"arguments": "{\"expression\": \"1+1\"}"'
         try:
             arguments = json.loads(arguments)
         except (json.JSONDecodeError, RecursionError):
             pass  # reported below as not an object
-    tool = registry.get(name)
+    tool = registry.get(called)
     if tool is None:
-        return _unknown(name, registry, quoted)
+        return _unknown(called, registry, quoted)
     problem = check_arguments(tool, arguments)
     if problem:
         kind, message = problem
         return MalformedCall(kind, message, quoted)
-    return ToolCall(name, arguments)
+    return ToolCall(called, arguments)
 
 
 def _unknown(name: str, registry: ToolRegistry, quoted: str) -> MalformedCall:

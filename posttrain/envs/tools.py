@@ -224,9 +224,10 @@ MAX_EXPRESSION_CHARS = 200  # also keeps ast.parse far from its recursion limit 
 MAX_RESULT_DIGITS = 1_000  # any integer the calculator builds, including intermediate ones
 MAX_EXPONENT = 1_000
 
-BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
-          ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
-UNARY = {ast.USub: operator.neg, ast.UAdd: operator.pos}
+BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}
+UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.USub: operator.neg, ast.UAdd: operator.pos}
 MAX_BITS = int(MAX_RESULT_DIGITS * math.log2(10))
 
 
@@ -246,7 +247,8 @@ def calculate(expression: str) -> int | float:
 
 
 def _value(node: ast.AST) -> int | float:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):  # not bool, complex, str
+    # an int or a float literal: not a bool (an int subclass), a complex, a str
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return _checked(node.value)
     if isinstance(node, ast.UnaryOp) and type(node.op) in UNARY:
         return UNARY[type(node.op)](_value(node.operand))

@@ -15,7 +15,7 @@ from posttrain.eval.stats import bootstrap_ci, pass_at_k
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.environment import is_multi_turn, score_episodes
 from posttrain.roles.engines import Engine
-from posttrain.types import Episode, Example
+from posttrain.types import Environment, Episode, Example
 from posttrain.verifiers.contract import is_solved
 
 
@@ -36,13 +36,13 @@ def one_completion_each(engine: Engine, examples: list[Example], k: int,
     return engine.generate(examples, k, params=params)  # greedy: no generator to draw from
 
 
-def sampler(env):
+def sampler(env: Environment):
     """How `env`'s episodes are drawn: one completion each, or a multi-turn environment's
     agent loop (roles/agent.py), whose episodes come back scored by the environment."""
     return AgentLoop(env) if is_multi_turn(env) else one_completion_each
 
 
-def evaluate_pass_at_1(engine: Engine, env, examples: list[Example], batch_size: int = 512) -> dict:
+def evaluate_pass_at_1(engine: Engine, env: Environment, examples: list[Example], batch_size: int = 512) -> dict:
     """{"pass@1": fraction solved, "ci": {"mean", "ci_low", "ci_high", "n", "mean_reward"},
     "episodes": [...]}: the CI is pass@1's; mean_reward sits beside it, equal to it for a
     verifier that pays only 0 or 1."""
@@ -60,7 +60,7 @@ def evaluate_pass_at_1(engine: Engine, env, examples: list[Example], batch_size:
     return {"pass@1": ci["mean"], "ci": ci, "episodes": episodes}
 
 
-def evaluate_pass_at_k(engine: Engine, env, examples: list[Example], n: int, ks: list[int],
+def evaluate_pass_at_k(engine: Engine, env: Environment, examples: list[Example], n: int, ks: list[int],
                        generator: torch.Generator | None = None) -> dict:
     """{"pass@k": {k: unbiased estimate}, "ci": {k: bootstrap CI over problems}, "n_correct": [...],
     "episodes": [...]}: n samples per problem at the engine's own temperature (greedy would

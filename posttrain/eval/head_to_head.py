@@ -44,7 +44,7 @@ from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import WinrateConfig
 from posttrain.seeds import derive_seed
-from posttrain.types import Example
+from posttrain.types import Environment, Example, Tokenizer
 from posttrain.verifiers.contract import is_solved
 
 TOKENIZER_PROBE = "Q: 7+5+9\n7+5=12,12+9=21\nFinal: 21 The quick brown fox."  # digits, symbols, words
@@ -72,7 +72,7 @@ def load_side(path: str) -> Side:
     return Side(path, checkpoint, how, model.eval(), tokenizer)
 
 
-def tokenizer_identity(tokenizer) -> tuple:
+def tokenizer_identity(tokenizer: Tokenizer) -> tuple:
     """What must match for two policies' answers to be read alike: the vocabulary size, a
     probe's token ids, and the prompt template (a chat template with its system prompt)."""
     return len(tokenizer), tuple(tokenizer.encode(TOKENIZER_PROBE)), prompt_template(tokenizer)
@@ -92,7 +92,7 @@ def check_comparable(a: Side, b: Side) -> None:
                           "compares answers to the same prompts; compare two policies of one task")
 
 
-def make_judge(cfg: WinrateConfig, env) -> tuple[str, Callable[[list[Example], list[str]], list[float]]]:
+def make_judge(cfg: WinrateConfig, env: Environment) -> tuple[str, Callable[[list[Example], list[str]], list[float]]]:
     """(the judge's name, scores(examples, completions) -> one float per answer)."""
     judge = cfg.judge
     if judge.rm:

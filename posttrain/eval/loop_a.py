@@ -38,6 +38,7 @@ from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import EvalConfig
 from posttrain.seeds import derive_seed
+from posttrain.types import Environment
 
 # The generation budget of a checkpoint that does not record its run's: above the longest
 # level-3 chain of thought (~40 characters) with room to spare
@@ -151,7 +152,7 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str
     return result["ci"]
 
 
-def sampled_pass_at_k(cfg: EvalConfig, greedy: Engine, env, examples: list, run: RunDir) -> dict:
+def sampled_pass_at_k(cfg: EvalConfig, greedy: Engine, env: Environment, examples: list, run: RunDir) -> dict:
     """cfg.samples completions per problem at cfg.temperature, from the greedy engine's model and
     budget; pass@k for each of cfg.ks with its bootstrap CI over problems, printed and returned;
     every sample with its score in samples_pass_at_k.jsonl. Seeded from cfg.seed: the same

@@ -1,6 +1,7 @@
 """Models and tokenizers: `gpt_mini` (a readable decoder whose checkpoints are
 transformers Llama checkpoints) and `tokenizer` (one token per character), or any local
-transformers causal LM through `hf.HFPolicy` / `hf.HFTokenizer`.
+transformers causal LM through `hf.HFPolicy` / `hf.HFTokenizer`. `policy.Policy` declares
+what the library calls on either kind of policy (posttrain.types.Tokenizer, on either tokenizer).
 
 A config's `model.name` is "gpt_mini" (built from scratch), a known pretrained name
 ("smollm2-135m") or a local transformers directory. The controller only ever calls
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+
+from posttrain.types import Tokenizer
 
 from .gpt_mini import GPTMini
 from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, read_llama_config
@@ -35,7 +38,7 @@ def gpt_mini_config(model_cfg, tokenizer: CharTokenizer | None = None) -> GPTMin
 MODELS = {"gpt_mini": lambda model_cfg, tokenizer: GPTMini(gpt_mini_config(model_cfg, tokenizer))}
 
 
-def build_model(model_cfg, tokenizer) -> GPTMini:
+def build_model(model_cfg, tokenizer: CharTokenizer) -> GPTMini:
     return MODELS[model_cfg.name](model_cfg, tokenizer)
 
 
@@ -63,7 +66,7 @@ def make_policy(model_cfg):
     return HFPolicy.load(model_cfg.name, model_cfg.system_prompt)
 
 
-def save_checkpoint_model(model, tokenizer, directory: Path) -> None:
+def save_checkpoint_model(model, tokenizer: Tokenizer, directory: Path) -> None:
     model.save_pretrained(directory, tokenizer)
 
 

@@ -24,10 +24,12 @@ in models/logprobs.py and roles/rollout.py), and the sampler's draw in float64.
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 
 from posttrain.config import DEVICES, DTYPES
+from posttrain.models.policy import Policy
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # DTYPES' torch names
 
@@ -71,7 +73,8 @@ def place(model: torch.nn.Module, device: torch.device | str, dtype: str | torch
     """`model` moved to `device`, its forward passes to run in `dtype` (see `autocast`).
     The parameters themselves stay float32: see the module docstring."""
     model.to(device)
-    model.compute_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    model.compute_dtype = dtype  # type: ignore[assignment]  # a plain attribute; Module's __setattr__ types tensors
     return model
 
 
@@ -83,12 +86,12 @@ def device_record(device_name: str, dtype_name: str) -> dict:
     return {"requested": device_name, "resolved": str(device), "name": name, "dtype": dtype_name}
 
 
-def model_device(model: torch.nn.Module) -> torch.device:
+def model_device(model: torch.nn.Module | Policy) -> torch.device:
     """The device of the model's parameters: where every tensor fed to it is created."""
     return next(model.parameters()).device
 
 
-def autocast(model: torch.nn.Module):
+def autocast(model: Policy) -> contextlib.AbstractContextManager[Any]:
     """The context to run `model`'s forward pass in: nothing for float32; torch.autocast
     to the model's compute dtype on its device otherwise. Reading outputs that need
     precision (log_softmax of the logits) is the caller's `.float()`."""

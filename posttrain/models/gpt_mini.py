@@ -23,6 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from posttrain.files import write_atomic
+from posttrain.types import Tokenizer
 
 from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, mismatch_lines, read_llama_config
 from .kv_cache import KVCache
@@ -162,6 +163,8 @@ def attention_allowed(attention_mask: torch.Tensor | None, T: int, T_past: int,
 class GPTMini(nn.Module):
     # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
     compute_dtype: torch.dtype = torch.float32
+    rope_cos: torch.Tensor  # (max_seq_len, hd) buffers, registered in __init__: declared for the type checker
+    rope_sin: torch.Tensor
 
     def __init__(self, config: GPTMiniConfig) -> None:
         super().__init__()
@@ -253,7 +256,7 @@ class GPTMini(nn.Module):
 
     # ---- checkpoints: a transformers Llama directory (plumbing) --------------------------
 
-    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer: Tokenizer | None = None) -> None:
         """Write config.json and model.safetensors (and the tokenizer's files) that both
         `GPTMini.from_pretrained` and `transformers.LlamaForCausalLM.from_pretrained` read."""
         from safetensors.torch import save as safetensors_bytes

@@ -17,13 +17,20 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn as nn
 
+from posttrain.types import Tokenizer
+
 from .gpt_mini import default_position_ids
 from .lora_checkpoint import is_adapter_checkpoint, load_adapters, save_adapters
 from .model_dirs import resolve_model_dir
+
+if TYPE_CHECKING:  # names for annotations only: importing transformers or peft here would slow every start-up
+    from peft import PeftModel
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 POLICY_RECORD = "posttrain_policy.json"  # in a checkpoint: which base model, LoRA rank, system prompt
 
@@ -56,7 +63,8 @@ def load_hf_model(name_or_path: str | os.PathLike, dtype: torch.dtype = torch.fl
     return model.eval(), tokenizer
 
 
-def apply_chat_template(tokenizer, prompt: str | list[dict[str, str]], system_prompt: str = "") -> str:
+def apply_chat_template(tokenizer: PreTrainedTokenizerBase, prompt: str | list[dict[str, str]],
+                        system_prompt: str = "") -> str:
     """One user turn (a str prompt), or a conversation (a list of {"role", "content"} turns),
     in the instruct model's own chat format, ending where the assistant's answer begins
     (add_generation_prompt), so sampling continues as the assistant. `system_prompt`
@@ -84,15 +92,15 @@ class HFTokenizer:
     `eos_id` is the token that ends the assistant's turn (`<|im_end|>` for SmolLM2): the
     rollout stops on it and SFT demonstrations end with it."""
 
-    def __init__(self, tokenizer, system_prompt: str = "") -> None:
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, system_prompt: str = "") -> None:
         self.hf = tokenizer
         self.system_prompt = system_prompt
-        self.eos_id = tokenizer.eos_token_id
-        if self.eos_id is None:
+        if tokenizer.eos_token_id is None:
             raise ValueError(f"{type(tokenizer).__name__} has no eos_token: the sampler would never stop")
-        self.bos_id = tokenizer.bos_token_id
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
-        self.vocab_size = len(tokenizer)
+        self.eos_id: int = tokenizer.eos_token_id
+        self.bos_id: int | None = tokenizer.bos_token_id
+        self.pad_id: int = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+        self.vocab_size: int = len(tokenizer)
         self.chat = getattr(tokenizer, "chat_template", None) is not None
 
     def __len__(self) -> int:
@@ -121,7 +129,7 @@ class HFTokenizer:
         self.hf.save_pretrained(directory)
 
 
-def preallocated_layer_class():
+def preallocated_layer_class() -> type:
     """transformers' DynamicLayer grows by torch.cat, copying every cached key and value at
     every decoded token: for SmolLM2 at batch 64 that is hundreds of MB per token, as much
     memory traffic as the weights themselves. This layer allocates (B, H, max_len, hd)
@@ -168,7 +176,7 @@ def preallocated_layer_class():
     return PreallocatedLayer
 
 
-_PreallocatedLayer = None
+_PreallocatedLayer: type | None = None
 
 
 @dataclass
@@ -201,9 +209,9 @@ class HFPolicy(nn.Module):
     # the dtype the roles autocast its forward passes to; float32 weights either way (models/device.py)
     compute_dtype: torch.dtype = torch.float32
 
-    def __init__(self, hf_model: nn.Module, source: str = "") -> None:
+    def __init__(self, hf_model: PreTrainedModel, source: str = "") -> None:
         super().__init__()
-        self.hf = hf_model
+        self.hf: PreTrainedModel | PeftModel = hf_model  # a LoRA policy holds the peft model around it
         c = hf_model.config
         self.config = HFPolicyConfig(max_seq_len=c.max_position_embeddings, vocab_size=c.vocab_size,
                                      dim=c.hidden_size, source=source)
@@ -248,7 +256,7 @@ class HFPolicy(nn.Module):
 
     # ---- checkpoints ------------------------------------------------------------------
 
-    def save_pretrained(self, directory: str | os.PathLike, tokenizer=None) -> None:
+    def save_pretrained(self, directory: str | os.PathLike, tokenizer: Tokenizer | None = None) -> None:
         """A transformers directory of the weights (loadable by any transformers code), or for
         a LoRA policy the adapters alone in peft's format (models/lora_checkpoint.py), plus the
         tokenizer and POLICY_RECORD."""
@@ -287,7 +295,7 @@ class HFPolicy(nn.Module):
         return policy
 
     @classmethod
-    def with_adapters(cls, peft_model: nn.Module, base: str, record: dict) -> HFPolicy:
+    def with_adapters(cls, peft_model: PeftModel, base: str, record: dict) -> HFPolicy:
         """A LoRA policy around a peft model that `load_adapters` built on `base`."""
         policy = cls(peft_model.get_base_model(), source=record.get("source", base))
         policy.hf = peft_model
@@ -295,7 +303,7 @@ class HFPolicy(nn.Module):
         return policy
 
     @property
-    def lm_head(self) -> nn.Module:
+    def lm_head(self) -> nn.Linear:
         return self.hf.get_output_embeddings()  # (D -> V); tied to the embeddings in SmolLM2
 
     def new_cache(self, batch_size: int, max_len: int | None = None):

@@ -12,8 +12,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from posttrain.types import Tokenizer
 
-def llama_config(c, tokenizer=None) -> dict:
+
+def llama_config(c, tokenizer: Tokenizer | None = None) -> dict:
     """A GPTMiniConfig `c` -> the config.json of transformers' LlamaConfig."""
     return {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama",

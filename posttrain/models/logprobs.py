@@ -19,6 +19,8 @@ import torch.nn.functional as F
 import torch.utils.checkpoint
 
 from posttrain.models.device import autocast, model_device
+from posttrain.models.policy import Policy
+from posttrain.types import RolloutBatch
 
 from .shared_prefix import batch_hidden_states
 
@@ -124,7 +126,7 @@ def response_logp_and_entropy(
             hidden.new_zeros(B, T, dtype=torch.float32).index_put(index, entropy.float()))
 
 
-def response_logp(model: torch.nn.Module, batch, share_prompt: bool = True) -> torch.Tensor:
+def response_logp(model: Policy, batch: RolloutBatch, share_prompt: bool = True) -> torch.Tensor:
     """log π(token | prefix) of the batch's response tokens under `model`, (B, T), exactly 0
     off the response; with `share_prompt`, the prompt of a group of rows runs once
     (models/shared_prefix.py)."""
@@ -136,6 +138,6 @@ def response_logp(model: torch.nn.Module, batch, share_prompt: bool = True) -> t
     return logp
 
 
-def sequence_logps(model: torch.nn.Module, batch) -> torch.Tensor:
+def sequence_logps(model: Policy, batch: RolloutBatch) -> torch.Tensor:
     """log π(y | x) of every row, (B,): the response tokens' log-probs summed (EOS included)."""
     return response_logp(model, batch).sum(dim=1)  # exactly 0 off the response

@@ -25,12 +25,15 @@ import hashlib
 import os
 import warnings
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
-import torch.nn as nn
 
 from .smollm2 import KNOWN_MODELS, convert_smollm2
+
+if TYPE_CHECKING:  # names for annotations only: importing transformers or peft here would slow every start-up
+    from peft import PeftModel
+    from transformers import PreTrainedModel
 
 ADAPTER_CONFIG = "adapter_config.json"  # peft's names
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
@@ -45,7 +48,7 @@ def is_adapter_checkpoint(directory: str | os.PathLike) -> bool:
     return (Path(directory) / ADAPTER_CONFIG).is_file()
 
 
-def plain_base_state(peft_model: nn.Module) -> dict[str, torch.Tensor]:
+def plain_base_state(peft_model: PeftModel) -> dict[str, torch.Tensor]:
     """The base model's state dict under the names transformers gives it: peft wraps every
     adapted Linear in place (`q_proj.base_layer.weight` next to `q_proj.lora_A...`)."""
     base = peft_model.get_base_model()
@@ -73,7 +76,7 @@ def base_directory(base: str) -> str:
     return str(Path(base).resolve()) if Path(base).is_dir() else base
 
 
-def save_adapters(peft_model: nn.Module, directory: Path, base: str) -> dict:
+def save_adapters(peft_model: PeftModel, directory: Path, base: str) -> dict:
     """Write the adapters into `directory` (peft's files, pointing at the base) and return
     the fields the policy record adds: where the base is, and its fingerprint."""
     if not base:
@@ -109,7 +112,8 @@ def find_base(directory: Path, record: dict) -> str:
         "where it is now.")
 
 
-def load_adapters(directory: Path, record: dict, load_base: Callable[[str], nn.Module]) -> tuple[nn.Module, str]:
+def load_adapters(directory: Path, record: dict,
+                  load_base: Callable[[str], PreTrainedModel]) -> tuple[PeftModel, str]:
     """(the peft model: base + trainable adapters, the base's name or directory). `load_base`
     loads a base model by name or directory (models/hf.py's loader, which never downloads)."""
     from peft import PeftModel

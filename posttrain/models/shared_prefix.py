@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import torch
 
+from posttrain.models.policy import Policy
 from posttrain.types import RolloutBatch
 
 # Share only when it leaves out at least this fraction of the batch's real tokens. Sharing
@@ -63,7 +64,7 @@ def saved_fraction(prompt_lengths: torch.Tensor, first_rows: torch.Tensor, real_
     return float(prompt_lengths.sum() - prompt_lengths[first_rows].sum()) / max(1, real_tokens)
 
 
-def batch_hidden_states(model: torch.nn.Module, batch: RolloutBatch, share_prompt: bool = True) -> torch.Tensor:
+def batch_hidden_states(model: Policy, batch: RolloutBatch, share_prompt: bool = True) -> torch.Tensor:
     """Final hidden states (B, T, D) of a right-padded batch, as `model.hidden_states(batch.tokens)`
     gives them; with `share_prompt`, each group's prompt is computed once when that saves
     at least MIN_SAVED_FRACTION of the work on a model at least MIN_WIDTH wide (see above)."""
@@ -84,7 +85,7 @@ def batch_hidden_states(model: torch.nn.Module, batch: RolloutBatch, share_promp
     return shared_prefix_hidden_states(model, tokens, prompt_lengths, real_lengths, first_rows, group_of_row)
 
 
-def shared_prefix_hidden_states(model: torch.nn.Module, tokens: torch.Tensor, prompt_lengths: torch.Tensor,
+def shared_prefix_hidden_states(model: Policy, tokens: torch.Tensor, prompt_lengths: torch.Tensor,
                                 real_lengths: torch.Tensor, first_rows: torch.Tensor,
                                 group_of_row: torch.Tensor) -> torch.Tensor:
     """The prompt-once forward. Rows of one group must hold the same prompt (prompt_groups)."""

@@ -73,7 +73,7 @@ def monte_carlo_step_labels(
 ) -> list[MonteCarloLabels]:
     """Label every step of `step_lists[i]` (a solution to `examples[i]`) by rolling out
     `n_rollouts` continuations from each step's prefix with `engine` (a
-    roles.rollout.RolloutEngine: its policy, tokenizer and sampler), and scoring prefix +
+    roles/engines: its policy, tokenizer and sampler), and scoring prefix +
     continuation with `score`. `max_new_tokens` caps a whole completion, prefix included,
     as it capped the policy's own samples: a rollout gets what its prefix leaves (at least
     one token), so prefix + rollout is a completion the policy could have written. One

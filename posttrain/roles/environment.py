@@ -15,18 +15,7 @@ from __future__ import annotations
 from typing import Any, Callable, Protocol, runtime_checkable
 
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, TurnResult  # noqa: F401 (docstring)
-
-
-class Environment(Protocol):
-    spec_version: str
-
-    def sample(self, split: str, n: int, seed: int) -> list[Example]: ...
-
-    def fixed_set(self, split: str, n: int, seed: int = 0) -> list[Example]: ...
-
-    def solution(self, example: Example) -> str: ...
-
-    def score(self, example: Example, completion: str) -> dict[str, Any]: ...
+from posttrain.types import Environment  # the protocol lives in types.py, where every band can name it
 
 
 @runtime_checkable

@@ -129,8 +129,8 @@ class Trainer:
         parameters = [p for p in model.parameters() if p.requires_grad]
         if not parameters:
             raise ValueError("the model has no trainable parameters (requires_grad is False everywhere). "
-                             "A RolloutEngine freezes the model it is given: give it a copy "
-                             "(RolloutEngine(copy.deepcopy(policy), ...)) and train the original")
+                             "An engine that owns its model freezes it: give it a copy "
+                             "(make_engine(copy.deepcopy(policy), ...)) and train the original")
         parameters += list(self.critic.parameters()) if critic is not None else []
         # AdamW's β2 0.95 by default: the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts

@@ -32,6 +32,7 @@ from posttrain.files import naming_disk_full
 from posttrain.models import CheckpointMismatchError, load_checkpoint_model, save_checkpoint_model
 from posttrain.models.lora_checkpoint import LoraBaseError
 from posttrain.runs.rundir import RunDir, RunDirError, read_json, write_json
+from posttrain.types import Tokenizer
 from posttrain.version import __version__
 
 STEP_DIR = re.compile(r"step_(\d+)")
@@ -53,7 +54,7 @@ class CheckpointTask:
     posttrain_version: str  # the version that wrote the file
 
 
-def task_record(run: RunDir, tokenizer) -> dict | None:
+def task_record(run: RunDir, tokenizer: Tokenizer) -> dict | None:
     """What TASK_FILE holds for a checkpoint of `run`; None without the run's config.json
     (no run starts without one: recording the defaults instead would be a wrong record)."""
     # Read from the run's config.json and meta.json, not passed in: every caller already hands
@@ -98,7 +99,7 @@ def complete_checkpoints(stage_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: int(STEP_DIR.fullmatch(p.name)[1]))
 
 
-def save_checkpoint(run: RunDir, stage: str, step: int, model, tokenizer, trainer=None,
+def save_checkpoint(run: RunDir, stage: str, step: int, model, tokenizer: Tokenizer, trainer=None,
                     extra: dict | None = None, keep_last: int = 2) -> Path:
     stage_dir = run.checkpoints / stage
     final = stage_dir / f"step_{step:06d}"

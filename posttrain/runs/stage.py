@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, load_trainer_state, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
+from posttrain.types import Tokenizer
 
 
 def run_stage(
@@ -19,7 +20,7 @@ def run_stage(
     steps: int,
     step_fn: Callable[[int], dict[str, float]],
     model,
-    tokenizer,
+    tokenizer: Tokenizer,
     trainer,
     checkpoint_every: int,
     on_resume: Callable[[dict], None] = lambda state: None,

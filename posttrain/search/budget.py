@@ -29,7 +29,7 @@ import torch
 from posttrain.config import SamplingParams
 from posttrain.roles.engines import Engine
 from posttrain.roles.engines.contract import STOP_TOKEN, example_prompt_ids
-from posttrain.types import Example
+from posttrain.types import Example, Tokenizer
 
 
 @dataclass
@@ -58,7 +58,7 @@ class Problem:
     budget: Budget
 
     @staticmethod
-    def of(examples: list[Example], tokenizer, budget: int) -> list[Problem]:
+    def of(examples: list[Example], tokenizer: Tokenizer, budget: int) -> list[Problem]:
         return [Problem(e, example_prompt_ids(tokenizer, e), Budget(budget)) for e in examples]
 
 

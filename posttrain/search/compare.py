@@ -47,6 +47,7 @@ from posttrain.search.budget import Partial, Problem, sample_completions
 from posttrain.search.mcts import mcts
 from posttrain.search.methods import OracleStepScorer, beam_search, greedy, majority_vote, pick_highest
 from posttrain.seeds import derive_seed
+from posttrain.types import Environment, Example
 from posttrain.verifiers.steps import problem_of
 
 SEPARATORS = {"arithmetic": (",", "\n"), "newline": ("\n",), "answer_tag": ("\n",)}  # where extend_steps stops a step
@@ -123,7 +124,7 @@ def run_search(cfg: SearchConfig) -> dict[str, Any]:
     return write_results(cfg, env, rows, samples, max_new)
 
 
-def answer_of(env, example, text: str) -> str | None:
+def answer_of(env: Environment, example: Example, text: str) -> str | None:
     """A completion's final answer, as the verifier parses it (its details' "parsed"); the
     last line for a verifier that reports no parse; None, which casts no vote, when it found
     no answer (a "None" string would otherwise outvote the real answers)."""
@@ -156,7 +157,8 @@ def _aggregated(scorer, prompts: list[str], texts: list[str], aggregation: str) 
     return [AGGREGATIONS[aggregation](s) for s in scorer.score_steps(prompts, steps)]
 
 
-def write_results(cfg: SearchConfig, env, rows: list[dict], samples: list[dict], max_new: int) -> dict[str, Any]:
+def write_results(cfg: SearchConfig, env: Environment, rows: list[dict], samples: list[dict],
+                  max_new: int) -> dict[str, Any]:
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "B (search)", "spec_version": env.spec_version, "checkpoint": cfg.checkpoint,

@@ -25,6 +25,7 @@ from rich.console import Console
 from posttrain.config import SamplingParams
 from posttrain.config.files import to_dict
 from posttrain.envs import make_env
+from posttrain.envs.thinking_modes import ThinkingModesEnv
 from posttrain.eval.evaluate import solved
 from posttrain.eval.stats import bootstrap_ci, paired_bootstrap_diff
 from posttrain.models import load_checkpoint_model, load_tokenizer
@@ -34,6 +35,7 @@ from posttrain.roles.think_budget import ThinkingUse, budgeted_generate
 from posttrain.runs.checkpoints import CheckpointTask, read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.config.scoring import ThinkConfig
+from posttrain.types import Tokenizer
 from posttrain.verifiers.think_tags import EARLY_STOP, THINK_OPEN, forced_text
 
 
@@ -89,7 +91,7 @@ def run_think(cfg: ThinkConfig) -> dict[str, Any]:
     return write_results(cfg, envs["think"], rows, samples, max_new, early_stop)
 
 
-def check_positions(positions: int, tokenizer, examples, max_new: int, budget: int, answer_tokens: int,
+def check_positions(positions: int, tokenizer: Tokenizer, examples, max_new: int, budget: int, answer_tokens: int,
                     early_stop: str) -> None:
     """A forced row at the largest budget must fit the model: the prompt, <think>, the
     budget, the appended text and the answer."""
@@ -105,7 +107,7 @@ def check_positions(positions: int, tokenizer, examples, max_new: int, budget: i
                          f"the model's {positions} positions; lower it")
 
 
-def write_results(cfg: ThinkConfig, env, rows: list[dict], samples: list[dict], max_new: int,
+def write_results(cfg: ThinkConfig, env: ThinkingModesEnv, rows: list[dict], samples: list[dict], max_new: int,
                   early_stop: str) -> dict[str, Any]:
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))

@@ -18,6 +18,7 @@ import torch
 
 from posttrain.config import SamplingParams
 from posttrain.roles.engines import Engine, make_engine
+from posttrain.types import Tokenizer
 
 
 def held_cache_bytes(cache) -> int:
@@ -29,7 +30,7 @@ def held_cache_bytes(cache) -> int:
                if layer.is_initialized)
 
 
-def sampler_cache_bytes(model, tokenizer, examples, samples_per_prompt: int, max_new_tokens: int,
+def sampler_cache_bytes(model, tokenizer: Tokenizer, examples, samples_per_prompt: int, max_new_tokens: int,
                         seed: int = 0) -> int:
     """Sample with the real engine and record what its cache holds once each prompt's
     prefill has been copied out to its K rows (the cache's first batch_select_indices: the

@@ -145,8 +145,9 @@ class CodeTests:
                  memory_mb: int = 256, max_output_bytes: int = 64_000):  # fmt: skip
         self.partial = partial
         self.version = "code/tests-partial-v1" if partial else "code/tests-v1"
-        self.limits = dict(cpu_seconds=cpu_seconds, wall_seconds=wall_seconds,
-                           memory_mb=memory_mb, max_output_bytes=max_output_bytes)  # fmt: skip
+        # run_sandboxed's keyword arguments
+        self.limits: dict[str, Any] = dict(cpu_seconds=cpu_seconds, wall_seconds=wall_seconds,
+                                           memory_mb=memory_mb, max_output_bytes=max_output_bytes)  # fmt: skip
 
     def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
         example, refused, error = admit(example, completion)
@@ -209,12 +210,14 @@ class CodeTests:
                 continue
             got = [results.get(i) for i in check.probes]
             first_bad = next((k for k, r in enumerate(got) if r is None or r[0] != "value"), None)
-            if first_bad is not None and got[first_bad] is None:
+            bad = None if first_bad is None else got[first_bad]
+            if first_bad is not None and bad is None:
                 outcome = None  # never reported: the run's status says why
-            elif first_bad is not None:
-                outcome = {"outcome": got[first_bad][0], "error": got[first_bad][1], "verdict": "parent"}
+            elif bad is not None:
+                outcome = {"outcome": bad[0], "error": bad[1], "verdict": "parent"}
             else:
-                passed, error = judge(check, {i: r[1] for i, r in zip(check.probes, got)})
+                # every probe reported a value here (no first_bad)
+                passed, error = judge(check, {i: r[1] for i, r in zip(check.probes, got) if r is not None})
                 verdict = "pass" if passed else ("fail" if passed is False else "error")
                 outcome = {"outcome": verdict, "error": error, "verdict": "parent"}
             outcomes[check.test] = outcome

@@ -30,6 +30,7 @@ import functools
 import json
 import operator
 import re
+from typing import Any, Callable, TypeGuard
 
 # The judge's builtins: pure, and cheap on values that fit in the sandbox's output limit.
 JUDGE_CALLS = {f.__name__: f for f in (abs, all, any, bool, float, frozenset, int, len, list,
@@ -37,7 +38,8 @@ JUDGE_CALLS = {f.__name__: f for f in (abs, all, any, bool, float, frozenset, in
 _COMPARE = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
             ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,
             ast.NotIn: lambda a, b: a not in b, ast.Is: operator.is_, ast.IsNot: operator.is_not}  # fmt: skip
-_UNARY = {ast.Not: operator.not_, ast.USub: operator.neg, ast.UAdd: operator.pos}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {ast.Not: operator.not_, ast.USub: operator.neg,
+                                                          ast.UAdd: operator.pos}
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}  # fmt: skip
 _NUMBERS = (bool, int, float, complex)
@@ -85,7 +87,10 @@ def plan_for(tests: list[str], code: str) -> Plan:
 
 @functools.lru_cache(maxsize=4096)  # the same problem is scored K times per step
 def _plan(tests: tuple[str, ...], shadowed: frozenset[str]) -> Plan:
-    checks, probes, setup, sandbox_tests = [], [], [], []
+    checks: list[Check] = []
+    probes: list[str] = []
+    setup: list[str] = []
+    sandbox_tests: list[int] = []
     for index, test in enumerate(tests):
         found = _split_test(test, index, len(probes), shadowed)
         if found is None:
@@ -101,7 +106,10 @@ def _plan(tests: tuple[str, ...], shadowed: frozenset[str]) -> Plan:
 def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str]):
     """(checks, probe sources, import sources) for a test the parent can judge, else None."""
     tree = ast.parse(test)
-    asserts, imports, checkers, literal_names = [], [], {}, set()
+    asserts: list[ast.Assert] = []
+    imports: list[ast.Import | ast.ImportFrom] = []
+    checkers: dict[str, ast.FunctionDef] = {}
+    literal_names: set[str] = set()
     for statement in tree.body:
         if isinstance(statement, ast.Assert):
             asserts.append(statement)
@@ -114,9 +122,10 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
             literal_names.add(statement.targets[0].id)  # METADATA = {...}: unused by asserts
         elif _is_checker(statement):
             checkers[statement.name] = statement
-        elif _is_checker_call(statement, checkers):
-            checker = checkers.pop(statement.value.func.id)  # each checker runs once
-            rename = _Rename(checker.args.args[0].arg, statement.value.args[0].id)
+        elif (call := _checker_call(statement, checkers)) is not None:
+            checker_name, argument = call
+            checker = checkers.pop(checker_name)  # each checker runs once
+            rename = _Rename(checker.args.args[0].arg, argument)
             asserts += [rename.visit(s) for s in checker.body if isinstance(s, ast.Assert)]
         else:
             return None
@@ -124,7 +133,8 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
         return None
     library = (set(dir(builtins)) - shadowed) | {a.asname or a.name.split(".")[0]
                                                  for s in imports for a in s.names}  # fmt: skip
-    checks, probes = [], []
+    checks: list[Check] = []
+    probes: list[str] = []
     for statement in asserts:
         split = _Splitter(library, shadowed, first_probe + len(probes))
         judge = split.visit(statement.test)
@@ -137,12 +147,12 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
     return checks, probes, [ast.unparse(s) for s in imports]
 
 
-def _is_docstring(statement) -> bool:
+def _is_docstring(statement: ast.stmt) -> bool:
     return isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant) \
         and isinstance(statement.value.value, str)
 
 
-def _is_checker(statement) -> bool:
+def _is_checker(statement: ast.stmt) -> TypeGuard[ast.FunctionDef]:
     """`def check(candidate):` whose body is asserts only (a docstring and pass allowed)."""
     return (isinstance(statement, ast.FunctionDef) and not statement.decorator_list
             and len(statement.args.args) == 1 and not statement.args.defaults
@@ -151,11 +161,13 @@ def _is_checker(statement) -> bool:
             and all(isinstance(s, (ast.Assert, ast.Pass)) or _is_docstring(s) for s in statement.body))  # fmt: skip
 
 
-def _is_checker_call(statement, checkers) -> bool:
-    """`check(some_name)` for a checker defined above."""
+def _checker_call(statement: ast.stmt, checkers: dict[str, ast.FunctionDef]) -> tuple[str, str] | None:
+    """(checker, argument) of `check(some_name)` for a checker defined above, else None."""
     call = statement.value if isinstance(statement, ast.Expr) else None
-    return (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in checkers
-            and len(call.args) == 1 and isinstance(call.args[0], ast.Name) and not call.keywords)  # fmt: skip
+    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and call.func.id in checkers
+            and len(call.args) == 1 and isinstance(call.args[0], ast.Name) and not call.keywords):  # fmt: skip
+        return call.func.id, call.args[0].id
+    return None
 
 
 class _Rename(ast.NodeTransformer):
@@ -178,7 +190,9 @@ class _Splitter:
 
     def __init__(self, library: set[str], shadowed: frozenset[str], first_probe: int):
         self.library, self.shadowed = library, shadowed
-        self.probes, self.indices, self.literals = [], [], {}
+        self.probes: list[str] = []  # the probes' sources, `_p<k>` in the judge
+        self.indices: list[int] = []  # their indices among all the plan's probes
+        self.literals: dict[str, Any] = {}  # `_l<k>` -> the literal's value
         self.first_probe, self.sound = first_probe, True
 
     def name(self, prefix: str, k: int):
@@ -296,7 +310,7 @@ def judge(check: Check, values: dict[int, object]):
     return passed, None if passed else f"failed: {check.source} ({got})"[:300]
 
 
-def _evaluate(node, env):
+def _evaluate(node, env: dict[str, Any]):
     kind = type(node)
     if kind is ast.Name:
         return env[node.id]

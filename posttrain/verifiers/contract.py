@@ -95,8 +95,8 @@ def as_example(example: Any) -> tuple[Example | None, str]:
 
 def _as_example(example: Any) -> tuple[Example | None, str]:
     if isinstance(example, Example):
-        fields = {"prompt": example.prompt, "expected_answer": example.expected_answer,
-                  "id": example.id, "meta": example.meta}  # fmt: skip
+        fields: dict[str, Any] = {"prompt": example.prompt, "expected_answer": example.expected_answer,
+                                  "id": example.id, "meta": example.meta}  # fmt: skip
     elif isinstance(example, Mapping):
         missing = [key for key in ("prompt", "expected_answer") if key not in example]
         if missing:

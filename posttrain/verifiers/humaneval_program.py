@@ -53,11 +53,11 @@ class HumanEvalProgram:
         self._code = CODE_SPECS["code/tests-v1"]
 
     def __call__(self, example: Any, completion: Any) -> dict[str, Any]:
-        checked, refused, _ = admit(example, completion)
-        problem = None if refused else self.check_example(checked)
-        if refused or problem:  # code/tests-v1 gives the reason (bad_example, not_text, bad_tests)
-            result = self._code(example if refused else {**_fields(checked), "meta": {}}, completion)
-            if problem and not refused:
+        checked, _, _ = admit(example, completion)  # checked is None: refused
+        problem = None if checked is None else self.check_example(checked)
+        if checked is None or problem:  # code/tests-v1 gives the reason (bad_example, not_text, bad_tests)
+            result = self._code(example if checked is None else {**_fields(checked), "meta": {}}, completion)
+            if problem:
                 result["details"]["error"] = problem
         else:
             program, shape = program_of(checked, completion)

@@ -301,7 +301,7 @@ class MathAnswerSpec:
         expected = details["expected"] = example.expected_answer.strip(WHITESPACE)
         reason, answer, source = extract_answer(completion)
         details["answer_source"] = source
-        if reason != "ok":
+        if reason != "ok" or answer is None:  # an answer comes with "ok", and only with it
             details["reason"] = reason
             return {"reward": 0.0, "details": details}
         details["parsed"] = answer

@@ -47,7 +47,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
+from typing import IO, Any
 
 if __name__ != "__main__":  # as the worker script, it loads processes.py by path (at the end)
     from posttrain.guards import processes
@@ -153,7 +153,7 @@ class _Worker:
     under a lock."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.owner_pid = -1
         self.buffer = b""
         self.lock = threading.Lock()
@@ -175,21 +175,28 @@ class _Worker:
             raise WorkerUnavailable(self.unavailable) from error
         self.owner_pid = os.getpid()
         self.buffer = b""
-        hello = self._read_line(time.monotonic() + WORKER_STARTUP_SECONDS)
+        hello = self._read_line(self._running()[2], time.monotonic() + WORKER_STARTUP_SECONDS)
         if hello is None or not hello.get("ready"):
             self.kill()
-            error = (hello or {}).get("error", "no answer within the startup limit")
-            if "No module named 'math_verify'" in str(error):
+            said = (hello or {}).get("error", "no answer within the startup limit")
+            if "No module named 'math_verify'" in str(said):
                 raise ImportError(
                     "math-verify is not installed: `pip install math-verify` "
-                    f"(the math answer scorer needs it); the worker said: {error}"
+                    f"(the math answer scorer needs it); the worker said: {said}"
                 )
-            self.unavailable = f"the math-verify worker did not start: {error}"
+            self.unavailable = f"the math-verify worker did not start: {said}"
             raise WorkerUnavailable(self.unavailable)
 
-    def _read_line(self, deadline: float) -> dict | None:
+    def _running(self) -> tuple[subprocess.Popen[bytes], IO[bytes], IO[bytes]]:
+        """The worker process with its stdin and stdout, the pipes `_start` opened."""
+        proc = self.proc
+        if proc is None or proc.stdin is None or proc.stdout is None:  # only a bug gets here
+            raise WorkerUnavailable("the math-verify worker is not running: _start it first")
+        return proc, proc.stdin, proc.stdout
+
+    def _read_line(self, stdout: IO[bytes], deadline: float) -> dict | None:
         """The next reply line, or None if the deadline passes (or the child dies) first."""
-        fd = self.proc.stdout.fileno()
+        fd = stdout.fileno()
         while b"\n" not in self.buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -216,7 +223,8 @@ class _Worker:
                 pass
             self.proc.wait()
             for pipe in (self.proc.stdin, self.proc.stdout):
-                pipe.close()
+                if pipe is not None:  # always open: _start asked for both pipes
+                    pipe.close()
         self.proc = None
 
     def ask(self, expected: str, answer: str, timeout: float) -> dict | None:
@@ -225,16 +233,17 @@ class _Worker:
             if self.proc is None or self.owner_pid != os.getpid() or self.proc.poll() is not None:
                 self.kill()  # reaps a dead child; forgets (without killing) a parent's one
                 self._start()
+            proc, stdin, stdout = self._running()
             request = json.dumps({"expected": expected, "answer": answer}) + "\n"
             try:
-                self.proc.stdin.write(request.encode())
-                self.proc.stdin.flush()
+                stdin.write(request.encode())
+                stdin.flush()
             except OSError:  # died between calls
                 self.kill()
                 return {"status": "error", "error": "the worker closed its input"}
-            reply = self._read_line(time.monotonic() + timeout)
+            reply = self._read_line(stdout, time.monotonic() + timeout)
             if reply is None:
-                died = self.proc.poll() is not None
+                died = proc.poll() is not None
                 self.kill()
                 if died:
                     return {"status": "error", "error": "the worker died (memory limit?)"}
@@ -285,6 +294,8 @@ def _load_processes() -> Any:
 
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "guards", "processes.py")
     spec = importlib.util.spec_from_file_location("posttrain_processes", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path} as a module: is the posttrain package complete?")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

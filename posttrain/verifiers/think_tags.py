@@ -30,7 +30,9 @@ def forced_text(early_stop: str = EARLY_STOP) -> str:
 def split_thinking(text: str) -> tuple[list[str], str, bool]:
     """(the text of each <think> block, the text outside them, whether a <think> was left
     open: an unclosed block runs to the end of the text)."""
-    blocks, outside, position = [], [], 0
+    blocks: list[str] = []
+    outside: list[str] = []
+    position = 0
     while True:
         start = text.find(THINK_OPEN, position)
         if start < 0:

@@ -29,7 +29,7 @@ from posttrain.algorithms.preference.orpo import ORPO
 from posttrain.algorithms.preference.simpo import SimPO
 
 # Parent first: each entry is a small diff on DPO.
-PREFERENCE_LOSSES: dict[str, type] = {
+PREFERENCE_LOSSES: dict[str, type[PreferenceLoss]] = {
     "dpo": DPO,  # −log σ(β·Δ), Δ = the chosen-minus-rejected log-ratio to π_ref
     "ipo": IPO,  # DPO with a squared loss toward a finite target margin
     "kto": KTO,  # DPO's log-ratio per example, against a reference point, no pairs

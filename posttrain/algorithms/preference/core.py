@@ -29,8 +29,8 @@ the same per-token cross-entropy SFT minimises.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+from dataclasses import Field, dataclass
+from typing import Any, ClassVar
 
 import torch
 
@@ -57,10 +57,10 @@ class PreferenceLogps:
         """Split per-row values (N,) into the chosen rows and the rejected rows, each side
         in row order (so with pairs laid out as adjacent rows, index i is pair i). A pair's
         weight is read off its chosen row (both rows hold it: RolloutBatch.pair_weights)."""
-        ref = (None, None) if ref_logps is None else (ref_logps[is_chosen], ref_logps[~is_chosen])
-        weights = None if pair_weights is None else pair_weights[is_chosen]
-        return PreferenceLogps(logps[is_chosen], logps[~is_chosen], lengths[is_chosen], lengths[~is_chosen], *ref,
-                               weights)
+        return PreferenceLogps(logps[is_chosen], logps[~is_chosen], lengths[is_chosen], lengths[~is_chosen],
+                               ref_chosen=None if ref_logps is None else ref_logps[is_chosen],
+                               ref_rejected=None if ref_logps is None else ref_logps[~is_chosen],
+                               weights=None if pair_weights is None else pair_weights[is_chosen])
 
     def cat(self, other: PreferenceLogps) -> PreferenceLogps:
         """Both sides of two batches, one after the other (held-out pairs scored in chunks)."""
@@ -115,8 +115,11 @@ class PreferenceLoss:
     # how a pair's score gap weighs its loss (gap_weights); "none" for every loss but DPO,
     # whose field of the same name overrides it. The caller that assembles a step's batch
     # (pipelines/preference_train.py::preference_batch) turns the gaps into
-    # RolloutBatch.pair_weights over the whole step, so micro-batches see the step's weights
-    gap_weighting: ClassVar[str] = "none"
+    # RolloutBatch.pair_weights over the whole step, so micro-batches see the step's weights.
+    # A plain class attribute, not a ClassVar: DPO's is an instance field (a hyperparameter)
+    gap_weighting: str = "none"
+    # what @dataclass gives every subclass, declared so a type checker lets dataclasses.fields read it
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
 
     @property
     def uses_reference(self) -> bool:
@@ -152,12 +155,15 @@ class PreferenceLoss:
         return loss, metrics
 
 
-def require_reference(name: str, logps: PreferenceLogps) -> None:
+def require_reference(name: str, logps: PreferenceLogps) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ref_chosen, ref_rejected), or ValueError naming the loss `name` when either is None.
+    Returned, not only checked, so the loss holds Tensors, never Optionals."""
     if logps.ref_chosen is None or logps.ref_rejected is None:
         raise ValueError(
             f"{name} needs reference log-probs (ref_chosen, ref_rejected), got None; compute them with the "
             "reference model under torch.no_grad()"
         )
+    return logps.ref_chosen, logps.ref_rejected
 
 
 def require_paired(name: str, logps: PreferenceLogps) -> None:

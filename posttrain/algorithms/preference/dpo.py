@@ -124,10 +124,10 @@ class DPO(PreferenceLoss):
 
     def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of the (smoothed) DPO loss; every input (B,)."""
-        require_reference("DPO", logps)
+        ref_chosen, ref_rejected = require_reference("DPO", logps)  # (B,) each
         require_paired("DPO", logps)
-        chosen_logratio = logps.chosen - logps.ref_chosen  # (B,) log π_θ/π_ref (y_c)
-        rejected_logratio = logps.rejected - logps.ref_rejected  # (B,)
+        chosen_logratio = logps.chosen - ref_chosen  # (B,) log π_θ/π_ref (y_c)
+        rejected_logratio = logps.rejected - ref_rejected  # (B,)
         if self.length_normalize:
             chosen_logratio = chosen_logratio / logps.chosen_lengths.clamp(min=1)
             rejected_logratio = rejected_logratio / logps.rejected_lengths.clamp(min=1)
@@ -142,7 +142,7 @@ class DPO(PreferenceLoss):
             losses = losses + self.nll_coef * nll
             metrics["nll_chosen"] = nll.mean().item()
         if self.kl_coef > 0:  # ½ (sequence log-ratio)² of both responses, never length-normalised
-            seq_logratio = torch.stack([logps.chosen - logps.ref_chosen, logps.rejected - logps.ref_rejected])  # (2, B)
+            seq_logratio = torch.stack([logps.chosen - ref_chosen, logps.rejected - ref_rejected])  # (2, B)
             kl = 0.5 * seq_logratio.pow(2).mean(dim=0)  # (B,) the pair's mean over its two responses
             losses = losses + self.kl_coef * kl
             metrics["kl_seq"] = kl.mean().item()

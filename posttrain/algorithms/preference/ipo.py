@@ -62,10 +62,10 @@ class IPO(PreferenceLoss):
 
     def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over the B pairs of (h − 1/(2β))²; every input (B,)."""
-        require_reference("IPO", logps)
+        ref_chosen, ref_rejected = require_reference("IPO", logps)  # (B,) each
         require_paired("IPO", logps)
-        chosen_logratio = logps.chosen - logps.ref_chosen  # (B,)
-        rejected_logratio = logps.rejected - logps.ref_rejected  # (B,)
+        chosen_logratio = logps.chosen - ref_chosen  # (B,)
+        rejected_logratio = logps.rejected - ref_rejected  # (B,)
         if self.length_normalize:
             chosen_logratio = chosen_logratio / logps.chosen_lengths.clamp(min=1)
             rejected_logratio = rejected_logratio / logps.rejected_lengths.clamp(min=1)

@@ -65,9 +65,9 @@ class KTO(PreferenceLoss):
     def loss(self, logps: PreferenceLogps) -> tuple[torch.Tensor, dict[str, float]]:
         """Mean over all B_D + B_U examples of λ_y − v(x, y). Desirable inputs (B_D,),
         undesirable inputs (B_U,)."""
-        require_reference("KTO", logps)
-        r_desirable = logps.chosen - logps.ref_chosen  # (B_D,) implicit reward / β
-        r_undesirable = logps.rejected - logps.ref_rejected  # (B_U,)
+        ref_chosen, ref_rejected = require_reference("KTO", logps)  # (B_D,), (B_U,)
+        r_desirable = logps.chosen - ref_chosen  # (B_D,) implicit reward / β
+        r_undesirable = logps.rejected - ref_rejected  # (B_U,)
         n = r_desirable.numel() + r_undesirable.numel()
         if n == 0:
             raise ValueError("KTO got an empty batch: no desirable and no undesirable examples")

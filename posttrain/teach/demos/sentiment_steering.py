@@ -61,7 +61,7 @@ from posttrain.teach.demos.sentiment_measures import (
     real_word_fraction,
     score,
 )
-from posttrain.types import Episode, Example, RolloutBatch
+from posttrain.types import Episode, Example, RolloutBatch, Tokenizer
 
 # --------------------------------------------------------------------------------------
 # Settings: the defaults run in about a minute; --full fills the None fields from FULL
@@ -140,7 +140,7 @@ def pretrain(cfg: Config, tokenizer: CharTokenizer, log=print) -> GPTMini:
 
 
 @torch.no_grad()
-def evaluate(policy: GPTMini, reference: Reference, tokenizer, cfg: Config) -> dict:
+def evaluate(policy: GPTMini, reference: Reference, tokenizer: Tokenizer, cfg: Config) -> dict:
     """Sample eval_samples completions of every corpus opening, with a generator seeded
     the same way every time, and measure reward, KL to the reference, diversity, entropy."""
     engine = make_engine(copy.deepcopy(policy), tokenizer, SamplingParams(max_new_tokens=cfg.max_new_tokens))
@@ -177,7 +177,7 @@ def sequence_kl(batch: RolloutBatch) -> float:
 # --------------------------------------------------------------------------------------
 
 
-def ppo_run(start: GPTMini, beta: float, tokenizer, cfg: Config, log=print) -> tuple[list[dict], GPTMini]:
+def ppo_run(start: GPTMini, beta: float, tokenizer: Tokenizer, cfg: Config, log=print) -> tuple[list[dict], GPTMini]:
     """cfg.steps PPO steps from `start` with KL coefficient β. The loop is the controller's
     rl_step, spelled out: sample → score → reference and critic → advantage → update → sync.
     Returns (one metrics row per step, the trained policy)."""

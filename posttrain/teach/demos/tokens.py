@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -25,6 +26,9 @@ from posttrain.teach.demos.common import demo_parser, finish_run, pyplot, save_f
 from posttrain.verifiers.final_int import get_spec
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.types import Example
+
+if TYPE_CHECKING:  # for annotations only: transformers takes seconds to import
+    from transformers import PreTrainedTokenizerBase
 
 NEAR_MISSES = ("Final: 323", "Final:  323", "Final: 0323", "Final:\n323")
 SPEC_VERSION = "final_int/strict-v1"
@@ -43,7 +47,7 @@ def load_tokenizer(path: str | None):
     return AutoTokenizer.from_pretrained(path, local_files_only=True)
 
 
-def split(tokenizer, text: str) -> list[tuple[int, str]]:
+def split(tokenizer: CharTokenizer | PreTrainedTokenizerBase, text: str) -> list[tuple[int, str]]:
     """(token id, the text that token stands for) for each token of `text`, with no
     special tokens added: the decisions a policy makes to write exactly this string."""
     if isinstance(tokenizer, CharTokenizer):
@@ -59,7 +63,8 @@ def show(piece: str) -> str:
     return piece.replace(" ", "␣").replace("\n", "⏎").replace("\t", "⇥")
 
 
-def inspect(tokenizer, strings, expected: str, spec_version: str = SPEC_VERSION) -> list[dict]:
+def inspect(tokenizer: CharTokenizer | PreTrainedTokenizerBase, strings, expected: str,
+            spec_version: str = SPEC_VERSION) -> list[dict]:
     """One row per string: its tokens and the scorer's verdict on it."""
     scorer = get_spec(spec_version)
     example = Example(prompt="", expected_answer=expected)
