@@ -97,12 +97,12 @@ def _(mo):
 def _(RolloutBatch, copy, env, model, prompt, temperature, tok, torch):
     from posttrain.models.logprobs import token_logp
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.config import SamplingParams
 
     K = 6
     # The engine holds its own copy of the policy, as in a real run (weights reach it by sync).
-    engine = RolloutEngine(
+    engine = make_engine(
         copy.deepcopy(model), tok,
         SamplingParams(temperature=temperature.value, max_new_tokens=12, stop_at_newline=True),
     )
@@ -214,7 +214,7 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/roles/rollout.py` — `RolloutEngine.generate`, `sample_next_token`, `SamplingParams`
+    * `posttrain/roles/engines/torch_engine.py` — `RolloutEngine.generate`, `sample_next_token` (built by `make_engine`, `posttrain/roles/engines/__init__.py`)
     * `posttrain/algorithms/core.py` — `token_logp`, `clipped_surrogate`, `zero_variance_group_fraction`
     * `posttrain/types.py` — `Episode`, `RolloutBatch` (the `(B, T)` layout, `old_logp` alignment)
     * `posttrain/models/gpt_mini.py` — the decoder (its KV cache: `posttrain/models/kv_cache.py`)

@@ -69,13 +69,13 @@ def _(copy, dataclasses, torch):
     from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.reference import Reference
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.config import SamplingParams
     from posttrain.types import RolloutBatch
 
     model, tok, env, sft_losses = tiny_policy(sft_steps=100)
     params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
-    _engine = RolloutEngine(copy.deepcopy(model), tok, params)
+    _engine = make_engine(copy.deepcopy(model), tok, params)
     prompts = env.fixed_set("train", 4, seed=1)
     _episodes = score_episodes(env.score, _engine.generate(prompts, 6, generator=torch.Generator().manual_seed(0)))
     batch = RolloutBatch.collate(_episodes, tok.pad_id, temperature=params.temperature)
@@ -83,7 +83,7 @@ def _(copy, dataclasses, torch):
     grpo = make_algorithm("grpo", kl_coef=0.04)  # the GRPO paper's β, so the KL term is live
     batch = dataclasses.replace(batch, **grpo.compute_advantages(batch))
     heldout = env.fixed_set("train", 90)  # every level-1 training problem, scored greedily
-    return RolloutEngine, batch, env, grpo, heldout, model, params, sft_losses, tok
+    return make_engine, batch, env, grpo, heldout, model, params, sft_losses, tok
 
 
 @app.cell
@@ -132,11 +132,11 @@ def _(batch, copy, grpo, log_lr, model, torch):
 
 
 @app.cell
-def _(RolloutEngine, copy, env, heldout, model, params, policy, tok):
+def _(make_engine, copy, env, heldout, model, params, policy, tok):
     from posttrain.eval.evaluate import evaluate_pass_at_1 as _evaluate
 
-    pass_before = _evaluate(RolloutEngine(copy.deepcopy(model), tok, params), env, heldout)["pass@1"]
-    pass_after = _evaluate(RolloutEngine(copy.deepcopy(policy), tok, params), env, heldout)["pass@1"]
+    pass_before = _evaluate(make_engine(copy.deepcopy(model), tok, params), env, heldout)["pass@1"]
+    pass_after = _evaluate(make_engine(copy.deepcopy(policy), tok, params), env, heldout)["pass@1"]
     return pass_after, pass_before
 
 

@@ -70,14 +70,14 @@ def _():
     from posttrain.algorithms import make_algorithm
     from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
 
     model, tok, env, _ = tiny_policy(sft_steps=100)
-    return (InProcessWeightSync, RolloutBatch, RolloutEngine, SamplingParams, Trainer, env, make_algorithm, model,
+    return (InProcessWeightSync, RolloutBatch, make_engine, SamplingParams, Trainer, env, make_algorithm, model,
             score_episodes, tok)
 
 
@@ -90,13 +90,13 @@ def _(mo):
 
 
 @app.cell
-def _(InProcessWeightSync, RolloutBatch, RolloutEngine, SamplingParams, Trainer, copy, dataclasses, env,
+def _(InProcessWeightSync, RolloutBatch, make_engine, SamplingParams, Trainer, copy, dataclasses, env,
       make_algorithm, model, score_episodes, sync_every, tok, torch):
     from posttrain.algorithms.core import clipped_surrogate, importance_ratio, masked_mean
 
     STEPS = 8
     policy = copy.deepcopy(model).requires_grad_(True)  # the trainer's copy
-    engine = RolloutEngine(copy.deepcopy(model), tok, SamplingParams(temperature=1.0, max_new_tokens=12,
+    engine = make_engine(copy.deepcopy(model), tok, SamplingParams(temperature=1.0, max_new_tokens=12,
                                                                    stop_at_newline=True))
     sync = InProcessWeightSync(policy, engine)
     trainer = Trainer(policy, lr=1e-3, total_steps=STEPS, warmup_steps=3)  # brisk, so drift shows in 8 steps
@@ -171,7 +171,7 @@ def _(mo):
     ## Source files used here
 
     * `posttrain/roles/weight_sync.py` — `InProcessWeightSync.push`, the version counter
-    * `posttrain/roles/rollout.py` — `RolloutEngine` (its own model copy, `weight_version`)
+    * `posttrain/roles/engines/torch_engine.py` — `RolloutEngine` (its own model copy, `weight_version`, `load_weights`)
     * `posttrain/types.py` — `Episode.weight_version`
     * `posttrain/roles/trainer.py` — `Trainer.update`, `Trainer.forward`
     * `posttrain/algorithms/core.py` — `clipped_surrogate` (ratio, clipfrac, approx_kl)

@@ -71,14 +71,14 @@ def _():
     from posttrain.runs.rundir import sample_row
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.reference import Reference
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.config import SamplingParams
     from posttrain.roles.trainer import Trainer
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
 
     model, tok, env, _ = tiny_policy(sft_steps=100)
-    return (InProcessWeightSync, Reference, RolloutBatch, RolloutEngine, SamplingParams, Trainer, env, kl_k3,
+    return (InProcessWeightSync, Reference, RolloutBatch, make_engine, SamplingParams, Trainer, env, kl_k3,
             make_algorithm, masked_mean, model, rollout_metrics, sample_row, score_episodes, tok,
             zero_variance_group_fraction)
 
@@ -100,13 +100,13 @@ def _(mo):
 
 
 @app.cell
-def _(InProcessWeightSync, Reference, RolloutBatch, RolloutEngine, SamplingParams, Trainer, controls, copy,
+def _(InProcessWeightSync, Reference, RolloutBatch, make_engine, SamplingParams, Trainer, controls, copy,
       dataclasses, env, make_algorithm, model, score_episodes, tok, torch):
     bug = controls.value["bug"]
     TAU = 0.8
     # The roles, wired as rl_stage wires them: the engine and the reference get their own copies.
     policy = copy.deepcopy(model).requires_grad_(True)
-    engine = RolloutEngine(copy.deepcopy(model), tok, SamplingParams(temperature=TAU, max_new_tokens=12,
+    engine = make_engine(copy.deepcopy(model), tok, SamplingParams(temperature=TAU, max_new_tokens=12,
                                                                    stop_at_newline=True))
     sync = InProcessWeightSync(policy, engine)
     reference = Reference(model)
@@ -204,7 +204,7 @@ def _(mo):
     ## Source files used here
 
     * `posttrain/roles/controller.py` — `Controller.step`, `rollout_metrics`; `posttrain/runs/rundir.py` — `sample_row`
-    * `posttrain/roles/rollout.py` — `RolloutEngine.generate` (stage 1)
+    * `posttrain/roles/engines/torch_engine.py` — `RolloutEngine.generate` (stage 1)
     * `posttrain/roles/environment.py` — `score_episodes` (stage 2)
     * `posttrain/roles/reference.py` — `Reference.logp` (stage 3)
     * `posttrain/algorithms/grpo.py` — `compute_advantages` and `compute_loss` (stages 4, 5)

@@ -67,7 +67,7 @@ def _(torch):
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
     from posttrain.pipelines.sft import demonstration_turns
-    from posttrain.roles.rollout import encode_prompt
+    from posttrain.roles.engines.contract import encode_prompt
     from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example
 
     torch.manual_seed(0)

@@ -62,14 +62,14 @@ def _(copy, torch):
     from posttrain.config import SamplingParams
     from posttrain.data.preference_rows import group_by_prompt, pairs_from_verifier
     from posttrain.roles.environment import score_episodes
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.teach.widgets import tiny_policy
 
     model, tok, env, _ = tiny_policy(sft_steps=100)
     # Pairs the way `posttrain train --algo dpo` builds them: 8 samples per prompt at T = 1.5
     # (the SFT policy is too sure of itself at T = 1 to make mistakes), every right answer
     # paired with every wrong one. Prompts 0-59 train, 60-89 give held-out pairs.
-    _sampler = RolloutEngine(copy.deepcopy(model), tok, SamplingParams(temperature=1.5, max_new_tokens=12,
+    _sampler = make_engine(copy.deepcopy(model), tok, SamplingParams(temperature=1.5, max_new_tokens=12,
                                                                        stop_at_newline=True))
     problems = env.fixed_set("train", 90)  # every level-1 training problem
 
@@ -174,7 +174,7 @@ def _(beta, copy, env, heldout_pairs, make_preference_loss, model, pairs, proble
         preference_batch,
         train_preference,
     )
-    from posttrain.roles.rollout import RolloutEngine as _RolloutEngine
+    from posttrain.roles.engines import make_engine as _make_engine
 
     LOSSES = ("dpo", "ipo", "kto", "orpo", "simpo")
     reference = frozen_copy(model)
@@ -183,7 +183,7 @@ def _(beta, copy, env, heldout_pairs, make_preference_loss, model, pairs, proble
     _heldout_batch = preference_batch(_rows, range(len(_rows)), tok.pad_id)
 
     def _pass(policy) -> float:
-        return evaluate_pass_at_1(_RolloutEngine(copy.deepcopy(policy), tok, _greedy), env, problems)["pass@1"]
+        return evaluate_pass_at_1(_make_engine(copy.deepcopy(policy), tok, _greedy), env, problems)["pass@1"]
 
     def _moved(policy, records) -> dict:
         """Mean change of log π(y_c) and log π(y_r) from π_ref, and the fraction of pairs whose

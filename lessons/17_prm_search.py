@@ -92,7 +92,7 @@ def _(MAX_NEW, mo):
 def _(MAX_NEW, controls, env, model, problems, tok, torch):
     from posttrain.config import SamplingParams
     from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.config.scoring import SearchConfig
     from posttrain.search.budget import Problem, sample_completions
     from posttrain.search.compare import SEPARATORS
@@ -108,7 +108,7 @@ def _(MAX_NEW, controls, env, model, problems, tok, torch):
 
     budget, noise = controls.value["budget"], controls.value["noise"]
     settings = SearchConfig()  # expansions, MCTS children, c_uct, step cap: what `posttrain search` uses
-    engine = RolloutEngine(model, tok, SamplingParams(temperature=0.5, max_new_tokens=MAX_NEW))
+    engine = make_engine(model, tok, SamplingParams(temperature=0.5, max_new_tokens=MAX_NEW))
     fmt, separators = get_step_format("arithmetic"), SEPARATORS["arithmetic"]
     step_checker = OracleStepScorer(problems)
     orm = NoisyScorer(OracleOutcomeScorer(problems, env.score), noise)

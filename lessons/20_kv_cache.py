@@ -25,7 +25,7 @@ def _(mo):
 
     To sample token $t+1$, attention needs the keys and values of tokens $1..t$ in every layer.
     Recomputing them each step would make decoding quadratic, so the sampler keeps them: the
-    **KV cache**. Lesson 02's sampler does this (`posttrain/roles/rollout.py`); so does every
+    **KV cache**. Lesson 02's sampler does this (`posttrain/roles/engines/torch_engine.py`); so does every
     inference engine. Its size is set by the architecture alone:
 
     $$
@@ -103,7 +103,7 @@ def _(torch):
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
-    from posttrain.roles.rollout import example_prompt_ids
+    from posttrain.roles.engines.contract import example_prompt_ids
     from posttrain.systems.kv_cache import sampler_kv_bytes
     from posttrain.systems.shapes import PRESETS as _PRESETS
     from posttrain.teach.measure import sampler_cache_bytes
@@ -171,7 +171,7 @@ def _(mo):
 
     * `posttrain/systems/kv_cache.py` — `kv_bytes_per_token`, `paged_vs_contiguous`, `prefix_sharing`,
       `max_cached_tokens`, `sampler_kv_bytes`
-    * `posttrain/roles/rollout.py` — our sampler: one contiguous cache, prefill once per prompt,
+    * `posttrain/roles/engines/torch_engine.py` — our sampler: one contiguous cache, prefill once per prompt,
       copied out to its K rows
     * `posttrain/models/kv_cache.py` — `KVCache`, the cache the measurement reads
     * `posttrain/teach/measure.py` — `sampler_cache_bytes`: watches the real sampler's cache

@@ -154,7 +154,7 @@ def _(mo):
       `speculative_decoding_factor`, `continuous_batching_factor`, `prefix_caching_factor`
     * `posttrain/systems/roofline.py` — `prefill`, `decode_step`: the baseline's times
     * `posttrain/systems/stragglers.py` — `expected_max`: the longest of the batch
-    * `posttrain/roles/rollout.py` — our sampler: one prefill per distinct prompt, finished rows dropped
+    * `posttrain/roles/engines/torch_engine.py` — our sampler: one prefill per distinct prompt, finished rows dropped
 
     ## Exercises
 

@@ -60,7 +60,7 @@ def _(mo):
     \text{seconds} = a \cdot \max_i L_i + b \cdot \textstyle\sum_i L_i ,
     $$
 
-    which is what our sampler does (`roles/rollout.py` drops finished rows). On this machine
+    which is what our sampler does (`roles/engines/torch_engine.py` drops finished rows). On this machine
     `tests/test_systems_measured.py` fitted $a = 6.5$ ms and $b = 0.20$ ms for our sampler
     on gpt_mini, and the formula predicted three fresh batches within 16 %; the widget uses
     those two numbers and answers of 20 tokens on average. (The tax itself has no unit: a
@@ -229,7 +229,7 @@ def _(float_mismatch, float_worst, int8_mismatch, int8_worst, mo, speedups, toke
     int8 log-probs are **0.80 nats per token** from its float32 ones (README, "Real models"), so
     far that the importance weights meant to correct it are themselves too noisy to trust.
     posttrain therefore recomputes $\pi_{{\text{{old}}}}$ with the trainer and weighs each token by
-    $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/distributed/off_policy.py`),
+    $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/roles/off_policy.py`),
     logs the mismatch every step (`int8/logp_mismatch`), and warns above 0.05 nats. Lesson 25
     turns this into a knob.
     """
@@ -262,11 +262,11 @@ def _(mo):
 
     * `posttrain/systems/stragglers.py` — `expected_max`, `straggler_tax`, `expected_lengths`,
       `straggler_patches`, `overlong_penalty`, `logprob_mismatch`
-    * `posttrain/roles/rollout.py` — the sampler that drops finished rows (the $a \max L + b \sum L$ it pays)
+    * `posttrain/roles/engines/torch_engine.py` — the sampler that drops finished rows (the $a \max L + b \sum L$ it pays)
     * `tests/test_systems_measured.py` — the sampler's time against $a \max L + b \sum L$ on this machine
     * `posttrain/systems/roofline.py` — `low_precision_decode_speedup`
     * `posttrain/models/int8.py` — the int8 sampler; `posttrain/teach/sampler_mismatch.py` — the comparison
-    * `posttrain/distributed/off_policy.py` — `sampler_mismatch`, `apply_tis`: the correction
+    * `posttrain/roles/off_policy.py` — `sampler_mismatch`, `apply_tis`: the correction
     * `posttrain/algorithms/dapo.py` — the overlong penalty the trainer actually uses
 
     ## Exercises

@@ -28,7 +28,7 @@ def _(mo):
     | **framework** | which role runs when, on what, with which weights | `posttrain/roles/controller.py`, `posttrain/distributed/` |
     | **environment** | what is a prompt, how is an answer scored, what may untrusted code do | `posttrain/envs/`, `posttrain/verifiers/`, `posttrain/guards/sandbox.py` |
     | **performance** | where the time and the memory go, and what to change first | `posttrain/systems/`, `benchmarks/`, `posttrain/models/int8.py` |
-    | **correctness** | are the numbers the math says they are: log-probs, masks, staleness | `posttrain/distributed/off_policy.py`, `tests/`, `posttrain/runs/monitors.py` |
+    | **correctness** | are the numbers the math says they are: log-probs, masks, staleness | `posttrain/roles/off_policy.py`, `tests/`, `posttrain/runs/monitors.py` |
     | **operations** | a run that is killed resumes to the same numbers; a dead worker loses nothing | `posttrain/runs/`, `posttrain/guards/processes.py`, `tests/test_distributed_faults.py` |
 
     ## Four paths a step's bytes take
@@ -165,10 +165,10 @@ def _(mo):
     checks first, and where posttrain checks them:
 
     1. **`old_logp` from the sampling logits**, at sampling time, at the sampling temperature
-       — not recomputed later by weights that have moved (`posttrain/roles/rollout.py`; the
+       — not recomputed later by weights that have moved (`posttrain/roles/engines/torch_engine.py`; the
        parity test in `tests/test_rollout.py`; lesson 02).
     2. **The sampler's kernels are not the trainer's**: bf16, int8 or a fused attention make
-       log π_sampler ≠ log π_trainer (lesson 25; `posttrain/distributed/off_policy.py`'s
+       log π_sampler ≠ log π_trainer (lesson 25; `posttrain/roles/off_policy.py`'s
        `sampler_mismatch` measures and corrects it every step).
     3. **Weight versions**: every episode carries the version that sampled it, and a batch
        staler than allowed is an error, not a warning (`staleness_stats`).
@@ -177,7 +177,7 @@ def _(mo):
     5. **Masks**: prompt, padding and tool output never reach the loss, even when they hold
        NaN (lesson 08).
     6. **The same prompt tokens** in the sampler and the trainer: one `encode_prompt` for
-       sampling, SFT and preference pairs (`posttrain/roles/rollout.py`).
+       sampling, SFT and preference pairs (`posttrain/roles/engines/contract.py`).
     7. **Reproducible draws across topologies**: the rollout shard, not the worker, owns a
        seed, so two workers draw what one process draws (`tests/test_distributed.py`), and a
        killed worker loses no episode (`tests/test_distributed_faults.py`).

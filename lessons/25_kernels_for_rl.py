@@ -29,7 +29,7 @@ def _(mo):
 
     | surface | what runs there | slow when | wrong when | in posttrain |
     |---|---|---|---|---|
-    | **rollout / inference** | decode attention over the KV cache, sampling | bandwidth-bound at small batches; waits for stragglers | the sampled token's log-prob is not the one recorded | `posttrain/roles/rollout.py` |
+    | **rollout / inference** | decode attention over the KV cache, sampling | bandwidth-bound at small batches; waits for stragglers | the sampled token's log-prob is not the one recorded | `posttrain/roles/engines/torch_engine.py` |
     | **log-prob matching** | the trainer's log π of the sampled tokens: a log-softmax over the vocabulary | the (rows, tokens, vocab) logits do not fit | it differs from the sampler's (below) | `posttrain/models/logprobs.py` |
     | **training** | forward, backward, optimizer, the loss | small micro-batches; the prompt recomputed K times | masked tokens leak into the loss | `posttrain/roles/trainer.py`, `posttrain/models/shared_prefix.py` |
     | **weight sync** | all-gather, cast, broadcast, reshard | weights cross nodes or an object store | the engine keeps old weights (lesson 06) | `posttrain/roles/weight_sync.py` |
@@ -220,11 +220,11 @@ def _(mo):
     ## Source files used here
 
     * `posttrain/teach/sampler_mismatch.py` — the sampler against the trainer, token by token
-    * `posttrain/roles/rollout.py` — `RolloutEngine`: KV-cached decode, `old_logp` captured at sampling
+    * `posttrain/roles/engines/torch_engine.py` — `RolloutEngine`: KV-cached decode, `old_logp` captured at sampling
     * `posttrain/models/logprobs.py` — `response_logp`: the trainer's chunked log-softmax
     * `posttrain/models/int8.py` — the int8 sampler; `posttrain/models/device.py` — bf16 autocast
     * `posttrain/systems/stragglers.py` — `logprob_mismatch`: the statistics above
-    * `posttrain/distributed/off_policy.py` — `current_logp`, `apply_tis`, `sampler_mismatch`
+    * `posttrain/roles/off_policy.py` — `current_logp`, `apply_tis`, `sampler_mismatch`
     * `posttrain/systems/kv_cache.py` — `paged_vs_contiguous`, `prefix_sharing`
     * `posttrain/systems/throughput.py` — `rank_levers`, `decode_flops_share`: the ROI table
     * `tests/test_int8_rollout.py` — int8 log-probs within 2e-2 of float32's, and the corrected gradient
@@ -232,7 +232,7 @@ def _(mo):
     ## Exercises
 
     1. Our sampler prefills each distinct prompt once and copies its cache to the K rows
-       (`roles/rollout.py`). Which of the three allocations above does that make it, and what
+       (`roles/engines/torch_engine.py`). Which of the three allocations above does that make it, and what
        would a prefix-aware kernel save on top?
     2. Why is the mismatch a *bias* and not just noise? (Which way does the sampler's own
        rounding push the tokens it chose to sample?)

@@ -58,8 +58,8 @@ def _():
         {"concept": "Off-policy correction", "after": "22c",
          "what": "importance weights π_trainer / π_sampler for rollouts from stale or differently-computed "
                  "weights, truncated so they cannot explode (the widget below)",
-         "code": [("posttrain/distributed/off_policy.py", "truncated_is_weights"),
-                  ("posttrain/distributed/off_policy.py", "sampler_mismatch")]},
+         "code": [("posttrain/roles/off_policy.py", "truncated_is_weights"),
+                  ("posttrain/roles/off_policy.py", "sampler_mismatch")]},
         {"concept": "FP8", "after": "22b",
          "what": "8-bit floats for rollout (and training): twice the throughput, and a sampler whose log-probs "
                  "differ from the trainer's",
@@ -161,7 +161,7 @@ def _(mo):
 
 @app.cell
 def _(drift, torch):
-    from posttrain.distributed.off_policy import truncated_is_weights
+    from posttrain.roles.off_policy import truncated_is_weights
 
     CAP, N, TRIALS = 2.0, 32, 4_000
     theta = torch.log(torch.tensor([0.40, 0.12, 0.12, 0.12, 0.12, 0.12]))  # (6,) the trainer's π; answer 0 is right
@@ -226,12 +226,12 @@ def _(mo):
       because the cap binds on every right answer: truncation helps while the policies are
       close. Past that no reweighting rescues the batch (every RMSE is above 0.3); the fix is
       fresher rollouts, a tighter staleness bound (lesson 22c), which is why
-      `posttrain/distributed/off_policy.py` also refuses batches staler than allowed
+      `posttrain/roles/off_policy.py` also refuses batches staler than allowed
       (`staleness_stats`).
 
     ## Source files used here
 
-    * `posttrain/distributed/off_policy.py` — `truncated_is_weights` (the widget), `sampler_mismatch`, `staleness_stats`
+    * `posttrain/roles/off_policy.py` — `truncated_is_weights` (the widget), `sampler_mismatch`, `staleness_stats`
     * `posttrain/models/int8.py` — the int8 sampler whose log-probs differ from the trainer's
     * every file in the table above; `tests/test_lessons.py` checks each exists and defines the name listed
 

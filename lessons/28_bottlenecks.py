@@ -185,7 +185,7 @@ def _(before, chosen):
 def _(runs, torch):
     from posttrain.config import SamplingParams
     from posttrain.envs.arithmetic import ArithmeticEnv
-    from posttrain.roles.rollout import RolloutEngine
+    from posttrain.roles.engines import make_engine
     from posttrain.teach.sampler_mismatch import make_run_policy
 
     # step 2: the workers' own sampling against the same sampling done in the trainer's process
@@ -195,7 +195,7 @@ def _(runs, torch):
     # profiler records the same operator times as torch.profiler without starting its tracer
     # (measured here: 0.1 s of CPU against 3 s), and a lesson has 30 s
     _model, _tok = make_run_policy()
-    _engine = RolloutEngine(_model, _tok, SamplingParams(max_new_tokens=8))
+    _engine = make_engine(_model, _tok, SamplingParams(max_new_tokens=8))
     _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
     _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
     with torch.autograd.profiler.profile() as _prof:
@@ -294,7 +294,7 @@ def _(mo):
     * `posttrain/systems/throughput.py` — `allocate_levers`, `rank_levers`, `DEFAULT_LEVERS`, `step_seconds`
     * `posttrain/systems/plan.py` — `plan`: the GPU job's terms and its priced length cap
     * `posttrain/roles/controller.py` — where each `time/*` is measured
-    * `posttrain/distributed/off_policy.py` — the staleness and importance-weight metrics of step 6
+    * `posttrain/roles/off_policy.py` — the staleness and importance-weight metrics of step 6
     * `lessons/data/28_runs/README.md` — the two run directories and the commands that made them
 
     ## Exercises
