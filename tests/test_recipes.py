@@ -70,7 +70,7 @@ def test_the_capstone_recipe_passes_its_dry_run_and_trains_dpo_on_the_bundled_fi
     printed = capsys.readouterr().out
     assert "every check passed" in printed and "checked stage dpo (dpo, 100 steps)" in printed
     dpo = {name: settings for name, _, settings in parse_stages(from_dict(TrainConfig, load_file(str(path))).stages)}["dpo"]
-    assert ROOT / dpo["rl.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
+    assert ROOT / dpo["rl.preference.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
     assert "posttrain winrate" in path.read_text(encoding="utf-8")
 
 
@@ -93,9 +93,9 @@ def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_pa
         sisters = chosen.split()[0]
         pairs.append(PreferencePair(example.prompt, chosen, f"{sisters} sisters\n<answer>{sisters}</answer>"))
     save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
-    stages = f"sft,dpo[rl.pairs={tmp_path / 'pairs.jsonl'},rl.steps=2,dpo.nll_coef=1],grpo"
+    stages = f"sft,dpo[rl.preference.pairs={tmp_path / 'pairs.jsonl'},rl.steps=2,dpo.nll_coef=1],grpo"
     done = subprocess.run([sys.executable, "-m", "posttrain", "run", "--config", str(path), *TINY, "--rl.steps", "2",
-                           "--stages", stages, "--env.pool_size", "2000", "--out_dir", str(tmp_path / "runs")],
+                           "--stages", stages, "--env.reasoning_gym.pool_size", "2000", "--out_dir", str(tmp_path / "runs")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run_dir(tmp_path / "runs")

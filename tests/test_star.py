@@ -117,7 +117,7 @@ def test_answer_hint_is_a_line_after_the_prompt_and_ends_the_last_user_turn():
 
 TINY_STAR = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
-    "--env.level", "2", "--env.cot", "false",
+    "--env.arithmetic.level", "2", "--env.cot", "false",
     "--sft.num_examples", "200", "--sft.steps", "80", "--sft.batch_size", "32", "--sft.lr", "1e-2",
     "--sft.warmup_steps", "2", "--heldout_size", "32", "--rl.dev_size", "8", "--threads", "1",
     "--checkpoint_every", "2",

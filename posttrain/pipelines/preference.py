@@ -51,13 +51,13 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
     draws what an offline run draws.
 
     `score` ranks the samples instead of the verifier: a reward model's ProxyReward (the
-    training reward with rl.rm.path) or the policy judging itself (rl.self_reward). Its
+    training reward with rl.rm.path) or the policy judging itself (rl.preference.self_reward). Its
     scores are continuous, so each prompt gives one pair, its best sample against its worst
     (equal scores: none), and the stats add the verifier's mean on the samples
     (`sampled_gold_mean`: whether the ranker's favourites are right) and how the ranker
     agrees with the verifier on them (eval/ranker_agreement.py: AUROC, pair agreement, CIs)."""
 
-    n_prompts = n_prompts or cfg.rl.pair_prompts
+    n_prompts = n_prompts or cfg.rl.preference.pair_prompts
     tag = () if (round, split) == (0, "train") else (split, round)
     engine = RolloutEngine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
     examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
@@ -92,15 +92,15 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     """Train on preference pairs with one loss of the DPO family, through the same Trainer,
     step loop and checkpoints as the RL stage.
 
-    Offline (rl.online_rounds = 1): one set of pairs, from the file rl.pairs or built by the
+    Offline (rl.preference.online_rounds = 1): one set of pairs, from the file rl.preference.pairs or built by the
     verifier from the starting policy's samples, and rl.steps steps on it.
-    Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
+    Online / iterative (rl.preference.online_rounds = N > 1): the same budget — rl.preference.pair_prompts sampled
     prompts and rl.steps gradient steps in all — split into N rounds; each round samples
     the *current* policy, lets the verifier (or, with rl.rm.path, a reward model) build
     pairs, and trains on those. Pairs then come from the distribution being trained
     (on-policy) instead of only the start's. The reference stays the starting policy, and
     one trainer (optimizer and learning-rate schedule) runs through all rounds, so the only
-    difference from offline is where the data comes from; with rl.refresh_reference, each
+    difference from offline is where the data comes from; with rl.preference.refresh_reference, each
     round's reference is instead the policy as that round starts (iterative DPO).
 
     With model.lora_r > 0 only LoRA adapters train, and the reference is the policy with
@@ -114,16 +114,16 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     its loss ("dpo"), also prefixes its pair files ("dpo_pairs.jsonl", "dpo_rounds.json")."""
     files = "" if stage == "pref" else f"{stage}_"  # `posttrain train`'s names stay as they were
     rounds_file = f"{stage}_rounds.json"
-    rounds = cfg.rl.online_rounds
-    round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.pair_prompts, rounds)
+    rounds = cfg.rl.preference.online_rounds
+    round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.preference.pair_prompts, rounds)
     round_start = [sum(round_steps[:r]) for r in range(rounds)]  # the stage step each round starts at
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
     # what ranks the training pairs: the verifier, a reward model (rl.rm.path), or the policy
-    # judging its own samples (rl.self_reward); the held-out pairs stay the verifier's, so their
+    # judging its own samples (rl.preference.self_reward); the held-out pairs stay the verifier's, so their
     # accuracy is measured against the truth
     rank_by = pair_ranker(cfg.rl, env.score, policy, tokenizer)
-    reference = make_reference(policy, reference_weights, cfg.rl.share_prompt)  # the starting policy (LoRA: the adapters off)
+    reference = make_reference(policy, reference_weights, cfg.rl.update.share_prompt)  # the starting policy (LoRA: the adapters off)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
 
@@ -134,16 +134,16 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         stats = (run.read_json(rounds_file) or {}).get(str(r))
         if (run.path / name).exists() and stats is not None:
             return load_preference_jsonl(run.path / name), stats
-        if cfg.rl.pairs:
-            pairs = load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns)
+        if cfg.rl.preference.pairs:
+            pairs = load_preference_data(cfg.rl.preference.pairs, cfg.rl.preference.pairs_columns)
             stats = {"pairs": len(pairs)}
         else:
             pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r], score=rank_by)
             if not pairs and r == 0:
-                raise ValueError(f"no preference pairs: on all {cfg.rl.pair_prompts} prompts the starting policy's "
+                raise ValueError(f"no preference pairs: on all {cfg.rl.preference.pair_prompts} prompts the starting policy's "
                                  f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
-                                 "rl.pair_prompts, rl.samples_per_prompt or rl.sampling.temperature, or pass "
-                                 "rl.pairs FILE")
+                                 "rl.preference.pair_prompts, rl.samples_per_prompt or rl.sampling.temperature, or pass "
+                                 "rl.preference.pairs FILE")
             if not pairs:  # the policy now solves (or fails) every prompt it drew: keep the last data
                 console.print(f"[yellow]round {r}: no pairs; training on round {r - 1}'s pairs again")
                 pairs, _ = pairs_for_round(r - 1)
@@ -154,9 +154,9 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
 
     def round_reference(r: int) -> torch.nn.Module:
         """The module π_ref is read from in round r: the starting policy, or with
-        rl.refresh_reference the policy as round r starts, saved so that a run killed
+        rl.preference.refresh_reference the policy as round r starts, saved so that a run killed
         mid-round resumes against the same reference."""
-        if not (cfg.rl.refresh_reference and r > 0):
+        if not (cfg.rl.preference.refresh_reference and r > 0):
             return reference.model
         saved = latest_checkpoint(run, f"{stage}_reference")
         if saved is None or saved.name != f"step_{round_start[r]:06d}":
@@ -169,7 +169,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     def start_round(r: int, step: int) -> None:
         pairs, stats = pairs_for_round(r)
         if r == 0 and step == 0:
-            console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.pairs else 'verifier-built pairs'}")
+            console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.preference.pairs else 'verifier-built pairs'}")
         rows = preference_episodes(pairs, tokenizer, policy.config.max_seq_len)
         if loss.gap_weighting != "none":
             pair_gaps(rows)  # every pair scored, or the record without scores named before the round trains
@@ -181,7 +181,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if passes > MAX_PASSES_WITHOUT_WARNING:
             console.print(f"[yellow]round {r}: {round_steps[r]} steps × {min(cfg.rl.prompts_per_step, len(rows))} "
                           f"pairs over {len(rows)} pairs trains on each pair {passes:.0f} times; preference losses "
-                          "overfit that: raise rl.pair_prompts (more pairs) or lower rl.steps")
+                          "overfit that: raise rl.preference.pair_prompts (more pairs) or lower rl.steps")
         current.update(round=r, rows=rows, stats=stats, passes=passes)
 
     # held-out pairs: the starting policy's samples on dev prompts, never trained on; the
@@ -228,7 +228,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             started = time.perf_counter()
             row.update(evaluate(step), **{"time/eval": time.perf_counter() - started})
-        alerts.after_step(step, row)  # the monitors (chosen likelihood collapsing, ...), and rl.on_alert
+        alerts.after_step(step, row)  # the monitors (chosen likelihood collapsing, ...), and rl.alerts.action
         return row
 
     alerts = AlertPolicy(cfg.rl, run, stage, policy, tokenizer)
