@@ -27,10 +27,11 @@ from tests.test_pipeline import TINY, only_run_dir
 LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_examples", "600", "--sft.steps", "300",
           "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.arithmetic.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
-LEVEL2_ENV = {"name": "arithmetic", "level": 2, "levels": "", "cot": False, "spec_version": "", "path": "", "columns": "",
-              "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": "",
-              "worked_steps": False, "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0,
-              "thinking": "keep_all", "think_mode": "fused", "budget_demos": 0.0}
+LEVEL2_ENV = {"name": "arithmetic", "arithmetic": {"level": 2, "levels": ""},
+              "arithmetic_think": {"level": 3, "think_mode": "fused", "budget_demos": 0.0},
+              "reasoning_gym": {"pool_size": 10_000, "task_config": "", "worked_steps": False},
+              "tool_arithmetic": {"tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0, "thinking": "keep_all"},
+              "cot": False, "spec_version": "", "path": "", "columns": "", "heldout_path": "", "allow_weak_sandbox": False}
 
 
 def posttrain_cli(*args: str, cwd: Path | None = None) -> str:
@@ -105,18 +106,19 @@ def test_explicit_env_flags_win_with_one_warning_naming_both(level2_run, tmp_pat
     assert warnings == ["warning: the checkpoint was trained on env.arithmetic.level=2; scoring on env.arithmetic.level=3 as asked"]
     meta, summary, rows = evaluated(tmp_path)
     # level 3, the flag's; cot false, still the checkpoint's (only the flags given replace its settings)
-    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "level": 3}, "trained_on": LEVEL2_ENV}
+    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "arithmetic": {"level": 3, "levels": ""}},
+                            "trained_on": LEVEL2_ENV}
     assert meta["spec_version"] == "final_int/strict-v1"
     assert all(n_terms(r["prompt"]) == 5 and r["meta"]["level"] == 3 for r in rows)
     # the silent failure this prevents: a level-2 model read on level 3 looks untrained
     assert summary["eval"]["mean"] < json.loads((level2_run / "summary.json").read_text())["rl"]["mean"]
 
     # an env section in a --config file asks as explicitly as a flag
-    (tmp_path / "level3.json").write_text('{"env": {"level": 3}}')
+    (tmp_path / "level3.json").write_text('{"env": {"arithmetic": {"level": 3}}}')
     output = posttrain_cli("eval", "--checkpoint", str(checkpoint), "--size", "4", "--config",
                            str(tmp_path / "level3.json"), "--out_dir", str(tmp_path / "from_config"))
     assert "warning: the checkpoint was trained on env.arithmetic.level=2; scoring on env.arithmetic.level=3 as asked" in output
-    assert evaluated(tmp_path / "from_config")[0]["task"]["env"]["level"] == 3
+    assert evaluated(tmp_path / "from_config")[0]["task"]["env"]["arithmetic"]["level"] == 3
 
 
 def test_a_copied_checkpoint_keeps_its_task(level2_run, tmp_path):
@@ -189,7 +191,7 @@ def checkpoint_with(tmp_path: Path, env: dict) -> str:
 def test_flags_replace_the_checkpoints_settings_one_by_one(tmp_path):
     cfg = EvalConfig(checkpoint=checkpoint_with(tmp_path, LEVEL2_ENV), env=EnvConfig(cot=True))
     chosen, source, line = choose_task(cfg, {"cot"})
-    assert (chosen.env.level, chosen.env.cot, source) == (2, True, "flags")
+    assert (chosen.env.arithmetic.level, chosen.env.cot, source) == (2, True, "flags")
     assert line == "warning: the checkpoint was trained on env.cot=false; scoring on env.cot=true as asked"
 
     # flags that agree with the checkpoint: no warning

@@ -60,8 +60,8 @@ def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_d
     rows = json.loads((root / "compare.json").read_text())
     assert [r["algo"] for r in rows] == ["dpo offline", "dpo online ×3"]
     configs = [json.loads((root / r["run"] / "config.json").read_text())["rl"] for r in rows]
-    assert [c["online_rounds"] for c in configs] == [1, 3]
-    assert [c["refresh_reference"] for c in configs] == [False, True]  # offline has no next round to refresh
+    assert [c["preference"]["online_rounds"] for c in configs] == [1, 3]
+    assert [c["preference"]["refresh_reference"] for c in configs] == [False, True]  # offline has no next round to refresh
     assert all(c["algo_params"] == {"beta": 0.2, "nll_coef": 1.0} for c in configs)  # kept, not reset
     rounds = [json.loads((root / r["run"] / "pref_rounds.json").read_text()) for r in rows]
     assert [len(r) for r in rounds] == [1, 3]
@@ -128,7 +128,7 @@ def test_a_row_changes_its_settings_and_only_those():
 
 
 @pytest.mark.parametrize("row, message", [
-    ("x:rl.lrr=1", "valid ones: ['rl.optim.adam_beta2', 'rl.algo'"),  # the section's keys, listed
+    ("x:rl.lrr=1", "valid ones: ['rl.alerts.action', 'rl.alerts.monitors', 'rl.algo'"),  # the section's keys, listed
     ("x:learning_rate=1", "'heldout_size', 'init'"),  # the top-level keys and the algorithms
     ("x:grpo.clip=0.3", "grpo's hyperparameters are ['adv_eps', 'adv_norm', 'clip_eps_high'"),
     ("x:dapo.clip_eps_high=0.3", "the row trains rl.algo='grpo', so its hyperparameters are grpo.FIELD"),
@@ -164,7 +164,7 @@ def test_compare_rows_run_each_setting_from_one_start_in_one_table(tmp_path):
     assert [c["rl"]["algo"] for c in configs] == ["grpo", "grpo", "lite_ppo", "grpo"]
     assert [c["rl"]["algo_params"] for c in configs] == [{}, {"clip_eps_high": 0.28}, {},
                                                          {"overlong_filter": True}]
-    assert [c["rl"]["lr"] for c in configs] == [1e-4, 1e-4, 2e-4, 1e-4]
+    assert [c["rl"]["optim"]["lr"] for c in configs] == [1e-4, 1e-4, 2e-4, 1e-4]
     assert [c["rl"]["sampling"]["max_new_tokens"] for c in configs] == [48, 48, 48, 30]
     assert all(c["init"].endswith("step_000005") for c in configs)
     for r in results[1:]:

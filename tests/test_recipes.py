@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import TrainConfig, parse_stages
+from posttrain.config import EnvConfig, TrainConfig, parse_stages
 from posttrain.config.files import from_dict, load_file
 from posttrain.pipelines.checks import check_config
 from tests.test_pipeline import TINY, only_run_dir
@@ -54,7 +54,7 @@ def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
     run = only_run_dir(tmp_path)
     assert run.name.endswith("-r1")
     config = json.loads((run / "config.json").read_text())
-    assert config["stages"] == "sft,grpo" and config["rl"]["reward"] == "r1"
+    assert config["stages"] == "sft,grpo" and config["rl"]["reward"]["terms"] == "r1"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert {r["stage"] for r in rows} == {"sft", "grpo"}
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -85,8 +85,8 @@ def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_pa
     from posttrain.types import PreferencePair
 
     path = ROOT / "recipes" / "capstone_reasoning_specialist.toml"
-    env_settings = load_file(str(path))["env"]
-    env = make_env(env_settings["name"], **{k: v for k, v in env_settings.items() if k != "name"})
+    env_settings = from_dict(EnvConfig, load_file(str(path))["env"], "env.")
+    env = make_env(env_settings.name, **env_settings.kwargs())
     pairs = []
     for example in env.fixed_set("train", 12):
         chosen = env.solution(example)  # "5 sisters + Susan = 6\n<answer>6</answer>"
@@ -101,7 +101,7 @@ def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_pa
     run = only_run_dir(tmp_path / "runs")
     assert run.name.endswith("-capstone-reasoning")
     config = json.loads((run / "config.json").read_text())
-    assert config["env"]["name"] == "reasoning_gym:aiw" and config["env"]["worked_steps"] is True
+    assert config["env"]["name"] == "reasoning_gym:aiw" and config["env"]["reasoning_gym"]["worked_steps"] is True
     assert config["model"]["max_seq_len"] == 192
     records = json.loads((run / "stages.json").read_text())
     assert [(r["name"], r["steps"]) for r in records] == [("sft", 6), ("dpo", 2), ("grpo", 2)]

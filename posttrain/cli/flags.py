@@ -287,18 +287,24 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     if not asks_all and any(token in ("-h", "--help") for token in argv):
         chosen = [name for name in algorithms if reads_algorithms and name in chosen_algorithms(argv, base)]
         shown = {name: algorithms[name] for name in chosen}
-        from posttrain.algorithms.preference import PREFERENCE_LOSSES  # loaded already, by section_defaults
-
-        env_name = flag_value(argv, "--env.name") or base.env.name
-        hidden, paths = hidden_sections(TrainConfig, shown_sections(
-            env_name, any(name in PREFERENCE_LOSSES for name in chosen), also_shown))
-        hidden[EnvConfig] = hidden.get(EnvConfig, set()) | env_fields_unread(env_name)
-        registry = help_registry(hidden, [bool_rule])
-        text += help_note(paths, chosen, f"--env.name {env_name}")
+        registry, note = help_for_choice(chosen, flag_value(argv, "--env.name") or base.env.name, also_shown)
+        text += note
     fields = [config_flag(), *extra, ("settings", Annotated[TrainConfig, tyro.conf.arg(name="")], base),
               *section_fields(shown)]
     args = parse_flags(argv, prog, text, fields, registry)
     return ParsedTrain(args.settings, args, argv, defaults, file, algorithms)
+
+
+def help_for_choice(algorithms: list[str], env_name: str, also_shown: tuple[str, ...]) -> tuple[Any, str]:
+    """The parser registry that leaves out of --help what a run of `algorithms` on `env_name`
+    does not read, and the note that names what it left out (cli/help_view.py)."""
+    # imported here for start-up time; section_defaults has loaded the algorithms already
+    from posttrain.algorithms.preference import PREFERENCE_LOSSES
+
+    preference = any(name in PREFERENCE_LOSSES for name in algorithms)
+    hidden, paths = hidden_sections(TrainConfig, shown_sections(env_name, preference, also_shown))
+    hidden[EnvConfig] = hidden.get(EnvConfig, set()) | env_fields_unread(env_name)
+    return help_registry(hidden, [bool_rule]), help_note(paths, algorithms, f"--env.name {env_name}")
 
 
 def flag_value(argv: list[str], flag: str) -> str | None:

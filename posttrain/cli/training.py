@@ -191,7 +191,8 @@ def cmd_compare(argv: list[str]) -> int:
     rounds = None
     if parsed.args.online_rounds:
         if "--rl.preference.online_rounds" in given:
-            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.preference.online_rounds, not both")
+            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.preference.online_rounds, "
+                              "not both")
         try:
             rounds = [int(n) for n in parsed.args.online_rounds.split(",")]
         except ValueError:

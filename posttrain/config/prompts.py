@@ -107,7 +107,7 @@ class PreferenceConfig:
     # your column names for the pairs' (chosen, rejected, prompt, completion, label), when they
     # differ: "chosen=good,rejected=bad" (ours = yours; posttrain/envs/dataset_files.py)
     pairs_columns: str = ""
-    pair_prompts: int = 256  # training prompts whose samples the verifier turns into pairs (no rl.preference.pairs file)
+    pair_prompts: int = 256  # training prompts whose samples the verifier turns into pairs (no pairs file)
     # online (iterative) preference optimisation: the same budget in this many rounds, each
     # building fresh pairs from the current policy's samples; 1 = offline. On arithmetic, 20
     # rounds of 5 steps beat offline, 4 rounds of 25 did not (docs/algorithms/dpo.md)

@@ -182,10 +182,10 @@ class EnvConfig:
             if section == self.section():
                 continue
             for name, value in changed_fields(getattr(self, section)).items():
-                check(False, f"{prefix}.{section}.{name}", value,
-                      f"its default {getattr(type(getattr(self, section))(), name)!r} with {prefix}.name={self.name!r}: "
-                      f"only env.name {section}{':NAME' if section == 'reasoning_gym' else ''} reads the {section} "
-                      "section")
+                default = getattr(type(getattr(self, section))(), name)
+                reader = f"{section}:NAME" if section == "reasoning_gym" else section
+                check(False, f"{prefix}.{section}.{name}", value, f"its default {default!r} with "
+                      f"{prefix}.name={self.name!r}: only env.name {reader} reads the {section} section")
 
 
 def changed_fields(section: Any) -> dict[str, Any]:

@@ -136,8 +136,8 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "A (eval)", "spec_version": env.spec_version, "checkpoint": str(cfg.checkpoint),
-                    "dataset": {"version": problems_version(examples), "env": cfg.env.name, "level": cfg.env.arithmetic_level(),
-                                "cot": cfg.env.cot, "path": cfg.env.path, "split": cfg.split, "size": cfg.size},
+                    "dataset": {"version": problems_version(examples), "env": cfg.env.name,
+                                "level": cfg.env.arithmetic_level(), "cot": cfg.env.cot, "path": cfg.env.path, "split": cfg.split, "size": cfg.size},
                     "prompt": {"template": prompt_template(tokenizer)},
                     "task": task,
                     "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)},

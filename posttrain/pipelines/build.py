@@ -91,7 +91,8 @@ def reward_stack(rl: RLConfig) -> RewardStack | None:
     terms = reward_terms(rl)
     if rl.reward.length_penalty > 0:
         terms.append((1.0, LinearLength(rl.reward.length_free, rl.reward.length_penalty)))
-    group_terms = [(rl.reward.length_reward, KimiLength(rl.reward.length_reward_start))] if rl.reward.length_reward > 0 else []
+    group_terms = ([(rl.reward.length_reward, KimiLength(rl.reward.length_reward_start))]
+                   if rl.reward.length_reward > 0 else [])
     if not group_terms and len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):
         return None
     return RewardStack(terms, group_terms)
@@ -126,7 +127,8 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
 
 def trainer_settings(rl: RLConfig) -> dict:
     """The RL and preference stages' optimisation settings, as Trainer arguments."""
-    return dict(lr=rl.optim.lr, total_steps=rl.steps, warmup_steps=rl.optim.warmup_steps, final_lr_fraction=rl.optim.final_lr_fraction,
+    return dict(lr=rl.optim.lr, total_steps=rl.steps, warmup_steps=rl.optim.warmup_steps,
+                final_lr_fraction=rl.optim.final_lr_fraction,
                 adam_beta2=rl.optim.adam_beta2, weight_decay=rl.optim.weight_decay, grad_clip=rl.optim.grad_clip,
                 micro_batch_size=rl.update.micro_batch_size, share_prompt=rl.update.share_prompt)
 
@@ -172,18 +174,20 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     # PRIME's implicit PRM: a trainable copy of the starting policy, stepped once per batch by the controller
     prm_settings = algo.implicit_prm_settings()
     process_reward = (ImplicitPRM(policy, **prm_settings, grad_clip=cfg.rl.optim.grad_clip,
-                                  micro_batch_size=cfg.rl.update.micro_batch_size, share_prompt=cfg.rl.update.share_prompt)
+                                  micro_batch_size=cfg.rl.update.micro_batch_size,
+                                  share_prompt=cfg.rl.update.share_prompt)
                       if prm_settings is not None else None)
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
     if cfg.rl.update.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
-        console.print(f"[yellow]rl.update.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
-                      "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
+        console.print(f"[yellow]rl.update.micro_batch_size 0: all {rows} rows go through one forward and backward "
+                      "pass, and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
                       "tokens: a run was killed for memory at 11.7 GB). With --rl.update.micro_batch_size 8 a "
                       "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
                       "update is the same")
-    kl_controller = AdaptiveKLController(algo.kl_coef, cfg.rl.kl.target, cfg.rl.kl.horizon) if cfg.rl.kl.target else None
+    kl_controller = (AdaptiveKLController(algo.kl_coef, cfg.rl.kl.target, cfg.rl.kl.horizon) if cfg.rl.kl.target
+                     else None)
     stack = reward_stack(cfg.rl)
     # terms that score a sample against its group (rl.reward.length_reward), and weights that depend on
     # the step (rl.reward.terms's START->END@STEPS), apply once a group is scored

@@ -95,18 +95,19 @@ def check_rl(rl: RLConfig) -> None:
     if rl.preference.self_reward:
         check(preference and not rl.preference.pairs, "rl.preference.self_reward", rl.preference.self_reward,
               "false unless rl.algo is a preference loss whose pairs are built from the policy's samples (no "
-              "rl.preference.pairs file): the policy judges its own samples into pairs, and an RL algorithm or a fixed file "
-              "has none to judge")
+              "rl.preference.pairs file): the policy judges its own samples into pairs, and an RL algorithm or a "
+              "fixed file has none to judge")
     if preference:
         loss = settings
-        check(not loss.paired or rl.update.micro_batch_size % 2 == 0, "rl.update.micro_batch_size", rl.update.micro_batch_size,
-              f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
+        check(not loss.paired or rl.update.micro_batch_size % 2 == 0, "rl.update.micro_batch_size",
+              rl.update.micro_batch_size, f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
         if rl.preference.pairs:
-            records = load_preference_data(rl.preference.pairs, rl.preference.pairs_columns)  # an unreadable file fails now, not after SFT
+            # an unreadable file fails now, not after SFT
+            records = load_preference_data(rl.preference.pairs, rl.preference.pairs_columns)
             unscored = [i for i, r in enumerate(records) if not isinstance(r, PreferencePair) or r.score_chosen is None]
             check(loss.gap_weighting == "none" or not unscored, f"{rl.algo}.gap_weighting", loss.gap_weighting,
-                  f"'none' for rl.preference.pairs={rl.preference.pairs!r}: {len(unscored)} of its {len(records)} records (the first: "
-                  f"record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
+                  f"'none' for rl.preference.pairs={rl.preference.pairs!r}: {len(unscored)} of its {len(records)} "
+                  f"records (the first: record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
                   "weighting weighs each pair by their difference; add the columns (map yours with "
                   "--rl.preference.pairs_columns 'score_chosen=COLUMN,score_rejected=COLUMN') or weight no pair")
     else:
@@ -123,13 +124,14 @@ def check_rl(rl: RLConfig) -> None:
         check(preference and not rl.preference.pairs, "rl.preference.online_rounds", rl.preference.online_rounds,
               "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.preference.pairs file: "
               "a fixed file cannot be resampled from the current policy)")
-        check(rl.preference.online_rounds <= min(rl.steps, rl.preference.pair_prompts), "rl.preference.online_rounds", rl.preference.online_rounds,
+        check(rl.preference.online_rounds <= min(rl.steps, rl.preference.pair_prompts), "rl.preference.online_rounds",
+              rl.preference.online_rounds,
               f"at most rl.steps={rl.steps} and rl.preference.pair_prompts={rl.preference.pair_prompts} "
               "(every round needs a step and a prompt)")
     if rl.preference.refresh_reference:
         check(rl.preference.online_rounds > 1 and preference and loss.uses_reference, "rl.preference.refresh_reference",
-              rl.preference.refresh_reference, "false unless rl.preference.online_rounds > 1 and rl.algo is a preference loss with a "
-              "reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
+              rl.preference.refresh_reference, "false unless rl.preference.online_rounds > 1 and rl.algo is a "
+              "preference loss with a reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
     if rl.rm.path:
         try:
             for directory in rl.rm.paths():
@@ -137,8 +139,8 @@ def check_rl(rl: RLConfig) -> None:
         except ValueError as error:
             raise ConfigError(f"rl.rm.path={rl.rm.path!r} is not allowed: {error}") from None
         if preference:
-            check(not rl.preference.pairs, "rl.rm.path", rl.rm.path, "'' with rl.preference.pairs: a pairs file is already ranked; the "
-                  "reward model ranks the policy's own samples when there is no file")
+            check(not rl.preference.pairs, "rl.rm.path", rl.rm.path, "'' with rl.preference.pairs: a pairs file is "
+                  "already ranked; the reward model ranks the policy's own samples when there is no file")
     if rl.reward.length_reward > 0:
         check_length_reward(rl, preference)
     if rl.kl.target > 0:
@@ -176,8 +178,8 @@ def check_can_learn(rl: RLConfig, algo) -> None:
     settings = f"rl.algo={rl.algo!r}" + (f" with rl.algo_params={rl.algo_params}" if rl.algo_params else "")
     if algo is None:
         check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
-              f"at least 2 with {settings} and no rl.preference.pairs file: a pair is a correct and an incorrect sample of one "
-              "prompt, and one sample makes no pair; use 8 (the default) or pass rl.preference.pairs FILE")
+              f"at least 2 with {settings} and no rl.preference.pairs file: a pair is a correct and an incorrect "
+              "sample of one prompt, and one sample makes no pair; use 8 (the default) or pass rl.preference.pairs FILE")
     elif algo.needs_groups:
         check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
               f"at least 2 with {settings}: its baseline is the other samples of the same prompt, so a group of one "
@@ -201,10 +203,11 @@ def check_implicit_prm(cfg: TrainConfig) -> None:
           "been tested with the rollout in the same process; drop --workers / --dist.topology")
     check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
           f"1 with {algo}: its implicit PRM trains in one process beside the policy, never data-parallel")
-    check(cfg.rl.reward.terms in ("accuracy", "rubric") and cfg.rl.reward.length_penalty == 0 and cfg.rl.reward.length_reward == 0
-          and not cfg.rl.rm.path, "rl.reward.terms", cfg.rl.reward.terms,
-          f"'accuracy' (or 'rubric'), with no rl.reward.length_penalty, rl.reward.length_reward or rl.rm.path, for {algo}: its "
-          "implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
+    reward = cfg.rl.reward
+    check(reward.terms in ("accuracy", "rubric") and reward.length_penalty == 0 and reward.length_reward == 0
+          and not cfg.rl.rm.path, "rl.reward.terms", reward.terms,
+          f"'accuracy' (or 'rubric'), with no rl.reward.length_penalty, rl.reward.length_reward or rl.rm.path, for "
+          f"{algo}: its implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
 
 
 def check_int8_sampling(cfg: TrainConfig) -> None:

@@ -200,7 +200,8 @@ def write_table(root: RunDir, rows: list[dict], cfg: TrainConfig, online_rounds:
 
     preference = any("pairs" in r for r in rows)
     if preference:
-        rounds = "" if online_rounds else (f" in {cfg.rl.preference.online_rounds} online rounds" if cfg.rl.preference.online_rounds > 1 else "")
+        count = cfg.rl.preference.online_rounds
+        rounds = "" if online_rounds else (f" in {count} online rounds" if count > 1 else "")
         setup = (f"{cfg.rl.steps} steps × {cfg.rl.prompts_per_step} pairs, pairs built by the verifier from "
                  f"{cfg.rl.preference.pair_prompts} prompts × {cfg.rl.samples_per_prompt} samples at T = "
                  f"{cfg.rl.sampling.temperature}{rounds}, lr {cfg.rl.optim.lr:g}")

@@ -127,8 +127,8 @@ def row_config(cfg: TrainConfig, row: Row) -> TrainConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {unknown}; a key is a setting's key in config.json, one of "
                           f"{sorted(f.name for f in dataclasses.fields(TrainConfig))} or inside one of those sections "
-                          "(e.g. rl.optim.lr, rl.sampling.max_new_tokens), or ALGO.FIELD for a hyperparameter of the row's "
-                          f"algorithm (e.g. grpo.clip_eps_high); algorithms: {sorted(sections)}")
+                          "(e.g. rl.optim.lr, rl.sampling.max_new_tokens), or ALGO.FIELD for a hyperparameter of the "
+                          f"row's algorithm (e.g. grpo.clip_eps_high); algorithms: {sorted(sections)}")
     try:
         new = from_dict(TrainConfig, nested, base=cfg)
     except ConfigError as error:

@@ -88,7 +88,8 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
         found.append(f"curation: {summary_line(build_pool(cfg, env))}")
     if is_preference(cfg.rl) and cfg.rl.preference.pairs:
         try:
-            preference_episodes(load_preference_data(cfg.rl.preference.pairs, cfg.rl.preference.pairs_columns), tokenizer, positions)
+            pairs = load_preference_data(cfg.rl.preference.pairs, cfg.rl.preference.pairs_columns)
+            preference_episodes(pairs, tokenizer, positions)
         except ValueError as error:
             raise ConfigError(f"rl.preference.pairs={cfg.rl.preference.pairs!r}: {error}") from None
     found += check_self_judge(cfg, env, tokenizer, positions, examples[max(examples, key=len)], bool(demos))
@@ -107,7 +108,8 @@ def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_p
     try:
         label_ids(tokenizer, CORRECT_YN)
     except ValueError as error:
-        raise ConfigError(f"rl.preference.self_reward / sft.judge_demos: the judge's verdict is one token: {error}") from None
+        raise ConfigError(f"rl.preference.self_reward / sft.judge_demos: the judge's verdict is one token: "
+                          f"{error}") from None
     found = []
     if cfg.sft.judge_demos:
         check(sft, "sft.judge_demos", cfg.sft.judge_demos, "0 without an SFT stage (--init, or sft.steps 0): judge "
@@ -121,15 +123,15 @@ def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_p
                      f"longest {longest} tokens")
     if cfg.rl.preference.self_reward and is_preference(cfg.rl):
         check(bool(cfg.init) or is_pretrained(cfg.model) or cfg.sft.judge_demos > 0, "sft.judge_demos",
-              cfg.sft.judge_demos, "a positive number of problems with rl.preference.self_reward on gpt_mini (e.g. 300): a "
-              "character-level model trained on the task alone never saw the judge's question and answers it at "
+              cfg.sft.judge_demos, "a positive number of problems with rl.preference.self_reward on gpt_mini (e.g. "
+              "300): a character-level model trained on the task alone never saw the judge's question and answers it at "
               "chance; or --init a checkpoint whose SFT had them")
         budget = cfg.rl.sampling.max_new_tokens
         judged = len(judge_prompt_ids(tokenizer, CORRECT_YN, *SELF_JUDGE_CRITERION, longest_prompt, "",
                                       COMPACT_JUDGE_PROMPT_VERSION)) + budget + 1  # + the sample, + the verdict
         check(judged <= positions, "rl.sampling.max_new_tokens", budget,
-              f"at most {budget - (judged - positions)} with rl.preference.self_reward: the judge reads the prompt, a sample of "
-              f"up to max_new_tokens and its question ({judged} tokens in all) within the model's {positions} "
+              f"at most {budget - (judged - positions)} with rl.preference.self_reward: the judge reads the prompt, a "
+              f"sample of up to max_new_tokens and its question ({judged} tokens in all) within the model's {positions} "
               "positions, and a longer judge prompt is no verdict (scored 0)")
         found.append(f"self-judge: the longest judge prompt {judged} of the model's {positions} positions")
     return found
@@ -161,14 +163,14 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
           "pairs of single completions, and a multi-turn episode is not one yet")
     check(cfg.rl.reward.terms == "accuracy" and not cfg.rl.rm.path and cfg.rl.reward.length_penalty == 0
           and cfg.rl.reward.length_reward == 0, "rl.reward.terms", cfg.rl.reward.terms,
-          f"'accuracy', with no rl.rm.path, rl.reward.length_penalty or rl.reward.length_reward, for the multi-turn environment "
-          f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
+          f"'accuracy', with no rl.rm.path, rl.reward.length_penalty or rl.reward.length_reward, for the multi-turn "
+          f"environment {cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
           "one completion's text would be ignored; put the terms in the environment's step instead")
     thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
     if thinking != "keep_all":
         check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,
-              f"an algorithm that trains an episode as one row per model turn, for env.tool_arithmetic.thinking={thinking!r} "
-              f"(grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
+              f"an algorithm that trains an episode as one row per model turn, for "
+              f"env.tool_arithmetic.thinking={thinking!r} (grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
               "turn is sampled in its own context, and this algorithm's advantages or loss read a row as a whole "
               "episode (a critic's returns, reward-to-go, a length penalty, a sequence ratio); or use "
               "--env.tool_arithmetic.thinking keep_all")

@@ -115,7 +115,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     files = "" if stage == "pref" else f"{stage}_"  # `posttrain train`'s names stay as they were
     rounds_file = f"{stage}_rounds.json"
     rounds = cfg.rl.preference.online_rounds
-    round_steps, round_prompts = split_evenly(cfg.rl.steps, rounds), split_evenly(cfg.rl.preference.pair_prompts, rounds)
+    round_steps = split_evenly(cfg.rl.steps, rounds)
+    round_prompts = split_evenly(cfg.rl.preference.pair_prompts, rounds)
     round_start = [sum(round_steps[:r]) for r in range(rounds)]  # the stage step each round starts at
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
@@ -123,7 +124,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     # judging its own samples (rl.preference.self_reward); the held-out pairs stay the verifier's, so their
     # accuracy is measured against the truth
     rank_by = pair_ranker(cfg.rl, env.score, policy, tokenizer)
-    reference = make_reference(policy, reference_weights, cfg.rl.update.share_prompt)  # the starting policy (LoRA: the adapters off)
+    # the starting policy (LoRA: the adapters off)
+    reference = make_reference(policy, reference_weights, cfg.rl.update.share_prompt)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
 
@@ -140,8 +142,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         else:
             pairs, stats = verifier_pairs(cfg, env, tokenizer, policy, r, round_prompts[r], score=rank_by)
             if not pairs and r == 0:
-                raise ValueError(f"no preference pairs: on all {cfg.rl.preference.pair_prompts} prompts the starting policy's "
-                                 f"{cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
+                raise ValueError(f"no preference pairs: on all {cfg.rl.preference.pair_prompts} prompts the starting "
+                                 f"policy's {cfg.rl.samples_per_prompt} samples were all right or all wrong; raise "
                                  "rl.preference.pair_prompts, rl.samples_per_prompt or rl.sampling.temperature, or pass "
                                  "rl.preference.pairs FILE")
             if not pairs:  # the policy now solves (or fails) every prompt it drew: keep the last data
@@ -169,7 +171,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     def start_round(r: int, step: int) -> None:
         pairs, stats = pairs_for_round(r)
         if r == 0 and step == 0:
-            console.print(f"preference data: {len(pairs)} {'pairs' if cfg.rl.preference.pairs else 'verifier-built pairs'}")
+            kind = "pairs" if cfg.rl.preference.pairs else "verifier-built pairs"
+            console.print(f"preference data: {len(pairs)} {kind}")
         rows = preference_episodes(pairs, tokenizer, policy.config.max_seq_len)
         if loss.gap_weighting != "none":
             pair_gaps(rows)  # every pair scored, or the record without scores named before the round trains

@@ -211,8 +211,10 @@ DEFAULT_LEVERS = [
           note="the long tail cut; `posttrain systems` computes the factor for its workload's lengths"),
     Lever("each prompt once per group", {"reference": 0.68, "train": 0.65},
           note="rl.update.share_prompt, SmolLM2: 1.47× reference, 1.54× update (BENCHMARKS.md)"),
-    Lever("skip rows with no gradient", {"train": 0.55}, note="rl.update.skip_inert_rows: ~half the rows at mid training"),
-    Lever("no reference pass", {"reference": 0.0}, note="β = 0 and rl.kl.track false (or the reference in the engine)"),
+    Lever("skip rows with no gradient", {"train": 0.55},
+          note="rl.update.skip_inert_rows: ~half the rows at mid training"),
+    Lever("no reference pass", {"reference": 0.0},
+          note="β = 0 and rl.kl.track false (or the reference in the engine)"),
     Lever("parallel verifier", {"verifier": 0.25}, note="score on 4 processes"),
     Lever("weight sync by broadcast", {"sync": 0.1}, note="NCCL/IPC instead of an object store"),
 ]

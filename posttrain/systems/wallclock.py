@@ -111,11 +111,11 @@ def _why(binding: str, roles: RoleTimes, rows: list[dict], topology: str, comput
     elif binding == "train":
         skipped = mean(rows, "skipped_rows")
         out.append(f"the update trains {1 - skipped:.0%} of rows (rl.update.skip_inert_rows leaves out those with no "
-                   "gradient): its FLOPs are 6 × parameters × tokens; share each group's prompt (rl.update.share_prompt), "
-                   "train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
+                   "gradient): its FLOPs are 6 × parameters × tokens; share each group's prompt "
+                   "(rl.update.share_prompt), train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
     elif binding == "reference":
-        out.append("the reference is a full forward pass per step: share the prompt (rl.update.share_prompt), or drop it "
-                   "(β = 0 and rl.kl.track false), or compute ref log-probs in the rollout engine")
+        out.append("the reference is a full forward pass per step: share the prompt (rl.update.share_prompt), or drop "
+                   "it (β = 0 and rl.kl.track false), or compute ref log-probs in the rollout engine")
     elif binding == "verifier":
         out.append("scoring is slow: score in parallel processes or while the next batch samples; a code or "
                    "math verifier's timeouts bound its tail")
