@@ -177,7 +177,7 @@ def test_star_refuses_bad_settings_with_the_setting_named(tmp_path, capsys):
 
 
 def test_star_help_shows_every_setting_with_its_reason(capsys):
-    entries = help_entries(help_of(capsys, "star"))
+    entries = help_entries(help_of(capsys, "star", "--help-all"))  # --help: the sections star reads
     star_flags = [f"--star.{f.name}" for f in dataclasses.fields(StarConfig)]
     for flag in leaf_flags(TrainConfig) + star_flags + ["--config", "--resume"]:
         if flag == "--rl.algo_params":

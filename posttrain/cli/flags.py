@@ -303,7 +303,9 @@ def help_for_choice(algorithms: list[str], env_name: str, also_shown: tuple[str,
 
     preference = any(name in PREFERENCE_LOSSES for name in algorithms)
     hidden, paths = hidden_sections(TrainConfig, shown_sections(env_name, preference, also_shown))
-    hidden[EnvConfig] = hidden.get(EnvConfig, set()) | env_fields_unread(env_name)
+    unread = env_fields_unread(env_name)
+    hidden[EnvConfig] = hidden.get(EnvConfig, set()) | set(unread)
+    paths = [f"env.{name}" for name in unread] + paths
     return help_registry(hidden, [bool_rule]), help_note(paths, algorithms, f"--env.name {env_name}")
 
 

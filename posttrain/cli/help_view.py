@@ -6,10 +6,11 @@ chose). `--help-all` shows everything; every flag parses either way.
     shown_sections(...)             the dotted sections `--help` shows for a choice
     hidden_sections(cls, shown)     {section class: its section fields left out}, and their paths
     env_fields_unread(env_name)     the shared env settings the chosen environment does not take
+    help_note(...)                  the paragraph that names what the help left out
     help_registry(hidden)           a parser registry that leaves those fields out of the help
 
 Shown always: the run's own settings (seed, init, device, ...), the policy (`model`), the task
-(`env`: the shared settings the chosen `--env.name` takes, and its own sections), the RL
+(`env`: the shared settings the chosen `--env.name` takes, and its own section), the RL
 stage's top (`rl`: algo, steps, prompts and samples per step) and its optimizer (`rl.optim`),
 and the sections of the chosen algorithms (`--grpo.*`). The rest is named at the top of the
 help, one flag away: sft and dist, which a run changes rarely once set, the RL sections of
@@ -62,7 +63,7 @@ def hidden_sections(cls: type, shown: set[str], prefix: str = "") -> tuple[dict[
     return hidden, paths
 
 
-def env_fields_unread(env_name: str) -> set[str]:
+def env_fields_unread(env_name: str) -> list[str]:
     """The settings of env's top (path, columns, cot, ...) that the environment `env_name` does
     not take, read from its class as make_env reads it; none for a name it does not know (the
     run refuses it) or a class that takes any setting."""
@@ -71,13 +72,13 @@ def env_fields_unread(env_name: str) -> set[str]:
 
     env_class = ENVIRONMENTS.get(env_family(env_name))
     if env_class is None:
-        return set()
+        return []
     parameters = inspect.signature(env_class).parameters
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return set()
+        return []
     hints = typing.get_type_hints(EnvConfig)
-    shared = {f.name for f in dataclasses.fields(EnvConfig) if not dataclasses.is_dataclass(hints[f.name])}
-    return shared - set(parameters) - {"name"}
+    return [f.name for f in dataclasses.fields(EnvConfig)
+            if not dataclasses.is_dataclass(hints[f.name]) and f.name not in parameters and f.name != "name"]
 
 
 def help_registry(hidden: dict[type, set[str]], primitive_rules: list[Any]) -> tyro.constructors.ConstructorRegistry:

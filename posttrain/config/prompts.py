@@ -112,17 +112,14 @@ class PreferenceConfig:
     # building fresh pairs from the current policy's samples; 1 = offline. On arithmetic, 20
     # rounds of 5 steps beat offline, 4 rounds of 25 did not (docs/algorithms/dpo.md)
     online_rounds: int = 1
-    # iterative DPO's reference (Pang et al. 2024; Xiong et al. 2024): at the start of each
-    # online round, π_ref becomes the current policy, so each round is one DPO problem
-    # anchored where that round's pairs were sampled. False keeps the starting policy as the
-    # reference for every round (the KL logged at evaluation is always to the starting policy)
+    # iterative DPO's reference (Pang et al. 2024; Xiong et al. 2024): each online round starts with
+    # π_ref = the current policy, one DPO problem anchored where its pairs were sampled; false keeps
+    # the starting policy for every round (the KL logged at evaluation is always to it)
     refresh_reference: bool = False
-    # self-rewarding (Yuan et al. 2024, arXiv:2401.10020): the policy judges its own samples in
-    # the compact judge prompt (Y/N, its P(Y) the score; posttrain/rewards/self_judge.py) and each
-    # prompt's best against its worst by that score is a pair (ties none). The verifier scores the
-    # same samples only to report the judge's agreement with it per round (ranker_auroc,
-    # ranker_pair_agreement). On gpt_mini it needs sft.judge_demos (or an --init that had them).
-    # false: the verifier ranks (or the reward model of rl.rm.path)
+    # self-rewarding (Yuan et al. 2024, arXiv:2401.10020): the policy judges its own samples (Y/N in the
+    # compact judge prompt, P(Y) the score; rewards/self_judge.py), each prompt's best against its worst
+    # a pair (ties none); the verifier only reports the judge's agreement per round (ranker_auroc,
+    # ranker_pair_agreement). gpt_mini needs sft.judge_demos. false: the verifier ranks (or rl.rm.path)
     self_reward: bool = False
 
     def validate(self, prefix: str = "rl.preference") -> None:

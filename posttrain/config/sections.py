@@ -142,13 +142,19 @@ class EnvConfig:
 
     def kwargs(self) -> dict[str, Any]:
         """The settings changed from their defaults, as keyword arguments of the environment:
-        the shared ones and those of its own sections. One that does not take a setting
-        rejects it by name (make_env)."""
+        the shared ones and those of its own section. One that does not take a setting
+        rejects it by name (make_env); so does every environment a changed setting of another
+        environment's section, passed by its dotted name ("reasoning_gym.pool_size"), which no
+        parameter has: a setting is refused, never dropped, also where validate() did not run."""
         defaults = EnvConfig()
         changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                    if f.name != "name" and f.name not in ENV_SECTIONS
                    and getattr(self, f.name) != getattr(defaults, f.name)}
-        return changed | (changed_fields(getattr(self, self.section())) if self.section() else {})
+        for section in ENV_SECTIONS:
+            own = section == self.section()
+            changed |= {name if own else f"{section}.{name}": value
+                        for name, value in changed_fields(getattr(self, section)).items()}
+        return changed
 
     def arithmetic_level(self) -> int:
         """The level of an arithmetic task, env.arithmetic's or env.arithmetic_think's as env.name
