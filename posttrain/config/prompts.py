@@ -46,7 +46,8 @@ class CurationConfig:
     # ∝ p(1 − p), the variance of its 0/1 reward, so neither the solved nor the hopeless come up
     weights: str = "uniform"
     # "easy_to_hard": the pool's difficulty labels (meta.difficulty, or arithmetic's level with
-    # --env.levels) unlock one at a time over rl.steps, in equal stages; "none" draws every label throughout
+    # --env.arithmetic.levels) unlock one at a time over rl.steps, in equal stages; "none" draws every
+    # label throughout
     order: str = "none"
     # how a training prompt is matched against the held-out and dev prompts (dropped: decontamination)
     # and the pool's earlier prompts (dropped: dedup): "exact" (normalised text) or "ngram" (also a
