@@ -48,7 +48,7 @@ def one_update(step, batch: RolloutBatch, model: torch.nn.Module) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--rows", type=int, default=8)  # rl.micro_batch_size 8, as BENCHMARKS' SmolLM2 step
+    parser.add_argument("--rows", type=int, default=8)  # rl.update.micro_batch_size 8, as BENCHMARKS' SmolLM2 step
     parser.add_argument("--tokens", type=int, default=110)  # chat-templated prompt + ≤64 new tokens
     parser.add_argument("--prompt", type=int, default=46)
     parser.add_argument("--repeats", type=int, default=5)

@@ -46,7 +46,7 @@ def sft_checkpoint(threads: int) -> str:
     print("making the SFT starting point once (about 8 minutes): posttrain train --rl.steps 0 ...", flush=True)
     subprocess.run([str(Path(sys.executable).parent / "posttrain"), "train", "--name", "bench-sft",
                     "--out_dir", str(out), "--model", "smollm2-135m", "--model.system_prompt", SFT_SYSTEM,
-                    "--model.max_seq_len", "160", "--env.level", "3", "--env.cot", "true",
+                    "--model.max_seq_len", "160", "--env.arithmetic.level", "3", "--env.cot", "true",
                     "--sft.num_examples", "200", "--sft.steps", "40", "--sft.batch_size", "8", "--sft.lr", "3e-5",
                     "--sft.warmup_steps", "4", "--rl.steps", "0", "--heldout_size", "50",
                     "--threads", str(threads)], check=True)
@@ -143,7 +143,7 @@ def run_posttrain(args) -> dict:
         sampled = time.perf_counter()
         batch = RolloutBatch.collate(episodes, tokenizer.pad_id)
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-        if not args.no_skip:  # as `posttrain train` does by default (rl.skip_inert_rows): the same update
+        if not args.no_skip:  # as `posttrain train` does by default (rl.update.skip_inert_rows): the same update
             batch.rows_with_gradient = algo.rows_with_gradient(batch)
         trainer.update(batch, algo)
         sync.push()
@@ -264,7 +264,7 @@ def main() -> None:
     parser.add_argument("--max-new", type=int, default=64)
     parser.add_argument("--micro-batch", type=int, default=4)
     parser.add_argument("--no-skip", action="store_true",
-                        help="train every row, as before rows with no gradient were left out (rl.skip_inert_rows false)")
+                        help="train every row, as before rows with no gradient were left out (rl.update.skip_inert_rows false)")
     parser.add_argument("--level", type=int, default=3, help="arithmetic level (match the SFT checkpoint's)")
     parser.add_argument("--cot", action=argparse.BooleanOptionalAction, default=True)
     parser.add_argument("--system", default=SFT_SYSTEM,

@@ -1,4 +1,4 @@
-"""What computing each prompt once per group saves (rl.share_prompt, posttrain/models/shared_prefix.py):
+"""What computing each prompt once per group saves (rl.update.share_prompt, posttrain/models/shared_prefix.py):
 one GRPO update, one reference pass and one sampler prefill with every row's prompt, and with
 each distinct prompt once, side by side.
 

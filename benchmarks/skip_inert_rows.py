@@ -1,5 +1,5 @@
 """What leaving inert rows out of the update saves: one GRPO update with every row, and
-with the rows whose advantage is 0 left out (rl.skip_inert_rows), side by side.
+with the rows whose advantage is 0 left out (rl.update.skip_inert_rows), side by side.
 
     cd benchmarks && ../.venv/bin/python skip_inert_rows.py [--threads 2] [--repeats 3]
 

@@ -49,7 +49,7 @@ def _(mo):
     `lessons/data/18a_pass_rates/pass_counts.json` holds two measurements the curation code
     made before RL (`posttrain/pipelines/curation.py`, 8 samples of each of 1,024 training
     prompts): the level-3 SFT checkpoint (69.8% held-out) and the mixed-level one
-    (`--env.levels 2,3,5`, 13.6%). The notebook rebuilds the very prompts from the task and
+    (`--env.arithmetic.levels 2,3,5`, 13.6%). The notebook rebuilds the very prompts from the task and
     checks their fingerprint. Below, each prompt's measured rate is taken as its true pass
     rate; the simulator draws prompts the way a training run does (`PromptPool.draw` in
     `posttrain/data/curation.py`), samples K Bernoulli rewards per group, and runs the
@@ -337,7 +337,7 @@ def _(mo):
     * `posttrain/pipelines/curation.py` — how a run builds, screens, measures and records the pool
     * `posttrain/data/decontamination.py` — `screen`: exact and n-gram matching, against held-out then against the pool
     * `posttrain/algorithms/grpo.py` — `group_advantages`, the advantages the simulator runs
-    * `posttrain/envs/arithmetic.py` — the prompts, the splits, `--env.levels` and its difficulty labels
+    * `posttrain/envs/arithmetic.py` — the prompts, the splits, `--env.arithmetic.levels` and its difficulty labels
     * `posttrain/verifiers/final_int.py` — the verifier the verifier-check stage calls
     * `lessons/data/18a_pass_rates/README.md` — where the two measured pools came from
     * `tests/test_curation.py`, `tests/test_decontamination.py` — the band, the weights' draw frequencies and the matches, checked by hand

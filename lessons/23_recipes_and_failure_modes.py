@@ -52,7 +52,7 @@ def _(mo):
     the monitor in `posttrain/runs/monitors.py` that detects it, and the lesson that explains
     it. The run is synthetic (40 steps of metric rows, healthy until step 20, then the symptom
     you pick grows), and the detection is the library's `check_all`, the same call a training
-    run makes every step (`rl.on_alert` decides what happens then).
+    run makes every step (`rl.alerts.action` decides what happens then).
     """)
     return
 
@@ -111,9 +111,9 @@ def _(AXES):
 
     # Which settings of a recipe file make up each axis (a prefix names a section: "env" is env.*).
     AXIS_OF_SETTING = {
-        "data": ("env", "sft.num_examples", "rl.curation", "rl.pair_prompts", "rl.pairs", "rl.pairs_columns"),
-        "algorithm": ("stages", "rl.algo", "rl.algo_params", "rl.kl_target", "rl.kl_horizon", "init"),
-        "reward": ("rl.reward", "rl.length_reward", "rl.length_reward_start", "rl.length_penalty", "rl.rm"),
+        "data": ("env", "sft.num_examples", "rl.curation", "rl.preference.pair_prompts", "rl.preference.pairs", "rl.preference.pairs_columns"),
+        "algorithm": ("stages", "rl.algo", "rl.algo_params", "rl.kl.target", "rl.kl.horizon", "init"),
+        "reward": ("rl.reward.terms", "rl.reward.length_reward", "rl.reward.length_reward_start", "rl.reward.length_penalty", "rl.rm"),
         "system": ("dist", "device", "dtype", "threads", "rl.sampling.weights", "rl.sampling.compile"),
         "scale": ("rl.steps", "sft.steps", "model", "rl.sampling.max_new_tokens", "rl.samples_per_prompt",
                   "rl.prompts_per_step"),
@@ -357,7 +357,7 @@ def _(mo):
     * `posttrain/pipelines/checks.py` — `check_config`, the pre-run checks that refuse a hybrid
     * `docs/recipes.md` and `tests/test_recipes.py` — the catalogue and the checks every recipe passes
     * `posttrain/runs/monitors.py` — `check_all`, `MonitorConfig` and the seven monitors
-    * `posttrain/pipelines/rl.py` — where a training run calls the monitors and acts on `rl.on_alert`
+    * `posttrain/pipelines/rl.py` — where a training run calls the monitors and acts on `rl.alerts.action`
 
     ## Exercises
 

@@ -51,8 +51,8 @@ def _(mo):
     | role | levers (each from a lesson) |
     |---|---|
     | rollout | continuous batching, prefix caching, paged KV (21, 25); a length cap, packing, dynamic K (22b); speculative decoding; low-precision weights with the mismatch corrected (22b, 25); async overlap (22c) |
-    | reference | share each group's prompt (`rl.share_prompt`); drop it when β = 0 and nothing logs the KL; compute ref log-probs in the engine |
-    | train | leave out rows with no gradient (`rl.skip_inert_rows`); share the prompt; fewer epochs; LoRA (less optimizer work, not fewer FLOPs) |
+    | reference | share each group's prompt (`rl.update.share_prompt`); drop it when β = 0 and nothing logs the KL; compute ref log-probs in the engine |
+    | train | leave out rows with no gradient (`rl.update.skip_inert_rows`); share the prompt; fewer epochs; LoRA (less optimizer work, not fewer FLOPs) |
     | verifier | score in parallel processes, or while the next batch samples; bound its tail with timeouts |
     | sync | colocate (read in place), send bf16, send LoRA adapters only, NCCL instead of an object store (22c) |
 
@@ -91,11 +91,13 @@ def _(mo):
 
 @app.cell
 def _(json):
+    from posttrain.config.files import upgraded
     from posttrain.runs.rundir import read_jsonl
     from posttrain.teach.lessons import LESSONS_DIR
 
     RUNS = LESSONS_DIR / "data" / "28_runs"  # the repository's lessons/, wherever this notebook runs from
-    runs = {name: (json.loads((RUNS / name / "config.json").read_text(encoding="utf-8")),
+    # upgraded: these runs were written before settings moved into sections (rl.update.share_prompt, ...)
+    runs = {name: (upgraded(json.loads((RUNS / name / "config.json").read_text(encoding="utf-8"))),
                    read_jsonl(RUNS / name / "metrics.jsonl")) for name in ("colocated", "async")}
     return (runs,)
 

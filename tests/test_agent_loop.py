@@ -249,7 +249,7 @@ def test_reward_settings_that_a_multi_turn_episode_would_ignore_are_refused():
 
     cfg = TrainConfig()
     check_multi_turn(cfg, FixedToolEnv())  # the environment's own reward: allowed
-    cfg.rl.reward = "r1"
+    cfg.rl.reward.terms = "r1"
     with pytest.raises(ConfigError, match="its reward is the one its last turn gives"):
         check_multi_turn(cfg, FixedToolEnv())
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import posttrain
-from posttrain.config import ConfigError
+from posttrain.config import ArithmeticConfig, ConfigError
 from posttrain.envs import make_env
 from posttrain.pipelines.api import own_environment
 from posttrain.types import Example
@@ -68,7 +68,7 @@ def test_an_environment_declared_with_kwargs_is_accepted():
 
 
 def test_a_class_is_built_from_the_configs_env_settings():
-    cfg = posttrain.TrainConfig(env=posttrain.EnvConfig(level=2))
+    cfg = posttrain.TrainConfig(env=posttrain.EnvConfig(arithmetic=ArithmeticConfig(level=2)))
     recorded, env = own_environment(cfg, Countdown)
     assert isinstance(env, Countdown) and env.settings == {"level": 2}
     assert recorded.env.name == f"python:{__name__}.Countdown" and recorded.name == "Countdown-grpo"

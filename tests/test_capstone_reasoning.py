@@ -70,8 +70,8 @@ def test_a_question_the_writer_cannot_read_is_refused_by_name():
 
 
 def test_a_prompt_longer_than_the_model_names_the_length_it_needs(capsys):
-    args = ["run", "--env.name", "reasoning_gym:aiw", "--env.worked_steps", "true", "--env.task_config",
-            json.dumps(SIBLINGS), "--env.pool_size", "3000", "--heldout_size", "50", "--rl.dev_size", "20",
+    args = ["run", "--env.name", "reasoning_gym:aiw", "--env.reasoning_gym.worked_steps", "true", "--env.reasoning_gym.task_config",
+            json.dumps(SIBLINGS), "--env.reasoning_gym.pool_size", "3000", "--heldout_size", "50", "--rl.dev_size", "20",
             "--sft.num_examples", "20", "--dry_run", "true"]
     assert main(args) == 2
     error = capsys.readouterr().err

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import posttrain
-from posttrain.config import EnvConfig
+from posttrain.config import ArithmeticConfig, EnvConfig
 from posttrain.config.files import to_dict
 from posttrain.eval.loop_a import choose_task
 from posttrain.runs.checkpoints import TASK_FILE
@@ -25,12 +25,13 @@ from tests.test_pipeline import TINY, only_run_dir
 # level-2 problems: a pass@1 strictly between 0 and 1 can only come back if the same problems
 # are answered the same way, and level 3 scores visibly lower
 LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_examples", "600", "--sft.steps", "300",
-          "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.level", "2", "--env.cot", "false",
+          "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.arithmetic.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
-LEVEL2_ENV = {"name": "arithmetic", "level": 2, "levels": "", "cot": False, "spec_version": "", "path": "", "columns": "",
-              "heldout_path": "", "allow_weak_sandbox": False, "pool_size": 10_000, "task_config": "",
-              "worked_steps": False, "tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0,
-              "thinking": "keep_all", "think_mode": "fused", "budget_demos": 0.0}
+LEVEL2_ENV = {"name": "arithmetic", "arithmetic": {"level": 2, "levels": ""},
+              "arithmetic_think": {"level": 3, "think_mode": "fused", "budget_demos": 0.0},
+              "reasoning_gym": {"pool_size": 10_000, "task_config": "", "worked_steps": False},
+              "tool_arithmetic": {"tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0, "thinking": "keep_all"},
+              "cot": False, "spec_version": "", "path": "", "columns": "", "heldout_path": "", "allow_weak_sandbox": False}
 
 
 def posttrain_cli(*args: str, cwd: Path | None = None) -> str:
@@ -79,7 +80,7 @@ def test_eval_without_env_flags_scores_the_checkpoints_task_and_gets_the_runs_pa
     checkpoint = level2_run / "checkpoints" / stage / (level2_run / "checkpoints" / stage / "latest").read_text()
     output = posttrain_cli("eval", "--checkpoint", str(checkpoint), "--size", "16", "--out_dir", str(tmp_path))
     assert output.splitlines()[0] == ("scoring on the task the checkpoint was trained on (posttrain_task.json): "
-                                      "env.name=arithmetic, env.level=2, env.cot=false")
+                                      "env.name=arithmetic, env.arithmetic.level=2, env.cot=false")
     assert "warning" not in output
     meta, summary, rows = evaluated(tmp_path)
     assert meta["task"] == summary["task"] == {"source": "checkpoint", "env": LEVEL2_ENV, "trained_on": LEVEL2_ENV}
@@ -99,24 +100,25 @@ def test_eval_without_env_flags_scores_the_checkpoints_task_and_gets_the_runs_pa
 
 def test_explicit_env_flags_win_with_one_warning_naming_both(level2_run, tmp_path):
     checkpoint = level2_run / "checkpoints" / "rl" / "step_000001"
-    output = posttrain_cli("eval", "--checkpoint", str(checkpoint), "--size", "16", "--env.level", "3",
+    output = posttrain_cli("eval", "--checkpoint", str(checkpoint), "--size", "16", "--env.arithmetic.level", "3",
                            "--out_dir", str(tmp_path))
     warnings = [line for line in output.splitlines() if "warning" in line]
-    assert warnings == ["warning: the checkpoint was trained on env.level=2; scoring on env.level=3 as asked"]
+    assert warnings == ["warning: the checkpoint was trained on env.arithmetic.level=2; scoring on env.arithmetic.level=3 as asked"]
     meta, summary, rows = evaluated(tmp_path)
     # level 3, the flag's; cot false, still the checkpoint's (only the flags given replace its settings)
-    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "level": 3}, "trained_on": LEVEL2_ENV}
+    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "arithmetic": {"level": 3, "levels": ""}},
+                            "trained_on": LEVEL2_ENV}
     assert meta["spec_version"] == "final_int/strict-v1"
     assert all(n_terms(r["prompt"]) == 5 and r["meta"]["level"] == 3 for r in rows)
     # the silent failure this prevents: a level-2 model read on level 3 looks untrained
     assert summary["eval"]["mean"] < json.loads((level2_run / "summary.json").read_text())["rl"]["mean"]
 
     # an env section in a --config file asks as explicitly as a flag
-    (tmp_path / "level3.json").write_text('{"env": {"level": 3}}')
+    (tmp_path / "level3.json").write_text('{"env": {"arithmetic": {"level": 3}}}')
     output = posttrain_cli("eval", "--checkpoint", str(checkpoint), "--size", "4", "--config",
                            str(tmp_path / "level3.json"), "--out_dir", str(tmp_path / "from_config"))
-    assert "warning: the checkpoint was trained on env.level=2; scoring on env.level=3 as asked" in output
-    assert evaluated(tmp_path / "from_config")[0]["task"]["env"]["level"] == 3
+    assert "warning: the checkpoint was trained on env.arithmetic.level=2; scoring on env.arithmetic.level=3 as asked" in output
+    assert evaluated(tmp_path / "from_config")[0]["task"]["env"]["arithmetic"]["level"] == 3
 
 
 def test_a_copied_checkpoint_keeps_its_task(level2_run, tmp_path):
@@ -125,7 +127,7 @@ def test_a_copied_checkpoint_keeps_its_task(level2_run, tmp_path):
     elsewhere = tmp_path / "cwd"
     elsewhere.mkdir()
     output = posttrain_cli("eval", "--checkpoint", str(copy), "--size", "8", "--out_dir", "evals", cwd=elsewhere)
-    assert "env.level=2, env.cot=false" in output.splitlines()[0]
+    assert "env.arithmetic.level=2, env.cot=false" in output.splitlines()[0]
     meta, summary, rows = evaluated(elsewhere / "evals")
     assert meta["task"]["source"] == "checkpoint" and meta["task"]["env"] == LEVEL2_ENV
     assert len(rows) == 8 and all(n_terms(r["prompt"]) == 3 for r in rows)
@@ -138,7 +140,7 @@ def test_a_checkpoint_without_the_file_says_it_is_scored_on_the_defaults(level2_
     output = posttrain_cli("eval", "--checkpoint", str(old), "--size", "4", "--out_dir", str(tmp_path / "evals"))
     assert output.splitlines()[0] == (
         f"{old} does not record the task it was trained on (no posttrain_task.json: written by an older posttrain, "
-        "or not by posttrain); scoring on the defaults: env.name=arithmetic, env.level=3, env.cot=true; if it was "
+        "or not by posttrain); scoring on the defaults: env.name=arithmetic, env.arithmetic.level=3, env.cot=true; if it was "
         "trained on another task, give its --env.* flags")
     meta, _, rows = evaluated(tmp_path / "evals")
     assert meta["task"] == {"source": "flags", "env": to_dict(EnvConfig()), "trained_on": None}
@@ -157,7 +159,7 @@ def test_a_jsonl_task_is_recorded_with_its_absolute_path_and_scored_from_anywher
     (tmp_path / "pairs.jsonl").write_text("".join(json.dumps(p) + "\n" for p in pairs))
     # relative paths, as a user types them
     posttrain_cli("train", *TINY, "--env.name", "jsonl", "--env.path", "problems.jsonl", "--algo", "dpo",
-                  "--rl.pairs", "pairs.jsonl", "--rl.steps", "2", "--out_dir", "runs", cwd=tmp_path)
+                  "--rl.preference.pairs", "pairs.jsonl", "--rl.steps", "2", "--out_dir", "runs", cwd=tmp_path)
     run = only_run_dir(tmp_path / "runs")
     checkpoints = sorted(run.glob("checkpoints/*/step_*"))
     assert {c.parent.name for c in checkpoints} >= {"sft", "pref"}
@@ -189,20 +191,20 @@ def checkpoint_with(tmp_path: Path, env: dict) -> str:
 def test_flags_replace_the_checkpoints_settings_one_by_one(tmp_path):
     cfg = EvalConfig(checkpoint=checkpoint_with(tmp_path, LEVEL2_ENV), env=EnvConfig(cot=True))
     chosen, source, line = choose_task(cfg, {"cot"})
-    assert (chosen.env.level, chosen.env.cot, source) == (2, True, "flags")
+    assert (chosen.env.arithmetic.level, chosen.env.cot, source) == (2, True, "flags")
     assert line == "warning: the checkpoint was trained on env.cot=false; scoring on env.cot=true as asked"
 
     # flags that agree with the checkpoint: no warning
-    chosen, source, line = choose_task(EvalConfig(checkpoint=cfg.checkpoint, env=EnvConfig(level=2)), {"level"})
-    assert (chosen.env, source) == (EnvConfig(level=2, cot=False), "flags")
-    assert line == "scoring on env.name=arithmetic, env.level=2, env.cot=false, as asked and as trained"
+    chosen, source, line = choose_task(EvalConfig(checkpoint=cfg.checkpoint, env=EnvConfig(arithmetic=ArithmeticConfig(level=2))), {"arithmetic.level"})
+    assert (chosen.env, source) == (EnvConfig(arithmetic=ArithmeticConfig(level=2), cot=False), "flags")
+    assert line == "scoring on env.name=arithmetic, env.arithmetic.level=2, env.cot=false, as asked and as trained"
 
 
 def test_another_env_is_the_flags_alone_and_both_are_named_in_full(tmp_path):
     cfg = EvalConfig(checkpoint=checkpoint_with(tmp_path, LEVEL2_ENV), env=EnvConfig(name="math", path="p.jsonl"))
     chosen, source, line = choose_task(cfg, {"name", "path"})
     assert chosen.env == EnvConfig(name="math", path="p.jsonl")  # no level 2, no cot false: not math's settings
-    assert line == ("warning: the checkpoint was trained on env.name=arithmetic, env.level=2, env.cot=false; "
+    assert line == ("warning: the checkpoint was trained on env.name=arithmetic, env.arithmetic.level=2, env.cot=false; "
                     "scoring on env.name=math, env.path=p.jsonl as asked")
 
 

@@ -60,8 +60,8 @@ def reason(help_text: str) -> str:
     return re.sub(r"\((default: .*|required)\)$", "", help_text).strip()
 
 
-def help_of(capsys, command: str) -> str:
-    assert main([command, "--help"]) == 0
+def help_of(capsys, command: str, *flags: str) -> str:
+    assert main([command, *(flags or ["--help"])]) == 0
     return capsys.readouterr().out
 
 
@@ -69,7 +69,8 @@ def help_of(capsys, command: str) -> str:
                                           ("rlhf", TrainConfig), ("eval", EvalConfig), ("bon", BonConfig),
                                           ("systems", SystemsConfig), ("winrate", WinrateConfig)])
 def test_help_shows_every_setting_with_its_reason(capsys, command, cls):
-    entries = help_entries(help_of(capsys, command))
+    # --help-all: a training command's --help shows the chosen algorithm's and environment's (below)
+    entries = help_entries(help_of(capsys, command, "--help-all"))
     settings = [f for f in leaf_flags(cls) if f != "--rl.algo_params"]  # set through the sections instead
     if cls is TrainConfig:  # the walk reaches the nested sections
         assert {"--rl.sampling.top_p", "--rl.rm.pooling", "--dist.trainer_ranks"} <= set(settings)
@@ -87,7 +88,7 @@ WITHOUT_REASON: set[str] = set()  # every algorithm field says why it has its de
 
 
 def test_help_has_a_section_per_algorithm_with_each_field_and_its_reason(capsys):
-    text = help_of(capsys, "train")
+    text = help_of(capsys, "train", "--help-all")
     entries = help_entries(text)
     without = set()
     for name, cls in {**ALGORITHMS, **PREFERENCE_LOSSES}.items():
@@ -129,10 +130,10 @@ def test_a_flag_of_another_section_is_refused(capsys, tmp_path):
 
 def test_defaults_then_config_file_then_flags(tmp_path):
     path = tmp_path / "settings.json"
-    path.write_text(json.dumps({"seed": 5, "rl": {"lr": 3e-4, "steps": 7,
+    path.write_text(json.dumps({"seed": 5, "rl": {"optim": {"lr": 3e-4}, "steps": 7,
                                                   "algo_params": {"kl_coef": 0.02, "clip_eps_high": 0.28}}}))
     cfg = train_config(["--config", str(path), "--rl.steps", "9", "--grpo.kl_coef", "0.04"])
-    assert (cfg.sft.steps, cfg.seed, cfg.rl.lr, cfg.rl.steps) == (600, 5, 3e-4, 9)  # default, file, file, flag
+    assert (cfg.sft.steps, cfg.seed, cfg.rl.optim.lr, cfg.rl.steps) == (600, 5, 3e-4, 9)  # default, file, file, flag
     assert cfg.rl.algo_params == {"kl_coef": 0.04, "clip_eps_high": 0.28}  # the section's flag over the file's
     # back to the algorithm's own default, over the file's value
     assert train_config(["--config", str(path), "--grpo.kl_coef", "0.0"]).rl.algo_params["kl_coef"] == 0.0
@@ -143,18 +144,18 @@ def test_defaults_then_config_file_then_flags(tmp_path):
 
 
 def test_a_runs_config_json_reads_back_as_the_same_config(tmp_path):
-    cfg = train_config(["--algo", "dapo", "--dapo.overlong_cache", "4", "--env.cot", "false", "--rl.lr", "3e-5"])
+    cfg = train_config(["--algo", "dapo", "--dapo.overlong_cache", "4", "--env.cot", "false", "--rl.optim.lr", "3e-5"])
     path = tmp_path / "config.json"
     path.write_text(json.dumps(to_dict(cfg)))
     assert train_config(["--config", str(path)]) == cfg
 
 
 def test_booleans_short_forms_and_removed_flags(capsys):
-    cfg = train_config(["--env.cot", "false", "--rl.track_kl", "false", "--algo", "rloo", "--steps", "3",
-                        "--model", "gpt_mini", "--workers", "0", "--rl.refresh_reference=false"])
-    assert (cfg.env.cot, cfg.rl.track_kl, cfg.rl.algo, cfg.rl.steps) == (False, False, "rloo", 3)
-    assert (cfg.model.name, cfg.dist.workers, cfg.rl.refresh_reference) == ("gpt_mini", 0, False)
-    for flag, value, instead in [("--data", "pairs.jsonl", "--rl.pairs"), ("--lora-r", "8", "--model.lora_r"),
+    cfg = train_config(["--env.cot", "false", "--rl.kl.track", "false", "--algo", "rloo", "--steps", "3",
+                        "--model", "gpt_mini", "--workers", "0", "--rl.preference.refresh_reference=false"])
+    assert (cfg.env.cot, cfg.rl.kl.track, cfg.rl.algo, cfg.rl.steps) == (False, False, "rloo", 3)
+    assert (cfg.model.name, cfg.dist.workers, cfg.rl.preference.refresh_reference) == ("gpt_mini", 0, False)
+    for flag, value, instead in [("--data", "pairs.jsonl", "--rl.preference.pairs"), ("--lora-r", "8", "--model.lora_r"),
                                  ("--ray-address", "auto", "--dist.ray_address"),
                                  ("--rl.algo_params", '{"kl_coef": 0.04}', "the chosen algorithm's section")]:
         assert main(["train", flag, value]) == 2

@@ -37,7 +37,7 @@ def test_compare_rejects_unknown_algorithms(tmp_path, capsys):
 
 def test_compare_preference_losses_reports_pairs_and_held_out_preference_accuracy(tmp_path):
     algos = ["kto", "simpo"]  # with a reference (and unpaired), reference-free
-    assert main(["compare", "--algos", ",".join(algos), *TINY_PREF, "--rl.steps", "3", "--rl.pair_prompts", "32",
+    assert main(["compare", "--algos", ",".join(algos), *TINY_PREF, "--rl.steps", "3", "--rl.preference.pair_prompts", "32",
                  "--out_dir", str(tmp_path)]) == 0
     (root,) = tmp_path.iterdir()
     rows = json.loads((root / "compare.json").read_text())
@@ -54,14 +54,14 @@ def test_compare_preference_losses_reports_pairs_and_held_out_preference_accurac
 
 def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_difference(sft, tmp_path):
     assert main(["compare", "--algos", "dpo", "--online_rounds", "1,3", *TINY_PREF, "--init", sft, "--rl.steps", "3",
-                 "--rl.pair_prompts", "48", "--rl.refresh_reference", "true",
+                 "--rl.preference.pair_prompts", "48", "--rl.preference.refresh_reference", "true",
                  "--dpo.beta", "0.2", "--dpo.nll_coef", "1.0", "--out_dir", str(tmp_path)]) == 0
     (root,) = tmp_path.iterdir()
     rows = json.loads((root / "compare.json").read_text())
     assert [r["algo"] for r in rows] == ["dpo offline", "dpo online ×3"]
     configs = [json.loads((root / r["run"] / "config.json").read_text())["rl"] for r in rows]
-    assert [c["online_rounds"] for c in configs] == [1, 3]
-    assert [c["refresh_reference"] for c in configs] == [False, True]  # offline has no next round to refresh
+    assert [c["preference"]["online_rounds"] for c in configs] == [1, 3]
+    assert [c["preference"]["refresh_reference"] for c in configs] == [False, True]  # offline has no next round to refresh
     assert all(c["algo_params"] == {"beta": 0.2, "nll_coef": 1.0} for c in configs)  # kept, not reset
     rounds = [json.loads((root / r["run"] / "pref_rounds.json").read_text()) for r in rows]
     assert [len(r) for r in rounds] == [1, 3]
@@ -80,7 +80,7 @@ def test_compare_online_rounds_runs_each_loss_offline_and_online_with_a_paired_d
     (["--algos", "grpo", "--online_rounds", "1,4"], "preference"),
     (["--algos", "dpo", "--online_rounds", "1,four"], "round counts"),
     (["--algos", "dpo", "--online_rounds", "0,4"], "positive round counts"),
-    (["--algos", "dpo", "--online_rounds", "1,4", "--rl.online_rounds", "4"], "not both"),
+    (["--algos", "dpo", "--online_rounds", "1,4", "--rl.preference.online_rounds", "4"], "not both"),
     (["--algos", "dpo,simpo", "--dpo.nll_coef", "1.0"], "nll_coef"),  # every row gets it: simpo has none
 ])
 def test_compare_refuses_rows_it_cannot_run_before_training_anything(argv, message, tmp_path, capsys):
@@ -110,10 +110,10 @@ def test_a_row_changes_its_settings_and_only_those():
     base = TrainConfig(seed=3)
     cases = {
         "same": ({}, {}),
-        "lr:rl.lr=2e-4,rl.sampling.max_new_tokens=40,seed=1": (
-            {"rl.lr": 2e-4, "rl.sampling.max_new_tokens": 40, "seed": 1}, {}),
+        "lr:rl.optim.lr=2e-4,rl.sampling.max_new_tokens=40,seed=1": (
+            {"rl.optim.lr": 2e-4, "rl.sampling.max_new_tokens": 40, "seed": 1}, {}),
         "clip:grpo.clip_eps_high=0.28,grpo.overlong_filter=true": ({}, {"clip_eps_high": 0.28, "overlong_filter": True}),
-        "kimi:rl.algo=kimi,kimi.tau=0.1,rl.length_reward=0.5": ({"rl.algo": "kimi", "rl.length_reward": 0.5}, {"tau": 0.1}),
+        "kimi:rl.algo=kimi,kimi.tau=0.1,rl.reward.length_reward=0.5": ({"rl.algo": "kimi", "rl.reward.length_reward": 0.5}, {"tau": 0.1}),
         "start:init=runs/x/checkpoints/sft/step_000099,model.lora_r=4": (
             {"init": "runs/x/checkpoints/sft/step_000099", "model.lora_r": 4}, {}),
     }
@@ -128,17 +128,17 @@ def test_a_row_changes_its_settings_and_only_those():
 
 
 @pytest.mark.parametrize("row, message", [
-    ("x:rl.lrr=1", "valid ones: ['rl.adam_beta2', 'rl.algo'"),  # the section's keys, listed
+    ("x:rl.lrr=1", "valid ones: ['rl.alerts.action', 'rl.alerts.monitors', 'rl.algo'"),  # the section's keys, listed
     ("x:learning_rate=1", "'heldout_size', 'init'"),  # the top-level keys and the algorithms
     ("x:grpo.clip=0.3", "grpo's hyperparameters are ['adv_eps', 'adv_norm', 'clip_eps_high'"),
     ("x:dapo.clip_eps_high=0.3", "the row trains rl.algo='grpo', so its hyperparameters are grpo.FIELD"),
     ("x:model.dim=64", "would change the shared SFT start"),
     ("x:out_dir=/tmp", "cannot be set per row"),
-    ("x:rl.lr=fast", "rl.lr='fast' is not allowed"),
+    ("x:rl.optim.lr=fast", "rl.optim.lr='fast' is not allowed"),
     ("x:rl.sampling=3", "must be a section"),
-    ("x:rl.lr", "is not KEY=VALUE"),
-    ("../x:rl.lr=1", "the row's name"),
-    ("x:rl.lr=1,rl.lr=2", "given twice"),
+    ("x:rl.optim.lr", "is not KEY=VALUE"),
+    ("../x:rl.optim.lr=1", "the row's name"),
+    ("x:rl.optim.lr=1,rl.optim.lr=2", "given twice"),
 ])
 def test_a_row_it_cannot_apply_is_refused_naming_what_is_valid(row, message):
     from posttrain.config import ConfigError, TrainConfig
@@ -150,7 +150,7 @@ def test_a_row_it_cannot_apply_is_refused_naming_what_is_valid(row, message):
 
 
 def test_compare_rows_run_each_setting_from_one_start_in_one_table(tmp_path):
-    rows = ["grpo", "clip_higher:grpo.clip_eps_high=0.28", "lite:rl.algo=lite_ppo,rl.lr=2e-4",
+    rows = ["grpo", "clip_higher:grpo.clip_eps_high=0.28", "lite:rl.algo=lite_ppo,rl.optim.lr=2e-4",
             "short:rl.sampling.max_new_tokens=30,grpo.overlong_filter=true"]
     argv = ["compare", *TINY, "--rl.steps", "2", "--out_dir", str(tmp_path)]
     for row in rows:
@@ -164,7 +164,7 @@ def test_compare_rows_run_each_setting_from_one_start_in_one_table(tmp_path):
     assert [c["rl"]["algo"] for c in configs] == ["grpo", "grpo", "lite_ppo", "grpo"]
     assert [c["rl"]["algo_params"] for c in configs] == [{}, {"clip_eps_high": 0.28}, {},
                                                          {"overlong_filter": True}]
-    assert [c["rl"]["lr"] for c in configs] == [1e-4, 1e-4, 2e-4, 1e-4]
+    assert [c["rl"]["optim"]["lr"] for c in configs] == [1e-4, 1e-4, 2e-4, 1e-4]
     assert [c["rl"]["sampling"]["max_new_tokens"] for c in configs] == [48, 48, 48, 30]
     assert all(c["init"].endswith("step_000005") for c in configs)
     for r in results[1:]:
@@ -182,7 +182,7 @@ def test_compare_rows_run_each_setting_from_one_start_in_one_table(tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--algos", "grpo", "--row", "a"], "not both"),
-    (["--row", "a", "--row", "a:rl.lr=1e-3"], "must differ"),
+    (["--row", "a", "--row", "a:rl.optim.lr=1e-3"], "must differ"),
     (["--row", "a", "--row", "b:rl.nope=1"], "unknown setting"),
     (["--row", "a", "--row", "b:rl.algo=kimi,kimi.tau=0"], "Kimi.tau=0.0"),  # checked as its run would be
     (["--grpo.clip_eps_high", "0.3", "--row", "a", "--row", "k:rl.algo=kimi"], "clip_eps_high"),  # shared params
@@ -206,10 +206,10 @@ def test_the_progressive_build_changes_one_setting_per_row():
     params = [c.pop("rl.algo_params") for c in configs]
     for before, after, p_before, p_after in zip(configs, configs[1:], params, params[1:]):
         changed = {k for k in after if after[k] != before[k]} | {k for k in p_after if p_after[k] != p_before.get(k)}
-        assert len(changed) == 1, changed  # one setting: adv_norm three times, then rl.minibatches
+        assert len(changed) == 1, changed  # one setting: adv_norm three times, then rl.update.minibatches
     assert [p["adv_norm"] for p in params] == ["no-baseline", "none", "group", "group-mean-batch-std",
                                                "group-mean-batch-std"]
-    assert configs[-1]["rl.minibatches"] == 4 and configs[-2]["rl.minibatches"] == 1
+    assert configs[-1]["rl.update.minibatches"] == 4 and configs[-2]["rl.update.minibatches"] == 1
     # the first row's advantage is the reward itself, and needs no groups
     rewards, groups = torch.tensor([1.0, 0.0, 1.0, 1.0]), torch.tensor([0, 0, 1, 1])
     assert torch.equal(group_advantages(rewards, groups, "no-baseline", 1e-6), rewards)
@@ -224,12 +224,12 @@ def test_an_unknown_row_set_is_refused_with_the_sets(capsys):
 def test_rows_that_change_the_measurement_are_refused_before_anything_trains(tmp_path, capsys):
     from posttrain.pipelines.compare_rows import check_rows_measure_alike, parse_rows
 
-    argv = ["compare", "--row", "a", "--row", "harder:env.level=4,rl.lr=2e-4", "--row", "big:heldout_size=900",
+    argv = ["compare", "--row", "a", "--row", "harder:env.arithmetic.level=4,rl.optim.lr=2e-4", "--row", "big:heldout_size=900",
             "--out_dir", str(tmp_path)]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "harder: env.level=4" in err and "big: heldout_size=900" in err and "rl.lr" not in err
+    assert "harder: env.arithmetic.level=4" in err and "big: heldout_size=900" in err and "rl.optim.lr" not in err
     assert "--allow-different" in err and not any(tmp_path.iterdir())  # nothing was trained
-    rows = parse_rows(["a", "harder:env.level=4,rl.lr=2e-4"])
-    assert check_rows_measure_alike(rows, allow_different=True) == ["harder: env.level=4"]
-    assert check_rows_measure_alike(parse_rows(["a", "b:rl.lr=2e-4"])) == []
+    rows = parse_rows(["a", "harder:env.arithmetic.level=4,rl.optim.lr=2e-4"])
+    assert check_rows_measure_alike(rows, allow_different=True) == ["harder: env.arithmetic.level=4"]
+    assert check_rows_measure_alike(parse_rows(["a", "b:rl.optim.lr=2e-4"])) == []

@@ -150,7 +150,7 @@ def test_curation_settings_that_cannot_work_are_refused_before_the_run(tmp_path)
     with pytest.raises(ConfigError, match=r"rl.curation.pool_size=16 .* 0 with a preference loss"):
         check_config(cfg)
     cfg = curated(tmp_path)
-    cfg.env = dataclasses.replace(cfg.env, level=2)
+    cfg.env = dataclasses.replace(cfg.env, arithmetic=dataclasses.replace(cfg.env.arithmetic, level=2))
     cfg.rl = dataclasses.replace(cfg.rl, curation=CurationConfig(pool_size=796))
     with pytest.raises(ConfigError, match=r"rl.curation.pool_size=796 is not allowed: split 'train' of level 2 holds "
                                           r"only 795 distinct problems"):

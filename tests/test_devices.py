@@ -44,7 +44,7 @@ def tiny_config(**changes) -> TrainConfig:
     cfg.sft = dataclasses.replace(cfg.sft, num_examples=16, steps=4, batch_size=8, warmup_steps=1)
     sampling = dataclasses.replace(cfg.rl.sampling, max_new_tokens=16)
     cfg.rl = dataclasses.replace(cfg.rl, steps=2, prompts_per_step=2, samples_per_prompt=4, eval_every=2, dev_size=4,
-                                 warmup_steps=1, sampling=sampling)
+                                 optim=dataclasses.replace(cfg.rl.optim, warmup_steps=1), sampling=sampling)
     cfg.heldout_size, cfg.checkpoint_every, cfg.threads = 8, 2, 1
     return dataclasses.replace(cfg, **changes)
 
@@ -154,7 +154,7 @@ def test_a_transformers_lora_step_creates_no_tensor_on_the_default_device(tmp_pa
     policy.add_lora(4)
     cfg = tiny_config()
     cfg.model = dataclasses.replace(cfg.model, name=str(tmp_path / "tiny"), lora_r=4)
-    cfg.rl = dataclasses.replace(cfg.rl, micro_batch_size=4)
+    cfg.rl = dataclasses.replace(cfg.rl, update=dataclasses.replace(cfg.rl.update, micro_batch_size=4))
     controller = build_controller(cfg, make_env("arithmetic"), hf_tokenizer, policy, tmp_path / "tiny")
     controller.reward = lambda example, completion: {"reward": float(len(completion) % 2), "details": {}}
     with default_device("meta"):

@@ -35,7 +35,7 @@ def tiny(out: Path, **dist) -> TrainConfig:
         "model": {"dim": 32, "n_layer": 2, "n_head": 2, "hidden_dim": 64},
         "sft": {"num_examples": 16, "steps": 6, "batch_size": 8, "warmup_steps": 2},
         "rl": {"prompts_per_step": 4, "samples_per_prompt": 4, "eval_every": STEPS, "dev_size": 8, "steps": STEPS,
-               "length_penalty": 0.01, "length_free": 5, "lr": 1e-3, "warmup_steps": 1},
+               "reward": {"length_penalty": 0.01, "length_free": 5}, "optim": {"lr": 1e-3, "warmup_steps": 1}},
         "heldout_size": 16, "checkpoint_every": 2, "threads": 1, "out_dir": str(out), "dist": dist})
     cfg.validate()
     return cfg

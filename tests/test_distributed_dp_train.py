@@ -32,9 +32,9 @@ TINY = [
     "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "4", "--rl.eval_every", "4", "--rl.dev_size", "4",
     "--rl.sampling.max_new_tokens", "16", "--heldout_size", "4",
     # the length penalty makes rewards differ within a group: non-zero advantages, weights that move
-    "--rl.length_penalty", "0.01", "--rl.length_free", "5", "--rl.lr", "1e-3", "--rl.warmup_steps", "1",
+    "--rl.reward.length_penalty", "0.01", "--rl.reward.length_free", "5", "--rl.optim.lr", "1e-3", "--rl.optim.warmup_steps", "1",
     # adaptive KL changes the loss's kl_coef every step on rank 0: the followers must use it too
-    "--rl.kl_target", "0.001", "--grpo.kl_coef", "0.04",
+    "--rl.kl.target", "0.001", "--grpo.kl_coef", "0.04",
     "--rl.steps", str(STEPS), "--checkpoint_every", "2", "--threads", "1",
 ]
 # Measured on this run (GRPO, 16 rows split 8 + 8, 8 steps): grad_norm (0.4 to 1.1) differs by

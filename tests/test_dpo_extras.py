@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
 from posttrain.algorithms.preference.core import gap_weights
-from posttrain.config import ConfigError, RLConfig
+from posttrain.config import ConfigError, PreferenceConfig, RLConfig
 from posttrain.data.preference import load_preference_data, save_preference_jsonl
 from posttrain.data.preference_rows import pair_gaps, preference_episodes
 from posttrain.data.sentiment_pairs import sentiment_pairs
@@ -192,7 +192,7 @@ def test_kl_term_gradient_pulls_each_response_toward_the_reference(drift):
 def test_gap_weighting_on_an_unscored_pairs_file_is_refused_before_the_run(tmp_path):
     path = tmp_path / "pairs.jsonl"
     save_preference_jsonl(sentiment_pairs(2, seed=0) + [PreferencePair("Q\n", "a", "b")], path)
-    rl = RLConfig(algo="dpo", algo_params={"gap_weighting": "linear"}, pairs=str(path))
+    rl = RLConfig(algo="dpo", algo_params={"gap_weighting": "linear"}, preference=PreferenceConfig(pairs=str(path)))
     with pytest.raises(ConfigError, match=r"dpo.gap_weighting.*1 of its 3 records \(the first: record 2\)"):
         check_rl(rl)
     save_preference_jsonl(sentiment_pairs(3, seed=0), path)  # the lexicon's scores: every pair scored

@@ -1,4 +1,4 @@
-"""rl.on_alert: a hacking monitor's alert stops the RL stage, or rolls it back to the best
+"""rl.alerts.action: a hacking monitor's alert stops the RL stage, or rolls it back to the best
 dev pass@1; never on a healthy history, and a stopped run stays stopped when resumed."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from posttrain.config import MONITORS, ConfigError, RLConfig, TrainConfig
+from posttrain.config import AlertsConfig, ConfigError, MONITORS, RLConfig, TrainConfig
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.alerts import AlertPolicy
@@ -29,12 +29,12 @@ def hacked_history():
     ]
 
 
-def watch(tmp_path, rows, **rl):
+def watch(tmp_path, rows, **alerts):
     tokenizer = CharTokenizer()
     model = GPTMini(GPTMiniConfig(vocab_size=tokenizer.vocab_size, dim=16, n_layer=1, n_head=2, hidden_dim=32,
                                   max_seq_len=16))
     run = RunDir.create(tmp_path, "run")
-    policy = AlertPolicy(RLConfig(**rl), run, "rl", model, tokenizer)
+    policy = AlertPolicy(RLConfig(alerts=AlertsConfig(**alerts)), run, "rl", model, tokenizer)
     stopped = []
     for step, metrics in enumerate(rows):
         with torch.no_grad():  # the weights change every step, as training would change them
@@ -53,7 +53,7 @@ def test_the_monitor_names_are_the_monitors():
 
 
 def test_stop_ends_at_the_alert_and_records_it(tmp_path):
-    run, _, stopped = watch(tmp_path, hacked_history(), on_alert="stop")
+    run, _, stopped = watch(tmp_path, hacked_history(), action="stop")
     assert stopped == [3]
     record = json.loads((run.path / "early_stop.json").read_text())["rl"]
     assert record["step"] == 3 and record["action"] == "stop" and record["monitor"] == "proxy_gold_divergence"
@@ -62,7 +62,7 @@ def test_stop_ends_at_the_alert_and_records_it(tmp_path):
 
 
 def test_rollback_puts_back_the_best_dev_weights(tmp_path):
-    run, model, stopped = watch(tmp_path, hacked_history(), on_alert="rollback")
+    run, model, stopped = watch(tmp_path, hacked_history(), action="rollback")
     assert stopped == [3]
     record = json.loads((run.path / "early_stop.json").read_text())["rl"]
     assert record["restored_step"] == 1  # dev pass@1 0.6, the best before the fall
@@ -74,25 +74,25 @@ def test_rollback_puts_back_the_best_dev_weights(tmp_path):
 
 
 def test_warn_and_a_healthy_run_never_stop(tmp_path):
-    assert watch(tmp_path / "a", hacked_history(), on_alert="warn")[2] == []
+    assert watch(tmp_path / "a", hacked_history(), action="warn")[2] == []
     healthy = [{"reward_mean": 0.1 * i, "dev_pass@1": 0.1 * i, "kl_ref": 0.01} for i in range(10)]
-    run, _, stopped = watch(tmp_path / "b", healthy, on_alert="rollback")
+    run, _, stopped = watch(tmp_path / "b", healthy, action="rollback")
     assert stopped == [] and not (run.path / "early_stop.json").exists()
-    # an alert of a monitor outside rl.stop_on only warns
-    assert watch(tmp_path / "c", hacked_history(), on_alert="stop", stop_on="kl_explosion")[2] == []
+    # an alert of a monitor outside rl.alerts.monitors only warns
+    assert watch(tmp_path / "c", hacked_history(), action="stop", monitors="kl_explosion")[2] == []
 
 
 def test_bad_settings_are_refused_with_the_setting_named():
-    with pytest.raises(ConfigError, match="rl.on_alert"):
-        TrainConfig(rl=RLConfig(on_alert="halt")).validate()
-    with pytest.raises(ConfigError, match="rl.stop_on.*kl_blowup"):
-        TrainConfig(rl=RLConfig(stop_on="proxy_gold_divergence,kl_blowup")).validate()
+    with pytest.raises(ConfigError, match="rl.alerts.action"):
+        TrainConfig(rl=RLConfig(alerts=AlertsConfig(action="halt"))).validate()
+    with pytest.raises(ConfigError, match="rl.alerts.monitors.*kl_blowup"):
+        TrainConfig(rl=RLConfig(alerts=AlertsConfig(monitors="proxy_gold_divergence,kl_blowup"))).validate()
 
 
 def test_a_tiny_run_rolls_back_and_stays_stopped_when_resumed(tmp_path):
     # six SFT steps teach nothing: every sample is wrong, and no_learning_signal fires at step 4
-    args = [*TINY, "--rl.steps", "12", "--rl.eval_every", "2", "--rl.on_alert", "rollback",
-            "--rl.stop_on", "no_learning_signal", "--out_dir", str(tmp_path)]
+    args = [*TINY, "--rl.steps", "12", "--rl.eval_every", "2", "--rl.alerts.action", "rollback",
+            "--rl.alerts.monitors", "no_learning_signal", "--out_dir", str(tmp_path)]
     done = subprocess.run([sys.executable, "-m", "posttrain", "train", *args], capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run_dir(tmp_path)

@@ -37,18 +37,18 @@ def test_unknown_names_list_the_valid_ones(capsys, tmp_path):
 
 @pytest.mark.parametrize("flag, value, needles", [
     # type errors are the parser's, in its words: the flag, then the value it could not read
-    ("--rl.lr", "fast", ["--rl.lr: could not convert", "to float: 'fast'"]),
-    ("--rl.lr", "-1", ["rl.lr=-1.0", "positive"]),
+    ("--rl.optim.lr", "fast", ["--rl.optim.lr: could not convert", "to float: 'fast'"]),
+    ("--rl.optim.lr", "-1", ["rl.optim.lr=-1.0", "positive"]),
     ("--rl.samples_per_prompt", "2.5", ["--rl.samples_per_prompt: invalid", "int()", "'2.5'"]),
     ("--rl.sampling.top_p", "1.5", ["rl.sampling.top_p=1.5", "(0, 1]"]),
     ("--env.cot", "maybe", ["'maybe'", "'--env.cot'", "'true'", "'false'"]),
-    ("--env.level", "9", ["level", "9", "[1, 2, 3, 4, 5]"]),
+    ("--env.arithmetic.level", "9", ["level", "9", "[1, 2, 3, 4, 5]"]),
     ("--grpo.clip_eps_low", "5", ["GRPO.clip_eps_low=5.0", "allowed"]),
     ("--grpo.kl_coeff", "0.1", ["--grpo.kl_coeff", "Perhaps you meant", "--grpo.kl_coef"]),
     ("--grpo.kl_coef", "kl=0.1", ["--grpo.kl_coef: could not convert", "'kl=0.1'"]),
     ("--model.n_head", "0", ["model.n_head=0", "positive"]),
-    ("--rl.reward", "vibes", ["rl.reward='vibes'", "accuracy", "r1"]),
-    ("--rl.kl_target", "0.01", ["rl.kl_target=0.01", "kl_coef"]),  # grpo's default kl_coef is 0
+    ("--rl.reward.terms", "vibes", ["rl.reward.terms='vibes'", "accuracy", "r1"]),
+    ("--rl.kl.target", "0.01", ["rl.kl.target=0.01", "kl_coef"]),  # grpo's default kl_coef is 0
 ])
 def test_malformed_values_name_field_value_and_what_is_allowed(capsys, tmp_path, flag, value, needles):
     fails_with(capsys, ["train", flag, value, "--out_dir", str(tmp_path)], *needles)
@@ -57,7 +57,7 @@ def test_malformed_values_name_field_value_and_what_is_allowed(capsys, tmp_path,
 def test_config_file_errors(capsys, tmp_path):
     bad_key = tmp_path / "bad_key.json"
     bad_key.write_text(json.dumps({"rl": {"learning_rate": 1e-4}}))
-    fails_with(capsys, ["train", "--config", str(bad_key)], "rl.learning_rate", "rl.lr")
+    fails_with(capsys, ["train", "--config", str(bad_key)], "rl.learning_rate", "rl.optim.lr")
     bad_param = tmp_path / "bad_param.json"
     bad_param.write_text(json.dumps({"rl": {"algo_params": {"kl_coeff": 0.1}}}))
     fails_with(capsys, ["train", "--config", str(bad_param)], "rl.algo_params", "kl_coeff", "kl_coef=0.0")
@@ -95,7 +95,7 @@ def test_empty_or_unreadable_dataset_file(capsys, tmp_path):
 def test_resume_refuses_a_non_run_directory_and_extra_flags(capsys, tmp_path):
     fails_with(capsys, ["train", "--resume", str(tmp_path)], "not a run directory")
     (tmp_path / "config.json").write_text("{}")
-    fails_with(capsys, ["train", "--resume", str(tmp_path), "--rl.lr", "1e-3"], "--resume", "--rl.lr")
+    fails_with(capsys, ["train", "--resume", str(tmp_path), "--rl.optim.lr", "1e-3"], "--resume", "--rl.optim.lr")
 
 
 def test_where_a_run_goes_is_checked_before_anything_starts(capsys, tmp_path):

@@ -248,7 +248,7 @@ def test_export_refuses_a_non_empty_out_and_what_is_not_a_checkpoint(lora_checkp
 
 def lora_run_args(tiny_chat_model: Path, pairs: Path, out: Path) -> list[str]:
     return ["train", "--model.name", str(tiny_chat_model), "--model.lora_r", "4", "--model.system_prompt", SYSTEM,
-            "--algo", "dpo", "--sft.steps", "0", "--rl.steps", "4", "--rl.lr", "1e-2", "--rl.pairs", str(pairs),
+            "--algo", "dpo", "--sft.steps", "0", "--rl.steps", "4", "--rl.optim.lr", "1e-2", "--rl.preference.pairs", str(pairs),
             "--rl.prompts_per_step", "2", "--rl.eval_every", "4", "--rl.dev_size", "4", "--checkpoint_every", "2",
             "--rl.sampling.max_new_tokens", "8", "--heldout_size", "4", "--threads", "1", "--out_dir", str(out)]
 

@@ -1,6 +1,6 @@
 """The bundled UltraFeedback-schema fixture (posttrain/data/feedback_fixture.py): the shipped
 file is what the code builds, every row has UltraFeedback-binarised's columns and means what
-its scores say, and `--rl.pairs` reads it as it is."""
+its scores say, and `--rl.preference.pairs` reads it as it is."""
 
 from __future__ import annotations
 
@@ -75,9 +75,9 @@ def test_rl_pairs_reads_the_fixture_as_it_is():
     assert (first.chosen, first.rejected) == (row["chosen"][1]["content"], row["rejected"][1]["content"])
     assert first.meta == {"prompt_id": row["prompt_id"]}
     assert (first.score_chosen, first.score_rejected) == (10.0, row["score_rejected"])  # what gap weighting reads
-    cfg = from_dict(TrainConfig, {"rl": {"algo": "dpo", "pairs": str(FEEDBACK_FIXTURE)}})
+    cfg = from_dict(TrainConfig, {"rl": {"algo": "dpo", "preference": {"pairs": str(FEEDBACK_FIXTURE)}}})
     check_config(cfg)  # the pre-run checks encode every pair against gpt_mini's context
-    weighted = from_dict(TrainConfig, {"rl": {"algo": "dpo", "pairs": str(FEEDBACK_FIXTURE),
+    weighted = from_dict(TrainConfig, {"rl": {"algo": "dpo", "preference": {"pairs": str(FEEDBACK_FIXTURE)},
                                               "algo_params": {"gap_weighting": "linear"}}})
     check_config(weighted)  # its scores are what --dpo.gap_weighting weighs by: accepted, not refused as unscored
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from posttrain.config import RLConfig
+from posttrain.config import RLConfig, RewardConfig
 from posttrain.envs import make_env
 from posttrain.models import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
@@ -226,12 +226,12 @@ def test_smollm2_judges_a_right_and_a_wrong_sum():
 
 
 def test_a_judge_rubric_reaches_the_command_line_as_a_reward_function(tmp_path):
-    """The README's recipe: a file whose `score` is a judge rubric's, named in rl.reward."""
+    """The README's recipe: a file whose `score` is a judge rubric's, named in rl.reward.terms."""
     tiny_gpt_mini().save_pretrained(tmp_path / "judge", TOK)
     (tmp_path / "my_judge.py").write_text(
         "from posttrain.rewards.judge import Judge, self_critique_rubric\n"
         f"score = self_critique_rubric(Judge.load({str(tmp_path / 'judge')!r}, min_label_mass=0.0)).score\n")
-    rl = RLConfig(reward=f"accuracy + 0.2*{tmp_path / 'my_judge.py'}:score", reward_timeout=0)
+    rl = RLConfig(reward=RewardConfig(terms=f"accuracy + 0.2*{tmp_path / 'my_judge.py'}:score", timeout=0))
     check_rl(rl)
     out = make_reward(rl, make_env("arithmetic").score)(E, "17 + 25 = 42\nFinal: 42")
     judged = out["details"]["function_details"][f"{tmp_path / 'my_judge.py'}:score"]

@@ -141,7 +141,7 @@ def test_a_short_run_trains_with_it_and_the_square_acts_from_the_second_minibatc
     from posttrain.cli import main
     from tests.test_pipeline import TINY
 
-    assert main(["train", *TINY, "--algo", "kimi", "--kimi.tau", "0.1", "--rl.steps", "2", "--rl.minibatches", "2",
+    assert main(["train", *TINY, "--algo", "kimi", "--kimi.tau", "0.1", "--rl.steps", "2", "--rl.update.minibatches", "2",
                  "--rl.sampling.temperature", "1.5", "--out_dir", str(tmp_path)]) == 0
     (run,) = tmp_path.iterdir()
     rl = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -1,4 +1,4 @@
-"""The reference runs on a sample of rows when only the KL log reads it (rl.track_kl_rows):
+"""The reference runs on a sample of rows when only the KL log reads it (rl.kl.track_rows):
 the logged KL is k3 on exactly those rows, the loss never sees the difference, and every
 reader of the whole ref_logp (a KL term in the loss) still gets every row."""
 
@@ -18,10 +18,12 @@ from tests.test_devices import tiny_config, tiny_policy
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
 
-def recorded_controller(tmp_path, **rl):
-    """A tiny gpt_mini controller, 4 prompts × 4 samples, whose reference records what it scores."""
+def recorded_controller(tmp_path, algo_params=None, **kl):
+    """A tiny gpt_mini controller, 4 prompts × 4 samples, whose reference records what it scores;
+    `kl`: settings of the rl.kl section."""
     cfg = tiny_config()
-    cfg.rl = dataclasses.replace(cfg.rl, prompts_per_step=4, samples_per_prompt=4, **rl)
+    cfg.rl = dataclasses.replace(cfg.rl, prompts_per_step=4, samples_per_prompt=4, algo_params=algo_params or {},
+                                 kl=dataclasses.replace(cfg.rl.kl, **kl))
     policy, tokenizer = tiny_policy()
     save_checkpoint_model(policy, tokenizer, tmp_path / "start")
     controller = build_controller(cfg, make_env("arithmetic"), tokenizer, policy, tmp_path / "start")
@@ -46,8 +48,8 @@ def test_evenly_spaced_rows_cover_the_batch():
 
 
 def test_the_kl_log_reads_the_reference_on_a_sample_of_rows_and_the_update_is_unchanged(tmp_path):
-    sampled, sampled_log = recorded_controller(tmp_path / "a", track_kl_rows=4)
-    full, full_log = recorded_controller(tmp_path / "b", track_kl_rows=0)
+    sampled, sampled_log = recorded_controller(tmp_path / "a", track_rows=4)
+    full, full_log = recorded_controller(tmp_path / "b", track_rows=0)
     for step in range(2):  # step 0's reference is the policy itself (KL 0); step 1 has moved
         sampled_metrics, _ = sampled.step(step)
         full_metrics, _ = full.step(step)
@@ -62,11 +64,11 @@ def test_the_kl_log_reads_the_reference_on_a_sample_of_rows_and_the_update_is_un
     assert full_metrics["kl_ref"] == pytest.approx(k3(batch, ref_logp), rel=1e-6)
 
 
-@pytest.mark.parametrize("setting", [{"algo_params": {"kl_coef": 0.01}}, {"track_kl_rows": 16},
+@pytest.mark.parametrize("setting", [{"algo_params": {"kl_coef": 0.01}}, {"track_rows": 16},
                                      # the adaptive controller steers β by the KL (it needs a β > 0 to steer)
-                                     {"kl_target": 0.05, "algo_params": {"kl_coef": 0.01}}])
+                                     {"target": 0.05, "algo_params": {"kl_coef": 0.01}}])
 def test_a_kl_term_in_the_loss_or_a_sample_as_large_as_the_batch_scores_every_row(tmp_path, setting):
-    controller, scored = recorded_controller(tmp_path, **{"track_kl_rows": 4, **setting})
+    controller, scored = recorded_controller(tmp_path, **{"track_rows": 4, **setting})
     controller.step(0)
     assert [b.batch_size for b, _ in scored] == [16]
 
@@ -75,15 +77,16 @@ def test_a_negative_sample_size_is_refused():
     from posttrain.config import ConfigError
 
     cfg = tiny_config()
-    cfg.rl = dataclasses.replace(cfg.rl, track_kl_rows=-1)
-    with pytest.raises(ConfigError, match="rl.track_kl_rows"):
+    cfg.rl = dataclasses.replace(cfg.rl, kl=dataclasses.replace(cfg.rl.kl, track_rows=-1))
+    with pytest.raises(ConfigError, match="rl.kl.track_rows"):
         cfg.validate()
 
 
 def test_every_row_is_scored_when_an_alert_stops_on_the_kl():
-    from posttrain.config import RLConfig
+    from posttrain.config import AlertsConfig, RLConfig
     from posttrain.pipelines.build import kl_log_rows
 
     assert kl_log_rows(RLConfig()) == 64  # the default: warn only
-    assert kl_log_rows(RLConfig(on_alert="stop")) == 0  # kl_explosion is in the default stop_on
-    assert kl_log_rows(RLConfig(on_alert="rollback", stop_on="proxy_gold_divergence")) == 64
+    # kl_explosion is in the default rl.alerts.monitors
+    assert kl_log_rows(RLConfig(alerts=AlertsConfig(action="stop"))) == 0
+    assert kl_log_rows(RLConfig(alerts=AlertsConfig(action="rollback", monitors="proxy_gold_divergence"))) == 64

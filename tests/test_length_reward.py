@@ -8,7 +8,7 @@ import json
 import pytest
 
 from posttrain.cli import main
-from posttrain.config import RLConfig, TrainConfig
+from posttrain.config import RLConfig, RewardConfig, TrainConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import make_reward, reward_stack
 from posttrain.pipelines.checks import ConfigError, check_config
@@ -84,7 +84,7 @@ def test_names_must_differ_across_both_kinds_of_term():
 def test_the_config_builds_it_and_the_default_reward_is_untouched():
     score = ENV.score  # one bound method: make_reward hands back this very object
     assert reward_stack(RLConfig()) is None and make_reward(RLConfig(), score) is score
-    stack = reward_stack(RLConfig(length_reward=0.5, length_reward_start=7))
+    stack = reward_stack(RLConfig(reward=RewardConfig(length_reward=0.5, length_reward_start=7)))
     assert [t.name for _, t in stack.terms] == ["accuracy"]
     assert [(w, t) for w, t in stack.group_terms] == [(0.5, KimiLength(7))]
 
@@ -92,24 +92,24 @@ def test_the_config_builds_it_and_the_default_reward_is_untouched():
 @pytest.mark.parametrize("settings, message", [
     ({"algo": "dpo"}, "a preference loss trains on pairs"),
     ({"samples_per_prompt": 1, "algo": "reinforce"}, "alone it is always 0"),
-    ({"length_reward_start": 200}, "never be paid"),
-    ({"length_reward": -0.5}, "rl.length_reward=-0.5"),
+    ({"reward": {"length_reward_start": 200}}, "never be paid"),
+    ({"reward": {"length_reward": -0.5}}, "rl.reward.length_reward=-0.5"),
 ])
 def test_settings_it_cannot_work_with_are_refused(settings, message):
-    rl = {"length_reward": 0.5, **settings}
+    reward = RewardConfig(**{"length_reward": 0.5, **settings.pop("reward", {})})
     with pytest.raises(ConfigError, match=message):
-        check_config(TrainConfig(rl=RLConfig(**rl)))
+        check_config(TrainConfig(rl=RLConfig(reward=reward, **settings)))
 
 
 def test_a_multi_turn_environment_refuses_it():
     from posttrain.config import EnvConfig
 
-    with pytest.raises(ConfigError, match="rl.length_reward"):
-        check_config(TrainConfig(env=EnvConfig(name="tool_arithmetic"), rl=RLConfig(length_reward=0.5)))
+    with pytest.raises(ConfigError, match="rl.reward.length_reward"):
+        check_config(TrainConfig(env=EnvConfig(name="tool_arithmetic"), rl=RLConfig(reward=RewardConfig(length_reward=0.5))))
 
 
 def test_a_short_run_pays_it_from_its_start_step(tmp_path):
-    assert main(["train", *TINY, "--rl.steps", "3", "--rl.length_reward", "1.0", "--rl.length_reward_start", "1",
+    assert main(["train", *TINY, "--rl.steps", "3", "--rl.reward.length_reward", "1.0", "--rl.reward.length_reward_start", "1",
                  "--out_dir", str(tmp_path)]) == 0
     (run,) = tmp_path.iterdir()
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

@@ -588,7 +588,7 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     assert _lesson_23(tmp_path, donor="qwen3", axis="algorithm")["changed"] == {}
     tulu = _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15")
     assert "rl.curation.pool_size=1024" in tulu["refused"] and "rl.curation.order" in tulu["changed"]
-    assert "rl.length_reward=1" in _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15", axis="reward")["refused"]
+    assert "rl.reward.length_reward=1" in _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15", axis="reward")["refused"]
     assert not any(defs["axis_of"](k) == "system" for f in defs["RECIPES"].values() for k in f)  # one process, all five
 
 

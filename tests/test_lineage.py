@@ -17,15 +17,17 @@ from posttrain.runs.rundir import RunDir, RunDirError
 
 
 def test_flatten_names_every_leaf_by_its_dotted_key():
-    assert flatten({"rl": {"lr": 1e-4, "sampling": {"top_p": 1.0}, "algo_params": {}}, "seed": 0, "ks": [1, 5]}) == {
-        "rl.lr": 1e-4, "rl.sampling.top_p": 1.0, "seed": 0, "ks": [1, 5]}  # an empty section has no leaves
+    assert flatten({"rl": {"optim": {"lr": 1e-4}, "sampling": {"top_p": 1.0}, "algo_params": {}}, "seed": 0,
+                    "ks": [1, 5]}) == {
+        "rl.optim.lr": 1e-4, "rl.sampling.top_p": 1.0, "seed": 0, "ks": [1, 5]}  # an empty section has no leaves
 
 
 def test_differing_keys_worked_by_hand():
-    parent = {"name": "a", "seed": 0, "rl": {"lr": 1e-4, "algo_params": {}, "steps": 10}}
-    child = {"name": "b", "seed": 0, "rl": {"lr": 3e-4, "algo_params": {"kl_coef": 0.04}, "steps": 10}, "new": 1}
+    parent = {"name": "a", "seed": 0, "rl": {"optim": {"lr": 1e-4}, "algo_params": {}, "steps": 10}}
+    child = {"name": "b", "seed": 0, "rl": {"optim": {"lr": 3e-4}, "algo_params": {"kl_coef": 0.04}, "steps": 10},
+             "new": 1}
     assert differing_keys(parent, child, ignore={"name"}) == {
-        "new": (MISSING, 1), "rl.algo_params.kl_coef": (MISSING, 0.04), "rl.lr": (1e-4, 3e-4)}
+        "new": (MISSING, 1), "rl.algo_params.kl_coef": (MISSING, 0.04), "rl.optim.lr": (1e-4, 3e-4)}
     assert differing_keys(parent, parent) == {}
 
 
@@ -52,11 +54,11 @@ def test_start_run_records_the_parent_and_the_changed_keys(tmp_path, capsys):
     parent_cfg = TrainConfig(out_dir=str(tmp_path), name="parent")
     parent = start_run(parent_cfg, "train")
     parent.close()
-    child_cfg = dataclasses.replace(parent_cfg, name="child", rl=dataclasses.replace(parent_cfg.rl, lr=3e-4))
+    child_cfg = dataclasses.replace(parent_cfg, name="child", rl=dataclasses.replace(parent_cfg.rl, optim=dataclasses.replace(parent_cfg.rl.optim, lr=3e-4)))
     child = start_run(child_cfg, "train", parent=str(parent.path))
     child.close()
     meta = child.read_json("meta.json")
-    assert meta["parent"] == {"run": str(parent.path), "changed": ["rl.lr"], "values": {"rl.lr": [1e-4, 3e-4]}}
+    assert meta["parent"] == {"run": str(parent.path), "changed": ["rl.optim.lr"], "values": {"rl.optim.lr": [1e-4, 3e-4]}}
     assert meta["loop"] == "C (train)" and meta["spec_version"]  # the rest of meta.json is still there
     assert "one change from the parent" in capsys.readouterr().out
     assert "parent" not in parent.read_json("meta.json")  # a run without --parent records none
@@ -74,14 +76,14 @@ def test_train_with_parent_warns_when_two_settings_changed(tmp_path, capsys, mon
     (parent,) = out.iterdir()
     capsys.readouterr()
     assert main(["train", "--out_dir", str(out), "--name", "child", "--threads", "1", "--parent", str(parent),
-                 "--rl.lr", "3e-4", "--grpo.kl_coef", "0.04"]) == 0
+                 "--rl.optim.lr", "3e-4", "--grpo.kl_coef", "0.04"]) == 0
     printed = " ".join(capsys.readouterr().out.split())
-    assert (f"warning: this run changes 2 settings from its parent {parent} (rl.algo_params.kl_coef, rl.lr)"
+    assert (f"warning: this run changes 2 settings from its parent {parent} (rl.algo_params.kl_coef, rl.optim.lr)"
             in printed)
     (child,) = [p for p in out.iterdir() if p != parent]
     record = json.loads((child / "meta.json").read_text())["parent"]
-    assert record["changed"] == ["rl.algo_params.kl_coef", "rl.lr"]
-    assert record["values"]["rl.lr"] == [1e-4, 3e-4]
+    assert record["changed"] == ["rl.algo_params.kl_coef", "rl.optim.lr"]
+    assert record["values"]["rl.optim.lr"] == [1e-4, 3e-4]
 
 
 def test_a_parent_that_is_not_a_run_is_refused_before_anything_is_created(tmp_path, capsys):

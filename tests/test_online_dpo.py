@@ -17,7 +17,7 @@ from posttrain.pipelines.checks import check_config
 # at T = 1.5 that its 8 samples of a prompt disagree: verifier-built pairs exist.
 TINY_PREF = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
-    "--env.level", "2", "--env.cot", "false",
+    "--env.arithmetic.level", "2", "--env.cot", "false",
     "--sft.num_examples", "200", "--sft.steps", "80", "--sft.batch_size", "32", "--sft.lr", "1e-2",
     "--sft.warmup_steps", "2",
     "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "8", "--rl.sampling.temperature", "1.5",
@@ -43,8 +43,8 @@ def sft(tmp_path_factory) -> str:
 
 
 def online(sft: str, out: Path, *extra: str) -> list[str]:
-    return ["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "9", "--rl.online_rounds", "3",
-            "--rl.pair_prompts", "96", "--out_dir", str(out), *extra]
+    return ["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "9", "--rl.preference.online_rounds", "3",
+            "--rl.preference.pair_prompts", "96", "--out_dir", str(out), *extra]
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
 
     dies_at_step(monkeypatch, preference, kill_after + 1)  # after step kill_after's row was logged
     with pytest.raises(Killed):
-        main(online(sft, tmp_path, "--rl.online_rounds", rounds))
+        main(online(sft, tmp_path, "--rl.preference.online_rounds", rounds))
     monkeypatch.undo()
     run = only_run(tmp_path)
     # rows of steps after the last checkpoint were logged before the kill; resume drops them
@@ -135,7 +135,7 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
     else:
         out = tmp_path / "offline"
         out.mkdir()
-        assert main(online(sft, out, "--rl.online_rounds", "1")) == 0
+        assert main(online(sft, out, "--rl.preference.online_rounds", "1")) == 0
         reference = only_run(out)
     assert pref_rows(run) == pref_rows(reference)
     assert json.loads((run / "summary.json").read_text())["pref"] == json.loads(
@@ -143,10 +143,10 @@ def test_killed_preference_stage_resumes_to_identical_metrics(sft, uninterrupted
 
 
 @pytest.mark.parametrize("rl, message", [
-    ({"online_rounds": 0}, "rl.online_rounds=0"),
-    ({"online_rounds": 2}, "preference loss"),  # grpo has no rounds
-    ({"algo": "dpo", "online_rounds": 5, "steps": 4}, "at most rl.steps=4"),
-    ({"algo": "dpo", "online_rounds": 2, "pairs": "PAIRS"}, "cannot be resampled"),
+    ({"preference": {"online_rounds": 0}}, "rl.preference.online_rounds=0"),
+    ({"preference": {"online_rounds": 2}}, "preference loss"),  # grpo has no rounds
+    ({"algo": "dpo", "preference": {"online_rounds": 5}, "steps": 4}, "at most rl.steps=4"),
+    ({"algo": "dpo", "preference": {"online_rounds": 2, "pairs": "PAIRS"}}, "cannot be resampled"),
     ({"algo": "ppo", "rm": {"path": "no/such/dir"}}, r"rl.rm.path='no/such/dir' is not allowed: no such directory"),
     ({"algo": "dpo", "rm": {"path": "RUN"}}, "not a reward model directory"),
     ({"algo": "ppo", "rm": {"pooling": "max"}}, r"rl.rm.pooling='max' is not allowed: expected 'last', 'mean' or"),
@@ -171,7 +171,7 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
         return ([], {**stats, "pairs": 0}) if (round, split) == (1, "train") else (pairs, stats)
 
     monkeypatch.setattr(preference_rounds, "verifier_pairs", none_in_round_1)
-    assert main(online(sft, tmp_path, "--rl.online_rounds", "2", "--rl.steps", "4")) == 0
+    assert main(online(sft, tmp_path, "--rl.preference.online_rounds", "2", "--rl.steps", "4")) == 0
     run = only_run(tmp_path)
     rounds = json.loads((run / "pref_rounds.json").read_text())
     assert rounds["1"]["pairs"] == 0 and rounds["1"]["reused_round"] == 0
@@ -182,9 +182,9 @@ def test_a_round_without_pairs_trains_on_the_previous_rounds_pairs(sft, tmp_path
 def test_an_alert_stops_the_preference_stage_where_it_fired_and_a_resume_keeps_it_stopped(sft, tmp_path):
     # lr 1e-2 wins the pairs by making the chosen answers unlikely too: the held-out chosen
     # log-likelihood falls from -0.248 nats/token at step 0 to -0.752 at step 2, more than the
-    # 0.5 chosen_likelihood_collapse allows, and rl.on_alert=stop makes step 2 the last
-    assert main(online(sft, tmp_path, "--rl.steps", "12", "--rl.eval_every", "1", "--rl.lr", "1e-2",
-                       "--rl.on_alert", "stop", "--rl.stop_on", "chosen_likelihood_collapse")) == 0
+    # 0.5 chosen_likelihood_collapse allows, and rl.alerts.action=stop makes step 2 the last
+    assert main(online(sft, tmp_path, "--rl.steps", "12", "--rl.eval_every", "1", "--rl.optim.lr", "1e-2",
+                       "--rl.alerts.action", "stop", "--rl.alerts.monitors", "chosen_likelihood_collapse")) == 0
     run = only_run(tmp_path)
     record = json.loads((run / "early_stop.json").read_text())["pref"]
     assert (record["step"], record["action"], record["monitor"]) == (2, "stop", "chosen_likelihood_collapse")
@@ -233,7 +233,7 @@ def spy_on_reference(monkeypatch) -> list[dict]:
 def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start(sft, uninterrupted, tmp_path,
                                                                                 monkeypatch):
     calls = spy_on_reference(monkeypatch)
-    assert main(online(sft, tmp_path, "--rl.refresh_reference", "true")) == 0
+    assert main(online(sft, tmp_path, "--rl.preference.refresh_reference", "true")) == 0
     assert len(calls) == 3
     for call in calls:  # the reference's log-probs are the policy's as the round starts
         assert call["reference"] is not call["policy"]
@@ -251,7 +251,7 @@ def test_refresh_reference_makes_each_rounds_reference_the_policy_at_round_start
 def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sft, tmp_path, monkeypatch):
     from posttrain.pipelines import preference
 
-    flags = ("--rl.refresh_reference", "true")
+    flags = ("--rl.preference.refresh_reference", "true")
     dies_at_step(monkeypatch, preference, 8)  # mid-way through round 2 (steps 6-8); last checkpoint step 7
     with pytest.raises(Killed):
         main(online(sft, tmp_path / "killed", *flags))
@@ -262,9 +262,11 @@ def test_killed_run_with_refresh_reference_resumes_against_the_same_reference(sf
 
 
 @pytest.mark.parametrize("rl, message", [
-    ({"algo": "dpo", "refresh_reference": True}, "unless rl.online_rounds > 1"),  # offline: no next round
-    ({"algo": "orpo", "online_rounds": 2, "refresh_reference": True}, "with a reference"),  # ORPO has none
-    ({"algo": "dpo", "online_rounds": 2, "refresh_reference": "maybe"}, "refresh_reference='maybe'.*true or false"),
+    # offline: no next round
+    ({"algo": "dpo", "preference": {"refresh_reference": True}}, "unless rl.preference.online_rounds > 1"),
+    ({"algo": "orpo", "preference": {"online_rounds": 2, "refresh_reference": True}}, "with a reference"),  # ORPO has none
+    ({"algo": "dpo", "preference": {"online_rounds": 2, "refresh_reference": "maybe"}},
+     "refresh_reference='maybe'.*true or false"),
 ])
 def test_refresh_reference_refuses_settings_where_it_means_nothing(rl, message):
     with pytest.raises(ConfigError, match=message):
@@ -292,7 +294,7 @@ def test_lora_preference_stage_uses_the_adapter_off_base_as_reference(tmp_path, 
                            PreferencePair("Q: 2+2\n", "Final: 4", "Final: 5")], tmp_path / "pairs.jsonl")
     calls = spy_on_reference(monkeypatch)
     assert main(["train", "--model.name", str(tmp_path / "tiny_llama"), "--model.lora_r", "4", "--algo", "dpo",
-                 "--sft.steps", "0", "--rl.steps", "3", "--rl.lr", "1e-2", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
+                 "--sft.steps", "0", "--rl.steps", "3", "--rl.optim.lr", "1e-2", "--rl.preference.pairs", str(tmp_path / "pairs.jsonl"),
                  "--rl.prompts_per_step", "2", "--rl.eval_every", "3", "--rl.dev_size", "4",
                  "--rl.sampling.max_new_tokens", "8", "--heldout_size", "4", "--threads", "1",
                  "--out_dir", str(tmp_path / "out")]) == 0
@@ -317,8 +319,8 @@ def test_a_preference_run_with_no_steps_evaluates_the_start(sft, tmp_path):
 
 def test_a_round_that_trains_many_times_on_few_pairs_warns(sft, tmp_path, capsys):
     # 8 prompts give a handful of pairs (13); 60 steps of 4 pairs go over each of them many times
-    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "60", "--rl.pair_prompts", "8",
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "60", "--rl.preference.pair_prompts", "8",
                  "--out_dir", str(tmp_path)]) == 0
     (row,) = [r for r in pref_rows(only_run(tmp_path)) if "round" in r]
     out = capsys.readouterr().out
-    assert row["round_passes"] > 8 and "trains on each pair" in out and "raise rl.pair_prompts" in out
+    assert row["round_passes"] > 8 and "trains on each pair" in out and "raise rl.preference.pair_prompts" in out

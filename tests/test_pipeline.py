@@ -111,8 +111,8 @@ def test_killed_run_resumes_to_identical_metrics(uninterrupted, tmp_path):
 
 
 def test_shaped_reward_and_adaptive_kl(tmp_path):
-    proc = posttrain("train", *TINY, "--rl.steps", "4", "--rl.reward", "r1", "--rl.length_penalty", "0.01",
-                     "--rl.length_free", "5", "--rl.kl_target", "0.001", "--grpo.kl_coef", "0.04",
+    proc = posttrain("train", *TINY, "--rl.steps", "4", "--rl.reward.terms", "r1", "--rl.reward.length_penalty", "0.01",
+                     "--rl.reward.length_free", "5", "--rl.kl.target", "0.001", "--grpo.kl_coef", "0.04",
                      "--out_dir", str(tmp_path))
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output
@@ -145,7 +145,7 @@ def test_preference_loss_trains_from_a_pairs_file(tmp_path):
         wrong = right.rsplit(" ", 1)[0] + f" {int(example.expected_answer) + 1}"
         pairs.append(PreferencePair(example.prompt, right, wrong))
     save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
-    proc = posttrain("train", *TINY, "--algo", "simpo", "--rl.pairs", str(tmp_path / "pairs.jsonl"),
+    proc = posttrain("train", *TINY, "--algo", "simpo", "--rl.preference.pairs", str(tmp_path / "pairs.jsonl"),
                      "--rl.steps", "6", "--out_dir", str(tmp_path / "runs"))
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output

@@ -83,7 +83,7 @@ def test_implicit_prm_loss_by_hand():
 
 def test_outcome_labels_refuse_rewards_outside_zero_one():
     assert torch.equal(outcome_labels(torch.tensor([0.0, 1.0, 0.5])), torch.tensor([0.0, 1.0, 0.5]))
-    with pytest.raises(ValueError, match=r"outcome labels in \[0, 1\].*1\.2.*--rl.reward accuracy"):
+    with pytest.raises(ValueError, match=r"outcome labels in \[0, 1\].*1\.2.*--rl.reward.terms accuracy"):
         outcome_labels(torch.tensor([1.2, 0.0]))
     with pytest.raises(ValueError, match="nan"):
         outcome_labels(torch.tensor([NAN]))
@@ -400,8 +400,8 @@ def test_config_refuses_what_the_prm_cannot_run_with():
     check_config(cfg)
     with pytest.raises(ConfigError, match="dist.topology.*'colocated'.*prime"):
         check_config(dataclasses.replace(cfg, dist=DistConfig(workers=2, topology="sync")))
-    with pytest.raises(ConfigError, match="rl.reward='r1'.*outcome label in \\[0, 1\\]"):
-        check_config(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward="r1")))
+    with pytest.raises(ConfigError, match="rl.reward.terms='r1'.*outcome label in \\[0, 1\\]"):
+        check_config(dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, reward=dataclasses.replace(cfg.rl.reward, terms="r1"))))
 
 
 # slow: the CLI path; one PRIME step end to end and its exact resume run in make test

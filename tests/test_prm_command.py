@@ -89,7 +89,7 @@ def test_micro_batch_size_reaches_the_trainer(tmp_path, tiny_checkpoint, monkeyp
 def test_orm_from_the_policys_own_samples_after_a_short_sft(tmp_path):
     """Without --init the job runs SFT first (2 steps here: a policy that writes no valid
     chain). Every sampled completion is wrong, and the report says so instead of failing."""
-    code = main(["prm", "--kind", "orm", "--sft_steps", "2", "--env.level", "2", "--prompts", "8",
+    code = main(["prm", "--kind", "orm", "--sft_steps", "2", "--env.arithmetic.level", "2", "--prompts", "8",
                  "--heldout_prompts", "3", "--samples_per_prompt", "2", "--max_new_tokens", "12", "--steps", "3",
                  "--out_dir", str(tmp_path / "runs")])
     assert code == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import ConfigError, EnvConfig
+from posttrain.config import ConfigError, EnvConfig, ReasoningGymConfig
 from posttrain.envs import make_env
 from posttrain.envs.arithmetic import split_of
 from posttrain.eval.completions import score_records
@@ -187,11 +187,11 @@ def test_names_and_settings_are_checked_with_what_to_do():
     with pytest.raises(ValueError, match="unknown environment 'reasoning-gym:chain_sum'"):
         make_env("reasoning-gym:chain_sum")
     # the CLI's settings reach the environment as keyword arguments
-    cfg = EnvConfig(name="reasoning_gym:chain_sum", pool_size=500, task_config=json.dumps(SMALL))
+    cfg = EnvConfig(name="reasoning_gym:chain_sum", reasoning_gym=ReasoningGymConfig(pool_size=500, task_config=json.dumps(SMALL)))
     built = make_env(cfg.name, **cfg.kwargs())
     assert built.pool_size == 500 and built.task_config == SMALL and built.name == "reasoning_gym:chain_sum"
     with pytest.raises(ValueError, match="has no parameter"):
-        make_env("arithmetic", **EnvConfig(pool_size=500).kwargs())
+        make_env("arithmetic", **EnvConfig(reasoning_gym=ReasoningGymConfig(pool_size=500)).kwargs())
 
 
 def test_a_missing_package_names_the_extra(monkeypatch):
@@ -219,7 +219,7 @@ TINY = ["--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--m
 
 def test_train_runs_sft_then_grpo_on_a_reasoning_gym_task(tmp_path):
     command = [sys.executable, "-m", "posttrain", "train", "--env.name", "reasoning_gym:chain_sum",
-               "--env.task_config", json.dumps(SMALL), *TINY, "--out_dir", str(tmp_path)]
+               "--env.reasoning_gym.task_config", json.dumps(SMALL), *TINY, "--out_dir", str(tmp_path)]
     done = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     run = next(p for p in Path(tmp_path).iterdir() if p.is_dir())

@@ -12,7 +12,7 @@ import torch
 
 from posttrain.cli import main
 from posttrain.config.commands import PrmConfig
-from posttrain.config import ConfigError, EnvConfig, SamplingParams
+from posttrain.config import ConfigError, EnvConfig, ReasoningGymConfig, SamplingParams
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
@@ -34,7 +34,7 @@ reasoning_gym = pytest.importorskip("reasoning_gym", reason="reasoning-gym is no
 TOK = CharTokenizer()
 FMT = get_step_format("answer_tag")
 TASK = {"min_animals": 2, "max_animals": 3, "max_instances": 3}
-FLAGS = ["--env.name", "reasoning_gym:leg_counting", "--env.task_config", json.dumps(TASK),
+FLAGS = ["--env.name", "reasoning_gym:leg_counting", "--env.reasoning_gym.task_config", json.dumps(TASK),
          "--env.spec_version", "reasoning_gym/answer-tag-exact-v1"]
 LEGS = reasoning_gym.arithmetic.leg_counting.ANIMALS
 
@@ -349,7 +349,7 @@ def test_the_search_command_on_the_task_leaves_the_step_oracle_out(tmp_path, tin
 
     model = RewardModel.from_policy(load_checkpoint_model(tiny_checkpoint))  # untrained: any scores will do
     save_step_reward_model(model, tmp_path / "prm", TOK, "prm", "answer_tag")
-    task = EnvConfig(name="reasoning_gym:leg_counting", task_config=json.dumps(TASK),
+    task = EnvConfig(name="reasoning_gym:leg_counting", reasoning_gym=ReasoningGymConfig(task_config=json.dumps(TASK)),
                      spec_version="reasoning_gym/answer-tag-exact-v1")
     cfg = SearchConfig(checkpoint=str(tiny_checkpoint), env=task, size=3, budgets="30,120", max_new_tokens=30,
                        prm=str(tmp_path / "prm"), step_tokens=12, out_dir=str(tmp_path / "runs"))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import TrainConfig, parse_stages
+from posttrain.config import EnvConfig, TrainConfig, parse_stages
 from posttrain.config.files import from_dict, load_file
 from posttrain.pipelines.checks import check_config
 from tests.test_pipeline import TINY, only_run_dir
@@ -54,7 +54,7 @@ def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
     run = only_run_dir(tmp_path)
     assert run.name.endswith("-r1")
     config = json.loads((run / "config.json").read_text())
-    assert config["stages"] == "sft,grpo" and config["rl"]["reward"] == "r1"
+    assert config["stages"] == "sft,grpo" and config["rl"]["reward"]["terms"] == "r1"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert {r["stage"] for r in rows} == {"sft", "grpo"}
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -70,7 +70,7 @@ def test_the_capstone_recipe_passes_its_dry_run_and_trains_dpo_on_the_bundled_fi
     printed = capsys.readouterr().out
     assert "every check passed" in printed and "checked stage dpo (dpo, 100 steps)" in printed
     dpo = {name: settings for name, _, settings in parse_stages(from_dict(TrainConfig, load_file(str(path))).stages)}["dpo"]
-    assert ROOT / dpo["rl.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
+    assert ROOT / dpo["rl.preference.pairs"] == FEEDBACK_FIXTURE and dpo["dpo.nll_coef"] == "1"
     assert "posttrain winrate" in path.read_text(encoding="utf-8")
 
 
@@ -85,23 +85,23 @@ def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_pa
     from posttrain.types import PreferencePair
 
     path = ROOT / "recipes" / "capstone_reasoning_specialist.toml"
-    env_settings = load_file(str(path))["env"]
-    env = make_env(env_settings["name"], **{k: v for k, v in env_settings.items() if k != "name"})
+    env_settings = from_dict(EnvConfig, load_file(str(path))["env"], "env.")
+    env = make_env(env_settings.name, **env_settings.kwargs())
     pairs = []
     for example in env.fixed_set("train", 12):
         chosen = env.solution(example)  # "5 sisters + Susan = 6\n<answer>6</answer>"
         sisters = chosen.split()[0]
         pairs.append(PreferencePair(example.prompt, chosen, f"{sisters} sisters\n<answer>{sisters}</answer>"))
     save_preference_jsonl(pairs, tmp_path / "pairs.jsonl")
-    stages = f"sft,dpo[rl.pairs={tmp_path / 'pairs.jsonl'},rl.steps=2,dpo.nll_coef=1],grpo"
+    stages = f"sft,dpo[rl.preference.pairs={tmp_path / 'pairs.jsonl'},rl.steps=2,dpo.nll_coef=1],grpo"
     done = subprocess.run([sys.executable, "-m", "posttrain", "run", "--config", str(path), *TINY, "--rl.steps", "2",
-                           "--stages", stages, "--env.pool_size", "2000", "--out_dir", str(tmp_path / "runs")],
+                           "--stages", stages, "--env.reasoning_gym.pool_size", "2000", "--out_dir", str(tmp_path / "runs")],
                           capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr
     run = only_run_dir(tmp_path / "runs")
     assert run.name.endswith("-capstone-reasoning")
     config = json.loads((run / "config.json").read_text())
-    assert config["env"]["name"] == "reasoning_gym:aiw" and config["env"]["worked_steps"] is True
+    assert config["env"]["name"] == "reasoning_gym:aiw" and config["env"]["reasoning_gym"]["worked_steps"] is True
     assert config["model"]["max_seq_len"] == 192
     records = json.loads((run / "stages.json").read_text())
     assert [(r["name"], r["steps"]) for r in records] == [("sft", 6), ("dpo", 2), ("grpo", 2)]

@@ -36,7 +36,7 @@ def test_summary_says_kl_was_not_measured_rather_than_nan(tmp_path):
                "rl": {"mean": 0.49, "ci_low": 0.42, "ci_high": 0.56, "n": 200}}
     write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")
     text = " ".join((run.path / "summary.md").read_text().split())
-    assert "KL to reference not measured (rl.track_kl false), entropy 0.000" in text and "nan" not in text
+    assert "KL to reference not measured (rl.kl.track false), entropy 0.000" in text and "nan" not in text
     run.append_jsonl("metrics.jsonl", [{"stage": "rl", "step": 1, "reward_mean": 0.5, "response_length": 9.0,
                                         "kl_ref": 0.0214, "time/step": 2.0}])
     write_summary(run, results, SimpleNamespace(rl=SimpleNamespace(algo="grpo"), seed=0), "final_int/cot-v1")

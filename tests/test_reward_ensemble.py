@@ -1,5 +1,5 @@
 """Reward-model ensembles (mean, min, mean − λ·std) by hand, and the learned reward as one
-layer of the stack on top of the verifier (rl.reward "accuracy + 0.5*rm")."""
+layer of the stack on top of the verifier (rl.reward.terms "accuracy + 0.5*rm")."""
 
 import math
 from pathlib import Path
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from posttrain.config import ConfigError, RewardModelConfig, RLConfig, TrainConfig
+from posttrain.config import ConfigError, RLConfig, RewardConfig, RewardModelConfig, TrainConfig
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
@@ -80,7 +80,7 @@ def test_the_rm_term_adds_the_learned_reward_on_top_of_the_verifier(reward_model
     env = ArithmeticEnv(level=2, cot=False)
     ex = env.fixed_set("train", 1)[0]
     member = RewardModelScorer(load_reward_model(reward_model_dirs[0])[0])
-    reward = make_reward(RLConfig(reward="accuracy + 0.5*rm", rm=RewardModelConfig(path=str(reward_model_dirs[0]))),
+    reward = make_reward(RLConfig(reward=RewardConfig(terms="accuracy + 0.5*rm"), rm=RewardModelConfig(path=str(reward_model_dirs[0]))),
                          env.score)
     assert not isinstance(reward, ProxyReward)  # the verifier stays the base reward
     for completion, right in ((env.solution(ex), 1.0), ("Final: 99", 0.0)):
@@ -93,8 +93,8 @@ def test_the_rm_term_adds_the_learned_reward_on_top_of_the_verifier(reward_model
 
 
 def test_rm_settings_are_checked_before_a_run():
-    with pytest.raises(ConfigError, match="rl.reward=.*needs its model: set rl.rm.path"):
-        check_rl(RLConfig(reward="accuracy + 0.5*rm"))
+    with pytest.raises(ConfigError, match="rl.reward.terms=.*needs its model: set rl.rm.path"):
+        check_rl(RLConfig(reward=RewardConfig(terms="accuracy + 0.5*rm")))
     with pytest.raises(ConfigError, match="rl.rm.ensemble"):
         TrainConfig(rl=RLConfig(rm=RewardModelConfig(ensemble="median"))).validate()
     with pytest.raises(ConfigError, match="rl.rm.ensemble_size"):

@@ -1,11 +1,11 @@
-"""A term's weight over training (rl.reward's START->END@STEPS): values by hand, the
+"""A term's weight over training (rl.reward.terms's START->END@STEPS): values by hand, the
 reward rewritten at the step it is paid, parsing and its errors, and the controller wiring."""
 
 from __future__ import annotations
 
 import pytest
 
-from posttrain.config import RLConfig
+from posttrain.config import RLConfig, RewardConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import reward_stack
 from posttrain.pipelines.checks import ConfigError, check_rl
@@ -44,13 +44,13 @@ def test_the_stack_pays_each_step_its_weight():
 
 
 def test_rl_reward_reads_schedules_and_the_controller_gets_the_hook():
-    stack = reward_stack(RLConfig(reward="1->0.5@50*accuracy + 0.2->0@100*rubric"))
+    stack = reward_stack(RLConfig(reward=RewardConfig(terms="1->0.5@50*accuracy + 0.2->0@100*rubric")))
     assert [w for w, _ in stack.terms] == [Schedule(1.0, 0.5, 50), Schedule(0.2, 0.0, 100)]
     assert stack.needs_groups
     # a preset's own weights scale the schedule: r1 = accuracy + 0.2 × format
-    r1 = reward_stack(RLConfig(reward="0.5->0@10*r1"))
+    r1 = reward_stack(RLConfig(reward=RewardConfig(terms="0.5->0@10*r1")))
     assert [w for w, _ in r1.terms] == [Schedule(0.5, 0.0, 10), Schedule(0.1, 0.0, 10)]
-    assert reward_stack(RLConfig(reward="accuracy")) is None
+    assert reward_stack(RLConfig(reward=RewardConfig(terms="accuracy"))) is None
 
 
 @pytest.mark.parametrize("reward, message", [
@@ -60,4 +60,4 @@ def test_rl_reward_reads_schedules_and_the_controller_gets_the_hook():
 ])
 def test_bad_schedules_are_refused_with_the_term_named(reward, message):
     with pytest.raises(ConfigError, match=message):
-        check_rl(RLConfig(reward=reward))
+        check_rl(RLConfig(reward=RewardConfig(terms=reward)))

@@ -139,8 +139,8 @@ def test_rlhf_errors_are_one_line(argv, message, capsys):
 
 
 def test_online_dpo_can_rank_its_pairs_with_a_reward_model(reward_model_dir, sft, tmp_path):
-    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "4", "--rl.online_rounds", "2",
-                 "--rl.pair_prompts", "16", "--rl.rm.path", str(reward_model_dir), "--out_dir", str(tmp_path)]) == 0
+    assert main(["train", *TINY_PREF, "--init", sft, "--algo", "dpo", "--rl.steps", "4", "--rl.preference.online_rounds", "2",
+                 "--rl.preference.pair_prompts", "16", "--rl.rm.path", str(reward_model_dir), "--out_dir", str(tmp_path)]) == 0
     run = only_run(tmp_path)
     rounds = json.loads((run / "pref_rounds.json").read_text())
     assert set(rounds) == {"0", "1"}
@@ -198,7 +198,7 @@ def test_a_reward_model_cannot_rank_a_pairs_file(reward_model_dir, tmp_path):
     from posttrain.types import PreferencePair
 
     save_preference_jsonl([PreferencePair("Q\n", "a", "b")], tmp_path / "pairs.jsonl")
-    rl = {"algo": "dpo", "pairs": str(tmp_path / "pairs.jsonl"), "rm": {"path": str(reward_model_dir)}}
+    rl = {"algo": "dpo", "preference": {"pairs": str(tmp_path / "pairs.jsonl")}, "rm": {"path": str(reward_model_dir)}}
     with pytest.raises(ConfigError, match="a pairs file is already ranked"):
         check_config(from_dict(TrainConfig, {"rl": rl}))
 
@@ -212,7 +212,7 @@ def test_rlhf_on_a_transformers_model_trains_a_transformers_reward_model(tmp_pat
     torch.manual_seed(0)
     GPTMini(GPTMiniConfig(vocab_size=100, dim=32, n_layer=2, n_head=4, hidden_dim=64, max_seq_len=128)).save_pretrained(
         tmp_path / "llama", CharTokenizer())  # a tiny local Llama: `--model DIR` loads it through transformers
-    assert main(["rlhf", "--model", str(tmp_path / "llama"), "--env.level", "2", "--env.cot", "false",
+    assert main(["rlhf", "--model", str(tmp_path / "llama"), "--env.arithmetic.level", "2", "--env.cot", "false",
                  "--sft.steps", "200", "--sft.lr", "1e-2", "--sft.batch_size", "32", "--sft.num_examples", "400",
                  "--rl.steps", "2", "--rl.rm.steps", "5", "--rl.rm.prompts", "32", "--heldout_size", "16",
                  "--rl.dev_size", "16", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "8",

@@ -1,7 +1,7 @@
 """Rubric rewards (posttrain/rewards/rubric.py): each rule criterion's score and reason on
 hand-made completions, weights combining exactly, a failing criterion scoring 0 with its
 reason, and the joint reward (verifier + rubric through the reward stack) whose details add
-up to what it paid; selectable as `--rl.reward "accuracy + 0.5*rubric"`."""
+up to what it paid; selectable as `--rl.reward.terms "accuracy + 0.5*rubric"`."""
 
 import json
 import math
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.cli import main
-from posttrain.config import RLConfig
+from posttrain.config import RLConfig, RewardConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import make_reward
 from posttrain.pipelines.checks import check_rl
@@ -208,8 +208,8 @@ def test_joint_reward_details_add_up_and_show_which_part_paid():
 
 def test_the_rubric_preset_is_selectable_from_the_config():
     score = make_env("arithmetic").score
-    check_rl(RLConfig(reward="accuracy + 0.5*rubric"))  # accepted before a run starts
-    joint = make_reward(RLConfig(reward="accuracy + 0.5*rubric"), score)
+    check_rl(RLConfig(reward=RewardConfig(terms="accuracy + 0.5*rubric")))  # accepted before a run starts
+    joint = make_reward(RLConfig(reward=RewardConfig(terms="accuracy + 0.5*rubric")), score)
     by_hand = RewardStack([(1.0, Accuracy()), (0.5, rule_based_rubric())]).wrap(score)
     for completion in (RIGHT, WRONG, "loop " * 200):
         assert joint(E, completion) == by_hand(E, completion)
@@ -217,7 +217,7 @@ def test_the_rubric_preset_is_selectable_from_the_config():
 
 
 def test_a_training_run_logs_every_criterion_of_the_rubric_preset(tmp_path, capsys):
-    assert main(["train", *TINY, "--rl.reward", "accuracy + 0.5*rubric", "--out_dir", str(tmp_path / "runs")]) == 0
+    assert main(["train", *TINY, "--rl.reward.terms", "accuracy + 0.5*rubric", "--out_dir", str(tmp_path / "runs")]) == 0
     (run,) = (tmp_path / "runs").iterdir()
     rl = [row for row in map(json.loads, (run / "samples.jsonl").read_text().splitlines()) if row["stage"] == "rl"]
     assert len(rl) == 2 * 2 * 2  # steps × prompts × samples
@@ -230,7 +230,7 @@ def test_a_training_run_logs_every_criterion_of_the_rubric_preset(tmp_path, caps
 
 def test_a_rubrics_score_is_a_posttrain_reward_function():
     """A judge rubric needs a model, so the command line reaches it as a function:
-    `--rl.reward "accuracy + 0.3*my_judge.py:score"` with `score = rubric.score`."""
+    `--rl.reward.terms "accuracy + 0.3*my_judge.py:score"` with `score = rubric.score`."""
     rubric = rule_based_rubric()
     assert signature_of("my_judge.py:score", rubric.score) == "posttrain"
     term = UserFunction("my_judge.py:score", rubric.score, "posttrain", timeout=0)

@@ -181,7 +181,7 @@ def finished(tmp_path_factory) -> Path:
     pairs = [PreferencePair(e.prompt, env.solution(e), env.solution(e).rsplit(" ", 1)[0] + " 0")
              for e in env.fixed_set("train", 24)]
     save_preference_jsonl(pairs, out / "pairs.jsonl")
-    assert main(["train", *TINY, "--algo", "simpo", "--rl.pairs", str(out / "pairs.jsonl"), "--rl.steps", "4",
+    assert main(["train", *TINY, "--algo", "simpo", "--rl.preference.pairs", str(out / "pairs.jsonl"), "--rl.steps", "4",
                  "--out_dir", str(out / "runs")]) == 0
     return only_run(out / "runs")
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.cli import main
-from posttrain.config import ConfigError, RLConfig, SFTConfig, TrainConfig
+from posttrain.config import ConfigError, PreferenceConfig, RLConfig, SFTConfig, TrainConfig
 from posttrain.data.judge_demos import carried_step_error, corrupt_one_digit, judge_demonstrations, wrong_solution
 from posttrain.data.preference_rows import group_by_prompt
 from posttrain.envs.arithmetic import ArithmeticEnv
@@ -209,9 +209,9 @@ def test_the_self_judge_is_the_policy_reading_the_compact_prompt():
 
 
 @pytest.mark.parametrize("cfg, message", [
-    (TrainConfig(rl=RLConfig(algo="grpo", self_reward=True)), "rl.self_reward=True is not allowed.*preference loss"),
-    (TrainConfig(rl=RLConfig(algo="dpo", self_reward=True, pairs="x.jsonl")), "rl.self_reward=True.*rl.pairs"),
-    (TrainConfig(rl=RLConfig(algo="dpo", self_reward=True)), "sft.judge_demos=0 is not allowed.*gpt_mini"),
+    (TrainConfig(rl=RLConfig(algo="grpo", preference=PreferenceConfig(self_reward=True))), "rl.preference.self_reward=True is not allowed.*preference loss"),
+    (TrainConfig(rl=RLConfig(algo="dpo", preference=PreferenceConfig(self_reward=True, pairs="x.jsonl"))), "rl.preference.self_reward=True.*rl.preference.pairs"),
+    (TrainConfig(rl=RLConfig(algo="dpo", preference=PreferenceConfig(self_reward=True))), "sft.judge_demos=0 is not allowed.*gpt_mini"),
     (TrainConfig(init="runs/x", sft=SFTConfig(judge_demos=5)), "init="),
 ])
 def test_bad_self_reward_settings_are_refused(cfg, message):
@@ -220,11 +220,11 @@ def test_bad_self_reward_settings_are_refused(cfg, message):
 
 
 def test_self_reward_with_a_reward_model_and_a_too_long_budget_are_refused():
-    cfg = TrainConfig(rl=RLConfig(algo="dpo", self_reward=True))
+    cfg = TrainConfig(rl=RLConfig(algo="dpo", preference=PreferenceConfig(self_reward=True)))
     cfg.rl.rm.path = "some/reward_model"
-    with pytest.raises(ConfigError, match="rl.self_reward=True is not allowed.*one ranker"):
+    with pytest.raises(ConfigError, match="rl.preference.self_reward=True is not allowed.*one ranker"):
         check_config(cfg)
-    cfg = TrainConfig(rl=RLConfig(algo="dpo", self_reward=True), sft=SFTConfig(judge_demos=5))
+    cfg = TrainConfig(rl=RLConfig(algo="dpo", preference=PreferenceConfig(self_reward=True)), sft=SFTConfig(judge_demos=5))
     cfg.rl.sampling.max_new_tokens = 80  # fits the policy's 96 positions after a 14-token prompt, not the judge's:
     # <bos> + the 13-character prompt + "\n" + "Correct?" + " " = 24 tokens, + the sample + the verdict <= 96
     with pytest.raises(ConfigError, match="rl.sampling.max_new_tokens=80 is not allowed: expected at most 71"):
@@ -238,7 +238,7 @@ def test_self_reward_with_a_reward_model_and_a_too_long_budget_are_refused():
 
 TINY = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
-    "--env.level", "2", "--env.cot", "false",
+    "--env.arithmetic.level", "2", "--env.cot", "false",
     "--sft.num_examples", "200", "--sft.steps", "60", "--sft.batch_size", "32", "--sft.lr", "1e-2",
     "--sft.warmup_steps", "2", "--sft.judge_demos", "100",
     "--rl.prompts_per_step", "4", "--rl.samples_per_prompt", "8", "--rl.sampling.temperature", "1.5",
@@ -247,8 +247,8 @@ TINY = [
 
 
 def test_a_self_rewarding_run_writes_the_judges_pairs_and_its_agreement_per_round(tmp_path):
-    assert main(["train", *TINY, "--algo", "dpo", "--rl.self_reward", "true", "--rl.steps", "4",
-                 "--rl.online_rounds", "2", "--rl.pair_prompts", "32", "--out_dir", str(tmp_path)]) == 0
+    assert main(["train", *TINY, "--algo", "dpo", "--rl.preference.self_reward", "true", "--rl.steps", "4",
+                 "--rl.preference.online_rounds", "2", "--rl.preference.pair_prompts", "32", "--out_dir", str(tmp_path)]) == 0
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     rounds = json.loads((run / "pref_rounds.json").read_text())
     assert set(rounds) == {"0", "1"}

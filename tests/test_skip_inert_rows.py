@@ -1,4 +1,4 @@
-"""Leaving rows with no gradient out of the update (rl.skip_inert_rows) gives the same update.
+"""Leaving rows with no gradient out of the update (rl.update.skip_inert_rows) gives the same update.
 
 A row whose advantages are all 0 adds exactly nothing to a policy-gradient loss whose every
 term is a multiple of the advantage. The trainer leaves such rows out when the algorithm

@@ -25,17 +25,17 @@ from tests.test_pipeline import metrics_without_timings, only_run_dir, posttrain
 
 def test_stage_names_kinds_and_settings_as_written():
     assert parse_stages("") == []
-    assert parse_stages(" sft , dpo[rl.lr=3e-5, dpo.beta=0.5] ,grpo,sft,grpo[rl.steps=5]") == [
-        ("sft", "sft", {}), ("dpo", "dpo", {"rl.lr": "3e-5", "dpo.beta": "0.5"}), ("grpo", "grpo", {}),
+    assert parse_stages(" sft , dpo[rl.optim.lr=3e-5, dpo.beta=0.5] ,grpo,sft,grpo[rl.steps=5]") == [
+        ("sft", "sft", {}), ("dpo", "dpo", {"rl.optim.lr": "3e-5", "dpo.beta": "0.5"}), ("grpo", "grpo", {}),
         ("sft_2", "sft", {}), ("grpo_2", "grpo", {"rl.steps": "5"})]
 
 
 @pytest.mark.parametrize("stages,message", [
     ("sft,,grpo", "could not read ''"),
-    ("dpo[rl.lr]", "KEY=VALUE pairs in dpo's brackets"),
-    ("dpo[rl.lr=1", "every '[' closed"),
-    ("dpo[[rl.lr=1]]", "no brackets inside brackets"),
-    ("dpo[rl.lr=1,rl.lr=2]", "dpo sets rl.lr twice"),
+    ("dpo[rl.optim.lr]", "KEY=VALUE pairs in dpo's brackets"),
+    ("dpo[rl.optim.lr=1", "every '[' closed"),
+    ("dpo[[rl.optim.lr=1]]", "no brackets inside brackets"),
+    ("dpo[rl.optim.lr=1,rl.optim.lr=2]", "dpo sets rl.optim.lr twice"),
 ])
 def test_unreadable_stages_are_refused_with_what_was_wrong(stages, message):
     with pytest.raises(ConfigError, match=message.replace("[", r"\[")):
@@ -43,20 +43,20 @@ def test_unreadable_stages_are_refused_with_what_was_wrong(stages, message):
 
 
 def test_each_stage_gets_the_run_settings_with_its_own_on_top():
-    base = TrainConfig(stages="sft[sft.steps=10],dpo[rl.lr=3e-5,rl.steps=100,dpo.nll_coef=1,"
+    base = TrainConfig(stages="sft[sft.steps=10],dpo[rl.optim.lr=3e-5,rl.steps=100,dpo.nll_coef=1,"
                               "rl.sampling.temperature=1.5],grpo[grpo.kl_coef=0.04]")
     sft, dpo, grpo = stage_plan(base)
     assert (sft.name, sft.steps, sft.cfg.sft.lr) == ("sft", 10, base.sft.lr)
-    assert (dpo.cfg.rl.algo, dpo.steps, dpo.cfg.rl.lr, dpo.cfg.rl.algo_params) == ("dpo", 100, 3e-5, {"nll_coef": 1.0})
+    assert (dpo.cfg.rl.algo, dpo.steps, dpo.cfg.rl.optim.lr, dpo.cfg.rl.algo_params) == ("dpo", 100, 3e-5, {"nll_coef": 1.0})
     assert dpo.cfg.rl.sampling.temperature == 1.5 and dpo.cfg.rl.prompts_per_step == base.rl.prompts_per_step
-    assert (grpo.cfg.rl.algo, grpo.steps, grpo.cfg.rl.lr, grpo.cfg.rl.algo_params) == ("grpo", 200, 1e-4,
+    assert (grpo.cfg.rl.algo, grpo.steps, grpo.cfg.rl.optim.lr, grpo.cfg.rl.algo_params) == ("grpo", 200, 1e-4,
                                                                                         {"kl_coef": 0.04})
     assert dpo.cfg.sft.steps == grpo.cfg.sft.steps == 0  # only an sft stage runs SFT
     assert all(stage.cfg.stages == "" for stage in (sft, dpo, grpo))  # each is a plain run's config
 
 
 @pytest.mark.parametrize("stages,message", [
-    ("sft[rl.lr=1]", "a sft stage takes sft.* keys"),
+    ("sft[rl.optim.lr=1]", "a sft stage takes sft.* keys"),
     ("grpo[dpo.beta=1]", "a grpo stage takes rl.* keys and grpo.* keys"),
     ("ppo2", "unknown stage 'ppo2'"),
     ("dpo[rl.steps=1.5]", "rl.steps='1.5' is not allowed: expected an integer"),
@@ -92,8 +92,8 @@ def test_dry_run_checks_every_stage(capsys):
     assert main(["train", "--stages", "sft,dpo[rl.steps=3],grpo", "--dry_run", "true"]) == 0
     out = capsys.readouterr().out
     assert "stage sft (sft, 600 steps): data:" in out and "stage dpo (dpo, 3 steps)" in out
-    assert main(["train", "--stages", "sft,grpo[rl.lr=-1]", "--dry_run", "true"]) == 2
-    assert "rl.lr=-1.0 is not allowed" in capsys.readouterr().err
+    assert main(["train", "--stages", "sft,grpo[rl.optim.lr=-1]", "--dry_run", "true"]) == 2
+    assert "rl.optim.lr=-1.0 is not allowed" in capsys.readouterr().err
 
 
 # --- a whole run: tiny, in a subprocess, killed and resumed --------------------------------
@@ -122,8 +122,8 @@ def pairs_file(folder: Path) -> Path:
 
 def stages_flags(folder: Path) -> list[str]:
     # grpo's length charge gives rewards that differ within a group (the policy solves nothing yet): a signal
-    return [*TINY, "--stages", f"sft[sft.steps=6],dpo[rl.pairs={pairs_file(folder)},rl.steps=8],"
-            "grpo[rl.steps=6,rl.length_penalty=0.01,rl.length_free=5]", "--out_dir", str(folder / "out")]
+    return [*TINY, "--stages", f"sft[sft.steps=6],dpo[rl.preference.pairs={pairs_file(folder)},rl.steps=8],"
+            "grpo[rl.steps=6,rl.reward.length_penalty=0.01,rl.reward.length_free=5]", "--out_dir", str(folder / "out")]
 
 
 @pytest.fixture(scope="module")

@@ -117,7 +117,7 @@ def test_answer_hint_is_a_line_after_the_prompt_and_ends_the_last_user_turn():
 
 TINY_STAR = [
     "--model.dim", "32", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "64",
-    "--env.level", "2", "--env.cot", "false",
+    "--env.arithmetic.level", "2", "--env.cot", "false",
     "--sft.num_examples", "200", "--sft.steps", "80", "--sft.batch_size", "32", "--sft.lr", "1e-2",
     "--sft.warmup_steps", "2", "--heldout_size", "32", "--rl.dev_size", "8", "--threads", "1",
     "--checkpoint_every", "2",
@@ -177,7 +177,7 @@ def test_star_refuses_bad_settings_with_the_setting_named(tmp_path, capsys):
 
 
 def test_star_help_shows_every_setting_with_its_reason(capsys):
-    entries = help_entries(help_of(capsys, "star"))
+    entries = help_entries(help_of(capsys, "star", "--help-all"))  # --help: the sections star reads
     star_flags = [f"--star.{f.name}" for f in dataclasses.fields(StarConfig)]
     for flag in leaf_flags(TrainConfig) + star_flags + ["--config", "--resume"]:
         if flag == "--rl.algo_params":

@@ -98,7 +98,7 @@ def test_rl_from_a_plain_transformers_model_needs_no_demonstrations(tiny_llama, 
                                                                      digit_reward, tmp_path, no_network):
     out = tmp_path / "runs"
     assert main(["train", "--model.name", str(tiny_llama), "--sft.steps", "0", "--env.name", "jsonl",
-                 "--env.path", str(problems_without_solutions), "--out_dir", str(out), "--rl.reward", digit_reward,
+                 "--env.path", str(problems_without_solutions), "--out_dir", str(out), "--rl.reward.terms", digit_reward,
                  *SMALL]) == 0
     [run] = run_dirs(out)
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -116,7 +116,7 @@ def test_rl_from_a_plain_transformers_model_needs_no_demonstrations(tiny_llama, 
 def test_init_accepts_a_plain_model_directory(tiny_llama, digit_reward, tmp_path, no_network):
     # the default model.name is gpt_mini: the directory is still read as the transformers model it is
     out = tmp_path / "runs"
-    assert main(["train", "--init", str(tiny_llama), "--out_dir", str(out), "--rl.reward", digit_reward,
+    assert main(["train", "--init", str(tiny_llama), "--out_dir", str(out), "--rl.reward.terms", digit_reward,
                  *SMALL]) == 0
     [run] = run_dirs(out)
     record = json.loads((run / "checkpoints" / "rl" / "step_000001" / "posttrain_policy.json").read_text())

@@ -115,7 +115,7 @@ def test_command_refuses_bad_settings(flags, message, capsys):
 
 def test_open_levers_leave_out_what_a_run_already_does():
     rows = [rl_row(s, rollout=6.0, reference=1.0, train=2.5, step=9.6) for s in range(2)]
-    config = {"rl": {"share_prompt": True, "skip_inert_rows": False, "sampling": {"weights": "float32"}},
+    config = {"rl": {"update": {"share_prompt": True, "skip_inert_rows": False}, "sampling": {"weights": "float32"}},
               "dist": {"topology": "auto"}}
     names = [lever.name for lever in open_levers(config, rows, DEFAULT_LEVERS)]
     assert "each prompt once per group" not in names and "skip rows with no gradient" in names

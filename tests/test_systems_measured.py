@@ -115,7 +115,7 @@ def test_smollm2_grpo_step_peak_rss_is_the_envelope(tmp_path):
     G, K, R = 2, 4, 32
     flags = ["--model", "smollm2-135m", "--sft.steps", "0", "--rl.steps", "2", "--rl.prompts_per_step", str(G),
              "--rl.samples_per_prompt", str(K), "--rl.sampling.max_new_tokens", str(R), "--threads", "1",
-             "--heldout_size", "4", "--rl.dev_size", "4", "--rl.length_penalty", "0.01", "--out_dir", str(tmp_path)]
+             "--heldout_size", "4", "--rl.dev_size", "4", "--rl.reward.length_penalty", "0.01", "--out_dir", str(tmp_path)]
     peak = peak_rss_bytes(["-m", "posttrain", "train", *flags])
     from posttrain.models import load_tokenizer
     from posttrain.models.model_dirs import resolve_model_dir
@@ -142,7 +142,7 @@ def small_run(out: Path, **dist) -> list[dict]:
     cfg = from_dict(TrainConfig, {
         "sft": {"num_examples": 16, "steps": 4, "batch_size": 8, "warmup_steps": 1},
         "rl": {"prompts_per_step": 8, "samples_per_prompt": 4, "steps": 4, "eval_every": 2, "dev_size": 8,
-               "length_penalty": 0.01, "warmup_steps": 1},
+               "reward": {"length_penalty": 0.01}, "optim": {"warmup_steps": 1}},
         "heldout_size": 8, "threads": 1, "out_dir": str(out), "dist": dist})
     run = start_run(cfg, "train")
     run_pipeline(cfg, run)

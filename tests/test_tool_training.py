@@ -65,7 +65,7 @@ def test_the_whole_job_runs_on_the_tool_task(tmp_path):
             "--rl.steps", "2", "--rl.eval_every", "2", "--rl.dev_size", "8", "--heldout_size", "16",
             "--threads", "1"]
     proc = subprocess.run([sys.executable, "-m", "posttrain", "run", "--env.name", "tool_arithmetic",
-                           "--env.tool_demos", "0.5", *tiny, "--out_dir", str(tmp_path)],
+                           "--env.tool_arithmetic.tool_demos", "0.5", *tiny, "--out_dir", str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]

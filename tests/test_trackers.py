@@ -303,7 +303,7 @@ def test_mlflow_copy_and_resume(tmp_path, monkeypatch):
     # each step once; steps 2-3 keep what the first process logged
     assert [(m.step, m.value) for m in sorted(history, key=lambda m: m.step)] == [(s, s / 8) for s in range(6)]
     assert len(client.get_metric_history(found.info.run_id, "rl/dev_pass_at_1")) == 6
-    assert found.data.params["rl.lr"] == "0.0001"
+    assert found.data.params["rl.optim.lr"] == "0.0001"
 
 
 def test_wandb_writes_offline_inside_the_run(tmp_path, monkeypatch):

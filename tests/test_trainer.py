@@ -152,8 +152,8 @@ def test_warmup_then_cosine():
 
 
 def test_the_schedule_end_and_beta2_are_settings():
-    """rl.final_lr_fraction ends the cosine decay (1 = constant after warmup) and
-    rl.adam_beta2 is AdamW's second-moment decay; both reach the optimizer."""
+    """rl.optim.final_lr_fraction ends the cosine decay (1 = constant after warmup) and
+    rl.optim.adam_beta2 is AdamW's second-moment decay; both reach the optimizer."""
     model, batch = tiny_model(), scored_batch(make_algorithm("grpo"))
     constant = Trainer(model, lr=1e-3, total_steps=4, warmup_steps=1, final_lr_fraction=1.0, adam_beta2=0.999)
     lrs = [constant.update(batch, make_algorithm("grpo"))["lr"] for _ in range(4)]

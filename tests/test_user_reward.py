@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from posttrain.cli import main
-from posttrain.config import ConfigError, RLConfig
+from posttrain.config import ConfigError, RLConfig, RewardConfig
 from posttrain.envs import make_env
 from posttrain.pipelines.build import make_reward
 from posttrain.pipelines.checks import check_rl
@@ -33,8 +33,8 @@ TINY = [  # tests/test_pipeline.py's tiny model, without --threads (these run in
 ]
 
 
-def reward(spec: str, **rl):
-    return make_reward(RLConfig(reward=spec, **rl), SCORE)
+def reward(spec: str, **reward_settings):
+    return make_reward(RLConfig(reward=RewardConfig(terms=spec, **reward_settings)), SCORE)
 
 
 @pytest.fixture(autouse=True)
@@ -124,13 +124,13 @@ def test_posttrain_signature_dict_bool_and_int():
 
 def test_async_function_runs_to_completion():
     assert reward(f"{M}:async_quarter")(E, WRONG)["reward"] == 0.25
-    assert reward(f"{M}:async_quarter", reward_timeout=0)(E, WRONG)["reward"] == 0.25  # in this thread too
+    assert reward(f"{M}:async_quarter", timeout=0)(E, WRONG)["reward"] == 0.25  # in this thread too
 
 
 def test_a_file_path_term(tmp_path):
     path = tmp_path / "my_rewards.py"
     path.write_text("def brevity(prompts, completions, **kw):\n    return [1 - len(c) / 100 for c in completions]\n")
-    out = make_reward(RLConfig(reward=f"accuracy + 0.5*{path}:brevity"), ENV.score)(E, RIGHT)
+    out = make_reward(RLConfig(reward=RewardConfig(terms=f"accuracy + 0.5*{path}:brevity")), ENV.score)(E, RIGHT)
     assert out["reward"] == pytest.approx(1 + 0.5 * (1 - 14 / 100))
 
 
@@ -164,7 +164,7 @@ def test_only_user_functions_is_allowed_and_pass_is_still_the_verifiers():
 
 
 def test_none_counts_zero_is_recorded_and_a_whole_step_of_none_warns():
-    score = make_reward(RLConfig(reward=f"accuracy + {M}:not_applicable", prompts_per_step=2,
+    score = make_reward(RLConfig(reward=RewardConfig(terms=f"accuracy + {M}:not_applicable"), prompts_per_step=2,
                                  samples_per_prompt=2), ENV.score)
     out = score(E, RIGHT)
     assert out["reward"] == 1.0
@@ -181,7 +181,7 @@ def test_none_counts_zero_is_recorded_and_a_whole_step_of_none_warns():
 
 FAILURES = [  # (function, words its message must hold)
     ("raises", ["ZeroDivisionError", "division by zero", "user_rewards_example.py, line"]),
-    ("hangs", ["did not return within rl.reward_timeout=0.3 s"]),
+    ("hangs", ["did not return within rl.reward.timeout=0.3 s"]),
     ("wrong_count", ["returned 2 values for 1 completion"]),
     ("returns_nan", ["returned nan", "finite number"]),
     ("returns_string", ["returned a str ('1.0')", "finite number"]),
@@ -190,7 +190,7 @@ FAILURES = [  # (function, words its message must hold)
 
 @pytest.mark.parametrize("name, needles", FAILURES)
 def test_a_failing_function_names_itself_and_the_sample(name, needles):
-    score = reward(f"accuracy + {M}:{name}", reward_timeout=0.3)
+    score = reward(f"accuracy + {M}:{name}", timeout=0.3)
     start = time.perf_counter()
     with pytest.raises(RewardFunctionError) as caught:
         score(E, RIGHT)
@@ -201,7 +201,7 @@ def test_a_failing_function_names_itself_and_the_sample(name, needles):
 
 
 def test_after_a_timeout_the_next_call_is_not_held_up_by_the_hung_one():
-    score = reward(f"{M}:hangs_on_request", reward_timeout=0.3)
+    score = reward(f"{M}:hangs_on_request", timeout=0.3)
     with pytest.raises(RewardFunctionError, match="did not return within"):
         score(E, "hang")
     start = time.perf_counter()
@@ -239,8 +239,8 @@ BAD_TERMS = [
 @pytest.mark.parametrize("spec, needles", BAD_TERMS)
 def test_a_bad_term_is_a_config_error_naming_it(spec, needles):
     with pytest.raises(ConfigError) as caught:
-        check_rl(RLConfig(reward=spec))
-    for needle in [f"rl.reward={spec!r} is not allowed", *needles]:
+        check_rl(RLConfig(reward=RewardConfig(terms=spec)))
+    for needle in [f"rl.reward.terms={spec!r} is not allowed", *needles]:
         assert needle in str(caught.value), (needle, str(caught.value))
 
 
@@ -248,12 +248,12 @@ def test_a_file_that_fails_to_import_says_where(tmp_path):
     path = tmp_path / "broken.py"
     path.write_text("import math\n\nx = math.nope\n")
     with pytest.raises(ConfigError, match=r"raised AttributeError.*broken.py, line 3"):
-        check_rl(RLConfig(reward=f"{path}:f"))
+        check_rl(RLConfig(reward=RewardConfig(terms=f"{path}:f")))
 
 
 def test_the_timeout_must_not_be_negative():
-    with pytest.raises(ConfigError, match="rl.reward_timeout=-1"):
-        RLConfig(reward_timeout=-1).validate()
+    with pytest.raises(ConfigError, match="rl.reward.timeout=-1"):
+        RLConfig(reward=RewardConfig(timeout=-1)).validate()
 
 
 # --- through the command line ----------------------------------------------------------------
@@ -267,16 +267,16 @@ def fails(capsys, argv):
 
 
 def test_cli_refuses_an_unimportable_term_before_a_run_directory_exists(capsys, tmp_path):
-    err = fails(capsys, ["train", "--rl.reward", "accuracy + 0.5*no_such_module_xyz:brevity", "--out_dir",
+    err = fails(capsys, ["train", "--rl.reward.terms", "accuracy + 0.5*no_such_module_xyz:brevity", "--out_dir",
                          str(tmp_path / "runs")])
-    assert "rl.reward='accuracy + 0.5*no_such_module_xyz:brevity' is not allowed" in err
+    assert "rl.reward.terms='accuracy + 0.5*no_such_module_xyz:brevity' is not allowed" in err
     assert "term 'no_such_module_xyz:brevity'" in err
     assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("name, needles", FAILURES)
 def test_cli_run_stops_with_one_message(capsys, tmp_path, name, needles):
-    err = fails(capsys, ["train", *TINY, "--rl.reward", f"accuracy + {M}:{name}", "--rl.reward_timeout", "0.3",
+    err = fails(capsys, ["train", *TINY, "--rl.reward.terms", f"accuracy + {M}:{name}", "--rl.reward.timeout", "0.3",
                          "--out_dir", str(tmp_path)])
     assert err.startswith(f"posttrain train: error: reward function {M}:{name}")
     for needle in ["on the prompt 'Q: ", "and the completion ", "--resume", *needles]:
@@ -290,7 +290,7 @@ def test_cli_run_logs_the_functions_term_in_samples(tmp_path, capsys):
     path = tmp_path / "my_rewards.py"
     path.write_text("def brevity(prompts, completions, **kw):\n"
                     "    return [max(0.0, 1 - len(c) / 100) for c in completions]\n")
-    assert main(["train", *TINY, "--rl.reward", f"accuracy + 0.5*{path}:brevity", "--out_dir",
+    assert main(["train", *TINY, "--rl.reward.terms", f"accuracy + 0.5*{path}:brevity", "--out_dir",
                  str(tmp_path / "runs")]) == 0
     (run,) = (tmp_path / "runs").iterdir()
     rows = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
@@ -315,7 +315,7 @@ def test_the_readmes_example_gives_the_number_worked_by_hand(tmp_path):
     section = readme[readme.index("### Your own reward function"):]
     code = section[section.index("```python\n") + len("```python\n"):section.index("```\n\n```bash")]
     (tmp_path / "my_rewards.py").write_text(code)
-    score = make_reward(RLConfig(reward=f"accuracy + 0.1*{tmp_path}/my_rewards.py:steps_correct"), SCORE)
+    score = make_reward(RLConfig(reward=RewardConfig(terms=f"accuracy + 0.1*{tmp_path}/my_rewards.py:steps_correct")), SCORE)
     example = Example(prompt="Q: 7+5+9\n", expected_answer="21")
     out = score(example, "7+5=12,12+9=22\nFinal: 22")  # wrong: 0 + 0.1 × (1 of 2 steps right)
     assert out["reward"] == pytest.approx(0.05)

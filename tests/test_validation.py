@@ -11,7 +11,8 @@ import torch
 
 from posttrain.algorithms import ALGORITHMS, make_algorithm
 from posttrain.cli import main
-from posttrain.config import ConfigError, ModelConfig, RLConfig, SFTConfig, TrainConfig
+from posttrain.config import (ConfigError, KLConfig, ModelConfig, OptimConfig, PreferenceConfig, RLConfig, SFTConfig,
+                              TrainConfig)
 from posttrain.config.type_checks import check_types
 from posttrain.envs import make_env
 from posttrain.pipelines.checks import check_config
@@ -37,14 +38,14 @@ def refused(capsys, tmp_path, argv, *needles):
 @pytest.mark.parametrize("flags, needles", [
     (["--threads", "99999"], ["threads=99999", f"[0, {4 * os.cpu_count()}]"]),
     (["--threads", "-1"], ["threads=-1"]),
-    (["--rl.lr", "inf"], ["rl.lr=inf", "a finite number"]),
-    (["--rl.lr", "nan"], ["rl.lr=nan", "a finite number"]),
+    (["--rl.optim.lr", "inf"], ["rl.optim.lr=inf", "a finite number"]),
+    (["--rl.optim.lr", "nan"], ["rl.optim.lr=nan", "a finite number"]),
     (["--rl.sampling.temperature", "inf"], ["rl.sampling.temperature=inf", "a finite number"]),
     (["--dist.tis_cap", "inf"], ["dist.tis_cap=inf", "a finite number"]),
     (["--sft.warmup_steps", "-5"], ["sft.warmup_steps=-5", "an integer >= 0"]),
-    (["--rl.warmup_steps", "-1"], ["rl.warmup_steps=-1", "an integer >= 0"]),
+    (["--rl.optim.warmup_steps", "-1"], ["rl.optim.warmup_steps=-1", "an integer >= 0"]),
     (["--sft.weight_decay", "-1"], ["sft.weight_decay=-1.0", "a number >= 0"]),
-    (["--rl.weight_decay", "-0.5"], ["rl.weight_decay=-0.5", "a number >= 0"]),
+    (["--rl.optim.weight_decay", "-0.5"], ["rl.optim.weight_decay=-0.5", "a number >= 0"]),
     (["--model.n_head", "3"], ["model.n_head=3", "a divisor of model.dim=128"]),
     (["--model.dim", "12", "--model.n_head", "4"], ["model.n_head=4", "even heads", "RoPE"]),  # head_dim 3
     (["--grpo.kl_coef", "inf"], ["rl.algo_params.kl_coef=inf", "a finite number"]),
@@ -56,18 +57,18 @@ def test_a_bad_setting_is_refused_before_a_run_directory_exists(capsys, tmp_path
 def test_the_type_pass_refuses_bools_fractions_non_finite_numbers_and_non_text():
     cases = [(TrainConfig(rl=RLConfig(steps=True)), "rl.steps=True is not allowed: expected an integer"),
              (TrainConfig(sft=SFTConfig(steps=2.0)), "sft.steps=2.0 is not allowed: expected an integer"),
-             (TrainConfig(rl=RLConfig(lr=float("inf"))), "rl.lr=inf is not allowed: expected a finite number"),
-             (TrainConfig(rl=RLConfig(lr=10**400)), "rl.lr=1000"),  # an int no float can hold
+             (TrainConfig(rl=RLConfig(optim=OptimConfig(lr=float("inf")))), "rl.optim.lr=inf is not allowed: expected a finite number"),
+             (TrainConfig(rl=RLConfig(optim=OptimConfig(lr=10**400))), "rl.optim.lr=1000"),  # an int no float can hold
              (TrainConfig(rl=RLConfig(algo_params={"kl_coef": float("nan")})), "rl.algo_params.kl_coef=nan"),
              (TrainConfig(name=None), "name=None is not allowed: expected a string"),
              (TrainConfig(model=ModelConfig(dim=True)), "model.dim=True"),
-             (TrainConfig(rl=RLConfig(track_kl=1)), "rl.track_kl=1 is not allowed: expected true or false"),
+             (TrainConfig(rl=RLConfig(kl=KLConfig(track=1))), "rl.kl.track=1 is not allowed: expected true or false"),
              (EvalConfig(completions="x", size=1.5), "size=1.5 is not allowed: expected an integer")]
     for cfg, message in cases:
         with pytest.raises(ConfigError) as error:
             check_types(cfg)
         assert str(error.value).startswith(message), str(error.value)
-    check_types(TrainConfig(rl=RLConfig(lr=1)))  # an integer is a number: lr 1 is 1.0
+    check_types(TrainConfig(rl=RLConfig(optim=OptimConfig(lr=1))))  # an integer is a number: lr 1 is 1.0
 
 
 def test_threads_are_bounded_by_the_machine():
@@ -82,10 +83,10 @@ def test_threads_are_bounded_by_the_machine():
 
 @pytest.mark.parametrize("name, text, needles", [
     ("list.json", "[1, 2]", ["list.json", "holds [1, 2], not an object of settings"]),
-    ("string.json", '"rl.lr=3"', ["string.json", "not an object of settings"]),
+    ("string.json", '"rl.optim.lr=3"', ["string.json", "not an object of settings"]),
     ("overflow.json", '{"rl": {"steps": 1e400}}', ["overflow.json", "rl.steps=inf", "finite"]),
     ("nan.json", '{"sft": {"lr": NaN}}', ["nan.json", "sft.lr=nan", "finite"]),
-    ("inf.toml", "[rl]\nlr = inf\n", ["inf.toml", "rl.lr=inf", "finite"]),
+    ("inf.toml", "[rl.optim]\nlr = inf\n", ["inf.toml", "rl.optim.lr=inf", "finite"]),
     ("settings.yaml", "rl:\n  lr: 0.001\n", ["settings.yaml", "YAML is not supported; use JSON or TOML"]),
     ("settings.yml", "{}", ["settings.yml", "YAML is not supported"]),
     ("broken.toml", "[rl\n", ["broken.toml", "is not valid TOML"]),
@@ -103,10 +104,10 @@ def test_a_config_file_that_cannot_work_is_refused_naming_it(capsys, tmp_path, n
 
 
 @pytest.mark.parametrize("flags, needles", [
-    (["--env.level", "1"], ["heldout_size=500", "holds only 7"]),
-    (["--env.level", "1", "--heldout_size", "7"], ["rl.dev_size=200", "holds only 3"]),
-    (["--env.level", "1", "--heldout_size", "7", "--rl.dev_size", "3"], ["sft.num_examples=150", "holds only 90"]),
-    (["--env.level", "2", "--heldout_size", "104"], ["heldout_size=104", "holds only 103"]),
+    (["--env.arithmetic.level", "1"], ["heldout_size=500", "holds only 7"]),
+    (["--env.arithmetic.level", "1", "--heldout_size", "7"], ["rl.dev_size=200", "holds only 3"]),
+    (["--env.arithmetic.level", "1", "--heldout_size", "7", "--rl.dev_size", "3"], ["sft.num_examples=150", "holds only 90"]),
+    (["--env.arithmetic.level", "2", "--heldout_size", "104"], ["heldout_size=104", "holds only 103"]),
     # prompt "Q: 1+2+3+4+5\n" is 13 characters + BOS: 96 - 14 = 82 positions are left
     (["--rl.sampling.max_new_tokens", "83"], ["rl.sampling.max_new_tokens=83", "at most 82", "96 positions"]),
     (["--model.max_seq_len", "40", "--rl.sampling.max_new_tokens", "8"],
@@ -124,7 +125,7 @@ def test_the_largest_generation_budget_that_fits_is_accepted():
 
 def test_eval_checks_its_split_size_before_loading_the_checkpoint(capsys, tmp_path):
     (tmp_path / "ckpt").mkdir()  # empty: the split is checked first
-    refused(capsys, tmp_path, ["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env.level", "1", "--split", "dev",
+    refused(capsys, tmp_path, ["eval", "--checkpoint", str(tmp_path / "ckpt"), "--env.arithmetic.level", "1", "--split", "dev",
                                "--size", "4"], "size=4 is not allowed", "holds only 3")
 
 
@@ -190,7 +191,7 @@ def test_cannot_learn_refusals_name_the_setting_and_what_to_use(capsys, tmp_path
     refused(capsys, tmp_path, ["train", "--algo", "reinforce", "--reinforce.baseline", "group_mean",
                                "--rl.samples_per_prompt", "1"], "rl.samples_per_prompt=1", "'group_mean'")
     refused(capsys, tmp_path, ["train", "--algo", "dpo", "--rl.samples_per_prompt", "1"],
-            "rl.samples_per_prompt=1", "one sample makes no pair", "rl.pairs FILE")
+            "rl.samples_per_prompt=1", "one sample makes no pair", "rl.preference.pairs FILE")
     for algo in ("grpo", "ppo", "dpo"):
         refused(capsys, tmp_path, ["train", "--algo", algo, "--rl.sampling.temperature", "0"],
                 "rl.sampling.temperature=0.0 is not allowed", "greedily", "use 1.0")
@@ -205,7 +206,7 @@ def test_settings_that_can_still_learn_are_accepted(tmp_path):
     check_config(cfg(algo="grpo", steps=0, samples_per_prompt=1))  # nothing is trained
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(json.dumps({"prompt": "Q: 1+2\n", "chosen": "Final: 3", "rejected": "Final: 4"}) + "\n")
-    check_config(cfg(algo="dpo", samples_per_prompt=1, pairs=str(pairs)))  # the file holds the pairs
+    check_config(cfg(algo="dpo", samples_per_prompt=1, preference=PreferenceConfig(pairs=str(pairs))))  # the file holds the pairs
 
 
 # --- data that cannot work: refused at load ---------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from posttrain.cli import main
-from posttrain.config import EnvConfig
+from posttrain.config import ArithmeticConfig, EnvConfig
 from posttrain.config.files import to_dict
 from posttrain.eval.head_to_head import Side, check_comparable
 from posttrain.eval.winrate import (
@@ -257,13 +257,13 @@ def test_policies_with_other_tokenizers_or_tasks_are_refused(policies, tmp_path)
     level2 = tmp_path / "level2"
     tiny_gpt(3).save_pretrained(level2, CharTokenizer())
     (level2 / "posttrain_task.json").write_text(json.dumps({
-        "format": 1, "env": to_dict(EnvConfig(level=2)), "spec_version": "", "max_new_tokens": 48,
+        "format": 1, "env": to_dict(EnvConfig(arithmetic=ArithmeticConfig(level=2))), "spec_version": "", "max_new_tokens": 48,
         "system_prompt": "", "posttrain_version": "test"}))
     (tmp_path / "level3").mkdir()
     for f in level2.iterdir():
         (tmp_path / "level3" / f.name).write_bytes(f.read_bytes())
     (tmp_path / "level3" / "posttrain_task.json").write_text(json.dumps({
-        "format": 1, "env": to_dict(EnvConfig(level=3)), "spec_version": "", "max_new_tokens": 48,
+        "format": 1, "env": to_dict(EnvConfig(arithmetic=ArithmeticConfig(level=3))), "spec_version": "", "max_new_tokens": 48,
         "system_prompt": "", "posttrain_version": "test"}))
-    with pytest.raises(ValueError, match="env.level=2.*env.level=3"):
+    with pytest.raises(ValueError, match="env.arithmetic.level=2.*env.arithmetic.level=3"):
         check_comparable(side(level2, CharTokenizer()), side(tmp_path / "level3", CharTokenizer()))

@@ -79,9 +79,9 @@ class Algorithm:
         batch = algo.filter_batch(batch)          # which groups to train on (DAPO drops flat ones)
         batch.process_rewards = prm(batch)        # only with implicit_prm_settings(): PRIME
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
-        batch.rows_with_gradient = algo.rows_with_gradient(batch)  # rl.skip_inert_rows
+        batch.rows_with_gradient = algo.rows_with_gradient(batch)  # rl.update.skip_inert_rows
         trainer.update(batch, algo)               # algo.compute_loss on each micro-batch
-        algo.kl_coef = kl_controller.update(kl)   # only with rl.kl_target: adaptive β
+        algo.kl_coef = kl_controller.update(kl)   # only with rl.kl.target: adaptive β
         algo.state_dict() / load_state_dict(...)  # what a checkpoint keeps between steps
     """
 
@@ -108,7 +108,7 @@ class Algorithm:
     accepts_turn_rows: ClassVar[bool] = False
     # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
-    kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl_target)
+    kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl.target)
     entropy_coef: float = 0.0  # weight of an entropy bonus; 0 = none
     entropy_agg: str = "loss_agg"  # how the bonus aggregates: as the loss does, or "token-mean"
     max_len: int | None = None  # the generation budget, for loss_agg="seq-mean-token-sum-norm"

@@ -32,8 +32,8 @@ to the group mean, and + τ/2 · ℓ² per sequence. No ratio, no clip, no criti
 baseline with no division by a std (unlike GRPO).
 
 When the squared term acts. At the first gradient of a batch, π_θ = π_old and ℓ = 0: the
-update is REINFORCE's exactly. From the second minibatch or epoch on (rl.minibatches,
-rl.epochs), or when the sampler is not the trained policy (int8 sampling, async rollouts),
+update is REINFORCE's exactly. From the second minibatch or epoch on (rl.update.minibatches,
+rl.update.epochs), or when the sampler is not the trained policy (int8 sampling, async rollouts),
 ℓ ≠ 0 and it pulls each sequence back towards π_old with force τ ℓ, whatever its
 advantage. So a row whose advantage is 0 is NOT inert here.
 

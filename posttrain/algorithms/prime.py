@@ -121,7 +121,7 @@ class PRIME(RLOO):
     clip_eps_high: float = 0.2  # symmetric, as in PPO
     loss_agg: str = "token-mean"  # every token has its own advantage, as in PPO (verl's default)
     # the implicit PRM's learning rate. The paper trains π_φ at 1e-6 with the policy at 5e-7
-    # (2x); gpt_mini's policy trains at rl.lr 1e-4, so 2e-4 keeps that ratio
+    # (2x); gpt_mini's policy trains at rl.optim.lr 1e-4, so 2e-4 keeps that ratio
     prm_lr: float = 2e-4
     # "before": update π_φ on the batch, then score it with the updated PRM (the paper's and
     # verl's default, two PRM forward passes); "after": score first, then update (one forward)

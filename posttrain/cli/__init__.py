@@ -32,9 +32,10 @@
     posttrain check NN                 test your solution to lesson NN's code exercise (exercises/)
     posttrain demo NAME                toy demos: bandit, two_step_mdp, kl_tradeoff, tokens, gridworld_ppo, sentiment_steering
 
-Every setting is a flag named after its key in a run's config.json (`--rl.lr 3e-4`,
-`--rl.sampling.top_p 0.9`, `--env.cot false`), with its reason as its help text
-(`posttrain train --help`). An algorithm's own hyperparameters are the flags of its section
+Every setting is a flag named after its key in a run's config.json (`--rl.optim.lr 3e-4`,
+`--rl.sampling.top_p 0.9`, `--env.cot false`), with its reason as its help text:
+`posttrain train --help` shows the settings of the chosen --algo and --env.name, `--help-all`
+every one. An algorithm's own hyperparameters are the flags of its section
 (`--grpo.kl_coef 0.04`, `--dpo.beta 0.2`). `--config FILE` (JSON or TOML, e.g. a run's
 config.json) sets many at once: defaults < --config < flags.
 """

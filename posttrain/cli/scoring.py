@@ -12,14 +12,18 @@ from typing import Annotated
 import tyro
 
 from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
-                                 parent_flag, parse_flags, parse_simple)
+                                 parent_flag, parse_flags, parse_simple, refuse_moved_flags)
+from posttrain.cli.help_view import HELP_ALL
 from posttrain.config import ConfigError
+from posttrain.config.files import moved_in_section
 from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 
 
 def cmd_eval(argv: list[str]) -> int:
     # parse_simple's steps, with the checkpoint's task chosen between parsing and the checks:
     # the split size is checked against the task that will be scored
+    refuse_moved_flags(argv)
+    argv = ["--help" if token in HELP_ALL else token for token in argv]
     base, file = from_file(EvalConfig, argv)
     fields = [config_flag(), parent_flag(), ("settings", Annotated[EvalConfig, tyro.conf.arg(name="")], base)]
     args = parse_flags(argv, "posttrain eval", description("Loop A: measure, nothing else"), fields)
@@ -30,7 +34,10 @@ def cmd_eval(argv: list[str]) -> int:
         from posttrain.eval.loop_a import choose_task
 
         given = {flag.removeprefix("--env.") for flag in flags_given(argv) if flag.startswith("--env.")}
-        cfg, source, note = choose_task(cfg, given | set(file.get("env", {})))
+        # a file's env keys, an older file's where they are now: "arithmetic.level", as the flags name them
+        for key, value in moved_in_section("env", file.get("env", {})).items():
+            given |= {f"{key}.{inner}" for inner in value} if isinstance(value, dict) else {key}
+        cfg, source, note = choose_task(cfg, given)
     cfg = checked(cfg)
     if note:
         print(note)

@@ -64,7 +64,8 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
     resume = ("resume", Annotated[str, tyro.conf.arg(metavar="RUN_DIR", help=RESUME_HELP)], "")
     dry_run = ("dry_run", Annotated[bool, tyro.conf.arg(help=DRY_RUN_HELP)], False)
     defaults = rlhf_config() if command == "rlhf" else TrainConfig()
-    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume, dry_run, parent_flag()])
+    parsed = parse_train(argv, f"posttrain {command}", SUMMARIES[command], defaults, [resume, dry_run, parent_flag()],
+                         also_shown=("rl.rm",) if command == "rlhf" else ())
     algo = parsed.cfg.rl.algo
     if command == "rlhf":
         # imported here for start-up time: the algorithms import torch
@@ -147,11 +148,11 @@ def cmd_compare(argv: list[str]) -> int:
                   "checkpoint with the same settings and rl.algo_params, so only the loss differs"))], ""),
              ("online_rounds", Annotated[str, tyro.conf.arg(metavar="N,N,...", help=(
                   "preference losses only: run each one once per round count on the same budget, e.g. 1,20 for "
-                  "offline against 20 online rounds; '' = one run each, with rl.online_rounds"))], ""),
+                  "offline against 20 online rounds; '' = one run each, with rl.preference.online_rounds"))], ""),
              ("row", Annotated[tuple[str, ...], tyro.conf.UseAppendAction, tyro.conf.arg(
                   metavar="NAME:KEY=VALUE,...", help=(
                       "one row of the comparison, instead of --algos; give it once per row. The row is the shared "
-                      "settings (flags, --config) with its own on top: config.json keys (rl.lr=2e-4, seed=1, "
+                      "settings (flags, --config) with its own on top: config.json keys (rl.optim.lr=2e-4, seed=1, "
                       "init=CHECKPOINT) or its algorithm's hyperparameters (grpo.clip_eps_high=0.28); e.g. --row "
                       "grpo --row clip_higher:grpo.clip_eps_high=0.28 --row lite:rl.algo=lite_ppo"))], ()),
              ("rows", Annotated[str, tyro.conf.arg(metavar="NAME", help=(
@@ -189,15 +190,17 @@ def cmd_compare(argv: list[str]) -> int:
         cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, algo=algos[0]))
     rounds = None
     if parsed.args.online_rounds:
-        if "--rl.online_rounds" in given:
-            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.online_rounds, not both")
+        if "--rl.preference.online_rounds" in given:
+            raise ConfigError("give --online_rounds (a list, one run per count) or --rl.preference.online_rounds, "
+                              "not both")
         try:
             rounds = [int(n) for n in parsed.args.online_rounds.split(",")]
         except ValueError:
             raise ConfigError(f"--online_rounds {parsed.args.online_rounds!r}: give comma-separated round counts, "
                               "e.g. 1,20 (1 = offline)") from None
         if rounds and all(n > 0 for n in rounds):
-            cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, online_rounds=max(rounds)))
+            preference = dataclasses.replace(cfg.rl.preference, online_rounds=max(rounds))
+            cfg = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, preference=preference))
     cfg = checked(parsed.with_algo_params(cfg, {*algos, cfg.rl.algo}))
     compare(cfg, algos, rounds)
     return 0
@@ -236,7 +239,7 @@ def cmd_star(argv: list[str]) -> int:
         parsed = parse_train(argv, "posttrain star", "STaR / rejection-sampling fine-tuning (expert iteration) "
                              "from --init or from SFT: sample K per prompt, keep what the verifier passes, fine-tune "
                              "on it, repeat", TrainConfig(), [star_section, resume, parent_flag()],
-                             sections="none of them (star fine-tunes with the SFT loss)")
+                             sections="none of them (star fine-tunes with the SFT loss)", reads_algorithms=False)
         star = parsed.args.star
         refuse_stages(parsed.cfg, "star")
         cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it

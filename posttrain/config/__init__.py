@@ -10,11 +10,15 @@ Data only: this package imports nothing else from posttrain.
 (config/type_checks.py), `validate()`, then names, files and data only the library can judge.
 
 Values come from the dataclass defaults < a JSON/TOML file (`--config`, config/files.py) <
-command-line flags (`--rl.lr 3e-4`, cli/), addressed with a dot as in a run's config.json.
+command-line flags (`--rl.optim.lr 3e-4`, cli/), addressed with a dot as in a run's config.json.
 
     checks.py     ConfigError and the value checks every section's validate() runs
-    sections.py   model, env, sampling, sft: the sections every training command shares
-    rl.py         rl, with its sub-sections rl.rm (reward model) and rl.curation
+    sections.py   model, env (with a section per environment), sampling, sft: the sections
+                  every training command shares
+    rl.py         rl, and its sections rl.optim, rl.update, rl.kl, rl.alerts (the docstring
+                  says why each is one)
+    reward.py     rl.reward (the training reward's terms and length shaping) and rl.rm
+    prompts.py    rl.curation (which prompts) and rl.preference (a preference loss's pairs)
     dist.py       dist: where the rollout and trainer roles run
     run.py        TrainConfig, the whole run; parse_stages; rlhf_config
     scoring.py    the commands that score: eval, winrate, bon, search, verify, think
@@ -38,23 +42,35 @@ from posttrain.config.checks import (
     check_positive,
 )
 from posttrain.config.dist import TOPOLOGIES, DistConfig
-from posttrain.config.rl import (
+from posttrain.config.prompts import (
     CURATION_MATCHES,
     CURATION_ORDERS,
     CURATION_WEIGHTS,
-    MONITORS,
-    ON_ALERT,
     CurationConfig,
-    RewardModelConfig,
-    RLConfig,
+    PreferenceConfig,
 )
+from posttrain.config.reward import RewardConfig, RewardModelConfig
+from posttrain.config.rl import MONITORS, ON_ALERT, AlertsConfig, KLConfig, OptimConfig, RLConfig, UpdateConfig
 from posttrain.config.run import TRACKERS, TrainConfig, parse_stages, rlhf_config
-from posttrain.config.sections import SAMPLER_WEIGHTS, EnvConfig, ModelConfig, SamplingParams, SFTConfig
+from posttrain.config.sections import (
+    ENV_SECTIONS,
+    SAMPLER_WEIGHTS,
+    ArithmeticConfig,
+    ArithmeticThinkConfig,
+    EnvConfig,
+    ModelConfig,
+    ReasoningGymConfig,
+    SamplingParams,
+    SFTConfig,
+    ToolArithmeticConfig,
+)
 
 __all__ = [
     "ConfigError", "check", "check_positive", "check_non_negative", "check_device", "DEVICES", "DTYPES",
     "ModelConfig", "EnvConfig", "SamplingParams", "SAMPLER_WEIGHTS", "SFTConfig",
-    "RLConfig", "RewardModelConfig", "CurationConfig", "ON_ALERT", "MONITORS",
+    "ENV_SECTIONS", "ArithmeticConfig", "ArithmeticThinkConfig", "ReasoningGymConfig", "ToolArithmeticConfig",
+    "RLConfig", "OptimConfig", "UpdateConfig", "KLConfig", "AlertsConfig", "RewardConfig", "PreferenceConfig",
+    "RewardModelConfig", "CurationConfig", "ON_ALERT", "MONITORS",
     "CURATION_WEIGHTS", "CURATION_ORDERS", "CURATION_MATCHES",
     "DistConfig", "TOPOLOGIES",
     "TrainConfig", "TRACKERS", "parse_stages", "rlhf_config",

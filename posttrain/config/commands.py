@@ -38,7 +38,7 @@ class StarConfig:
     step_check: bool = False
     steps: int = 100  # fine-tuning steps per iteration (batches drawn with replacement from the kept data)
     batch_size: int = 32  # kept rationales per fine-tuning step
-    lr: float = 1e-4  # fine-tuning an SFT policy: a tenth of from-scratch SFT's 1e-3, as RL's rl.lr
+    lr: float = 1e-4  # fine-tuning an SFT policy: a tenth of from-scratch SFT's 1e-3, as RL's rl.optim.lr
     warmup_steps: int = 10  # linear warmup: Adam's first second-moment estimates are poor
 
     def validate(self) -> None:
@@ -106,6 +106,7 @@ class PrmConfig:
     seed: int = 0  # problems, samples, SFT and training order all derive from it
 
     def validate(self) -> None:
+        self.env.validate()
         check(self.kind in ("prm", "orm"), "kind", self.kind, "prm (a score per step) or orm (one per completion)")
         check(self.labels in ("checker", "mc"), "labels", self.labels,
               "checker (the arithmetic step checker) or mc (Monte-Carlo rollouts, any task)")

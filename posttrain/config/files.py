@@ -2,7 +2,9 @@
 
     to_dict(cfg)               what a run directory's config.json holds
     from_dict(cls, data)       a (partial) dict back into the dataclass: an unknown key is an
-                               error that lists the valid ones, a renamed one says its new name
+                               error that lists the valid ones, a renamed one says its new name,
+                               and a key that moved into a section (MOVED) is read at its new place
+    upgraded(data)             a whole config's dict (a run's config.json) in today's layout
     load_file(path)            a JSON or TOML file as a dict, or an error naming the file
 
 A value must already have its setting's type: `true` is not a number (bool is an int to
@@ -23,9 +25,43 @@ from typing import Any
 import tomllib
 
 from posttrain.config.checks import ConfigError
+from posttrain.config.rl import RLConfig
+from posttrain.config.sections import EnvConfig
 
 # Settings that changed name: a config file that still uses the old one gets told the new one.
 RENAMED = {"eval_size": "heldout_size", "rl.eval_size": "rl.dev_size"}
+
+# Settings that moved into a section of their own concern (rl.optim, rl.reward, env.arithmetic,
+# ...): a file that still has the old key is read with its value at the new place, silently,
+# because run directories written before the move must still resume and load with --config.
+# An env key moves into the section of the file's own env.name when that section has it
+# (env.level of an arithmetic_think run is env.arithmetic_think.level), else as listed here.
+# A flag is the user's own words, so the old flag is refused with the new one (cli/flags.py).
+MOVED = {
+    "rl.lr": "rl.optim.lr", "rl.warmup_steps": "rl.optim.warmup_steps",
+    "rl.final_lr_fraction": "rl.optim.final_lr_fraction", "rl.adam_beta2": "rl.optim.adam_beta2",
+    "rl.weight_decay": "rl.optim.weight_decay", "rl.grad_clip": "rl.optim.grad_clip",
+    "rl.epochs": "rl.update.epochs", "rl.minibatches": "rl.update.minibatches",
+    "rl.micro_batch_size": "rl.update.micro_batch_size", "rl.skip_inert_rows": "rl.update.skip_inert_rows",
+    "rl.share_prompt": "rl.update.share_prompt",
+    "rl.reward": "rl.reward.terms", "rl.reward_timeout": "rl.reward.timeout",
+    "rl.length_penalty": "rl.reward.length_penalty", "rl.length_free": "rl.reward.length_free",
+    "rl.length_reward": "rl.reward.length_reward", "rl.length_reward_start": "rl.reward.length_reward_start",
+    "rl.kl_target": "rl.kl.target", "rl.kl_horizon": "rl.kl.horizon", "rl.track_kl": "rl.kl.track",
+    "rl.track_kl_rows": "rl.kl.track_rows",
+    "rl.pairs": "rl.preference.pairs", "rl.pairs_columns": "rl.preference.pairs_columns",
+    "rl.pair_prompts": "rl.preference.pair_prompts", "rl.online_rounds": "rl.preference.online_rounds",
+    "rl.refresh_reference": "rl.preference.refresh_reference", "rl.self_reward": "rl.preference.self_reward",
+    "rl.on_alert": "rl.alerts.action", "rl.stop_on": "rl.alerts.monitors",
+    "env.level": "env.arithmetic.level", "env.levels": "env.arithmetic.levels",  # level: arithmetic_think's too
+    "env.think_mode": "env.arithmetic_think.think_mode", "env.budget_demos": "env.arithmetic_think.budget_demos",
+    "env.pool_size": "env.reasoning_gym.pool_size", "env.task_config": "env.reasoning_gym.task_config",
+    "env.worked_steps": "env.reasoning_gym.worked_steps",
+    "env.tool_demos": "env.tool_arithmetic.tool_demos", "env.step_cost": "env.tool_arithmetic.step_cost",
+    "env.malformed_penalty": "env.tool_arithmetic.malformed_penalty", "env.thinking": "env.tool_arithmetic.thinking",
+}
+# the key every command gives the two sections that moved settings (TrainConfig.rl, *.env)
+MOVED_SECTIONS: dict[type, str] = {RLConfig: "rl", EnvConfig: "env"}
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -39,12 +75,14 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", base: Any = Non
     defaults."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    if cls in MOVED_SECTIONS:
+        data = moved_in_section(MOVED_SECTIONS[cls], data, prefix)
     unknown = sorted(set(data) - names)
     if unknown:
         renamed = [f"{prefix + k} is now {RENAMED[prefix + k]}" for k in unknown if prefix + k in RENAMED]
         raise ConfigError(f"unknown setting(s) {[prefix + k for k in unknown]}"
                           + (f" ({'; '.join(renamed)})" if renamed else "")
-                          + f"; valid ones: {sorted(prefix + n for n in names)}")
+                          + f"; valid ones: {valid_keys(cls, prefix)}")
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
@@ -55,6 +93,60 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", base: Any = Non
         else:
             kwargs[key] = coerce(value, hint, prefix + key)
     return cls(**kwargs) if base is None else dataclasses.replace(base, **kwargs)
+
+
+def valid_keys(cls: type, prefix: str = "") -> list[str]:
+    """The keys a file may give `cls`, sorted: its settings, and its sections' settings one
+    level down ("rl.optim.lr"), so that a key in the wrong place finds its section."""
+    hints = typing.get_type_hints(cls)
+    keys = []
+    for f in dataclasses.fields(cls):
+        if dataclasses.is_dataclass(hints[f.name]):
+            keys += [f"{prefix}{f.name}.{inner.name}" for inner in dataclasses.fields(hints[f.name])]
+        else:
+            keys.append(prefix + f.name)
+    return sorted(keys)
+
+
+def moved_in_section(section: str, data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """`data`, the settings of `section` ("rl" or "env"), with every MOVED key at its new
+    place: {"lr": 3e-4} -> {"optim": {"lr": 3e-4}}. A key whose new home is a section of the
+    same name moves only while it holds a plain value ("reward": "r1" -> reward.terms)."""
+    if not isinstance(data, dict):
+        return data
+    moves = {old[len(section) + 1:]: new[len(section) + 1:] for old, new in MOVED.items()
+             if old.startswith(section + ".")}
+    if section == "env":  # the run's own environment's section first, when it has the setting
+        own = EnvConfig(name=str(data.get("name", EnvConfig.name))).section()
+        own_fields = {f.name for f in dataclasses.fields(getattr(EnvConfig(), own))} if own else set()
+        moves |= {key: f"{own}.{key}" for key in moves if key in own_fields}
+    old_keys = [key for key in data if key in moves and not isinstance(data[key], dict)]
+    out = {key: value for key, value in data.items() if key not in old_keys}
+    for key in old_keys:
+        parent, leaf = moves[key].split(".")  # every move goes one section down
+        if not isinstance(out.get(parent, {}), dict):
+            raise ConfigError(f"{prefix}{parent}={out[parent]!r} is not allowed: expected a section (a mapping)")
+        place = out[parent] = dict(out.get(parent, {}))  # a copy: the caller's dict stays as read
+        if leaf in place:
+            raise ConfigError(f"{prefix}{key} and {prefix}{moves[key]} are one setting ({prefix}{key} is its name "
+                              f"before it moved) and both are set: keep {prefix}{moves[key]}")
+        place[leaf] = data[key]
+    return out
+
+
+def upgraded(data: dict[str, Any]) -> dict[str, Any]:
+    """A whole config's dict, e.g. an old run's config.json, in today's layout, so that it
+    compares key by key with today's (runs/lineage.py): its rl and env sections read and
+    written back, every MOVED key at its new place and the settings new since then at their
+    defaults; a section that cannot be read has its keys moved and is otherwise left as it is."""
+    out = dict(data)
+    for cls, key in MOVED_SECTIONS.items():
+        if isinstance(data.get(key), dict):
+            try:
+                out[key] = to_dict(from_dict(cls, data[key], f"{key}."))
+            except ConfigError:
+                out[key] = moved_in_section(key, data[key])
+    return out
 
 
 def coerce(value: Any, hint: Any, name: str) -> Any:
@@ -118,7 +210,7 @@ def load_file(path: str) -> dict[str, Any]:
         raise ConfigError(f"config file {path!r} is not valid {kind}: {error}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"config file {path!r} holds {json.dumps(data)[:60]}, not an object of settings: "
-                          'write one such as {"rl": {"lr": 0.0001}}')
+                          'write one such as {"rl": {"optim": {"lr": 0.0001}}}')
     where = _not_finite(data)
     if where:
         raise ConfigError(f"config file {path!r}: {where} is not allowed: expected a finite number (a JSON number "

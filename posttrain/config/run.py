@@ -35,22 +35,20 @@ class TrainConfig:
     checkpoint_every: int = 25  # steps between checkpoints (a killed run loses at most this many)
     threads: int = 0  # torch intra-op threads; 0 = leave torch's default (all cores)
     dist: DistConfig = field(default_factory=DistConfig)  # where rollout and training run; the default is one process
-    # experiment trackers that get a copy of every metrics line, a few samples per RL step and the held-out
-    # results: none, or one or more of tensorboard, trackio, wandb, mlflow, comma-separated; each writes
-    # offline or locally unless its own variables (WANDB_MODE, MLFLOW_TRACKING_URI) say otherwise. "none"
-    # because the run directory is the record and the trackers are optional installs (posttrain[trackers])
+    # experiment trackers that copy the metrics, a few samples per RL step and the held-out results:
+    # none, or any of tensorboard, trackio, wandb, mlflow, comma-separated (offline unless their own
+    # variables say otherwise); none: the run directory is the record, the trackers optional installs
     report_to: str = "none"
     # where the policy and every tensor it reads live: auto = cuda if visible, else mps, else cpu.
-    # cpu by default: the tests' device, and the one every number in this repository was measured on
+    # cpu by default: the tests' device, and every number in this repository was measured on it
     device: str = "cpu"
-    # bfloat16: float32 weights and optimizer state, forward passes autocast to bf16 (log-probs and
-    # losses stay float32); for GPUs. float32 by default: a CPU without native bf16 runs it slower
+    # bfloat16: float32 weights and optimizer state, bf16 forward passes (log-probs and losses in
+    # float32), for GPUs. float32 by default: a CPU without native bf16 runs bf16 slower
     dtype: str = "float32"
-    # several stages in one run, each starting from the last checkpoint of the one before, with a held-out
-    # evaluation after each and one table: "sft,dpo,grpo" (sft, any RL algorithm or preference loss; the
-    # start is --init or the model as built). A stage's own settings go in brackets, as config.json keys
-    # of its section and its algorithm's: "sft,dpo[rl.lr=3e-5,rl.steps=100,dpo.nll_coef=1],grpo"; the
-    # rest come from the run's settings (pipelines/stages.py). "" = the two-stage job: SFT, then rl.algo
+    # several stages in one run, each from the last checkpoint of the one before, evaluated after each,
+    # one table: "sft,dpo,grpo" (sft, an RL algorithm or a preference loss). A stage's own settings go in
+    # brackets as config.json keys: "sft,dpo[rl.optim.lr=3e-5,dpo.nll_coef=1],grpo"; the rest are the
+    # run's (pipelines/stages.py). "" = the two-stage job: SFT, then rl.algo
     stages: str = ""
 
     def trackers(self) -> list[str]:
@@ -59,6 +57,7 @@ class TrainConfig:
         return [] if names == ["none"] else names
 
     def validate(self) -> None:
+        self.env.validate()
         check_device(self)
         parse_stages(self.stages)
         self.model.validate()
@@ -68,10 +67,10 @@ class TrainConfig:
         if self.dist.rollout_shards:
             check(self.dist.rollout_shards <= self.rl.prompts_per_step, "dist.rollout_shards",
                   self.dist.rollout_shards, f"at most rl.prompts_per_step={self.rl.prompts_per_step} (a shard holds whole groups)")
-        rows = self.rl.prompts_per_step * self.rl.samples_per_prompt // self.rl.minibatches
+        rows = self.rl.prompts_per_step * self.rl.samples_per_prompt // self.rl.update.minibatches
         check(self.dist.trainer_ranks <= rows, "dist.trainer_ranks", self.dist.trainer_ranks,
               f"at most the {rows} rows of a minibatch (rl.prompts_per_step × rl.samples_per_prompt / "
-              "rl.minibatches): every rank needs a row")
+              "rl.update.minibatches): every rank needs a row")
         check_positive(self, "", "heldout_size", "checkpoint_every")
         # an OS thread each: past a few per core they only contend, and 99999 hit the thread limit: a segfault
         cores = os.cpu_count() or 1
@@ -95,9 +94,9 @@ def parse_stages(text: str) -> list[tuple[str, str, dict[str, str]]]:
             continue
         depth += {"[": 1, "]": -1}.get(char, 0)
         check(depth in (0, 1), "stages", text, "stage names with at most one [KEY=VALUE,...] each, e.g. "
-              "'sft,dpo[rl.lr=3e-5],grpo' (no brackets inside brackets)")
+              "'sft,dpo[rl.optim.lr=3e-5],grpo' (no brackets inside brackets)")
         current += char
-    check(depth == 0, "stages", text, "every '[' closed by a ']', e.g. 'sft,dpo[rl.lr=3e-5],grpo'")
+    check(depth == 0, "stages", text, "every '[' closed by a ']', e.g. 'sft,dpo[rl.optim.lr=3e-5],grpo'")
     if items == [""]:
         return []
     stages, seen = [], {}
@@ -110,7 +109,7 @@ def parse_stages(text: str) -> list[tuple[str, str, dict[str, str]]]:
         for pair in filter(None, (p.strip() for p in rest[:-1].split(","))) if bracket else []:
             key, equals, value = (part.strip() for part in pair.partition("="))
             check(bool(equals and key and value), "stages", text, f"KEY=VALUE pairs in {kind}'s brackets, e.g. "
-                  f"{kind}[rl.lr=3e-5] (could not read {pair!r})")
+                  f"{kind}[rl.optim.lr=3e-5] (could not read {pair!r})")
             check(key not in settings, "stages", text, f"each setting once per stage ({kind} sets {key} twice)")
             settings[key] = value
         seen[kind] = seen.get(kind, 0) + 1

@@ -52,6 +52,7 @@ class EvalConfig:
             raise ConfigError(f"ks={self.ks!r} is not allowed: expected integers, comma-separated (e.g. '1,5,10')")
 
     def validate(self) -> None:
+        self.env.validate()
         check_device(self)
         if bool(self.checkpoint) == bool(self.completions):
             raise ConfigError("give exactly one of --checkpoint DIR (evaluate a model) or --completions FILE "
@@ -183,6 +184,7 @@ class SearchConfig:
         return token_budgets(self.budgets, "64,128,256", smallest=1, allowed="positive token counts")
 
     def validate(self) -> None:
+        self.env.validate()
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
                               "written by `posttrain run` or `posttrain train` (its policy is searched)")
@@ -236,6 +238,7 @@ class VerifyConfig:
         return thresholds
 
     def validate(self) -> None:
+        self.env.validate()
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
                               "written by `posttrain run` or `posttrain train`")
@@ -266,7 +269,7 @@ class ThinkConfig:
     answer_tokens: int = 16  # tokens allowed after the thinking: 'Final: 45' and EOS take 10
     max_new_tokens: int = 0  # the cap of the unbudgeted /think and /no_think answers; 0 = the checkpoint's run's
     # the text appended when the budget is spent (then "</think>" and a newline); "" = the one the
-    # budget demonstrations end with (--env.budget_demos; posttrain/verifiers/think_tags.py EARLY_STOP)
+    # budget demonstrations end with (--env.arithmetic_think.budget_demos; posttrain/verifiers/think_tags.py EARLY_STOP)
     early_stop: str = ""
     out_dir: str = "runs"  # where the run directory is created
     name: str = "think"  # the run directory's suffix

@@ -1,11 +1,13 @@
 """The sections every training command shares, each a dataclass with its own `validate()`:
-the policy (`model`), the task (`env`), how the policy is sampled (`sampling`, which RL,
-evaluation and search all read) and supervised fine-tuning (`sft`)."""
+the policy (`model`), the task (`env`: the settings several environments read, and a section
+per environment, `env.arithmetic`, `env.reasoning_gym`, ..., for the settings only it reads),
+how the policy is sampled (`sampling`, which RL, evaluation and search all read) and
+supervised fine-tuning (`sft`)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.config.checks import check, check_non_negative, check_positive
@@ -36,19 +38,87 @@ class ModelConfig:
 
 
 @dataclass
+class ArithmeticConfig:
+    """env.name arithmetic: generated sums with a `Final: <int>` answer (posttrain/envs/arithmetic.py)."""
+
+    level: int = 3  # difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
+    # a mixed task, each problem's level drawn uniformly from this list, e.g. "2,3,5", every example
+    # labelled with its level (what rl.curation.order easy_to_hard orders by); "" = env.arithmetic.level alone
+    levels: str = ""
+
+
+@dataclass
+class ArithmeticThinkConfig:
+    """env.name arithmetic_think: the arithmetic problems with a /think or /no_think switch in
+    the prompt, Qwen3's thinking-mode fusion (posttrain/envs/thinking_modes.py)."""
+
+    level: int = 3  # difficulty, 1..5, as the arithmetic task's; 3 = five single-digit terms
+    # the switch in the prompts: fused (each problem /think or /no_think, half each: SFT on both
+    # modes) | think | no_think (every prompt one mode: measure it)
+    think_mode: str = "fused"
+    # the share of /think demonstrations cut at a random point and closed as a thinking budget
+    # closes them (early-stop text, </think>, answer); 0 = Qwen3's recipe, never seen
+    budget_demos: float = 0.0
+
+
+@dataclass
+class ReasoningGymConfig:
+    """env.name reasoning_gym:NAME: any reasoning-gym task, graded by its own scorer
+    (posttrain/envs/reasoning_gym_tasks.py; pip install 'posttrain[tasks]')."""
+
+    # items generated (indices 0..pool_size-1, seed 0), split ~80/10/10 by a hash of each question;
+    # 10,000 leaves ~1,000 held out for a task with that many distinct questions
+    pool_size: int = 10_000
+    # the task's own settings as a JSON object, e.g. '{"max_terms": 3}'; "" = reasoning-gym's
+    # defaults (an unknown setting is refused with the task's list)
+    task_config: str = ""
+    # SFT demonstrations that show their work, one step per line before the <answer> line, for the
+    # tasks with a step writer (leg_counting, chain_sum, aiw: posttrain/envs/reasoning_gym_tasks.py);
+    # false = the item's answer alone, all reasoning-gym gives
+    worked_steps: bool = False
+
+
+@dataclass
+class ToolArithmeticConfig:
+    """env.name tool_arithmetic: 3-digit products with a calculator tool, a multi-turn task
+    for the agent loop (posttrain/envs/tool_arithmetic.py)."""
+
+    # the share of SFT demonstrations that call the calculator; the rest state the product at
+    # once, so below 1 the SFT policy mostly guesses and RL must find the tool
+    tool_demos: float = 1.0
+    # subtracted from the answer's score per tool call and per malformed call
+    # (posttrain/rewards/agentic.py): costs only, so a wrong answer never earns more than 0
+    step_cost: float = 0.0
+    malformed_penalty: float = 0.0  # subtracted per malformed tool call, as step_cost is per call
+    # which earlier <think>…</think> the model reads before its next turn, keep_all | keep_last |
+    # drop (posttrain/roles/thinking.py); the last two train one row per turn
+    thinking: str = "keep_all"
+
+
+# The environments with settings of their own, each a section of env named as the environment
+# is registered (posttrain/envs/__init__.py): a setting lives in the section of the one
+# environment that takes it, and a test holds each section's fields to its parameters.
+ENV_SECTIONS = ("arithmetic", "arithmetic_think", "reasoning_gym", "tool_arithmetic")
+
+
+@dataclass
 class EnvConfig:
+    """The task: its name, a section per environment with the settings only it reads
+    (ENV_SECTIONS), and the settings several environments read."""
+
     # the task: "arithmetic" (generated, no data needed), or your --env.path file scored by
     # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code"), or an external
     # one (pip install 'posttrain[tasks]'): "reasoning_gym:NAME" (any reasoning-gym task, its own
     # grader) or "humaneval" (164 problems, all held out); posttrain/envs/__init__.py
     name: str = "arithmetic"
-    level: int = 3  # arithmetic difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
-    # arithmetic only: a mixed task, each problem's level drawn uniformly from this list, e.g. "2,3,5", every
-    # example labelled with its level (what rl.curation.order easy_to_hard orders by); "" = env.level alone
-    levels: str = ""
-    cot: bool = True  # worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
-    # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math and code (a hackable
-    # final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
+    arithmetic: ArithmeticConfig = field(default_factory=ArithmeticConfig)  # env.name arithmetic
+    arithmetic_think: ArithmeticThinkConfig = field(default_factory=ArithmeticThinkConfig)  # env.name arithmetic_think
+    reasoning_gym: ReasoningGymConfig = field(default_factory=ReasoningGymConfig)  # env.name reasoning_gym:NAME
+    tool_arithmetic: ToolArithmeticConfig = field(default_factory=ToolArithmeticConfig)  # env.name tool_arithmetic
+    # arithmetic and jsonl: worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
+    cot: bool = True
+    # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math, code and reasoning_gym
+    # (a hackable final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
     spec_version: str = ""
     # the problems of env "jsonl", "math" or "code": a .jsonl, .json or .parquet file, or a directory
     # (save_to_disk's, or of data files), rows {"prompt", "expected_answer"} or TRL's prompt/completion
@@ -63,39 +133,72 @@ class EnvConfig:
     # env "code" and "humaneval" only: where no namespace sandbox exists (not root, most containers) run the tests
     # in the weak prelude-only one, which can leak files and network; off (posttrain/guards/sandbox.py)
     allow_weak_sandbox: bool = False
-    # reasoning_gym:NAME only: items generated (indices 0..pool_size-1, seed 0), split ~80/10/10 by a
-    # hash of each question; 10,000 leaves ~1,000 held out for a task with that many distinct questions
-    pool_size: int = 10_000
-    # reasoning_gym:NAME only: the task's own settings as a JSON object, e.g. '{"max_terms": 3}';
-    # "" = reasoning-gym's defaults (an unknown setting is refused with the task's list)
-    task_config: str = ""
-    # reasoning_gym:NAME only: SFT demonstrations that show their work, one step per line before the
-    # <answer> line, for the tasks with a step writer (leg_counting, chain_sum, aiw: posttrain/envs/
-    # reasoning_gym_tasks.py); false = the item's answer alone, all reasoning-gym gives
-    worked_steps: bool = False
-    # tool_arithmetic only: the share of SFT demonstrations that call the calculator; the rest state
-    # the product at once, so below 1 the SFT policy mostly guesses and RL must find the tool
-    tool_demos: float = 1.0
-    # tool_arithmetic only: subtracted from the answer's score per tool call and per malformed call
-    # (posttrain/rewards/agentic.py): costs only, so a wrong answer never earns more than 0
-    step_cost: float = 0.0
-    malformed_penalty: float = 0.0
-    # multi-turn environments only: which earlier <think>…</think> the model reads before its next
-    # turn, keep_all | keep_last | drop (posttrain/roles/thinking.py); the last two train one row per turn
-    thinking: str = "keep_all"
-    # arithmetic_think only: the switch in the prompts, fused (each problem /think or /no_think, half
-    # each: SFT on both modes) | think | no_think (every prompt one mode: measure it); envs/thinking_modes.py
-    think_mode: str = "fused"
-    # arithmetic_think only: the share of /think demonstrations cut at a random point and closed as a
-    # thinking budget closes them (early-stop text, </think>, answer); 0 = Qwen3's recipe, never seen
-    budget_demos: float = 0.0
+
+    def section(self) -> str:
+        """The section of the environment env.name names ("reasoning_gym:chain_sum": reasoning_gym),
+        or "" for one without settings of its own (jsonl, math, code, humaneval)."""
+        family = self.name.partition(":")[0]
+        return family if family in ENV_SECTIONS else ""
 
     def kwargs(self) -> dict[str, Any]:
-        """The settings changed from their defaults, as keyword arguments of the
-        environment: one that does not take a setting rejects it by name."""
+        """The settings changed from their defaults, as keyword arguments of the environment:
+        the shared ones and those of its own section. One that does not take a setting
+        rejects it by name (make_env); so does every environment a changed setting of another
+        environment's section, passed by its dotted name ("reasoning_gym.pool_size"), which no
+        parameter has: a setting is refused, never dropped, also where validate() did not run."""
         defaults = EnvConfig()
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-                if f.name != "name" and getattr(self, f.name) != getattr(defaults, f.name)}
+        changed = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+                   if f.name != "name" and f.name not in ENV_SECTIONS
+                   and getattr(self, f.name) != getattr(defaults, f.name)}
+        for section in ENV_SECTIONS:
+            own = section == self.section()
+            changed |= {name if own else f"{section}.{name}": value
+                        for name, value in changed_fields(getattr(self, section)).items()}
+        return changed
+
+    def arithmetic_level(self) -> int:
+        """The level of an arithmetic task, env.arithmetic's or env.arithmetic_think's as env.name
+        reads; arithmetic's (3 by default) for other tasks, as a run's meta.json records it."""
+        return self.arithmetic_think.level if self.section() == "arithmetic_think" else self.arithmetic.level
+
+    def settings(self) -> dict[str, Any]:
+        """Every setting as {name: value}, a section's as "arithmetic.level": the names of the
+        --env.* flags, in the order of the fields."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if dataclasses.is_dataclass(value):
+                values |= {f"{f.name}.{inner.name}": getattr(value, inner.name) for inner in dataclasses.fields(value)}
+            else:
+                values[f.name] = value
+        return values
+
+    def replaced(self, values: dict[str, Any]) -> EnvConfig:
+        """A copy with the settings `values` ({name: value}, as settings() names them) replaced."""
+        top = {name: value for name, value in values.items() if "." not in name}
+        for section in {name.partition(".")[0] for name in values if "." in name}:
+            inner = {name.partition(".")[2]: value for name, value in values.items() if name.startswith(section + ".")}
+            top[section] = dataclasses.replace(getattr(self, section), **inner)
+        return dataclasses.replace(self, **top)
+
+    def validate(self, prefix: str = "env") -> None:
+        """A section the chosen environment does not read keeps its defaults: a setting there
+        would be silently ignored."""
+        for section in ENV_SECTIONS:
+            if section == self.section():
+                continue
+            for name, value in changed_fields(getattr(self, section)).items():
+                default = getattr(type(getattr(self, section))(), name)
+                reader = f"{section}:NAME" if section == "reasoning_gym" else section
+                check(False, f"{prefix}.{section}.{name}", value, f"its default {default!r} with "
+                      f"{prefix}.name={self.name!r}: only env.name {reader} reads the {section} section")
+
+
+def changed_fields(section: Any) -> dict[str, Any]:
+    """{name: value} of the fields of the dataclass `section` that differ from its defaults."""
+    defaults = type(section)()
+    return {f.name: getattr(section, f.name) for f in dataclasses.fields(section)
+            if getattr(section, f.name) != getattr(defaults, f.name)}
 
 
 SAMPLER_WEIGHTS = ("float32", "int8")
@@ -146,7 +249,7 @@ class SFTConfig:
     # judge demonstrations for SFT: this many training problems, each its solution judged "Y"
     # and a wrong twin (a step's slip carried through) judged "N", in the self-judge's compact
     # prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation fine-tuning
-    # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.self_reward
+    # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.preference.self_reward
     # needs on gpt_mini, which cannot read a judge prompt untaught; 1,000 took its judge from
     # chance to AUROC ~0.7 against the verifier (README). 0 = none: plain SFT
     judge_demos: int = 0

@@ -7,7 +7,7 @@ What it refuses, and why each is worth a message of its own:
     true / false where a number is wanted    bool is a subclass of int in Python, so
                                              `"steps": true` would silently be 1 step
     2.0 or 2.5 where an integer is wanted    a count is an integer; rounding would guess
-    inf and NaN                              `--rl.lr inf` passes every "> 0" test, and the
+    inf and NaN                              `--rl.optim.lr inf` passes every "> 0" test, and the
                                              sampler crashes on NaN logits after SFT; NaN
                                              fails every comparison, so the range checks
                                              downstream would report it confusingly

@@ -124,7 +124,7 @@ class PromptPool:
             unlabelled = examples[self.labels.index(None)]
             raise ValueError(f"an easy-to-hard curriculum needs a difficulty label on every prompt (meta.difficulty "
                              f"or meta.level, a number), and {unlabelled.prompt.strip()[:60]!r} has none: label the "
-                             "data, or use a mixed-level task (--env.levels 2,3,5 for arithmetic)")
+                             "data, or use a mixed-level task (--env.arithmetic.levels 2,3,5 for arithmetic)")
         self.distinct_labels = sorted({label for label in self.labels if label is not None})
         n = len(examples)
         self.measured: list[Measurement | None] = [None] * n  # the latest measurement of each prompt

@@ -21,7 +21,7 @@ hardest on this task: one addition off by 1-3, then that wrong sum carried forwa
 correctly (README, "Preference optimisation"). Prompts come from the training split, so a
 policy trained on the file is still measured on problems it never saw.
 
-`posttrain train --algo dpo --rl.pairs FEEDBACK_FIXTURE` reads the file as it is (a
+`posttrain train --algo dpo --rl.preference.pairs FEEDBACK_FIXTURE` reads the file as it is (a
 `prompt` column beside chosen/rejected conversations whose first turns repeat it, as in
 UltraFeedback; the scores and the id stay in each pair's meta).
 

@@ -107,14 +107,14 @@ def load_preference_data(path: str | Path, columns: str = "") -> list[Preference
     problem."""
     records: list = []
     kind = None
-    for row in read_rows(path, parse_columns(columns, "rl.pairs_columns")):
+    for row in read_rows(path, parse_columns(columns, "rl.preference.pairs_columns")):
         obj = row.record
         row_kind = "pairs" if "chosen" in obj else "unpaired" if "completion" in obj else None
         if row_kind is None:
             raise ValueError(
                 f"{row.where}: cannot tell the record kind: a pair needs columns 'chosen' and 'rejected' ('prompt' "
                 "optional), an unpaired example 'prompt', 'completion' and 'label' (or 'desirable'); got columns "
-                f"{sorted(obj)}; map yours with --rl.pairs_columns 'chosen=COLUMN,...'"
+                f"{sorted(obj)}; map yours with --rl.preference.pairs_columns 'chosen=COLUMN,...'"
             )
         kind = kind or row_kind
         if row_kind != kind:
@@ -201,7 +201,7 @@ def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, 
             shared -= 1  # never split a word between the prompt and the responses
         if not shared:
             raise ValueError(f"{where}: no 'prompt' column, and 'chosen' and 'rejected' share no leading text to "
-                             "be the prompt; add a 'prompt' column (or map one with --rl.pairs_columns)")
+                             "be the prompt; add a 'prompt' column (or map one with --rl.preference.pairs_columns)")
         return chosen[:shared], chosen[shared:], rejected[shared:]
     turns = {name: conversation(value, where, name) for name, value in (("chosen", chosen), ("rejected", rejected))}
     if turns["chosen"][:-1] != turns["rejected"][:-1] or len(turns["chosen"]) < 2 or any(

@@ -1,7 +1,7 @@
 """Users' data files, read one way for problems (envs/jsonl_file.py) and preference pairs
 (data/preference.py): every row comes with where it is, so every error can name it.
 
-    what --env.path / --rl.pairs names       how it is read                 a row is named
+    what --env.path / --rl.preference.pairs names       how it is read                 a row is named
     a .jsonl file                            json, line by line             "FILE, line 7" (from 1)
     a .json file: a list of objects, or      json                           "FILE, 'test' row 3" (from 0)
       an object of such lists by split

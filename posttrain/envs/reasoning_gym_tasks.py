@@ -20,11 +20,11 @@ Small tasks (chain_sum with two one-digit terms has about 200 distinct questions
 lot: `fixed_set` lists distinct problems and says how many a split holds when asked for more.
 
 The task's settings are reasoning-gym's own config fields, given as a JSON object
-(`--env.task_config '{"min_terms": 2, "max_terms": 3}'`); an unknown field is refused with
+(`--env.reasoning_gym.task_config '{"min_terms": 2, "max_terms": 3}'`); an unknown field is refused with
 the task's list. The answer line is reasoning-gym's `<answer>` convention, not `Final:`,
 because many of its answers are not integers and some span lines (a grid, a list).
 
-Worked steps (`worked_steps=True`, `--env.worked_steps true`). reasoning-gym items carry
+Worked steps (`worked_steps=True`, `--env.reasoning_gym.worked_steps true`). reasoning-gym items carry
 their answer and the facts it was made from (`metadata`), never a worked solution, and a
 small model taught only the answer has no chain of thought to learn (README, "External
 tasks": gpt_mini stayed below 10% on chain_sum). For the tasks in STEP_WRITERS the
@@ -124,7 +124,7 @@ def aiw_steps(entry: dict) -> list[str]:
             return [f"{count} {counted} + {match['name']} = {count + 1}"]
     raise ValueError(f"aiw: no step writer reads the question {question[:90]!r} (task type "
                      f"{entry['metadata'].get('task_type')!r}); worked steps cover the siblings and friends types: "
-                     "give --env.task_config '{\"task_type_weights\": [1, 0, 0]}' (siblings only)")
+                     "give --env.reasoning_gym.task_config '{\"task_type_weights\": [1, 0, 0]}' (siblings only)")
 
 
 # tasks whose demonstrations can show their work: item (as the environment holds it) -> steps

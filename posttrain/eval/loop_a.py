@@ -50,23 +50,27 @@ NOT_THE_TASK = frozenset({"allow_weak_sandbox"})
 
 
 def settings(env: EnvConfig, names) -> str:
-    """'env.level=2, env.cot=false': the settings `names` of `env`, spelled as flags."""
+    """'env.arithmetic.level=2, env.cot=false': the settings `names` of `env`, spelled as flags."""
 
     def text(value):
         return ("true" if value else "false") if isinstance(value, bool) else (value if value != "" else "''")
-    return ", ".join(f"env.{name}={text(getattr(env, name))}" for name in names)
+    values = env.settings()
+    return ", ".join(f"env.{name}={text(values[name])}" for name in names)
 
 
 def describe(env: EnvConfig) -> str:
     """The task in one phrase: its name, level and cot for arithmetic, and every setting changed."""
-    shown = {"name", *env.kwargs()} | ({"level", "cot"} if env.name == "arithmetic" else set())
-    return settings(env, [f.name for f in dataclasses.fields(env) if f.name in shown - NOT_THE_TASK])
+    values, defaults = env.settings(), EnvConfig().settings()
+    changed = {name for name in values if values[name] != defaults[name]  # a section's only if the env reads it
+               and ("." not in name or name.partition(".")[0] == env.section())}
+    shown = {"name", *changed} | ({"arithmetic.level", "cot"} if env.name == "arithmetic" else set())
+    return settings(env, [name for name in values if name in shown - NOT_THE_TASK])
 
 
 def choose_task(cfg: EvalConfig, given: set[str]) -> tuple[EvalConfig, str, str]:
     """The task to score `cfg.checkpoint` on: (cfg with that env, where it came from,
     "checkpoint" or "flags", and the line to print). `given` names the env settings the user
-    set, by flag or --config file (`--env.level 3` gives "level")."""
+    set, by flag or --config file (`--env.arithmetic.level 3` gives "arithmetic.level")."""
     trained = read_task(Path(cfg.checkpoint))
     given = set(given) - NOT_THE_TASK
     if trained is None:
@@ -84,11 +88,11 @@ def choose_task(cfg: EvalConfig, given: set[str]) -> tuple[EvalConfig, str, str]
     # the flags change the checkpoint's task setting by setting; another env is the flags' alone,
     # since the checkpoint's other settings (a level, a path) belong to its own env
     if cfg.env.name == own.name:
-        asked = dataclasses.replace(own, **{name: getattr(cfg.env, name) for name in given})
+        asked = own.replaced({name: cfg.env.settings()[name] for name in given})
     else:
         asked = cfg.env
-    differ = [f.name for f in dataclasses.fields(EnvConfig)
-              if f.name not in NOT_THE_TASK and getattr(asked, f.name) != getattr(own, f.name)]
+    asked_values, own_values = asked.settings(), own.settings()
+    differ = [name for name in asked_values if name not in NOT_THE_TASK and asked_values[name] != own_values[name]]
     if not differ:
         return dataclasses.replace(cfg, env=asked), "flags", f"scoring on {describe(asked)}, as asked and as trained"
     if "name" in differ:  # a different env: each side in full
@@ -134,8 +138,8 @@ def evaluate_checkpoint(cfg: EvalConfig, task_source: str = "flags", parent: str
     run = RunDir.create(cfg.out_dir, cfg.name)
     run.write_json("config.json", to_dict(cfg))
     run.write_meta({"loop": "A (eval)", "spec_version": env.spec_version, "checkpoint": str(cfg.checkpoint),
-                    "dataset": {"version": problems_version(examples), "env": cfg.env.name, "level": cfg.env.level,
-                                "cot": cfg.env.cot, "path": cfg.env.path, "split": cfg.split, "size": cfg.size},
+                    "dataset": {"version": problems_version(examples), "env": cfg.env.name,
+                                "level": cfg.env.arithmetic_level(), "cot": cfg.env.cot, "path": cfg.env.path, "split": cfg.split, "size": cfg.size},
                     "prompt": {"template": prompt_template(tokenizer)},
                     "task": task,
                     "sampling": {"temperature": 0.0, "decoding": "greedy", "max_new_tokens": min(budget, max_new)},

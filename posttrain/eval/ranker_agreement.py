@@ -1,7 +1,7 @@
 """How far a learned ranker (a reward model, or the policy judging itself) agrees with the
 verifier on the samples it ranked into preference pairs.
 
-When something other than the verifier builds the pairs (rl.rm.path, rl.self_reward), every
+When something other than the verifier builds the pairs (rl.rm.path, rl.preference.self_reward), every
 sample still carries the verifier's verdict in details["gold_reward"] and the ranker's score
 in `reward`. Two numbers per round, each with a bootstrap CI:
 

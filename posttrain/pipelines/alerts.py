@@ -1,11 +1,11 @@
-"""What the RL stage does when a hacking monitor fires (rl.on_alert): warn, stop, or roll back.
+"""What the RL stage does when a hacking monitor fires (rl.alerts.action): warn, stop, or roll back.
 
 The monitors (posttrain/runs/monitors.py) watch the metrics as they are logged. Seed 000's
 mitigations for reward hacking include stopping early on detection; this is that policy:
 
     warn       print the alert and train on (the default: a monitor detects, it does not
                diagnose, and a false alarm should not cost a good run its last steps)
-    stop       the step an rl.stop_on monitor first fires is the stage's last: checkpointed,
+    stop       the step an rl.alerts.monitors monitor first fires is the stage's last: checkpointed,
                recorded in early_stop.json (under the stage's name), then the held-out
                evaluation as usual
     rollback   as stop, and the policy is put back to the weights of the step where dev
@@ -35,7 +35,7 @@ class AlertPolicy:
     preference stage's); `should_stop` says whether the step just run is the last."""
 
     def __init__(self, rl: RLConfig, run: RunDir, stage: str, policy, tokenizer) -> None:
-        self.action, self.stop_on = rl.on_alert, {name.strip() for name in rl.stop_on.split(",")}
+        self.action, self.stop_on = rl.alerts.action, {name.strip() for name in rl.alerts.monitors.split(",")}
         self.run, self.policy, self.tokenizer, self.stage = run, policy, tokenizer, stage
         self.best_stage = f"{stage}_best"  # checkpoints/<stage>_best/: the best dev pass@1's weights (rollback)
         self.history = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
@@ -66,7 +66,7 @@ class AlertPolicy:
             record.update(self.roll_back())
         self.run.write_json(RECORD, {**stopped_stages(self.run), self.stage: record})
         self.stopped_at = step
-        console.print(f"[bold red]stopping[/] at step {step} ({self.action}): rl.on_alert={self.action} acts on "
+        console.print(f"[bold red]stopping[/] at step {step} ({self.action}): rl.alerts.action={self.action} acts on "
                       f"{record['monitor']}" + (f"; weights of step {record['restored_step']} put back"
                                                 if record.get("restored_step") is not None else ""))
 

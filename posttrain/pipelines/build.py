@@ -61,7 +61,7 @@ def make_algorithm(rl: RLConfig, budget: int | None = None):
     return make_registered_algorithm(rl.algo, budget=budget or rl.sampling.max_new_tokens, **rl.algo_params)
 
 
-# The named presets of rl.reward: weighted terms on top of the verifier's result. rl.reward
+# The named presets of rl.reward.terms: weighted terms on top of the verifier's result. rl.reward.terms
 # sums them with users' functions (MODULE:FUNCTION, PATH.py:FUNCTION; rewards/user_function.py).
 REWARD_PRESETS = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
@@ -71,14 +71,14 @@ REWARD_PRESETS = {
 
 
 def reward_terms(rl: RLConfig) -> list:
-    """The (weight, term) pairs rl.reward names, its functions imported; ValueError naming
+    """The (weight, term) pairs rl.reward.terms names, its functions imported; ValueError naming
     the term that cannot be used."""
-    return parse_reward(rl.reward, {**REWARD_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]},
-                        timeout=rl.reward_timeout, rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
+    return parse_reward(rl.reward.terms, {**REWARD_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]},
+                        timeout=rl.reward.timeout, rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
 
 
 def learned_reward(rl: RLConfig) -> LearnedReward:
-    """rl.reward's "rm" term: the reward model(s) of rl.rm.path as one layer of the stack."""
+    """rl.reward.terms's "rm" term: the reward model(s) of rl.rm.path as one layer of the stack."""
     if not rl.rm.path:
         raise ValueError("the term 'rm' is a learned reward and needs its model: set rl.rm.path to a reward-model "
                          "directory (posttrain rlhf writes runs/<id>/reward_model), or several joined by ','")
@@ -86,12 +86,13 @@ def learned_reward(rl: RLConfig) -> LearnedReward:
 
 
 def reward_stack(rl: RLConfig) -> RewardStack | None:
-    """The terms rl.reward, rl.length_penalty and rl.length_reward ask for, as one stack; None
+    """The terms rl.reward.terms, rl.reward.length_penalty and rl.reward.length_reward ask for, as one stack; None
     when that is the verifier's own 1/0 alone (nothing stacked on it: `make run`'s reward)."""
     terms = reward_terms(rl)
-    if rl.length_penalty > 0:
-        terms.append((1.0, LinearLength(rl.length_free, rl.length_penalty)))
-    group_terms = [(rl.length_reward, KimiLength(rl.length_reward_start))] if rl.length_reward > 0 else []
+    if rl.reward.length_penalty > 0:
+        terms.append((1.0, LinearLength(rl.reward.length_free, rl.reward.length_penalty)))
+    group_terms = ([(rl.reward.length_reward, KimiLength(rl.reward.length_reward_start))]
+                   if rl.reward.length_reward > 0 else [])
     if not group_terms and len(terms) == 1 and terms[0][0] == 1.0 and isinstance(terms[0][1], Accuracy):
         return None
     return RewardStack(terms, group_terms)
@@ -99,8 +100,8 @@ def reward_stack(rl: RLConfig) -> RewardStack | None:
 
 def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
     """The training reward: the environment's scorer (or, with rl.rm.path and no "rm" term in
-    rl.reward, a reward model with the scorer kept as the gold), with `stack` (default:
-    reward_stack(rl)) on top. A stack's group terms (rl.length_reward) are added later, by
+    rl.reward.terms, a reward model with the scorer kept as the gold), with `stack` (default:
+    reward_stack(rl)) on top. A stack's group terms (rl.reward.length_reward) are added later, by
     its score_groups."""
     stack = reward_stack(rl) if stack is None else stack
     learned_term = stack is not None and any(isinstance(term, LearnedReward) for _, term in stack.terms)
@@ -111,10 +112,10 @@ def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
 
 def pair_ranker(rl: RLConfig, score, policy, tokenizer):
     """What ranks a preference stage's sampled pairs instead of the verifier: the policy as its
-    own judge (rl.self_reward), a reward model (rl.rm.path), or None, the verifier itself (every
+    own judge (rl.preference.self_reward), a reward model (rl.rm.path), or None, the verifier itself (every
     right sample against every wrong one). Either ranker keeps the verifier's verdict in each
     sample's details as the gold, to measure the ranker against."""
-    if rl.self_reward:
+    if rl.preference.self_reward:
         return SelfJudgeReward(self_judge(policy, tokenizer), score)
     return make_reward(rl, score) if rl.rm.path else None
 
@@ -126,9 +127,10 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
 
 def trainer_settings(rl: RLConfig) -> dict:
     """The RL and preference stages' optimisation settings, as Trainer arguments."""
-    return dict(lr=rl.lr, total_steps=rl.steps, warmup_steps=rl.warmup_steps, final_lr_fraction=rl.final_lr_fraction,
-                adam_beta2=rl.adam_beta2, weight_decay=rl.weight_decay, grad_clip=rl.grad_clip,
-                micro_batch_size=rl.micro_batch_size, share_prompt=rl.share_prompt)
+    return dict(lr=rl.optim.lr, total_steps=rl.steps, warmup_steps=rl.optim.warmup_steps,
+                final_lr_fraction=rl.optim.final_lr_fraction,
+                adam_beta2=rl.optim.adam_beta2, weight_decay=rl.optim.weight_decay, grad_clip=rl.optim.grad_clip,
+                micro_batch_size=rl.update.micro_batch_size, share_prompt=rl.update.share_prompt)
 
 
 def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
@@ -162,45 +164,45 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     prm_settings = algo.implicit_prm_settings()  # PRIME's implicit PRM, or None
     # the reference scores every row when something besides the KL log reads ref_logp: a KL term
     # in the loss (which an adaptive KL controller always has) or an implicit PRM
-    reference = (make_reference(policy, start_weights, cfg.rl.share_prompt, log_rows=kl_log_rows(cfg.rl),
+    reference = (make_reference(policy, start_weights, cfg.rl.update.share_prompt, log_rows=kl_log_rows(cfg.rl),
                                 every_row=algo.uses_reference or prm_settings is not None)
-                 if algo.uses_reference or cfg.rl.track_kl else NoReference())
+                 if algo.uses_reference or cfg.rl.kl.track else NoReference())
     critic = ValueHead(policy.config.dim) if algo.uses_critic else None  # the trainer moves it to the policy
     # PRIME's implicit PRM: a trainable copy of the starting policy, stepped once per batch
-    process_reward = (ImplicitPRM(policy, **prm_settings, grad_clip=cfg.rl.grad_clip,
-                                  micro_batch_size=cfg.rl.micro_batch_size, share_prompt=cfg.rl.share_prompt)
+    process_reward = (ImplicitPRM(policy, **prm_settings, grad_clip=cfg.rl.optim.grad_clip,
+                                  micro_batch_size=cfg.rl.update.micro_batch_size, share_prompt=cfg.rl.update.share_prompt)
                       if prm_settings is not None else None)
     # one process, or rank 0 of --dist.trainer_ranks data-parallel processes (distributed/data_parallel.py)
     trainer = make_trainer(cfg.dist.trainer_ranks, policy, critic=critic, **trainer_settings(cfg.rl))
-    if cfg.rl.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
+    if cfg.rl.update.micro_batch_size == 0 and is_transformers_policy(cfg.model, cfg.init):
         rows = cfg.rl.prompts_per_step * cfg.rl.samples_per_prompt
-        console.print(f"[yellow]rl.micro_batch_size 0: all {rows} rows go through one forward and backward pass, "
-                      "and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
-                      "tokens: a run was killed for memory at 11.7 GB). With --rl.micro_batch_size 8 a "
+        console.print(f"[yellow]rl.update.micro_batch_size 0: all {rows} rows go through one forward and backward "
+                      "pass, and a real model's activations for that take many GB (SmolLM2-135M, 64 rows of ~110 "
+                      "tokens: a run was killed for memory at 11.7 GB). With --rl.update.micro_batch_size 8 a "
                       "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
                       "update is the same")
     stack = reward_stack(cfg.rl)
     hooks = [  # in the order the step calls them (roles/hooks.py)
-        # terms that score a sample against its group (rl.length_reward), and weights that depend on
-        # the step (rl.reward's START->END@STEPS), apply once a group is scored
+        # terms that score a sample against its group (rl.reward.length_reward), and weights that depend on
+        # the step (rl.reward.terms's START->END@STEPS), apply once a group is scored
         *([GroupTerms(stack.score_groups)] if stack is not None and stack.needs_groups else []),
         *([CuratedPrompts(pool)] if pool is not None else []),
         *([CriticValues(trainer)] if algo.uses_critic else []),
         *([ProcessRewards(process_reward)] if process_reward is not None else []),
-        *([AdaptiveKL(AdaptiveKLController(algo.kl_coef, cfg.rl.kl_target, cfg.rl.kl_horizon), algo)]
-          if cfg.rl.kl_target else []),
+        *([AdaptiveKL(AdaptiveKLController(algo.kl_coef, cfg.rl.kl.target, cfg.rl.kl.horizon), algo)]
+          if cfg.rl.kl.target else []),
     ]
     settings = StepSettings(prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, pad_id=tokenizer.pad_id,
-                            epochs=cfg.rl.epochs, minibatches=cfg.rl.minibatches,
-                            max_sampling_rounds=cfg.rl.max_sampling_rounds, skip_inert_rows=cfg.rl.skip_inert_rows)
+                            epochs=cfg.rl.update.epochs, minibatches=cfg.rl.update.minibatches,
+                            max_sampling_rounds=cfg.rl.max_sampling_rounds, skip_inert_rows=cfg.rl.update.skip_inert_rows)
     return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, settings, reference, hooks)
 
 
 def kl_log_rows(rl) -> int:
-    """Rows the reference scores for a KL that is only logged (rl.track_kl_rows), or 0 for
+    """Rows the reference scores for a KL that is only logged (rl.kl.track_rows), or 0 for
     every row when an alert acts on the number: a kl_explosion alert that stops or rolls back
     the run must not fire on a sample's spike (in make run, one heavy-tailed row in 64 once
     read 0.65 where all 256 gave 0.19). The controller itself scores every row for the
     readers it holds: a KL term (which the adaptive KL controller needs) and an implicit PRM."""
-    stops_on_kl = rl.on_alert != "warn" and "kl_explosion" in rl.stop_on.split(",")
-    return 0 if stops_on_kl else rl.track_kl_rows
+    stops_on_kl = rl.alerts.action != "warn" and "kl_explosion" in rl.alerts.monitors.split(",")
+    return 0 if stops_on_kl else rl.kl.track_rows

@@ -20,7 +20,7 @@ algorithm or a reward once and see it accepted.
 from __future__ import annotations
 
 from posttrain.algorithms import ALGORITHMS
-from posttrain.algorithms.preference import PREFERENCE_LOSSES, make_preference_loss
+from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config.commands import PrmConfig
 from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
@@ -36,6 +36,7 @@ from posttrain.models import (
 from posttrain.models.device import resolve_device
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
+from posttrain.pipelines.algorithm_settings import algorithm_settings
 from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,
                                                 check_search, check_think, check_winrate)
@@ -91,44 +92,49 @@ def check_rl(rl: RLConfig) -> None:
     check(rl.sampling.engine in ENGINES, "rl.sampling.engine", rl.sampling.engine,
           f"one of {sorted(ENGINES)} (the engines registered in posttrain/roles/engines/)")
     preference = is_preference(rl)
-    if rl.self_reward:
-        check(preference and not rl.pairs, "rl.self_reward", rl.self_reward,
+    # rl.algo_params typed against the algorithm's own fields: a typo or a wrong type is refused
+    # by name here, before any model loads; the instance is what the run will build
+    settings = algorithm_settings(rl)
+    if rl.preference.self_reward:
+        check(preference and not rl.preference.pairs, "rl.preference.self_reward", rl.preference.self_reward,
               "false unless rl.algo is a preference loss whose pairs are built from the policy's samples (no "
-              "rl.pairs file): the policy judges its own samples into pairs, and an RL algorithm or a fixed file "
-              "has none to judge")
+              "rl.preference.pairs file): the policy judges its own samples into pairs, and an RL algorithm or a "
+              "fixed file has none to judge")
     if preference:
-        loss = make_preference_loss(rl.algo, **rl.algo_params)  # raises, listing the valid fields
-        check(not loss.paired or rl.micro_batch_size % 2 == 0, "rl.micro_batch_size", rl.micro_batch_size,
-              f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
-        if rl.pairs:
-            records = load_preference_data(rl.pairs, rl.pairs_columns)  # an unreadable file fails now, not after SFT
+        loss = settings
+        check(not loss.paired or rl.update.micro_batch_size % 2 == 0, "rl.update.micro_batch_size",
+              rl.update.micro_batch_size, f"an even number with {rl.algo} (a pair's two rows must share a micro-batch), or 0")
+        if rl.preference.pairs:
+            # an unreadable file fails now, not after SFT
+            records = load_preference_data(rl.preference.pairs, rl.preference.pairs_columns)
             unscored = [i for i, r in enumerate(records) if not isinstance(r, PreferencePair) or r.score_chosen is None]
             check(loss.gap_weighting == "none" or not unscored, f"{rl.algo}.gap_weighting", loss.gap_weighting,
-                  f"'none' for rl.pairs={rl.pairs!r}: {len(unscored)} of its {len(records)} records (the first: "
-                  f"record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
+                  f"'none' for rl.preference.pairs={rl.preference.pairs!r}: {len(unscored)} of its {len(records)} "
+                  f"records (the first: record {unscored[0] if unscored else 0}) carry no score_chosen / score_rejected, and gap "
                   "weighting weighs each pair by their difference; add the columns (map yours with "
-                  "--rl.pairs_columns 'score_chosen=COLUMN,score_rejected=COLUMN') or weight no pair")
+                  "--rl.preference.pairs_columns 'score_chosen=COLUMN,score_rejected=COLUMN') or weight no pair")
     else:
-        algo = make_algorithm(rl)
+        algo = settings
     check_can_learn(rl, None if preference else algo)
     check(not (preference and rl.curation.enabled()), "rl.curation.pool_size", rl.curation.pool_size,
           f"0 with a preference loss (rl.algo={rl.algo!r}): curation chooses the prompts of the RL stage, and a "
-          "preference loss trains on pairs (rl.pairs, or the samples of rl.pair_prompts prompts)")
+          "preference loss trains on pairs (rl.preference.pairs, or the samples of rl.preference.pair_prompts prompts)")
     try:  # imports its functions and reads their signatures: a bad term fails before the run exists
         reward_terms(rl)
     except ValueError as error:
-        raise ConfigError(f"rl.reward={rl.reward!r} is not allowed: {error}") from None
-    if rl.online_rounds > 1:
-        check(preference and not rl.pairs, "rl.online_rounds", rl.online_rounds,
-              "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.pairs file: "
+        raise ConfigError(f"rl.reward.terms={rl.reward.terms!r} is not allowed: {error}") from None
+    if rl.preference.online_rounds > 1:
+        check(preference and not rl.preference.pairs, "rl.preference.online_rounds", rl.preference.online_rounds,
+              "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.preference.pairs file: "
               "a fixed file cannot be resampled from the current policy)")
-        check(rl.online_rounds <= min(rl.steps, rl.pair_prompts), "rl.online_rounds", rl.online_rounds,
-              f"at most rl.steps={rl.steps} and rl.pair_prompts={rl.pair_prompts} "
+        check(rl.preference.online_rounds <= min(rl.steps, rl.preference.pair_prompts), "rl.preference.online_rounds",
+              rl.preference.online_rounds,
+              f"at most rl.steps={rl.steps} and rl.preference.pair_prompts={rl.preference.pair_prompts} "
               "(every round needs a step and a prompt)")
-    if rl.refresh_reference:
-        check(rl.online_rounds > 1 and preference and loss.uses_reference, "rl.refresh_reference",
-              rl.refresh_reference, "false unless rl.online_rounds > 1 and rl.algo is a preference loss with a "
-              "reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
+    if rl.preference.refresh_reference:
+        check(rl.preference.online_rounds > 1 and preference and loss.uses_reference, "rl.preference.refresh_reference",
+              rl.preference.refresh_reference, "false unless rl.preference.online_rounds > 1 and rl.algo is a "
+              "preference loss with a reference (dpo, ipo, kto): there is no next round, or no reference, to refresh")
     if rl.rm.path:
         try:
             for directory in rl.rm.paths():
@@ -136,14 +142,14 @@ def check_rl(rl: RLConfig) -> None:
         except ValueError as error:
             raise ConfigError(f"rl.rm.path={rl.rm.path!r} is not allowed: {error}") from None
         if preference:
-            check(not rl.pairs, "rl.rm.path", rl.rm.path, "'' with rl.pairs: a pairs file is already ranked; the "
-                  "reward model ranks the policy's own samples when there is no file")
-    if rl.length_reward > 0:
+            check(not rl.preference.pairs, "rl.rm.path", rl.rm.path, "'' with rl.preference.pairs: a pairs file is "
+                  "already ranked; the reward model ranks the policy's own samples when there is no file")
+    if rl.reward.length_reward > 0:
         check_length_reward(rl, preference)
-    if rl.kl_target > 0:
-        check(not preference, "rl.kl_target", rl.kl_target,
+    if rl.kl.target > 0:
+        check(not preference, "rl.kl.target", rl.kl.target,
               "0 for a preference loss (its beta already sets how close to the reference it stays)")
-        check(algo.kl_coef > 0, "rl.kl_target", rl.kl_target,
+        check(algo.kl_coef > 0, "rl.kl.target", rl.kl.target,
               f"0 unless the algorithm has a KL term: set --{rl.algo}.kl_coef 0.04 "
               f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
 
@@ -151,14 +157,14 @@ def check_rl(rl: RLConfig) -> None:
 def check_length_reward(rl: RLConfig, preference: bool) -> None:
     """Kimi's length reward compares the K right-or-wrong samples of one prompt: refuse the
     settings where there is no such group, no verdict, or no step it would be paid on."""
-    setting = f"with rl.length_reward={rl.length_reward:g}"
+    setting = f"with rl.reward.length_reward={rl.reward.length_reward:g}"
     check(not preference, "rl.algo", rl.algo, f"an RL algorithm {setting}: a preference loss trains on pairs, and "
-          "the length reward is paid to samples against their group in the RL loop; set rl.length_reward 0")
+          "the length reward is paid to samples against their group in the RL loop; set rl.reward.length_reward 0")
     check(not rl.rm.path, "rl.rm.path", rl.rm.path, f"'' {setting}: the length reward pays right and wrong answers "
-          "differently, and a reward model's score is no verdict; set rl.length_reward 0 to train on the model")
+          "differently, and a reward model's score is no verdict; set rl.reward.length_reward 0 to train on the model")
     check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
           f"at least 2 {setting}: it ranks a sample's length among its prompt's samples, and alone it is always 0")
-    check(rl.length_reward_start < rl.steps, "rl.length_reward_start", rl.length_reward_start,
+    check(rl.reward.length_reward_start < rl.steps, "rl.reward.length_reward_start", rl.reward.length_reward_start,
           f"less than rl.steps={rl.steps} {setting}: it would never be paid")
 
 
@@ -170,13 +176,13 @@ def check_can_learn(rl: RLConfig, algo) -> None:
     samples identical (zero advantage under a group baseline, no pair for a preference
     loss), and for the rest the policy only ever tries its current best answer, so there
     is nothing to compare it with, and the score-function gradient assumes samples from π."""
-    if rl.steps == 0 or (algo is None and rl.pairs):
+    if rl.steps == 0 or (algo is None and rl.preference.pairs):
         return  # nothing is trained, or the pairs come from a file: the policy's samples teach nothing
     settings = f"rl.algo={rl.algo!r}" + (f" with rl.algo_params={rl.algo_params}" if rl.algo_params else "")
     if algo is None:
         check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
-              f"at least 2 with {settings} and no rl.pairs file: a pair is a correct and an incorrect sample of one "
-              "prompt, and one sample makes no pair; use 8 (the default) or pass rl.pairs FILE")
+              f"at least 2 with {settings} and no rl.preference.pairs file: a pair is a correct and an incorrect "
+              "sample of one prompt, and one sample makes no pair; use 8 (the default) or pass rl.preference.pairs FILE")
     elif algo.needs_groups:
         check(rl.samples_per_prompt >= 2, "rl.samples_per_prompt", rl.samples_per_prompt,
               f"at least 2 with {settings}: its baseline is the other samples of the same prompt, so a group of one "
@@ -200,10 +206,11 @@ def check_implicit_prm(cfg: TrainConfig) -> None:
           "been tested with the rollout in the same process; drop --workers / --dist.topology")
     check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
           f"1 with {algo}: its implicit PRM trains in one process beside the policy, never data-parallel")
-    check(cfg.rl.reward in ("accuracy", "rubric") and cfg.rl.length_penalty == 0 and cfg.rl.length_reward == 0
-          and not cfg.rl.rm.path, "rl.reward", cfg.rl.reward,
-          f"'accuracy' (or 'rubric'), with no rl.length_penalty, rl.length_reward or rl.rm.path, for {algo}: its "
-          "implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
+    reward = cfg.rl.reward
+    check(reward.terms in ("accuracy", "rubric") and reward.length_penalty == 0 and reward.length_reward == 0
+          and not cfg.rl.rm.path, "rl.reward.terms", reward.terms,
+          f"'accuracy' (or 'rubric'), with no rl.reward.length_penalty, rl.reward.length_reward or rl.rm.path, for "
+          f"{algo}: its implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
 
 
 def check_int8_sampling(cfg: TrainConfig) -> None:

@@ -47,13 +47,14 @@ def check_algos(algos: list[str]) -> None:
 
 def variants(cfg: TrainConfig, algos: list[str], online_rounds: list[int] | None) -> list[tuple[str, TrainConfig]]:
     """(label, config) of every row, validated before anything trains. Every row keeps
-    rl.algo_params (an algorithm that has no such field fails here); rl.refresh_reference
+    rl.algo_params (an algorithm that has no such field fails here); rl.preference.refresh_reference
     applies to the online rows only, since an offline run has no next round to refresh."""
     rows = []
     for algo in algos:
-        for rounds in online_rounds or [cfg.rl.online_rounds]:
-            rl = dataclasses.replace(cfg.rl, algo=algo, online_rounds=rounds,
-                                     refresh_reference=cfg.rl.refresh_reference and rounds > 1)
+        for rounds in online_rounds or [cfg.rl.preference.online_rounds]:
+            preference = dataclasses.replace(cfg.rl.preference, online_rounds=rounds,
+                                             refresh_reference=cfg.rl.preference.refresh_reference and rounds > 1)
+            rl = dataclasses.replace(cfg.rl, algo=algo, preference=preference)
             check_config(dataclasses.replace(cfg, rl=rl))
             label = algo if not online_rounds else f"{algo} offline" if rounds == 1 else f"{algo} online ×{rounds}"
             rows.append((label, dataclasses.replace(cfg, rl=rl)))
@@ -199,13 +200,14 @@ def write_table(root: RunDir, rows: list[dict], cfg: TrainConfig, online_rounds:
 
     preference = any("pairs" in r for r in rows)
     if preference:
-        rounds = "" if online_rounds else (f" in {cfg.rl.online_rounds} online rounds" if cfg.rl.online_rounds > 1 else "")
+        count = cfg.rl.preference.online_rounds
+        rounds = "" if online_rounds else (f" in {count} online rounds" if count > 1 else "")
         setup = (f"{cfg.rl.steps} steps × {cfg.rl.prompts_per_step} pairs, pairs built by the verifier from "
-                 f"{cfg.rl.pair_prompts} prompts × {cfg.rl.samples_per_prompt} samples at T = "
-                 f"{cfg.rl.sampling.temperature}{rounds}, lr {cfg.rl.lr:g}")
+                 f"{cfg.rl.preference.pair_prompts} prompts × {cfg.rl.samples_per_prompt} samples at T = "
+                 f"{cfg.rl.sampling.temperature}{rounds}, lr {cfg.rl.optim.lr:g}")
         if cfg.rl.algo_params:
             setup += f", {cfg.rl.algo_params}"
-        if online_rounds and cfg.rl.refresh_reference:
+        if online_rounds and cfg.rl.preference.refresh_reference:
             setup += ", each online round's reference refreshed to the policy as it starts"
     else:
         setup = f"{cfg.rl.steps} RL steps × {cfg.rl.prompts_per_step} prompts × {cfg.rl.samples_per_prompt} samples"

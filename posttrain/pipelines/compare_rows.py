@@ -2,11 +2,11 @@
 
     --row grpo                                  the shared settings as they are
     --row clip_higher:grpo.clip_eps_high=0.28   a hyperparameter of the row's algorithm
-    --row lite:rl.algo=lite_ppo,rl.lr=2e-4      any setting, by its key in config.json
+    --row lite:rl.algo=lite_ppo,rl.optim.lr=2e-4      any setting, by its key in config.json
     --row weak_start:init=runs/X/checkpoints/sft/step_000100   its own start
 
 A row is the shared config (defaults < --config < flags) with the row's settings, and
-only those, on top. Keys are config.json's (`rl.lr`, `rl.sampling.max_new_tokens`,
+only those, on top. Keys are config.json's (`rl.optim.lr`, `rl.sampling.max_new_tokens`,
 `seed`, `init`), or `ALGO.FIELD` for a hyperparameter of the row's algorithm (ALGO must be
 the row's rl.algo), which joins the shared rl.algo_params. Values are read as the setting's
 type ("3e-4" a number, "true" a bool). A value cannot contain ",KEY=" (the comma there
@@ -50,7 +50,7 @@ ROW_SETS = {
                     "baseline:grpo.adv_norm=none",
                     "group_norm:grpo.adv_norm=group",
                     "hybrid_norm:grpo.adv_norm=group-mean-batch-std",
-                    "ppo_clip:grpo.adv_norm=group-mean-batch-std,rl.minibatches=4"],
+                    "ppo_clip:grpo.adv_norm=group-mean-batch-std,rl.update.minibatches=4"],
 }
 
 
@@ -80,7 +80,7 @@ def parse_row(text: str) -> Row:
         key = key.strip()
         if not eq or not key:
             raise ConfigError(f"--row {text!r}: {part!r} is not KEY=VALUE; write settings as "
-                              f"{label}:rl.lr=2e-4,grpo.clip_eps_high=0.28")
+                              f"{label}:rl.optim.lr=2e-4,grpo.clip_eps_high=0.28")
         if key in settings:
             raise ConfigError(f"--row {text!r}: {key} is given twice; give each setting once")
         settings[key] = value.strip()
@@ -127,8 +127,8 @@ def row_config(cfg: TrainConfig, row: Row) -> TrainConfig:
     if unknown:
         raise ConfigError(f"{where}: unknown setting(s) {unknown}; a key is a setting's key in config.json, one of "
                           f"{sorted(f.name for f in dataclasses.fields(TrainConfig))} or inside one of those sections "
-                          "(e.g. rl.lr, rl.sampling.max_new_tokens), or ALGO.FIELD for a hyperparameter of the row's "
-                          f"algorithm (e.g. grpo.clip_eps_high); algorithms: {sorted(sections)}")
+                          "(e.g. rl.optim.lr, rl.sampling.max_new_tokens), or ALGO.FIELD for a hyperparameter of the "
+                          f"row's algorithm (e.g. grpo.clip_eps_high); algorithms: {sorted(sections)}")
     try:
         new = from_dict(TrainConfig, nested, base=cfg)
     except ConfigError as error:

@@ -3,7 +3,7 @@ the run will draw them, measured in the model's own tokenizer and positions, and
 environment's own rules.
 
     check_data(cfg, env)      the held-out, dev and SFT sets are big enough, every prompt,
-                              demonstration and rl.pairs pair fits the model's positions,
+                              demonstration and rl.preference.pairs pair fits the model's positions,
                               the curated pool builds; what it found, for --dry_run
     check_self_judge(...)     the self-judge's labels, prompt and demonstrations fit the model
     check_vocabulary(...)     gpt_mini's character tokenizer can read every prompt and solution
@@ -36,7 +36,7 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
     """Draw now what the run will draw: the held-out and dev sets, SFT's demonstrations
     (each needs a reference solution), so a split too small fails here; then check that
     the longest prompt + rl.sampling.max_new_tokens, each demonstration and each pair of
-    an rl.pairs file fit the model's positions (read from its config, no weights).
+    an rl.preference.pairs file fit the model's positions (read from its config, no weights).
     Returns what was found, one line a check, for --dry_run to show."""
     heldout = fixed_set(env, "heldout_size", "heldout", cfg.heldout_size, 0)
     dev = fixed_set(env, "rl.dev_size", "dev", cfg.rl.dev_size, 0)
@@ -86,11 +86,12 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
     if cfg.rl.curation.enabled():  # the pool as the run will build it: big enough, screened, labelled
         fixed_set(env, "rl.curation.pool_size", "train", cfg.rl.curation.pool_size, pool_seed(cfg))
         found.append(f"curation: {summary_line(build_pool(cfg, env))}")
-    if is_preference(cfg.rl) and cfg.rl.pairs:
+    if is_preference(cfg.rl) and cfg.rl.preference.pairs:
         try:
-            preference_episodes(load_preference_data(cfg.rl.pairs, cfg.rl.pairs_columns), tokenizer, positions)
+            pairs = load_preference_data(cfg.rl.preference.pairs, cfg.rl.preference.pairs_columns)
+            preference_episodes(pairs, tokenizer, positions)
         except ValueError as error:
-            raise ConfigError(f"rl.pairs={cfg.rl.pairs!r}: {error}") from None
+            raise ConfigError(f"rl.preference.pairs={cfg.rl.preference.pairs!r}: {error}") from None
     found += check_self_judge(cfg, env, tokenizer, positions, examples[max(examples, key=len)], bool(demos))
     return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
                     f"= {longest + budget} of the model's {positions} positions"
@@ -98,16 +99,17 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
 
 
 def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_prompt, sft: bool) -> list[str]:
-    """rl.self_reward and sft.judge_demos: the judge's Y/N labels are single tokens of this
+    """rl.preference.self_reward and sft.judge_demos: the judge's Y/N labels are single tokens of this
     model, its compact prompt with a whole sample fits the model, judge demonstrations have an
     SFT stage to join and fit too, and gpt_mini, which cannot read a judge prompt untaught, is
     taught (sft.judge_demos) unless it starts from a checkpoint. What was found, for --dry_run."""
-    if not (cfg.rl.self_reward or cfg.sft.judge_demos):
+    if not (cfg.rl.preference.self_reward or cfg.sft.judge_demos):
         return []
     try:
         label_ids(tokenizer, CORRECT_YN)
     except ValueError as error:
-        raise ConfigError(f"rl.self_reward / sft.judge_demos: the judge's verdict is one token: {error}") from None
+        raise ConfigError(f"rl.preference.self_reward / sft.judge_demos: the judge's verdict is one token: "
+                          f"{error}") from None
     found = []
     if cfg.sft.judge_demos:
         check(sft, "sft.judge_demos", cfg.sft.judge_demos, "0 without an SFT stage (--init, or sft.steps 0): judge "
@@ -119,17 +121,17 @@ def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_p
               "positions; raise model.max_seq_len")
         found.append(f"judge demonstrations: {len(rows)} rows ({cfg.sft.judge_demos} problems, Y and N), the "
                      f"longest {longest} tokens")
-    if cfg.rl.self_reward and is_preference(cfg.rl):
+    if cfg.rl.preference.self_reward and is_preference(cfg.rl):
         check(bool(cfg.init) or is_pretrained(cfg.model) or cfg.sft.judge_demos > 0, "sft.judge_demos",
-              cfg.sft.judge_demos, "a positive number of problems with rl.self_reward on gpt_mini (e.g. 300): a "
-              "character-level model trained on the task alone never saw the judge's question and answers it at "
+              cfg.sft.judge_demos, "a positive number of problems with rl.preference.self_reward on gpt_mini (e.g. "
+              "300): a character-level model trained on the task alone never saw the judge's question and answers it at "
               "chance; or --init a checkpoint whose SFT had them")
         budget = cfg.rl.sampling.max_new_tokens
         judged = len(judge_prompt_ids(tokenizer, CORRECT_YN, *SELF_JUDGE_CRITERION, longest_prompt, "",
                                       COMPACT_JUDGE_PROMPT_VERSION)) + budget + 1  # + the sample, + the verdict
         check(judged <= positions, "rl.sampling.max_new_tokens", budget,
-              f"at most {budget - (judged - positions)} with rl.self_reward: the judge reads the prompt, a sample of "
-              f"up to max_new_tokens and its question ({judged} tokens in all) within the model's {positions} "
+              f"at most {budget - (judged - positions)} with rl.preference.self_reward: the judge reads the prompt, a "
+              f"sample of up to max_new_tokens and its question ({judged} tokens in all) within the model's {positions} "
               "positions, and a longer judge prompt is no verdict (scored 0)")
         found.append(f"self-judge: the longest judge prompt {judged} of the model's {positions} positions")
     return found
@@ -159,16 +161,16 @@ def check_multi_turn(cfg: TrainConfig, env) -> None:
     check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo,
           f"an RL algorithm for the multi-turn environment {cfg.env.name!r}: the preference losses train on "
           "pairs of single completions, and a multi-turn episode is not one yet")
-    check(cfg.rl.reward == "accuracy" and not cfg.rl.rm.path and cfg.rl.length_penalty == 0
-          and cfg.rl.length_reward == 0, "rl.reward", cfg.rl.reward,
-          f"'accuracy', with no rl.rm.path, rl.length_penalty or rl.length_reward, for the multi-turn environment "
-          f"{cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
+    check(cfg.rl.reward.terms == "accuracy" and not cfg.rl.rm.path and cfg.rl.reward.length_penalty == 0
+          and cfg.rl.reward.length_reward == 0, "rl.reward.terms", cfg.rl.reward.terms,
+          f"'accuracy', with no rl.rm.path, rl.reward.length_penalty or rl.reward.length_reward, for the multi-turn "
+          f"environment {cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
           "one completion's text would be ignored; put the terms in the environment's step instead")
     thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
     if thinking != "keep_all":
         check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,
-              f"an algorithm that trains an episode as one row per model turn, for env.thinking={thinking!r} "
-              f"(grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
+              f"an algorithm that trains an episode as one row per model turn, for "
+              f"env.tool_arithmetic.thinking={thinking!r} (grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
               "turn is sampled in its own context, and this algorithm's advantages or loss read a row as a whole "
               "episode (a critic's returns, reward-to-go, a length penalty, a sequence ratio); or use "
-              "--env.thinking keep_all")
+              "--env.tool_arithmetic.thinking keep_all")

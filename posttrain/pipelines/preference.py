@@ -43,22 +43,22 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     """Train on preference pairs with one loss of the DPO family, through the same Trainer,
     step loop and checkpoints as the RL stage.
 
-    Offline (rl.online_rounds = 1): one set of pairs, from the file rl.pairs or built by the
+    Offline (rl.preference.online_rounds = 1): one set of pairs, from the file rl.preference.pairs or built by the
     verifier from the starting policy's samples, and rl.steps steps on it.
-    Online / iterative (rl.online_rounds = N > 1): the same budget — rl.pair_prompts sampled
+    Online / iterative (rl.preference.online_rounds = N > 1): the same budget — rl.preference.pair_prompts sampled
     prompts and rl.steps gradient steps in all — split into N rounds; each round samples
     the *current* policy, lets the verifier (or, with rl.rm.path, a reward model) build
     pairs, and trains on those. Pairs then come from the distribution being trained
     (on-policy) instead of only the start's. The reference stays the starting policy, and
     one trainer (optimizer and learning-rate schedule) runs through all rounds, so the only
-    difference from offline is where the data comes from; with rl.refresh_reference, each
+    difference from offline is where the data comes from; with rl.preference.refresh_reference, each
     round's reference is instead the policy as that round starts (iterative DPO).
 
     With model.lora_r > 0 only LoRA adapters train, and the reference is the policy with
     its adapters off (no second copy of the weights), as in the RL stage.
 
     Dev-set measurements every rl.eval_every steps (PreferenceEvaluation), the monitors
-    watching (and acting, per rl.on_alert: pipelines/alerts.py), as in the RL stage. The
+    watching (and acting, per rl.alerts.action: pipelines/alerts.py), as in the RL stage. The
     stage checkpoints every checkpoint_every steps and at the end of every round, and saves
     every round's pairs before training on them, so a run killed anywhere in the stage
     resumes where it stopped and logs what an uninterrupted run logs.
@@ -68,11 +68,11 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
         policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
     # what ranks the training pairs: the verifier, a reward model (rl.rm.path), or the policy
-    # judging its own samples (rl.self_reward); the held-out pairs stay the verifier's, so their
+    # judging its own samples (rl.preference.self_reward); the held-out pairs stay the verifier's, so their
     # accuracy is measured against the truth
     rank_by = pair_ranker(cfg.rl, env.score, policy, tokenizer)
     # π_ref: the starting policy (LoRA: the policy with its adapters off)
-    reference = make_reference(policy, reference_weights, cfg.rl.share_prompt)
+    reference = make_reference(policy, reference_weights, cfg.rl.update.share_prompt)
     loss = make_preference_loss(cfg.rl.algo, **cfg.rl.algo_params)
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
     rounds = PreferenceRounds(cfg, run, stage, env, tokenizer, policy, reference, loss, rank_by)
@@ -90,7 +90,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, refe
         if (step + 1) % cfg.rl.eval_every == 0 or step == cfg.rl.steps - 1:
             eval_start = time.perf_counter()
             metrics.update(evaluation.measure(step), **{"time/eval": time.perf_counter() - eval_start})
-        alerts.after_step(step, metrics)  # the monitors (chosen likelihood collapsing, ...), and rl.on_alert
+        alerts.after_step(step, metrics)  # the monitors (chosen likelihood collapsing, ...), and rl.alerts.action
         return metrics
 
     run_stage(run, stage, alerts.last_step(cfg.rl.steps), pref_step, policy, tokenizer, trainer,

@@ -5,12 +5,12 @@
     split_evenly        one budget (steps, prompts) split into rounds
     PreferenceRounds    the stage's rounds: which round a step trains on; each round's pairs,
                         built once and saved (a resumed run reads them back); the round's
-                        reference (the start, or with rl.refresh_reference the policy as the
+                        reference (the start, or with rl.preference.refresh_reference the policy as the
                         round starts); the round's rows with log π_ref cached
     Round               the round being trained, as its first step found it
 
-Offline is one round (rl.online_rounds = 1) whose pairs come from rl.pairs or from the
-starting policy; online splits the stage's budget into rl.online_rounds rounds, each on
+Offline is one round (rl.preference.online_rounds = 1) whose pairs come from rl.preference.pairs or from the
+starting policy; online splits the stage's budget into rl.preference.online_rounds rounds, each on
 pairs the current policy's samples give. pipelines/preference.py trains on them.
 """
 
@@ -49,13 +49,13 @@ def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_p
     draws what an offline run draws.
 
     `score` ranks the samples instead of the verifier: a reward model's ProxyReward (the
-    training reward with rl.rm.path) or the policy judging itself (rl.self_reward). Its
+    training reward with rl.rm.path) or the policy judging itself (rl.preference.self_reward). Its
     scores are continuous, so each prompt gives one pair, its best sample against its worst
     (equal scores: none), and the stats add the verifier's mean on the samples
     (`sampled_gold_mean`: whether the ranker's favourites are right) and how the ranker
     agrees with the verifier on them (eval/ranker_agreement.py: AUROC, pair agreement, CIs)."""
 
-    n_prompts = n_prompts or cfg.rl.pair_prompts
+    n_prompts = n_prompts or cfg.rl.preference.pair_prompts
     tag = () if (round, split) == (0, "train") else (split, round)
     engine = make_engine(policy, tokenizer, sampling_params(cfg), shares_weights=True)
     examples = env.sample(split, n_prompts, seed=derive_seed(cfg.seed, "pair-prompts", *tag))
@@ -114,8 +114,8 @@ class Round:
 
 
 class PreferenceRounds:
-    """The rounds of one preference stage. The same budget — rl.pair_prompts sampled prompts
-    and rl.steps gradient steps in all — split into rl.online_rounds rounds; `at(step)` is
+    """The rounds of one preference stage. The same budget — rl.preference.pair_prompts sampled prompts
+    and rl.steps gradient steps in all — split into rl.preference.online_rounds rounds; `at(step)` is
     the round a step trains on, started (pairs built or read back, π_ref cached) the first
     time a step of it runs, be it the round's first step or the step a resumed run starts at."""
 
@@ -123,8 +123,8 @@ class PreferenceRounds:
                  loss, rank_by: Callable | None) -> None:
         self.cfg, self.run, self.stage, self.env, self.tokenizer, self.policy = cfg, run, stage, env, tokenizer, policy
         self.start_reference, self.loss, self.rank_by = reference, loss, rank_by
-        self.count = cfg.rl.online_rounds
-        self.steps, self.prompts = split_evenly(cfg.rl.steps, self.count), split_evenly(cfg.rl.pair_prompts, self.count)
+        self.count = cfg.rl.preference.online_rounds
+        self.steps, self.prompts = split_evenly(cfg.rl.steps, self.count), split_evenly(cfg.rl.preference.pair_prompts, self.count)
         self.starts = [sum(self.steps[:r]) for r in range(self.count)]  # the stage step each round starts at
         self.record_file = f"{stage}_rounds.json"
         self.current: Round | None = None
@@ -145,7 +145,7 @@ class PreferenceRounds:
         """Round r as a step of it first runs: its pairs as rows, π_ref's log-probs cached."""
         pairs, stats = self.pairs(r)
         if r == 0 and step == 0:
-            console.print(f"preference data: {len(pairs)} {'pairs' if self.cfg.rl.pairs else 'verifier-built pairs'}")
+            console.print(f"preference data: {len(pairs)} {'pairs' if self.cfg.rl.preference.pairs else 'verifier-built pairs'}")
         rows = preference_episodes(pairs, self.tokenizer, self.policy.config.max_seq_len)
         if self.loss.gap_weighting != "none":
             pair_gaps(rows)  # every pair scored, or the record without scores named before the round trains
@@ -158,7 +158,7 @@ class PreferenceRounds:
         if passes > MAX_PASSES_WITHOUT_WARNING:
             console.print(f"[yellow]round {r}: {self.steps[r]} steps × {per_step} pairs over {len(rows)} pairs "
                           f"trains on each pair {passes:.0f} times; preference losses overfit that: raise "
-                          "rl.pair_prompts (more pairs) or lower rl.steps")
+                          "rl.preference.pair_prompts (more pairs) or lower rl.steps")
         seed = derive_seed(self.cfg.seed, "pref") if r == 0 else derive_seed(self.cfg.seed, "pref", r)
         return Round(r, self.starts[r], rows, stats, passes, seed)
 
@@ -176,20 +176,20 @@ class PreferenceRounds:
         return pairs, stats
 
     def build_pairs(self, r: int) -> tuple[list, dict]:
-        """Round r's pairs from rl.pairs, or from the current policy's samples ranked by the
+        """Round r's pairs from rl.preference.pairs, or from the current policy's samples ranked by the
         verifier (or rl.rm.path's reward model, or the policy judging itself)."""
         rl = self.cfg.rl
-        if rl.pairs:
-            pairs = load_preference_data(rl.pairs, rl.pairs_columns)
+        if rl.preference.pairs:
+            pairs = load_preference_data(rl.preference.pairs, rl.preference.pairs_columns)
             return pairs, {"pairs": len(pairs)}
         pairs, stats = verifier_pairs(self.cfg, self.env, self.tokenizer, self.policy, r, self.prompts[r],
                                       score=self.rank_by)
         if pairs:
             return pairs, stats
         if r == 0:
-            raise ValueError(f"no preference pairs: on all {rl.pair_prompts} prompts the starting policy's "
-                             f"{rl.samples_per_prompt} samples were all right or all wrong; raise rl.pair_prompts, "
-                             "rl.samples_per_prompt or rl.sampling.temperature, or pass rl.pairs FILE")
+            raise ValueError(f"no preference pairs: on all {rl.preference.pair_prompts} prompts the starting policy's "
+                             f"{rl.samples_per_prompt} samples were all right or all wrong; raise rl.preference.pair_prompts, "
+                             "rl.samples_per_prompt or rl.sampling.temperature, or pass rl.preference.pairs FILE")
         # the policy now solves (or fails) every prompt it drew: keep the last data
         console.print(f"[yellow]round {r}: no pairs; training on round {r - 1}'s pairs again")
         pairs, _ = self.pairs(r - 1)
@@ -197,9 +197,9 @@ class PreferenceRounds:
 
     def reference(self, r: int) -> torch.nn.Module:
         """The module π_ref is read from in round r: the starting policy, or with
-        rl.refresh_reference the policy as round r starts, saved so that a run killed
+        rl.preference.refresh_reference the policy as round r starts, saved so that a run killed
         mid-round resumes against the same reference."""
-        if not (self.cfg.rl.refresh_reference and r > 0):
+        if not (self.cfg.rl.preference.refresh_reference and r > 0):
             return self.start_reference.model
         policy, name = self.policy, f"{self.stage}_reference"
         saved = latest_checkpoint(self.run, name)

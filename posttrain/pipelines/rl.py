@@ -18,7 +18,7 @@ from posttrain.runs.stage import run_stage
 def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path, stage: str = "rl") -> None:
     """RL from the policy as it is, against the environment's verifier (or the reward
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
-    every sample logged, the monitors watching (and acting, per rl.on_alert:
+    every sample logged, the monitors watching (and acting, per rl.alerts.action:
     pipelines/alerts.py), and checkpoints to resume from. `stage` names its checkpoints,
     metrics and samples rows (a --stages run's: the algorithm). With rl.curation, the prompts
     come from a curated pool, measured before the first step (pipelines/curation.py) and

@@ -48,8 +48,8 @@ def start_run(cfg: TrainConfig, command: str, env=None, parent: str = "") -> Run
             "model_dir": str(resolve_model_dir(cfg.init or cfg.model.name)) if cfg.init or is_pretrained(cfg.model)
                          else "",
             "spec_version": env.spec_version,
-            "dataset": {"env": cfg.env.name, "level": cfg.env.level, "split_rule": getattr(env, "split_rule", ""),
-                        "heldout_size": cfg.heldout_size},
+            "dataset": {"env": cfg.env.name, "level": cfg.env.arithmetic_level(),
+                        "split_rule": getattr(env, "split_rule", ""), "heldout_size": cfg.heldout_size},
             "sampling": {"train": dataclasses.asdict(cfg.rl.sampling),
                          "eval": {"temperature": 0.0, "decoding": "greedy"}},
             # what --device auto chose, and the GPU's name: the same config gives different timings there

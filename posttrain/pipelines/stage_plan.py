@@ -1,6 +1,6 @@
 """What each stage of `--stages` runs with: the run's settings, with the stage's own on top.
 
-    --stages "sft,dpo[rl.lr=3e-5,rl.steps=100,dpo.nll_coef=1],grpo[rl.steps=200]"
+    --stages "sft,dpo[rl.optim.lr=3e-5,rl.steps=100,dpo.nll_coef=1],grpo[rl.steps=200]"
 
 gives three stages, each a full TrainConfig that pipelines/stages.py hands to the stage
 functions `posttrain train` already uses (sft.py, preference.py, rl.py):

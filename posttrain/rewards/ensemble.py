@@ -20,7 +20,7 @@ pretrained alike share errors, so they reduce hacking without removing it.
 `RewardEnsemble` has the scorer contract (`score(example, completion) -> {reward,
 details}`) like each member, so it plugs in where one reward model does (rl.rm.path with
 several directories). `LearnedReward` makes any such scorer a term of the reward stack
-(rl.reward "accuracy + 0.5*rm"): the verifiable reward stays, and the learned one is one
+(rl.reward.terms "accuracy + 0.5*rm"): the verifiable reward stays, and the learned one is one
 weighted layer on top of it, as in seed 000's production stack.
 """
 

@@ -67,8 +67,8 @@ def outcome_labels(rewards: torch.Tensor) -> torch.Tensor:
     bad = ~((rewards >= 0) & (rewards <= 1))  # written so that NaN is bad too
     if bad.any():
         raise ValueError(f"the implicit PRM learns p(correct) from outcome labels in [0, 1], but the rewards include "
-                         f"{rewards[bad][:4].tolist()}: train PRIME on the verifier's 0/1 (--rl.reward accuracy, "
-                         "no --rl.length_penalty)")
+                         f"{rewards[bad][:4].tolist()}: train PRIME on the verifier's 0/1 (--rl.reward.terms accuracy, "
+                         "no --rl.reward.length_penalty)")
     return rewards
 
 

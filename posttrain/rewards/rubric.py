@@ -29,7 +29,7 @@ Combining with a verifier (the spec's "joint reward") is the reward stack's job
 
 pays 1.0 × the verifier's reward + 0.5 × the rubric's, with details["weighted"] saying which
 part paid how much and details["term_details"]["rubric"] holding every criterion's score and
-reason. `posttrain train --rl.reward "accuracy + 0.5*rubric"` does the same with
+reason. `posttrain train --rl.reward.terms "accuracy + 0.5*rubric"` does the same with
 `rule_based_rubric()` (pipelines/build.py).
 
 Caution: a rubric is a softer instrument than a verifier, and easier to hack: a rule pays for
@@ -278,7 +278,7 @@ def mentions(items: Sequence[str] = (), meta_key: str = "required") -> Criterion
 
 
 def rule_based_rubric(length_budget: int = 512) -> Rubric:
-    """The rubric `--rl.reward "...+rubric"` names: an answer line (weight 2: it is what a
+    """The rubric `--rl.reward.terms "...+rubric"` names: an answer line (weight 2: it is what a
     verifier reads), no repetition loops and a length budget (weight 1 each)."""
     return Rubric([
         RubricCriterion("final_answer", 2.0, "the last line gives the answer after 'Final:'", final_answer_line()),

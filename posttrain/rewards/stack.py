@@ -174,7 +174,7 @@ class GroupTerm(Protocol):
 @dataclass(frozen=True)
 class Schedule:
     """A term's weight over training: `start` at step 0, linear to `end` at step `steps`,
-    `end` after. Written "START->END@STEPS" in rl.reward ("1->0.2@100*accuracy").
+    `end` after. Written "START->END@STEPS" in rl.reward.terms ("1->0.2@100*accuracy").
 
     Seed 000's production stack weighs its layers dynamically: trust the verifier more
     early, when the learned rewards have not been probed by the policy yet, and shift weight

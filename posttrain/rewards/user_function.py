@@ -1,6 +1,6 @@
 """Your own reward function as a term of the reward stack, imported by name.
 
-`rl.reward` is a sum of weighted terms (posttrain/pipelines/build.py reads it):
+`rl.reward.terms` is a sum of weighted terms (posttrain/pipelines/build.py reads it):
 
     reward  := term ( "+" term )*
     term    := [ weight "*" ] source          weight: a finite number, 1 if left out, or
@@ -71,7 +71,7 @@ class RewardFunctionError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------
-# rl.reward -> weighted terms
+# rl.reward.terms -> weighted terms
 # ---------------------------------------------------------------------------------------
 
 
@@ -206,14 +206,14 @@ class UserFunction:
                     self.thread = CallThread()
                 result = self.thread.call(self.fn, kwargs, self.timeout)
         except FunctionTimeout:
-            raise self.failure(example, completion, f"did not return within rl.reward_timeout={self.timeout:g} s; "
-                               "make it faster, or raise --rl.reward_timeout (0 = no limit, called in the training "
+            raise self.failure(example, completion, f"did not return within rl.reward.timeout={self.timeout:g} s; "
+                               "make it faster, or raise --rl.reward.timeout (0 = no limit, called in the training "
                                "thread)") from None
         except Exception as error:
             hint = ""
             if "signal only works in main thread" in str(error):
-                hint = ("; it runs in a worker thread so that rl.reward_timeout can stop waiting for it: set "
-                        "--rl.reward_timeout 0 to call it in the main thread (math_verify: or pass "
+                hint = ("; it runs in a worker thread so that rl.reward.timeout can stop waiting for it: set "
+                        "--rl.reward.timeout 0 to call it in the main thread (math_verify: or pass "
                         "parsing_timeout=None, timeout_seconds=None)")
             raise self.failure(example, completion, f"raised {type(error).__name__}: {error}"
                                f"{where_raised(error)}{hint}") from None

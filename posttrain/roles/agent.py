@@ -166,7 +166,7 @@ class AgentLoop:
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{type(env).__name__}.{budget} is {value!r}: a multi-turn environment needs a "
                                  "positive integer budget, or one episode could run forever")
-        # the protocol's optional setting (ToolEnvironment's, --env.thinking): an environment that
+        # the protocol's optional setting (ToolEnvironment's, --env.tool_arithmetic.thinking): an environment that
         # declares none shows the model its whole trajectory
         thinking = thinking or getattr(env, "thinking", "keep_all")
         check_thinking_policy(thinking)

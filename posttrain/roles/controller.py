@@ -216,7 +216,7 @@ def rollout_metrics(batch: RolloutBatch, episodes: list[Episode]) -> dict[str, f
         # the share of episodes the environment answered at least once: for a tool environment,
         # those that called a tool
         optional["observed_episodes"] = sum(e.observed for e in multi_turn) / len(multi_turn)
-    # the share of rows with no gradient, which the update left out (rl.skip_inert_rows)
+    # the share of rows with no gradient, which the update left out (rl.update.skip_inert_rows)
     inert = 0.0 if batch.rows_with_gradient is None else 1.0 - batch.rows_with_gradient.float().mean().item()
     rewards = [e.reward for e in episodes]
     return {

@@ -5,8 +5,8 @@ where it started (where the reward is still trustworthy and the text still fluen
 It is a separate copy, never updated. The extra forward pass is not free, so a step runs
 it as far as something reads it (`Reference.score`): on every row when the loss has a KL
 term (`algorithm.uses_reference`) or an implicit PRM reads π_ref; on an evenly spaced
-sample of rows when only the logged KL does (rl.track_kl_rows); not at all without one
-(`NoReference`: rl.track_kl false and no KL term).
+sample of rows when only the logged KL does (rl.kl.track_rows); not at all without one
+(`NoReference`: rl.kl.track false and no KL term).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 meta.json then records which settings differ from that parent's config.json.
 
     "parent": {"run": "runs/20250101-120000-arithmetic-grpo",
-               "changed": ["rl.lr"],
-               "values": {"rl.lr": [0.0001, 0.0003]}}          # [parent's, this run's]
+               "changed": ["rl.optim.lr"],
+               "values": {"rl.optim.lr": [0.0001, 0.0003]}}          # [parent's, this run's]
 
 If a run changes the prompt *and* the scorer *and* the dataset and its number moves, nothing
 was learned: no one can say which change moved it. So a run that changes more than one
@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.files import upgraded
 from posttrain.runs.rundir import RunDir, RunDirError
 
 # Where a run is written and what copies its logs, not what it does (see the docstring)
@@ -32,7 +33,7 @@ MISSING = "(not set)"  # a key one side has and the other does not: a command wi
 
 
 def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"rl": {"lr": 3e-4}} -> {"rl.lr": 3e-4}. Lists and other values stay whole; an empty
+    """{"rl": {"optim": {"lr": 3e-4}}} -> {"rl.optim.lr": 3e-4}. Lists and other values stay whole; an empty
     dict has no leaves, so {"algo_params": {}} against {"algo_params": {"beta": 1}} differs
     in `algo_params.beta` alone, the one setting that was changed."""
     flat: dict[str, Any] = {}
@@ -62,7 +63,8 @@ def differing_keys(a: dict[str, Any], b: dict[str, Any], ignore=frozenset()) -> 
 
 def read_parent(parent: str | Path) -> dict[str, Any]:
     """The parent run's config.json, read before the new run is created: a parent that is
-    not a run directory stops the command while nothing has been spent."""
+    not a run directory stops the command while nothing has been spent. An older run's keys
+    are read where they are now (config/files.py MOVED), so only real changes differ."""
     path = Path(parent)
     if not (path / "config.json").is_file():
         raise RunDirError(f"--parent {str(parent)!r} is not a run directory (no config.json in it): pass the "
@@ -70,7 +72,7 @@ def read_parent(parent: str | Path) -> dict[str, Any]:
     config = RunDir(path).read_json("config.json")
     if not isinstance(config, dict):
         raise RunDirError(f"{path / 'config.json'} holds a JSON {type(config).__name__}, not the settings of a run")
-    return config
+    return upgraded(config)  # a parent written before settings moved into sections, in today's keys
 
 
 def parent_record(parent: str | Path, parent_config: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:

@@ -117,7 +117,7 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
         lines += ["", f"{final.upper()}: {len(rows)} steps, {wall:.0f} s of step time; last step: reward "
                       f"{last.get('reward_mean', float('nan')):.3f}, response length {last.get('response_length', 0):.1f}, "
                       + (f"KL to reference {last['kl_ref']:.4f}" if "kl_ref" in last else
-                         "KL to reference not measured (rl.track_kl false)")
+                         "KL to reference not measured (rl.kl.track false)")
                       + f", entropy {last.get('entropy', 0.0):.3f}"
                       + (f", implicit PRM accuracy {last['prm/accuracy']:.3f} and mean process reward "
                          f"{last['prm/process_reward_mean']:+.5f} per token" if "prm/accuracy" in last else "")]
@@ -128,13 +128,13 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     if warnings:
         summary["warnings"] = warnings
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
-    stopped = (run.read_json("early_stop.json") or {}).get(final)  # pipelines/alerts.py: rl.on_alert
+    stopped = (run.read_json("early_stop.json") or {}).get(final)  # pipelines/alerts.py: rl.alerts.action
     if stopped:
         summary["early_stop"] = stopped
         restored = stopped.get("restored_step")
         lines += ["", "## Stopped early", "",
                   f"{final.upper()} stopped after step {stopped['step']} of {cfg.rl.steps} "
-                  f"(rl.on_alert={stopped['action']}), "
+                  f"(rl.alerts.action={stopped['action']}), "
                   f"on {stopped['monitor']}: {stopped['message']}"
                   + (f" The policy evaluated above is step {restored}'s, the best dev pass@1 before the alert."
                      if restored is not None else "")]

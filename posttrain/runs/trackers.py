@@ -252,7 +252,7 @@ def mlflow_name(name: str) -> str:
 
 
 def flatten(config: dict, prefix: str = "") -> dict[str, Any]:
-    """{"rl": {"lr": 1e-4}} -> {"rl.lr": 1e-4}: the config as MLflow's flat parameters."""
+    """{"rl": {"optim": {"lr": 1e-4}}} -> {"rl.optim.lr": 1e-4}: the config as MLflow's flat parameters."""
     flat = {}
     for key, value in config.items():
         if isinstance(value, dict) and value:

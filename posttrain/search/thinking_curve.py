@@ -52,7 +52,8 @@ def fused_task(checkpoint: str) -> CheckpointTask:
 def run_think(cfg: ThinkConfig) -> dict[str, Any]:
     """Every mode and budget on cfg.size problems; prints and writes the table."""
     task = fused_task(cfg.checkpoint)
-    envs = {mode: make_env("arithmetic_think", level=task.env.level, think_mode=mode) for mode in ("think", "no_think")}
+    envs = {mode: make_env("arithmetic_think", level=task.env.arithmetic_think.level, think_mode=mode)
+            for mode in ("think", "no_think")}
     model, tokenizer = load_checkpoint_model(Path(cfg.checkpoint), None), load_tokenizer(Path(cfg.checkpoint))
     max_new = cfg.max_new_tokens or task.max_new_tokens
     engine = make_engine(model, tokenizer, SamplingParams(temperature=0.0, max_new_tokens=max_new))

@@ -110,12 +110,12 @@ def _why(binding: str, roles: RoleTimes, rows: list[dict], topology: str, comput
                    "prefix caching, speculative decoding or low-precision sampling (scheduling.py)")
     elif binding == "train":
         skipped = mean(rows, "skipped_rows")
-        out.append(f"the update trains {1 - skipped:.0%} of rows (rl.skip_inert_rows leaves out those with no "
-                   "gradient): its FLOPs are 6 × parameters × tokens; share each group's prompt (rl.share_prompt), "
-                   "train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
+        out.append(f"the update trains {1 - skipped:.0%} of rows (rl.update.skip_inert_rows leaves out those with no "
+                   "gradient): its FLOPs are 6 × parameters × tokens; share each group's prompt "
+                   "(rl.update.share_prompt), train fewer epochs, or LoRA (less optimizer work, not fewer FLOPs)")
     elif binding == "reference":
-        out.append("the reference is a full forward pass per step: share the prompt (rl.share_prompt), or drop it "
-                   "(β = 0 and rl.track_kl false), or compute ref log-probs in the rollout engine")
+        out.append("the reference is a full forward pass per step: share the prompt (rl.update.share_prompt), or drop "
+                   "it (β = 0 and rl.kl.track false), or compute ref log-probs in the rollout engine")
     elif binding == "verifier":
         out.append("scoring is slow: score in parallel processes or while the next batch samples; a code or "
                    "math verifier's timeouts bound its tail")
@@ -142,8 +142,8 @@ def render(clock: WallClock) -> str:
 PULLED = {
     "async, one step ahead": ("dist.topology", "async"),
     "low-precision rollout": ("rl.sampling.weights", "int8"),
-    "each prompt once per group": ("rl.share_prompt", True),
-    "skip rows with no gradient": ("rl.skip_inert_rows", True),
+    "each prompt once per group": ("rl.update.share_prompt", True),
+    "skip rows with no gradient": ("rl.update.skip_inert_rows", True),
 }
 
 
