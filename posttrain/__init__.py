@@ -11,7 +11,7 @@ From Python, everything a script needs is here (README, "posttrain from Python")
     blocks         make_algorithm, make_engine, RolloutEngine, Trainer, Controller, Episode,
                    RolloutBatch, RewardStack, RunDir
 
-This package face is the top of the house (DESIGN.md): it imports jobs and library alike,
+This package face is the top of the house (ARCHITECTURE.md): it imports jobs and library alike,
 and nothing in the package imports it. Each name is imported on first use (PEP 562
 `__getattr__`), so `import posttrain` (and the command line's start-up) loads no torch.
 """

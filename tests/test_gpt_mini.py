@@ -291,6 +291,6 @@ def test_config_validation_names_field_and_value():
 
 
 def test_default_config_size_matches_the_design_note():
-    # DESIGN.md's prototype: a ~0.8M-parameter character-level decoder.
+    # ARCHITECTURE.md's prototype: a ~0.8M-parameter character-level decoder.
     n = GPTMini(GPTMiniConfig(vocab_size=CharTokenizer().vocab_size)).num_params()
     assert 0.75e6 < n < 0.9e6

@@ -1,4 +1,4 @@
-"""The house (DESIGN.md): imports point one way and never in a circle.
+"""The house (ARCHITECTURE.md, "Code map"): imports point one way and never in a circle.
 
 Every import in the package is read from the source, including imports made inside
 functions and under `if TYPE_CHECKING:`: a circle that exists only through a deferred

@@ -42,7 +42,7 @@ from posttrain.config.sections import SamplingParams
 class OptimConfig:
     """AdamW and its schedule: linear warmup, then cosine decay to a fraction of the rate."""
 
-    lr: float = 1e-4  # 3e-4 collapsed the prototype (pass@1 56% -> 6%); see DESIGN.md
+    lr: float = 1e-4  # 3e-4 collapsed the prototype (pass@1 56% -> 6%); see ARCHITECTURE.md
     warmup_steps: int = 10  # linear warmup before the cosine decay: Adam's first steps are noisy
     # the learning rate decays (cosine) to this fraction of rl.optim.lr by the last step; 1 keeps it
     # constant after warmup. Online DPO wants 1: its last rounds bring the freshest pairs, and

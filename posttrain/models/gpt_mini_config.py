@@ -17,7 +17,7 @@ from .llama_format import gpt_mini_fields
 @dataclass
 class GPTMiniConfig:
     vocab_size: int  # no default: it must match the tokenizer (CharTokenizer: 100)
-    # With the defaults below the model has ~0.8M parameters: DESIGN.md's prototype size,
+    # With the defaults below the model has ~0.8M parameters: the prototype's size (ARCHITECTURE.md),
     # which learns the synthetic arithmetic tasks from scratch in minutes on 2 CPU cores.
     dim: int = 128
     n_layer: int = 4  # enough depth for a running sum over five numbers
