@@ -245,7 +245,7 @@ def test_prm_with_monte_carlo_labels_on_the_scripted_policy(tmp_path, tiny_check
     line right; rollouts from a wrong prefix continue from its wrong total and all fail, and
     from a right one half succeed: hard labels all 0 and all 1, soft 0 and 1/2."""
     engines = []
-    monkeypatch.setattr(prm_labels, "RolloutEngine", lambda *a, **k: engines.append(ScriptedLegs()) or engines[-1])
+    monkeypatch.setattr(prm_labels, "make_engine", lambda *a, **k: engines.append(ScriptedLegs()) or engines[-1])
     args = ["prm", "--init", str(tiny_checkpoint), *FLAGS, "--labels", "mc", "--mc_rollouts", "2", "--prompts", "6",
             "--heldout_prompts", "3", "--samples_per_prompt", "2", "--max_new_tokens", "120", "--steps", "4",
             "--out_dir", str(tmp_path / "runs")]
