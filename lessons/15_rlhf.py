@@ -185,11 +185,14 @@ def _(mo):
     ## Find the knob that breaks it
 
     * **β → 0.003.** The proxy column only ever rises as β falls (a smaller β buys more reward
-      with more KL, by construction), but the gold peaks and then falls *below zero*: with the
-      defaults, 71% of the policy is *"The soup was not lovely and not pleasant."*, which the
-      reward model scores highest of all and the raters would call negative. The reward model
-      learned that "lovely" and "pleasant" are good words and never quite learned what "not"
-      does to them. Over-optimisation (Gao, Schulman & Hilton 2022) is this: the proxy was right
+      with more KL, by construction), but the gold peaks and then falls: the policy piles onto
+      the review the reward model scores highest of all, and that is a negated compliment. On
+      an Intel Xeon, with the defaults, 71% of the policy is *"The soup was not lovely and not
+      pleasant."*, which the raters would call negative (gold below zero); on an AMD EPYC with
+      AVX-512, whose float32 rounding trains a slightly different reward model, it is *"The soup
+      was never excellent and excellent."*, which the lexicon still scores +1.4 against the best
+      reviews' +7.5. Either way the reward model learned that "lovely" or "excellent" are good
+      words and never quite learned what "not" and "never" do to them. Over-optimisation (Gao, Schulman & Hilton 2022) is this: the proxy was right
       where its training data lived and wrong where the optimiser went looking.
     * **30 pairs.** Training accuracy runs far ahead of held-out accuracy: the model memorised
       its pairs. The sweep then optimises noise.

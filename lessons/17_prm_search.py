@@ -186,10 +186,13 @@ def _(mo):
     * **Noise 0, budget 112 or more.** With perfect scorers, selection pays: best-of-N climbs
       well above greedy, and beam search gets much of that gain while spending fewer tokens,
       because it abandons a chain at its first wrong step instead of paying for the rest of it.
-    * **Noise 0.8.** The same samples, a poor judge: best-of-N by the noisy ORM loses most of
-      its gain, and the PRM-guided methods fall to about greedy's level. More
+    * **Noise 1.** The same samples, a judge that scores at random: best-of-N by the ORM keeps
+      little of its gain, and the PRM-guided methods fall to about greedy's level. More
       candidates only help a scorer that can tell them apart; with a bad one, more candidates
       mean more wrong ones it likes (the README measures exactly this with a trained PRM).
+      Between 0 and 1 the gain fades: how much of it survives at 0.8 depends on the draw (with
+      40 problems, an AMD EPYC with AVX-512 kept 0.675 of the verifier's 0.725, the machines
+      this lesson was first measured on lost more than 0.1), the noise the section below warns of.
     * **Read "every step right".** Best-of-N by the verifier often picks a right answer reached
       by wrong steps (a tiny model sometimes knows the sum without the chain), while the
       PRM-guided methods pick chains whose every step holds. An outcome reward cannot tell

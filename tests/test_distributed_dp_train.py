@@ -38,14 +38,16 @@ TINY = [
     "--rl.steps", str(STEPS), "--checkpoint_every", "2", "--threads", "1",
 ]
 # Measured on this run (GRPO, 16 rows split 8 + 8, 8 steps): grad_norm (0.4 to 1.1) differs by
-# at most 6e-8, kl_ref and kl_coef by under 1e-6 of their value, a weight after 8 AdamW steps by
-# 1.2e-7 (one float32 ulp at 1.0), while the weights move by 5e-3. These are float32 rounding:
-# the all-reduce adds the two halves' gradients in another order than one backward does. The
-# bounds leave ~10x headroom; a real fault (a wrong row share, a rank on stale weights or a
+# at most 6e-8 (1.3e-7 on an AMD EPYC with AVX-512), kl_ref and kl_coef by under 1e-6 of their
+# value (1.2e-6 there), a weight after 8 AdamW steps by 1.2e-7, one float32 ulp at 1.0 (3.0e-6
+# on the AVX-512 EPYC: Adam divides by √v, so a rounding difference in a small gradient grows),
+# while the weights move by 5e-3. These are float32 rounding: the all-reduce adds the two
+# halves' gradients in another order than one backward does. The bounds leave ~3-10x headroom
+# over the larger of the two; a real fault (a wrong row share, a rank on stale weights or a
 # stale kl_coef, a skipped step) moves them by 1e-4 or more.
 GRAD_NORM_RTOL = 1e-6
 KL_RTOL = 1e-5
-WEIGHT_ATOL = 1e-6
+WEIGHT_ATOL = 1e-5
 
 
 def train(out: Path, *args) -> Path:
@@ -127,7 +129,7 @@ def test_two_ranks_equal_one_rank(one_rank, two_ranks):
     one, two = final_weights(one_rank), final_weights(two_ranks)
     start = load_file(one_rank / "checkpoints" / "sft" / "step_000005" / "model.safetensors")
     moved = max((one[name] - start[name]).abs().max().item() for name in one)
-    assert moved > 1000 * WEIGHT_ATOL  # so that equal-within-WEIGHT_ATOL says something
+    assert moved > 100 * WEIGHT_ATOL  # so that equal-within-WEIGHT_ATOL says something
     for name in one:
         assert torch.allclose(one[name], two[name], rtol=0, atol=WEIGHT_ATOL), name
     timings = [json.loads(line) for line in (two_ranks / "metrics.jsonl").read_text().splitlines()]
