@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,13 +69,20 @@ PLANTED = [
 
 def mypy(path: Path) -> subprocess.CompletedProcess:
     """mypy on one file with the project's configuration, from the repository root (where it
-    finds the posttrain package and its cache)."""
+    finds the posttrain package and its cache). The file's name must be new to that cache:
+    mypy caches a module's errors by its name, and on a later run replays them for a file of
+    the same name and content with the path of the first run (`unique_module`)."""
     return subprocess.run([sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), str(path)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
+def unique_module(directory: Path, stem: str) -> Path:
+    """A module path whose name no earlier run gave to mypy's cache."""
+    return directory / f"{stem}_{uuid.uuid4().hex}.py"
+
+
 def test_the_checker_passes_the_clean_module(tmp_path):
-    clean = tmp_path / "seams_clean.py"
+    clean = unique_module(tmp_path, "seams_clean")
     clean.write_text(CLEAN)
     result = mypy(clean)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -88,7 +96,7 @@ def test_the_checker_reports_each_planted_error(tmp_path):
         assert planted.count(old) == 1, old
         planted = planted.replace(old, new)
         lines.append(planted.splitlines().index(new) + 1)
-    path = tmp_path / "seams_planted.py"
+    path = unique_module(tmp_path, "seams_planted")
     path.write_text(planted)
     result = mypy(path)
     assert result.returncode == 1, result.stdout + result.stderr
