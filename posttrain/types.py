@@ -16,7 +16,8 @@ with these members fits; none needs to inherit from them):
 
     Environment  a task: prompts (`sample`, `fixed_set`), a reference answer (`solution`)
                  and its verifier (`score`). envs/ holds the shipped ones.
-    Tokenizer    text to token ids and back, with the special ids the sampler needs:
+    Tokenizer    text to token ids and back, with the special ids the sampler needs and the
+                 layout a prompt is sampled from (`prompt_ids`):
                  models/tokenizer.py::CharTokenizer, models/hf.py::HFTokenizer.
 
 Layout of a RolloutBatch row (right-padded, one row per episode):
@@ -375,5 +376,12 @@ class Tokenizer(Protocol):
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: Sequence[int] | torch.Tensor, skip_special_tokens: bool = True) -> str: ...
+
+    def prompt_ids(self, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
+        """The tokens a prompt is sampled from (roles/engines/contract.py::encode_prompt): a
+        model's own layout of it, special tokens included. `messages` are the prompt's turns
+        when it is a conversation (PROMPT_MESSAGES), which a chat template renders; a
+        tokenizer without one reads the plain text `prompt`, the same turns written out."""
+        ...
 
     def save(self, directory: str | os.PathLike[str]) -> None: ...

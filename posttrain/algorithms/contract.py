@@ -2,7 +2,8 @@
 
     Loss        what the trainer minimises for the policy: compute_loss(outputs, batch) and its loss_agg
     ModelLoss   what it minimises for a model that reads its batch its own way (a reward model,
-                a PRM): share(batch, rows) and compute_loss(model, batch, rows)
+                a PRM): share(batch, rows) and compute_loss(model, batch, rows); ModelLoss[M]
+                runs a model of type M
     Algorithm   an RL algorithm: a Loss plus every hook the controller calls, with defaults
 
 An algorithm is a `@dataclass` subclass of `Algorithm` whose fields are its
@@ -40,7 +41,12 @@ class Loss(Protocol):
         ...
 
 
-class ModelLoss(Protocol):
+# the model a ModelLoss runs (a RewardModel, a policy for PRIME's implicit PRM). Contravariant:
+# a loss that can run any torch.nn.Module can run a RewardModel
+M = TypeVar("M", contravariant=True)
+
+
+class ModelLoss(Protocol[M]):
     """What the trainer needs to train a model that is not the policy, whose loss runs the
     model itself (Trainer.step): a reward model on preference pairs, a PRM at each step's
     position, PRIME's implicit PRM on a rollout batch. A policy loss is handed the trainer's
@@ -57,8 +63,7 @@ class ModelLoss(Protocol):
         for a mean over rows, of the labelled entries for a mean over entries."""
         ...
 
-    def compute_loss(self, model: torch.nn.Module, batch: Any,
-                     rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+    def compute_loss(self, model: M, batch: Any, rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss of the batch's `rows` under `model`, to minimise; metrics as python
         floats, each a mean over the same rows or entries as the loss, so the trainer can
         weight them by the same share)."""

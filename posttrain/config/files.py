@@ -17,12 +17,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # tomllib is the standard library's from 3.11; tomli is the package it was made from, same API
+    import tomli as tomllib
 
 from posttrain.config.checks import ConfigError
 from posttrain.config.rl import RLConfig
@@ -86,7 +90,7 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", base: Any = Non
     kwargs = {}
     for key, value in data.items():
         hint = hints[key]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a section's class, never an instance
             if not isinstance(value, dict):
                 raise ConfigError(f"{prefix}{key} must be a section (a mapping), got {value!r}")
             kwargs[key] = from_dict(hint, value, f"{prefix}{key}.", None if base is None else getattr(base, key))

@@ -99,7 +99,8 @@ def parse_stages(text: str) -> list[tuple[str, str, dict[str, str]]]:
     check(depth == 0, "stages", text, "every '[' closed by a ']', e.g. 'sft,dpo[rl.optim.lr=3e-5],grpo'")
     if items == [""]:
         return []
-    stages, seen = [], {}
+    stages = []
+    seen: dict[str, int] = {}  # stages of each kind so far
     for item in items:
         kind, bracket, rest = item.partition("[")
         kind = kind.strip()

@@ -36,7 +36,7 @@ def check_types(cfg: Any, prefix: str = "") -> None:
     hints = typing.get_type_hints(type(cfg))
     for field in dataclasses.fields(cfg):
         name, value, hint = prefix + field.name, getattr(cfg, field.name), hints[field.name]
-        if dataclasses.is_dataclass(hint):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):  # a section's class, never an instance
             if not isinstance(value, hint):
                 raise ConfigError(f"{name}={value!r} is not allowed: expected a section (a mapping of settings)")
             check_types(value, name + ".")

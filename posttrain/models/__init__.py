@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from posttrain.types import Tokenizer
 
@@ -22,6 +23,9 @@ from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
 from .model_dirs import named_by_latest, resolve_model_dir
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
+
+if TYPE_CHECKING:  # for annotations only: models/hf.py is imported where a transformers policy is loaded
+    from .hf import HFPolicy
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
            "build_model", "is_pretrained", "is_transformers_policy", "load_checkpoint_model", "load_tokenizer", "make_policy",
@@ -70,7 +74,7 @@ def save_checkpoint_model(model, tokenizer: Tokenizer, directory: Path) -> None:
     model.save_pretrained(directory, tokenizer)
 
 
-def _is_transformers_checkpoint(directory: Path) -> bool:
+def _is_transformers_checkpoint(directory: str | Path) -> bool:
     """True for any transformers model directory: one posttrain saved from a transformers
     policy (it has POLICY_RECORD) or one posttrain never wrote (a save_pretrained, a hub
     snapshot, SmolLM2's own conversion, so `posttrain eval --checkpoint` can measure the
@@ -86,7 +90,7 @@ def _is_transformers_checkpoint(directory: Path) -> bool:
     return not (isinstance(tokenizer_config, dict) and tokenizer_config.get("posttrain_tokenizer") == "char")
 
 
-def load_checkpoint_model(directory: Path, expected=None):
+def load_checkpoint_model(directory: Path, expected=None) -> GPTMini | HFPolicy:
     """Load a checkpoint directory; `expected` (a ModelConfig, GPTMiniConfig or
     HFPolicyConfig) makes a gpt_mini checkpoint of a different shape an error that lists
     the differing fields. A checkpoint written from a transformers policy loads as one."""
@@ -101,7 +105,7 @@ def load_checkpoint_model(directory: Path, expected=None):
     return GPTMini.from_pretrained(directory, expected_config=expected)
 
 
-def load_tokenizer(directory: Path, model_cfg=None):
+def load_tokenizer(directory: str | Path, model_cfg=None):
     """The tokenizer saved beside a checkpoint's weights, with model_cfg's system prompt,
     or, when that is empty, the one the checkpoint was trained with."""
     if _is_transformers_checkpoint(directory):

@@ -24,14 +24,15 @@ in models/logprobs.py and roles/rollout.py), and the sampler's draw in float64.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
 from posttrain.config import DEVICES, DTYPES
-from posttrain.models.policy import Policy
+from posttrain.models.policy import Policy, Trainable
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}  # DTYPES' torch names
+ModuleT = TypeVar("ModuleT", bound=torch.nn.Module)  # place gives back the module it was handed
 
 
 def mps_available() -> bool:
@@ -69,7 +70,7 @@ def check_precision(device_name: str, dtype_name: str) -> None:
                          "autocast there; pass --dtype float32")
 
 
-def place(model: torch.nn.Module, device: torch.device | str, dtype: str | torch.dtype = "float32") -> torch.nn.Module:
+def place(model: ModuleT, device: torch.device | str, dtype: str | torch.dtype = "float32") -> ModuleT:
     """`model` moved to `device`, its forward passes to run in `dtype` (see `autocast`).
     The parameters themselves stay float32: see the module docstring."""
     model.to(device)
@@ -86,7 +87,7 @@ def device_record(device_name: str, dtype_name: str) -> dict:
     return {"requested": device_name, "resolved": str(device), "name": name, "dtype": dtype_name}
 
 
-def model_device(model: torch.nn.Module | Policy) -> torch.device:
+def model_device(model: Trainable) -> torch.device:
     """The device of the model's parameters: where every tensor fed to it is created."""
     return next(model.parameters()).device
 

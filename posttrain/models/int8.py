@@ -29,6 +29,8 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 
+from posttrain.models.policy import Policy
+
 
 @contextmanager
 def _quiet_deprecation():
@@ -40,7 +42,7 @@ def _quiet_deprecation():
         yield
 
 
-def check_quantizable(model: nn.Module) -> None:
+def check_quantizable(model: Policy) -> None:
     """ValueError unless the int8 kernels can run `model`: CPU, float32 weights."""
     for name, p in model.named_parameters():
         if p.device.type != "cpu" or p.dtype != torch.float32:
@@ -64,7 +66,7 @@ class Int8Sampler:
     load_state_dict that updates `model` in place updates the copy's embeddings and norms
     for free, and only the Linear weights have to be quantised again."""
 
-    def __init__(self, model: nn.Module):
+    def __init__(self, model: Policy):
         check_quantizable(model)
         if any(hasattr(m, "lora_A") for m in model.modules()):
             raise ValueError("int8 sampling cannot quantise a policy with LoRA adapters (they wrap the Linear "
@@ -73,7 +75,7 @@ class Int8Sampler:
         self.module = copy.deepcopy(model, memo=shared).eval()
         # (the copy's parent module, attribute name, the float Linear in `model` it quantises)
         self.linears: list[tuple[nn.Module, str, nn.Linear]] = []
-        source = dict(model.named_modules())
+        source = {name: m for name, m in model.named_modules() if type(m) is nn.Linear}  # the float Linears
         for name, parent in list(self.module.named_modules()):
             for child_name, child in list(parent.named_children()):
                 if type(child) is nn.Linear:  # exactly Linear: LoRA's wrappers and the like are not plain matmuls

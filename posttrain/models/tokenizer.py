@@ -53,6 +53,12 @@ class CharTokenizer:
         get, unk = self.stoi.get, self.unk_id
         return [get(ch, unk) for ch in text]
 
+    def prompt_ids(self, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
+        """`[<bos>] + encode(prompt)`: the layout gpt_mini is trained and sampled on. It has
+        no chat template, so a conversation's `messages` are not rendered: `prompt`, their
+        plain text (envs/dataset_files.py::plain_prompt), is what it reads."""
+        return [self.bos_id] + self.encode(prompt)
+
     def decode(self, ids, skip_special_tokens: bool = True) -> str:
         """Inverse of `encode` on in-vocabulary text. `ids` may be a list or a 1-D tensor.
         With `skip_special_tokens`, ids 0..3 (pad, bos, eos, unk) are dropped; otherwise

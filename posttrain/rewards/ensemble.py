@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Sequence
 
 from posttrain.types import Example
 from posttrain.rewards.stack import Scored
@@ -59,7 +59,7 @@ def combine_scores(scores: list[float], how: str = "mean", disagreement_coef: fl
 class RewardEnsemble:
     """M scorers (reward models) combined by `how`; details keep every member's score."""
 
-    def __init__(self, members: list[Callable[[Example, str], Scored]], how: str = "mean",
+    def __init__(self, members: Sequence[Callable[[Example, str], Scored]], how: str = "mean",
                  disagreement_coef: float = 1.0) -> None:
         if not members:
             raise ValueError("a RewardEnsemble needs at least one member")

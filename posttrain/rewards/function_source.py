@@ -68,6 +68,9 @@ def import_file(source: str, where: str) -> Any:
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:  # no loader for its suffix: not Python source
+        raise ValueError(f"term {source!r}: {where!r} is not a Python file; give the path of a .py file, "
+                         "then ':' and the function's name")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     sys.path.insert(0, str(path.parent))  # its sibling files import, as under `python path.py`

@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from posttrain.algorithms.core import masked_mean
 from posttrain.models.logprobs import response_logp
+from posttrain.models.policy import Policy
 from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
 
@@ -81,6 +82,9 @@ class ImplicitPRMLoss:
     with no second forward pass."""
 
     def __init__(self, batch: RolloutBatch, beta: float, share_prompt: bool):
+        if batch.ref_logp is None:
+            raise ValueError("the implicit PRM reads batch.ref_logp (π_ref's log-probs): run the reference role first")
+        self.ref_logp = batch.ref_logp  # (B, T) log π_ref, the reference's
         self.labels = outcome_labels(batch.rewards)  # (B,)
         self.logp = torch.zeros_like(batch.old_logp)  # (B, T), filled micro-batch by micro-batch
         self.beta, self.share_prompt = beta, share_prompt
@@ -88,12 +92,12 @@ class ImplicitPRMLoss:
     def share(self, batch: RolloutBatch, rows: torch.Tensor) -> float:
         return len(rows) / batch.batch_size
 
-    def compute_loss(self, model: torch.nn.Module, batch: RolloutBatch,
+    def compute_loss(self, model: Policy, batch: RolloutBatch,
                      rows: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
         micro = batch.select(rows)
         rows = rows.to(self.logp.device)
         prm_logp = response_logp(model, micro, self.share_prompt)  # (b, T)
-        loss = implicit_prm_loss(prm_logp, micro.ref_logp, micro.response_mask, self.labels[rows], self.beta)
+        loss = implicit_prm_loss(prm_logp, self.ref_logp[rows], micro.response_mask, self.labels[rows], self.beta)
         self.logp[rows] = prm_logp.detach()
         return loss, {"loss": loss.item()}
 
@@ -109,7 +113,7 @@ class ImplicitPRM:
     weights before the update, reusing the update's forward pass.
     """
 
-    def __init__(self, policy: torch.nn.Module, beta: float, lr: float, update: str = "before",
+    def __init__(self, policy: Policy, beta: float, lr: float, update: str = "before",
                  grad_clip: float = 1.0, micro_batch_size: int = 0, share_prompt: bool = True):
         if update not in ("before", "after"):
             raise ValueError(f"ImplicitPRM update={update!r} is invalid; allowed: 'before' or 'after'")
@@ -134,14 +138,12 @@ class ImplicitPRM:
 
     def __call__(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """One online step of the PRM on `batch`: (process rewards (B, T), metrics)."""
-        if batch.ref_logp is None:
-            raise ValueError("the implicit PRM reads batch.ref_logp (π_ref's log-probs): run the reference role first")
-        loss = ImplicitPRMLoss(batch, self.beta, self.share_prompt)
+        loss = ImplicitPRMLoss(batch, self.beta, self.share_prompt)  # ValueError without batch.ref_logp
         stepped = self.trainer.step(batch, loss)
         mask = batch.response_mask  # (B, T)
 
         # the PRM's verdict on rollouts it has not trained on yet: a held-out accuracy, step by step
-        logits_before = implicit_outcome_logits(loss.logp, batch.ref_logp, mask, self.beta)  # (B,)
+        logits_before = implicit_outcome_logits(loss.logp, loss.ref_logp, mask, self.beta)  # (B,)
         accuracy = ((logits_before > 0) == (loss.labels > 0.5)).float().mean().item()
         if self.update == "before":
             with torch.no_grad():
@@ -149,7 +151,7 @@ class ImplicitPRM:
                 prm_logp = torch.cat([self.logp(batch.select(rows)) for rows in self.micro_batches(batch)])
         else:
             prm_logp = loss.logp
-        process_rewards = implicit_process_rewards(prm_logp, batch.ref_logp, mask, self.beta)  # (B, T)
+        process_rewards = implicit_process_rewards(prm_logp, loss.ref_logp, mask, self.beta)  # (B, T)
         return process_rewards, {
             "prm/loss": stepped["loss"],
             "prm/accuracy": accuracy,

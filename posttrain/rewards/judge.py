@@ -33,16 +33,17 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
 
 from posttrain.models import load_checkpoint_model, load_tokenizer
 from posttrain.models.device import autocast, model_device
 from posttrain.models.model_dirs import resolve_model_dir
+from posttrain.models.policy import Policy
 from posttrain.rewards.rubric import Rubric, RubricCriterion, message
 from posttrain.roles.engines.contract import encode_prompt
-from posttrain.types import Example
+from posttrain.types import Example, Tokenizer
 from posttrain.verifiers.contract import admit
 
 # The fixed prompt, one per criterion through {criterion} and {description}. Changing a word
@@ -119,7 +120,7 @@ class Judge:
 
     max_rows = 8  # prompts per forward pass: each holds the whole question and answer, so keep batches small
 
-    def __init__(self, model: torch.nn.Module, tokenizer, scale: LabelScale = FIVE_POINT,
+    def __init__(self, model: Policy, tokenizer: Tokenizer, scale: LabelScale = FIVE_POINT,
                  min_label_mass: float = 0.25, source: str = "", prompt: str = JUDGE_PROMPT_VERSION) -> None:
         """`min_label_mass`: below it, most of the judge's probability is on tokens that are
         not a verdict at all, and the judgement is refused (score 0). 0.25 keeps a weak judge
@@ -136,7 +137,7 @@ class Judge:
         self.values = torch.tensor(scale.values, dtype=torch.float32)  # (L,)
 
     @classmethod
-    def load(cls, name_or_path: str | os.PathLike, **kwargs) -> Judge:
+    def load(cls, name_or_path: str | os.PathLike, **kwargs: Any) -> Judge:
         """A judge from a gpt_mini checkpoint, a transformers model directory or a known name
         ("smollm2-135m"); offline, like every model in posttrain."""
         directory = resolve_model_dir(name_or_path)
@@ -183,7 +184,7 @@ class Judge:
                 continue
             for (i, _), row in zip(chunk, logp):
                 judgements[i] = self.soft_label(row)
-        return judgements  # type: ignore[return-value]
+        return judgements  # type: ignore[return-value]  # no None left: each row was refused or judged above
 
     @torch.no_grad()
     def next_token_logp(self, rows: list[list[int]]) -> torch.Tensor:
@@ -238,7 +239,7 @@ class Judge:
         return RubricCriterion(name, weight, description, judged, batched=True)
 
 
-def label_ids(tokenizer, scale: LabelScale) -> list[int]:
+def label_ids(tokenizer: Tokenizer, scale: LabelScale) -> list[int]:
     """The token id of each of the scale's labels; ValueError when a label is not exactly one
     token of `tokenizer`, or two labels share one (the judge's next token is read)."""
     ids = []
@@ -254,7 +255,7 @@ def label_ids(tokenizer, scale: LabelScale) -> list[int]:
     return ids
 
 
-def judge_prompt_ids(tokenizer, scale: LabelScale, criterion: str, description: str, example: Example,
+def judge_prompt_ids(tokenizer: Tokenizer, scale: LabelScale, criterion: str, description: str, example: Example,
                      completion: str, prompt: str = JUDGE_PROMPT_VERSION) -> list[int]:
     """A judge's input: the prompt JUDGE_PROMPTS[prompt] as the user's turn (in the chat
     template when the judge has one), then the answer prefix as the start of the judge's own

@@ -31,11 +31,12 @@ step per line) by default; verifiers/steps.py::step_separators for the arithmeti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
-from posttrain.roles.engines.contract import example_prompt_ids
+from posttrain.config import SamplingParams
+from posttrain.roles.engines.contract import Engine, example_prompt_ids
 from posttrain.types import Example
 from posttrain.verifiers.steps import newline_separators
 
@@ -61,7 +62,7 @@ def prefix_texts(steps: Sequence[str], separators: Sequence[str]) -> list[str]:
 
 
 def monte_carlo_step_labels(
-    engine,
+    engine: Engine,
     examples: Sequence[Example],
     step_lists: Sequence[Sequence[str]],
     score: ScoreFn,
@@ -69,7 +70,7 @@ def monte_carlo_step_labels(
     max_new_tokens: int = 64,  # a whole completion's cap: the rollout gets what the prefix leaves
     separators: Callable[[Sequence[str]], list[str]] = newline_separators,
     generator: torch.Generator | None = None,
-    params: Any = None,
+    params: SamplingParams | None = None,
 ) -> list[MonteCarloLabels]:
     """Label every step of `step_lists[i]` (a solution to `examples[i]`) by rolling out
     `n_rollouts` continuations from each step's prefix with `engine` (a

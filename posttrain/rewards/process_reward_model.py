@@ -15,17 +15,16 @@ instead of a ranking loss, so the head's output is a logit and σ(logit) a proba
     PRM reads                                 ^                 ^                     ^
     ORM reads                                                                         ^
 
-Why the token after the step and not its last character: at "12+9=2" the model cannot
-know whether "1" follows, so a score read there would have to serve "12+9=2" and
-"12+9=21" alike; at the separator the step is over. The separator after a list's last step
-is the format's own: <eos> after an ending step (arithmetic's "Final: ..." line,
-reasoning-gym's "<answer>...</answer>" line), else the text that would continue it ("," for
-an arithmetic chain step, a newline for a line step),
-so a partial solution is scored as the search will extend it. Causal attention makes the
-score of step k depend only on the text up to its separator: scoring steps[:k] alone gives
-the first k scores of scoring all the steps, with one exception in the arithmetic format,
-the last chain step, which is followed by a newline (the Final line comes next) in the
-whole solution and by ',' when it ends a partial one.
+Why the token after the step and not its last character: at "12+9=2" the model cannot know
+whether "1" follows, so a score read there would have to serve "12+9=2" and "12+9=21" alike;
+at the separator the step is over. The separator after a list's last step is the format's
+own: <eos> after an ending step (arithmetic's "Final: ..." line, reasoning-gym's
+"<answer>...</answer>" line), else the text that would continue it ("," for an arithmetic
+chain step, a newline for a line step), so a partial solution is scored as the search will
+extend it. Causal attention makes the score of step k depend only on the text up to its
+separator: scoring steps[:k] alone gives the first k scores of scoring all the steps, with
+one exception in the arithmetic format, the last chain step, which is followed by a newline
+(the Final line comes next) in the whole solution and by ',' when it ends a partial one.
 
 Steps are tokenized one by one and concatenated (as TRL's PRMTrainer does), so a subword
 tokenizer cannot merge a step's last token with the separator and blur the boundary. For
@@ -45,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Iterator, Sequence
 
 import torch
@@ -61,6 +61,7 @@ from posttrain.rewards.reward_model import (
 )
 from posttrain.rewards.reward_model_training import reward_model_trainer, shuffled_batches
 from posttrain.roles.trainer import quiet
+from posttrain.types import Tokenizer
 from posttrain.verifiers.steps import FINAL_PREFIX, newline_separators, split_steps, step_separators
 
 KINDS = ("orm", "prm")
@@ -113,7 +114,7 @@ def task_step_format(env_name: str) -> str:
     return {"arithmetic": "arithmetic", "reasoning_gym": "answer_tag"}.get(family, "newline")
 
 
-def encode_steps(tokenizer, prompt: str, steps: Sequence[str], step_format: StepFormat,
+def encode_steps(tokenizer: Tokenizer, prompt: str, steps: Sequence[str], step_format: StepFormat,
                  max_len: int) -> tuple[list[int], list[int]]:
     """(ids, positions): [bos] prompt, then each step followed by its separator, and the
     position of each separator's last token (module docstring), where the PRM reads the
@@ -228,8 +229,8 @@ class StepBatch:
         return len(self.ids)
 
 
-def step_batches(records: Sequence[StepRecord], tokenizer, kind: str, step_format: StepFormat, max_len: int,
-                 batch_size: int, seed: int) -> Iterator[StepBatch]:
+def step_batches(records: Sequence[StepRecord], tokenizer: Tokenizer, kind: str, step_format: StepFormat,
+                 max_len: int, batch_size: int, seed: int) -> Iterator[StepBatch]:
     """Batch after batch of `batch_size` records (shuffled_batches, as the Bradley–Terry
     model's), each encoded once: a PRM reads every step's label at its separator, an ORM the
     outcome at the <eos> (RewardModel's "last" readout)."""
@@ -274,7 +275,7 @@ class StepBCELoss:
 
 def train_step_reward_model(
     model: RewardModel,
-    tokenizer,
+    tokenizer: Tokenizer,
     records: Sequence[StepRecord],
     kind: str = "prm",
     step_format: str = "arithmetic",
@@ -325,7 +326,7 @@ class StepRewardScorer:
                                              into steps, scored, and aggregated (min by default)
     """
 
-    def __init__(self, model: RewardModel, tokenizer, kind: str, step_format: str = "arithmetic",
+    def __init__(self, model: RewardModel, tokenizer: Tokenizer, kind: str, step_format: str = "arithmetic",
                  aggregation: str = "min", batch_size: int = 64) -> None:
         if kind not in KINDS:
             raise ValueError(f"kind={kind!r}; choose one of {KINDS}")
@@ -381,14 +382,14 @@ class StepRewardScorer:
 # --------------------------------------------------------------------------------------
 
 
-def save_step_reward_model(model: RewardModel, directory, tokenizer, kind: str, step_format: str,
-                           info: dict | None = None):
+def save_step_reward_model(model: RewardModel, directory: str | Path, tokenizer: Tokenizer, kind: str,
+                           step_format: str, info: dict | None = None) -> Path:
     """save_reward_model's directory (body, head, tokenizer) with `kind` and `step_format`
     in its info, so load_step_scorer rebuilds the scorer as it was trained."""
     return save_reward_model(model, directory, tokenizer, {**(info or {}), "kind": kind, "step_format": step_format})
 
 
-def load_step_scorer(directory, aggregation: str = "min", batch_size: int = 64) -> StepRewardScorer:
+def load_step_scorer(directory: str | Path, aggregation: str = "min", batch_size: int = 64) -> StepRewardScorer:
     """A StepRewardScorer from a directory save_step_reward_model wrote, with the tokenizer
     saved beside the body."""
     model, info = load_reward_model(directory)

@@ -31,8 +31,8 @@ class ProxyReward:
                      "reward_source": "reward_model", "truncated": bool}}
     """
 
-    def __init__(self, scorer, gold: Callable[[Example, str], Scored]) -> None:
-        self.scorer = scorer  # a RewardModelScorer
+    def __init__(self, scorer: RewardModelScorer | RewardEnsemble, gold: Callable[[Example, str], Scored]) -> None:
+        self.scorer = scorer
         self.gold = gold  # the environment's verifier
 
     @classmethod
@@ -52,7 +52,8 @@ class ProxyReward:
     score = __call__
 
 
-def load_reward_scorer(paths: list[str | Path], ensemble: str = "mean", disagreement_coef: float = 1.0):
+def load_reward_scorer(paths: list[str | Path], ensemble: str = "mean",
+                       disagreement_coef: float = 1.0) -> RewardModelScorer | RewardEnsemble:
     """A scorer from rl.rm.paths(): one reward-model directory, or several combined by
     `ensemble` (rewards/ensemble.py)."""
     members = []

@@ -57,8 +57,9 @@ import torch.nn.functional as F
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import token_logp
+from posttrain.models.policy import PolicyShape, SavablePolicy
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.types import Example, PreferencePair
+from posttrain.types import Example, PreferencePair, Tokenizer
 
 POOLINGS = ("last", "mean", "loglik")
 
@@ -69,7 +70,7 @@ class RewardModel(nn.Module):
     rollout already asks of a policy: `body(tokens)` logits, `body.hidden_states(tokens)`,
     and `body.config.dim` / `.max_seq_len`."""
 
-    def __init__(self, body: nn.Module, pooling: str = "last") -> None:
+    def __init__(self, body: SavablePolicy, pooling: str = "last") -> None:
         super().__init__()
         if pooling not in POOLINGS:
             raise ValueError(f"pooling={pooling!r} is invalid; allowed: {POOLINGS} (the last real token's hidden "
@@ -87,7 +88,7 @@ class RewardModel(nn.Module):
             nn.init.ones_(self.head.weight)
 
     @property
-    def config(self):  # the body's: GPTMiniConfig or HFPolicyConfig
+    def config(self) -> PolicyShape:  # the body's: GPTMiniConfig or HFPolicyConfig
         return self.body.config
 
     @property
@@ -95,7 +96,7 @@ class RewardModel(nn.Module):
         return self.body.compute_dtype
 
     @classmethod
-    def from_policy(cls, policy: nn.Module, pooling: str = "last") -> RewardModel:
+    def from_policy(cls, policy: SavablePolicy, pooling: str = "last") -> RewardModel:
         """Start from a copy of a (SFT) policy, as InstructGPT does: the body already reads
         the task's text; only the head is new."""
         return cls(copy.deepcopy(policy), pooling)
@@ -137,7 +138,7 @@ def bt_loss(r_chosen: torch.Tensor, r_rejected: torch.Tensor, margin: torch.Tens
 # --------------------------------------------------------------------------------------
 
 
-def encode_for_reward(tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], bool]:
+def encode_for_reward(tokenizer: Tokenizer, prompt: str, completion: str, max_len: int) -> tuple[list[int], bool]:
     """[bos] prompt completion [eos] ([bos] only if the tokenizer has one), cut to max_len
     tokens by dropping the end of the text (the <eos> is always kept). Returns (ids, truncated)."""
     ids = ([tokenizer.bos_id] if tokenizer.bos_id is not None else []) + tokenizer.encode(prompt + completion)
@@ -157,7 +158,7 @@ def collate_texts(sequences: Sequence[list[int]], pad_id: int) -> tuple[torch.Te
 
 
 @torch.no_grad()
-def reward_of(model: RewardModel, tokenizer, prompts: Sequence[str], completions: Sequence[str],
+def reward_of(model: RewardModel, tokenizer: Tokenizer, prompts: Sequence[str], completions: Sequence[str],
               batch_size: int = 64) -> torch.Tensor:
     """r(x, y) for many (prompt, completion) texts, (N,)."""
     model.eval()
@@ -169,7 +170,7 @@ def reward_of(model: RewardModel, tokenizer, prompts: Sequence[str], completions
     return torch.cat(out) if out else torch.zeros(0, device=model_device(model))
 
 
-def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], tokenizer=None) -> float:
+def pairwise_accuracy(model: RewardModel, pairs: Sequence[PreferencePair], tokenizer: Tokenizer | None = None) -> float:
     """Fraction of pairs with r(chosen) > r(rejected); a tie counts as half (a coin flip)."""
     tokenizer = tokenizer or CharTokenizer()
     prompts = [p.prompt for p in pairs]
@@ -186,7 +187,8 @@ HEAD_FILE = "reward_head.pt"  # {"weight": (1, D) or (1, 1) for loglik, "bias": 
 INFO_FILE = "reward_model.json"  # how it was trained and how well it ranks held-out pairs; written last
 
 
-def save_reward_model(model: RewardModel, directory: str | Path, tokenizer=None, info: dict | None = None) -> Path:
+def save_reward_model(model: RewardModel, directory: str | Path, tokenizer: Tokenizer | None = None,
+                      info: dict | None = None) -> Path:
     """Write the body as a transformers checkpoint directory (its own save_pretrained, with
     the tokenizer), the head and `info` into `directory`, atomically: everything goes to a
     temporary directory that is renamed into place once complete, so a kill leaves no
@@ -249,9 +251,9 @@ class RewardModelScorer:
 
     spec_version = "reward_model/bt-v1"
 
-    def __init__(self, model: RewardModel, tokenizer=None) -> None:
+    def __init__(self, model: RewardModel, tokenizer: Tokenizer | None = None) -> None:
         self.model = model.eval().requires_grad_(False)
-        self.tokenizer = tokenizer or CharTokenizer()
+        self.tokenizer: Tokenizer = tokenizer or CharTokenizer()
         # a policy repeats itself (an SFT policy samples the same completion over and over):
         # the score is a pure function of the text, so each distinct text is run once
         self._memo: dict[tuple[str, str], tuple[float, bool]] = {}

@@ -30,7 +30,7 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.reward_model import RewardModel, bt_loss, collate_texts, encode_for_reward, reward_of
 from posttrain.roles.trainer import Trainer
-from posttrain.types import PreferencePair
+from posttrain.types import PreferencePair, Tokenizer
 
 
 def default_reward_config(vocab_size: int) -> GPTMiniConfig:
@@ -70,7 +70,7 @@ class PairBatch:
         return len(self.chosen)
 
 
-def pair_batches(pairs: Sequence[PreferencePair], tokenizer, max_len: int, batch_size: int, seed: int,
+def pair_batches(pairs: Sequence[PreferencePair], tokenizer: Tokenizer, max_len: int, batch_size: int, seed: int,
                  margin_key: str | None = None, device: torch.device | None = None) -> Iterator[PairBatch]:
     """Batch after batch of `batch_size` pairs (shuffled_batches: reshuffled every epoch),
     each text encoded once; margins from `pair.meta[margin_key]`, on `device`. The same
@@ -105,7 +105,7 @@ class BradleyTerryLoss:
 
 
 def reward_model_trainer(model: RewardModel, lr: float, steps: int, micro_batch_size: int = 0,
-                         warmup_steps: int = 0, grad_clip: float = 0.0) -> Trainer:
+                         warmup_steps: int = 0, grad_clip: float = 0.0) -> Trainer[RewardModel]:
     """The one Trainer (roles/trainer.py) as the reward models and PRMs train: AdamW with
     torch's default β2 0.999 and no weight decay, the settings their measured accuracies
     were trained with, and a constant learning rate after `warmup_steps` of linear warmup.
@@ -119,7 +119,7 @@ def reward_model_trainer(model: RewardModel, lr: float, steps: int, micro_batch_
 def train_reward_model(
     pairs: Sequence[PreferencePair],
     model: RewardModel | None = None,
-    tokenizer=None,
+    tokenizer: Tokenizer | None = None,
     steps: int = 250,
     lr: float = 1e-3,
     batch_size: int = 16,
@@ -165,6 +165,6 @@ def train_reward_model(
     texts = [p.chosen for p in pairs] + [p.rejected for p in pairs]
     mean_reward = reward_of(model, tokenizer, [p.prompt for p in pairs] * 2, texts).mean()
     with torch.no_grad():
-        model.head.bias -= mean_reward
+        model.head.bias.sub_(mean_reward)
     model.eval()
     return model, history

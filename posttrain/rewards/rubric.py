@@ -153,7 +153,8 @@ class Rubric:
             results.append(RubricScore(scores, weights, reasons, total))
         return results
 
-    def _run(self, criterion: RubricCriterion, examples, completions) -> list[tuple[float, str]]:
+    def _run(self, criterion: RubricCriterion, examples: Sequence[Example],
+             completions: Sequence[str]) -> list[tuple[float, str]]:
         """Each completion's (score, reason) under one criterion; an exception or a bad
         result scores 0 with the reason, one row at a time where the scorer is per row."""
         def failure(error: Exception) -> tuple[float, str]:

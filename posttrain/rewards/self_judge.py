@@ -25,8 +25,9 @@ from __future__ import annotations
 
 from typing import Callable
 
+from posttrain.models.policy import Policy
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, Judge
-from posttrain.types import Example
+from posttrain.types import Example, Tokenizer
 from posttrain.rewards.stack import Scored
 
 
@@ -34,7 +35,7 @@ from posttrain.rewards.stack import Scored
 SELF_JUDGE_CRITERION = ("Correctness", "Is every step of the answer right, its final answer included?")
 
 
-def self_judge(policy, tokenizer, min_label_mass: float = 0.25) -> Judge:
+def self_judge(policy: Policy, tokenizer: Tokenizer, min_label_mass: float = 0.25) -> Judge:
     """The policy as its own judge: the compact prompt, a Y/N verdict (its probability of Y
     is the score), the same module object, so later rounds judge with the trained weights."""
     return Judge(policy, tokenizer, CORRECT_YN, min_label_mass=min_label_mass, source="policy",

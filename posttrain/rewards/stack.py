@@ -50,7 +50,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.types import Episode, Example
 from posttrain.verifiers.contract import is_solved
@@ -62,7 +62,8 @@ class RewardTerm(Protocol):
     """One term of a reward. `name` keys the logged components; `spec` states the term
     and its parameters (it becomes part of the stack's reward_spec)."""
 
-    name: str
+    @property
+    def name(self) -> str: ...  # read only: a frozen dataclass's field fits
 
     @property
     def spec(self) -> str: ...
@@ -158,7 +159,8 @@ class GroupTerm(Protocol):
     a function of the group's response lengths (tokens) and verdicts, and of the RL step
     (a term may switch on late). `name` and `spec` as RewardTerm's."""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     @property
     def spec(self) -> str: ...
@@ -206,6 +208,11 @@ def weight_at(weight: float | Schedule, step: int) -> float:
     return weight.at(step) if isinstance(weight, Schedule) else weight
 
 
+def weighted_spec(weight: float | Schedule, spec: str) -> str:
+    """One term of a reward_spec: "0.2*format", or "(1->0.2@100)*accuracy" for a schedule."""
+    return f"({weight})*{spec}" if isinstance(weight, Schedule) else f"{weight:g}*{spec}"
+
+
 # ---------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------
@@ -220,19 +227,20 @@ class RewardStack:
     right. Group terms are added by `score_groups`, once a prompt's samples are all scored;
     until then a sample's reward is the per-sample terms' sum."""
 
-    def __init__(self, terms: list[tuple[float | Schedule, RewardTerm]],
-                 group_terms: list[tuple[float, GroupTerm]] = ()) -> None:
+    def __init__(self, terms: Sequence[tuple[float | Schedule, RewardTerm]],
+                 group_terms: Sequence[tuple[float, GroupTerm]] = ()) -> None:
         if not terms:
             raise ValueError("a RewardStack needs at least one (weight, term) pair, e.g. [(1.0, Accuracy())]")
-        names = [term.name for _, term in [*terms, *group_terms]]
+        names = [term.name for _, term in terms] + [group_term.name for _, group_term in group_terms]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"term names must be unique, {duplicates} repeat; pass name=... to tell them apart")
-        self.terms = [(w if isinstance(w, Schedule) else float(w), term) for w, term in terms]
-        self.group_terms = [(float(w), term) for w, term in group_terms]
+        self.terms: list[tuple[float | Schedule, RewardTerm]] = [
+            (w if isinstance(w, Schedule) else float(w), term) for w, term in terms]
+        self.group_terms = [(float(v), group_term) for v, group_term in group_terms]
         self.scheduled = [(w, term) for w, term in self.terms if isinstance(w, Schedule)]
-        self.version = " + ".join(f"{w:g}*{term.spec}" if not isinstance(w, Schedule) else f"({w})*{term.spec}"
-                                  for w, term in [*self.terms, *self.group_terms])
+        self.version = " + ".join([weighted_spec(w, term.spec) for w, term in self.terms]
+                                  + [weighted_spec(v, group_term.spec) for v, group_term in self.group_terms])
 
     @property
     def needs_groups(self) -> bool:
@@ -274,16 +282,16 @@ class RewardStack:
                 now = w.at(step) * episode.details["components"][term.name]
                 episode.reward += now - episode.details["weighted"][term.name]
                 episode.details["weighted"][term.name] = now
-        sums = {term.name: 0.0 for _, term in self.group_terms}
+        sums = {group_term.name: 0.0 for _, group_term in self.group_terms}
         for members in groups.values():
             lengths = [len(e.response_ids) for e in members]
             solved = [bool(e.details["solved"]) for e in members]
-            for w, term in self.group_terms:
-                for episode, value in zip(members, term(lengths, solved, step)):
-                    episode.details["components"][term.name] = float(value)
-                    episode.details["weighted"][term.name] = w * value
-                    episode.reward += w * value
-                    sums[term.name] += w * value
+            for v, group_term in self.group_terms:
+                for episode, value in zip(members, group_term(lengths, solved, step)):
+                    episode.details["components"][group_term.name] = float(value)
+                    episode.details["weighted"][group_term.name] = v * value
+                    episode.reward += v * value
+                    sums[group_term.name] += v * value
         return {**{f"reward/{name}": total / max(1, len(episodes)) for name, total in sums.items()},
                 **{f"reward_weight/{term.name}": w.at(step) for w, term in self.scheduled}}
 

@@ -49,7 +49,7 @@ import math
 import numbers
 import re
 import warnings
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from posttrain.rewards.function_source import import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Schedule, Scored
@@ -75,19 +75,20 @@ class RewardFunctionError(ValueError):
 # ---------------------------------------------------------------------------------------
 
 
-def parse_reward(text: str, presets: dict[str, Callable[[], list[tuple[float, RewardTerm]]]],
-                 timeout: float = 5.0, rows_per_step: int = 0) -> list[tuple[float, RewardTerm]]:
+def parse_reward(text: str, presets: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]],
+                 timeout: float = 5.0, rows_per_step: int = 0) -> list[tuple[float | Schedule, RewardTerm]]:
     """The weighted terms `text` names (grammar in the module docstring). A preset's terms
     are scaled by the weight in front of it. Raises ValueError naming the term and what to
     write; a function is imported and its signature read here, so a bad one fails before
     a run starts."""
-    terms: list[tuple[float, RewardTerm]] = []
+    terms: list[tuple[float | Schedule, RewardTerm]] = []
     # "+" separates terms, except inside a number's exponent (1e+3)
     for raw in re.split(r"(?<![0-9][eE])\+", text):
         term = raw.strip()
         if not term:
             raise ValueError(f"{text!r} has an empty term; write terms joined by '+', e.g. 'accuracy + 0.5*mod:f'")
-        weight, source = 1.0, term
+        weight: float | Schedule = 1.0
+        source = term
         if "*" in term:
             written, _, source = (part.strip() for part in term.partition("*"))
             weight = parse_weight(written, term, source)
@@ -173,7 +174,8 @@ class UserFunction:
         self.name, self.fn, self.kind, self.timeout, self.rows_per_step = name, fn, kind, timeout, rows_per_step
         self.params = inspect.signature(fn).parameters
         self.takes_any = any(p.kind is p.VAR_KEYWORD for p in self.params.values())  # **kwargs: every column
-        self.returned_none, self.extra, self.nones_in_a_row = False, {}, 0
+        self.returned_none, self.nones_in_a_row = False, 0
+        self.extra: dict[str, Any] = {}  # the details the last call returned beside its value
         self.thread: CallThread | None = None  # where calls run when there is a timeout
 
     @classmethod
@@ -249,7 +251,8 @@ class UserFunction:
             # one assistant turn; a text prompt as text
             prompt, answer = (turns, [{"role": "assistant", "content": completion}]) if turns else \
                 (example.prompt, completion)
-            given = {"prompts": [prompt], "completions": [answer], **{k: [v] for k, v in columns.items()}}
+            given: dict[str, Any] = {"prompts": [prompt], "completions": [answer],
+                                     **{k: [v] for k, v in columns.items()}}
         elif self.kind == "verl":
             source = meta.get("data_source") or scored.get("details", {}).get("spec_version", "")
             given = {"data_source": source, "solution_str": completion, "ground_truth": example.expected_answer,

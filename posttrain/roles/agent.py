@@ -54,9 +54,9 @@ from posttrain.config import SamplingParams
 from posttrain.models.hf import HFTokenizer
 from posttrain.roles.environment import MultiTurnEnvironment
 from posttrain.roles.engines import Engine
-from posttrain.roles.engines.contract import STOP_BUDGET, STOP_TOKEN, example_prompt_ids
+from posttrain.roles.engines.contract import STOP_BUDGET, STOP_TOKEN, Continuation, example_prompt_ids
 from posttrain.roles.thinking import check_thinking_policy, thinking_token_mask
-from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Turn, TurnResult
+from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Tokenizer, Turn, TurnResult
 
 # why an episode ended, in its details["ended_by"]
 DONE, MAX_TURNS, MAX_TOTAL_TOKENS, MAX_SEQ_LEN = "done", "max_turns", "max_total_tokens", "max_seq_len"
@@ -81,7 +81,8 @@ def chat_observation_ids(tokenizer: HFTokenizer, observation: str, role: str, af
     return ids
 
 
-def observation_ids(tokenizer, observation: str, role: str = "user", after_end_of_turn: bool = False) -> list[int]:
+def observation_ids(tokenizer: Tokenizer, observation: str, role: str = "user",
+                    after_end_of_turn: bool = False) -> list[int]:
     """The observation's tokens, tokenised once: wrapped as the chat template wraps a
     `role` message for a chat tokenizer, the text as it is for any other."""
     if isinstance(tokenizer, HFTokenizer) and tokenizer.chat:
@@ -122,8 +123,11 @@ class _Running:
         keep = set(model_turns[-1:]) if self.thinking == "keep_last" else set()
         context = list(self.prompt_ids)
         for k, (turn, mask) in enumerate(zip(self.turns, self.thinking_masks)):
-            strip = turn.source == MODEL_TURN and k not in keep
-            context += [i for i, thinking in zip(turn.token_ids, mask) if not thinking] if strip else turn.token_ids
+            # (a model turn has its mask under keep_last and drop; an environment turn has none)
+            if turn.source == MODEL_TURN and k not in keep and mask is not None:  # strip its thinking
+                context += [i for i, thinking in zip(turn.token_ids, mask) if not thinking]
+            else:
+                context += turn.token_ids
         return context
 
     @property
@@ -136,6 +140,7 @@ class _Running:
         self.result = result or TurnResult(done=True, reward=0.0, details={"reason": reason})
 
     def episode(self, weight_version: int) -> Episode:
+        assert self.result is not None and self.result.reward is not None, "an episode is read once it has ended"
         response_ids = [i for turn in self.turns for i in turn.token_ids]
         response_logp = [lp for turn in self.turns for lp in (turn.logp or [0.0] * len(turn.token_ids))]
         details = {**self.result.details, "turns": self.model_turns, "ended_by": self.ended_by}
@@ -168,7 +173,8 @@ class AgentLoop:
                                  "positive integer budget, or one episode could run forever")
         # the protocol's optional setting (ToolEnvironment's, --env.tool_arithmetic.thinking): an environment that
         # declares none shows the model its whole trajectory
-        thinking = thinking or getattr(env, "thinking", "keep_all")
+        if not thinking:
+            thinking = getattr(env, "thinking", "keep_all")
         check_thinking_policy(thinking)
         self.env, self.stop_strings, self.observation_role = env, tuple(stop_strings), observation_role
         self.thinking = thinking
@@ -214,7 +220,7 @@ class AgentLoop:
                                context_ids)
         return [r.episode(engine.weight_version) for r in running]
 
-    def take_turn(self, r: _Running, turn, cut_by_episode_budget: bool, tok, max_seq_len: int,
+    def take_turn(self, r: _Running, turn: Continuation, cut_by_episode_budget: bool, tok: Tokenizer, max_seq_len: int,
                   context_ids: list[int] | None = None) -> None:
         """Append the model's turn, ask the environment, append its observation (if it fits
         the episode's budget and the model's positions: the trainer reads the whole row)."""

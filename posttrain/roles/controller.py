@@ -30,10 +30,11 @@ import time
 from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from posttrain.algorithms.contract import Algorithm
 from posttrain.algorithms.core import zero_variance_group_fraction
+from posttrain.models.policy import Policy
 from posttrain.roles.environment import score_episodes
 from posttrain.roles.hooks import StepHook
 from posttrain.roles.reference import NoReference, Reference, kl_to_reference
@@ -73,7 +74,7 @@ class Controller:
     hooks      StepHooks, called in order at fixed points of the step (roles/hooks.py)
     """
 
-    def __init__(self, rollout: Rollout, reward: Scorer, algorithm: Algorithm, trainer: Trainer,
+    def __init__(self, rollout: Rollout, reward: Scorer, algorithm: Algorithm, trainer: Trainer[Policy],
                  settings: StepSettings, reference: Reference | NoReference = NoReference(),
                  hooks: Sequence[StepHook] = ()):
         self.rollout, self.reward, self.algorithm, self.trainer = rollout, reward, algorithm, trainer
@@ -82,7 +83,7 @@ class Controller:
         self.round_metrics: dict[str, list[float]] = defaultdict(list)  # the hooks' metrics of each sampling round
 
     @contextmanager
-    def timed(self, role: str | None):
+    def timed(self, role: str | None) -> Iterator[None]:
         """Wall time of the block, added to the step's time/{role} (None: not timed)."""
         start = time.perf_counter()
         yield
@@ -99,7 +100,9 @@ class Controller:
             logged_kl = self.reference.score(batch)  # 3. reference
         hook_metrics = self.before_advantages(batch)  # the critic's values, PRIME's process rewards
         with self.timed("train"):
-            batch = dataclasses.replace(batch, **self.algorithm.compute_advantages(batch))  # 4. advantage
+            # the (B, T) fields the algorithm sets, by name (Any: replace checks ** against every field's type)
+            computed: dict[str, Any] = self.algorithm.compute_advantages(batch)
+            batch = dataclasses.replace(batch, **computed)  # 4. advantage
             if self.settings.skip_inert_rows:
                 batch.rows_with_gradient = self.algorithm.rows_with_gradient(batch)
             # async's stale episodes, int8's sampler: π_old recomputed (for the trained rows) and TIS
@@ -212,7 +215,8 @@ def rollout_metrics(batch: RolloutBatch, episodes: list[Episode]) -> dict[str, f
         optional["kl_ref"] = kl_to_reference(batch, batch.ref_logp)
     multi_turn = [e for e in episodes if e.turns is not None]
     if multi_turn:  # model turns per episode: for a tool environment, its tool calls and its final answer
-        optional["model_turns"] = sum(sum(t.source == MODEL_TURN for t in e.turns) for e in multi_turn) / len(multi_turn)
+        model_turns = [t for e in episodes if e.turns is not None for t in e.turns if t.source == MODEL_TURN]
+        optional["model_turns"] = len(model_turns) / len(multi_turn)
         # the share of episodes the environment answered at least once: for a tool environment,
         # those that called a tool
         optional["observed_episodes"] = sum(e.observed for e in multi_turn) / len(multi_turn)

@@ -83,7 +83,7 @@ class MultiTurnEnvironment(Environment, Protocol):
     def step(self, state: Any, model_turn: str) -> TurnResult: ...
 
 
-def is_multi_turn(env) -> bool:
+def is_multi_turn(env: Environment) -> bool:
     """Whether `env` declares the multi-turn protocol (reset, step and both budgets): then
     the rollout role samples it with the agent loop (roles/agent.py), not `generate`."""
     return isinstance(env, MultiTurnEnvironment)

@@ -19,9 +19,64 @@ each is a handful of lines that says where in the step its object acts.
 
 from __future__ import annotations
 
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Protocol
 
-from posttrain.types import Episode, RolloutBatch
+import torch
+
+from posttrain.algorithms.contract import Algorithm
+from posttrain.models.policy import Policy
+from posttrain.roles.trainer import Trainer
+from posttrain.types import Episode, Example, RolloutBatch
+
+
+class CuratedPool(Protocol):
+    """A curated prompt pool as the step uses it (data/curation.py::PromptPool): it gives each
+    round's prompts (roles/rollout.py::StepPrompts), learns their pass rates from the scored
+    groups, and says which groups to train on."""
+
+    def draw(self, step: int, round: int, n: int) -> list[Example]: ...
+
+    def observe(self, step: int, episodes: list[Episode]) -> None: ...
+
+    def keep_groups(self, episodes: list[Episode]) -> set[int]: ...
+
+    def step_metrics(self, step: int) -> dict[str, float]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class OnlinePRM(Protocol):
+    """A process reward model that learns as the run goes (rewards/implicit_prm.py::ImplicitPRM):
+    called on each batch, it steps on the batch's outcomes and gives its process rewards."""
+
+    def __call__(self, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+    def state_dict(self) -> dict: ...
+
+    def load_state_dict(self, state: dict) -> None: ...
+
+
+class KLController(Protocol):
+    """What steers β (rewards/kl_control.py): update(KL measured, steps) -> the next β."""
+
+    value: float  # β now
+
+    def update(self, current_kl: float, n_steps: int) -> float: ...
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def checkpointed(state: dict | None, what: str, setting: str) -> dict:
+    """A hook's entry of a checkpoint, or ValueError when the checkpoint has none: it is of a
+    run without `setting`."""
+    if state is None:
+        raise ValueError(f"the checkpoint holds no {what}: it is of a run without {setting}; resume with the "
+                         "settings the run started with")
+    return state
 
 
 class StepHook:
@@ -67,7 +122,7 @@ class CuratedPrompts(StepHook):
 
     state_key = "prompts"
 
-    def __init__(self, pool):
+    def __init__(self, pool: CuratedPool):
         self.pool = pool
 
     def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
@@ -84,10 +139,7 @@ class CuratedPrompts(StepHook):
         return self.pool.state_dict()
 
     def load_state_dict(self, state: dict | None) -> None:
-        if state is None:
-            raise ValueError("the checkpoint holds no curated prompt pool: it is of a run without "
-                             "rl.curation; resume with the settings the run started with")
-        self.pool.load_state_dict(state)
+        self.pool.load_state_dict(checkpointed(state, "curated prompt pool", "rl.curation"))
 
 
 class CriticValues(StepHook):
@@ -96,7 +148,7 @@ class CriticValues(StepHook):
 
     timing = "reference"  # counted with the reference's pass, as one more forward over the batch
 
-    def __init__(self, trainer):
+    def __init__(self, trainer: Trainer[Policy]):
         self.trainer = trainer
 
     def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
@@ -111,7 +163,7 @@ class ProcessRewards(StepHook):
     state_key = "process_reward"
     timing = "process_reward"
 
-    def __init__(self, prm):
+    def __init__(self, prm: OnlinePRM):
         self.prm = prm
 
     def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
@@ -122,7 +174,7 @@ class ProcessRewards(StepHook):
         return self.prm.state_dict()
 
     def load_state_dict(self, state: dict | None) -> None:
-        self.prm.load_state_dict(state)
+        self.prm.load_state_dict(checkpointed(state, "process reward model", "an implicit PRM (rl.algo prime)"))
 
 
 class AdaptiveKL(StepHook):
@@ -131,7 +183,7 @@ class AdaptiveKL(StepHook):
 
     state_key = "kl_controller"
 
-    def __init__(self, controller, algorithm):
+    def __init__(self, controller: KLController, algorithm: Algorithm):
         self.controller, self.algorithm = controller, algorithm
 
     def finish_step(self, step: int, metrics: dict[str, float]) -> None:
@@ -142,5 +194,5 @@ class AdaptiveKL(StepHook):
         return self.controller.state_dict()
 
     def load_state_dict(self, state: dict | None) -> None:
-        self.controller.load_state_dict(state)
+        self.controller.load_state_dict(checkpointed(state, "KL controller", "rl.kl.target"))
         self.algorithm.kl_coef = self.controller.value

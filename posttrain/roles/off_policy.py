@@ -40,6 +40,8 @@ import dataclasses
 import torch
 
 from posttrain.algorithms.core import masked_mean
+from posttrain.models.policy import Policy
+from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
 
 
@@ -70,7 +72,7 @@ def trained_mask(batch: RolloutBatch) -> torch.Tensor:
 
 
 @torch.no_grad()
-def current_logp(trainer, batch: RolloutBatch) -> torch.Tensor:
+def current_logp(trainer: Trainer[Policy], batch: RolloutBatch) -> torch.Tensor:
     """log π_old of the batch's tokens under the trainer's weights right now, (B, T),
     computed by the trainer's own forward pass, so that the algorithm's ratio π_θ / π_old
     is exactly 1 before the first optimizer step.
@@ -93,6 +95,9 @@ def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[
     """The batch the algorithm should see: old_logp = π_old (its ratio's denominator) and
     advantages weighted by the truncated importance weight. The metrics are over the rows
     the update trains (`trained_mask`)."""
+    if batch.advantages is None:
+        raise ValueError("apply_tis weights the batch's advantages, and it has none yet: compute them first "
+                         "(algorithm.compute_advantages)")
     mask = batch.response_mask
     weights = truncated_is_weights(old_logp, batch.old_logp, mask, cap)  # (B, T)
     raw = torch.exp(old_logp - batch.old_logp)
@@ -106,7 +111,8 @@ def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[
     return dataclasses.replace(batch, old_logp=old_logp, advantages=batch.advantages * weights), metrics
 
 
-def sampler_mismatch(batch: RolloutBatch, trainer, cap: float, prefix: str) -> tuple[RolloutBatch, dict[str, float]]:
+def sampler_mismatch(batch: RolloutBatch, trainer: Trainer[Policy], cap: float,
+                     prefix: str) -> tuple[RolloutBatch, dict[str, float]]:
     """TIS for a sampler that decodes with other weights than the trainer's (int8): π_old
     recomputed by the trainer's forward, `apply_tis`, and how far the two policies are
     apart, so a user sees when the correction is small enough to trust, over the response

@@ -12,13 +12,17 @@ sample of rows when only the logged KL does (rl.kl.track_rows); not at all witho
 from __future__ import annotations
 
 import copy
+from pathlib import Path
+from typing import Any
 
 import torch
 
 from posttrain.algorithms.core import kl_k3, masked_mean
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import model_device, place
+from posttrain.models.hf import HFPolicy
 from posttrain.models.logprobs import response_logp
+from posttrain.models.policy import Policy, PolicyShape
 from posttrain.types import RolloutBatch
 
 
@@ -39,8 +43,8 @@ class Reference:
     PRM), so that every row is scored. Otherwise `log_rows` rows of each batch are (a mean needs
     a sample, not every row); 0 = every row."""
 
-    def __init__(self, policy: torch.nn.Module, share_prompt: bool = True, every_row: bool = True, log_rows: int = 0):
-        self.model = copy.deepcopy(policy).eval().requires_grad_(False)
+    def __init__(self, policy: Policy, share_prompt: bool = True, every_row: bool = True, log_rows: int = 0):
+        self.model: Policy = copy.deepcopy(policy).eval().requires_grad_(False)
         self.share_prompt = share_prompt  # each group's prompt computed once (models/shared_prefix.py)
         self.every_row, self.log_rows = every_row, log_rows
 
@@ -72,12 +76,12 @@ class AdapterOff(torch.nn.Module):
     adds no second copy of the weights. Both the RL reference below and the preference
     losses (which call the module itself) read π_ref through it."""
 
-    def __init__(self, policy: torch.nn.Module) -> None:
+    def __init__(self, policy: HFPolicy) -> None:
         super().__init__()
         self.policy = policy
 
     @property
-    def config(self):
+    def config(self) -> PolicyShape:
         return self.policy.config
 
     @property
@@ -85,36 +89,36 @@ class AdapterOff(torch.nn.Module):
         return self.policy.compute_dtype
 
     @property
-    def lm_head(self) -> torch.nn.Module:
+    def lm_head(self) -> torch.nn.Linear:
         return self.policy.lm_head  # LoRA adapts attention and MLP projections, never the head
 
-    def forward(self, *args, **kwargs) -> torch.Tensor:
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         with self.policy.adapter_disabled():
             return self.policy(*args, **kwargs)
 
-    def hidden_states(self, *args, **kwargs) -> torch.Tensor:
+    def hidden_states(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         with self.policy.adapter_disabled():
             return self.policy.hidden_states(*args, **kwargs)
 
-    def new_cache(self, *args, **kwargs):
+    def new_cache(self, *args: Any, **kwargs: Any) -> Any:
         return self.policy.new_cache(*args, **kwargs)  # a cache holds no weights: the policy's kind serves
 
 
 class AdapterOffReference(Reference):
     """The reference of a LoRA policy: the policy itself with its adapters switched off."""
 
-    def __init__(self, policy: torch.nn.Module, share_prompt: bool = True, every_row: bool = True, log_rows: int = 0):
+    def __init__(self, policy: HFPolicy, share_prompt: bool = True, every_row: bool = True, log_rows: int = 0):
         self.model = AdapterOff(policy)
         self.share_prompt = share_prompt
         self.every_row, self.log_rows = every_row, log_rows
 
 
-def make_reference(policy: torch.nn.Module, start_weights, share_prompt: bool = True, every_row: bool = True,
+def make_reference(policy: Policy, start_weights: Path, share_prompt: bool = True, every_row: bool = True,
                    log_rows: int = 0) -> Reference:
     """The frozen starting policy: the weights at `start_weights`, or, for a LoRA policy,
     the policy with its adapters off. `every_row`, `log_rows`: see Reference."""
 
-    if getattr(policy.config, "lora_r", 0):
+    if isinstance(policy, HFPolicy) and policy.config.lora_r:  # LoRA is HFPolicy's (models/hf.py::add_lora)
         return AdapterOffReference(policy, share_prompt, every_row, log_rows)
     # loaded on the CPU in float32; the reference then lives where the policy does, in its precision
     start = load_checkpoint_model(start_weights, policy.config)

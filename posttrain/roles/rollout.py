@@ -32,11 +32,14 @@ from typing import Callable, Protocol
 import torch
 
 from posttrain.config import SamplingParams
+from posttrain.models.policy import Policy
 from posttrain.roles.engines import Engine, make_engine
+from posttrain.roles.hooks import CuratedPool
 from posttrain.roles.off_policy import sampler_mismatch
+from posttrain.roles.trainer import Trainer
 from posttrain.roles.weight_sync import make_weight_sync
 from posttrain.seeds import derive_seed
-from posttrain.types import Episode, Example, RolloutBatch
+from posttrain.types import Environment, Episode, Example, RolloutBatch, Tokenizer
 
 
 class Rollout(Protocol):
@@ -61,7 +64,8 @@ class Rollout(Protocol):
         """Publish the trainer's weights; `version` restores a saved number (a resumed run)."""
         ...
 
-    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict[str, float]]:
+    def off_policy_correction(self, batch: RolloutBatch,
+                              trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict[str, float]]:
         """The batch the update should see (π_old and importance weights where the sampler was
         not the trainer's current policy) and what the correction measured."""
         ...
@@ -89,7 +93,8 @@ class StepPrompts:
     train split (or from a curated pool: data/curation.py), each seeded by (seed, step, round)
     alone, so a resumed run draws what an uninterrupted one draws."""
 
-    def __init__(self, env, prompts_per_step: int, samples_per_prompt: int, seed: int, pool=None):
+    def __init__(self, env: Environment, prompts_per_step: int, samples_per_prompt: int, seed: int,
+                 pool: CuratedPool | None = None):
         self.env, self.pool = env, pool
         self.prompts_per_step, self.samples_per_prompt, self.seed = prompts_per_step, samples_per_prompt, seed
 
@@ -149,7 +154,7 @@ class ColocatedRollout:
 
     topology = "colocated"
 
-    def __init__(self, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+    def __init__(self, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn,
                  mismatch_cap: float | None = None):
         self.engine = make_engine(policy, tokenizer, params, shares_weights=True)
@@ -175,7 +180,8 @@ class ColocatedRollout:
     def push(self, version: int | None = None) -> int:
         return self.sync.push(version)
 
-    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict[str, float]]:
+    def off_policy_correction(self, batch: RolloutBatch,
+                              trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict[str, float]]:
         if self.mismatch_cap is None:
             return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
         batch, stats = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)

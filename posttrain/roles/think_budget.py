@@ -31,6 +31,7 @@ old_logp is invented for them.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -67,8 +68,9 @@ def budgeted_generate(engine: Engine, examples: list[Example], budget: int, answ
     forced_ids = tok.encode(forced_text(early_stop))
     rows = len(examples)
 
-    def go_on(which: list[int], contexts: list[list[int]], limit: list[int], stop: tuple[str, ...]) -> dict[int, Continuation]:
-        """Continue the rows `which` (skipping a limit of 0: nothing to draw)."""
+    def go_on(which: list[int], contexts: Sequence[list[int]] | Mapping[int, list[int]], limit: list[int],
+              stop: tuple[str, ...]) -> dict[int, Continuation]:
+        """Continue the rows `which`, row i from contexts[i] (skipping a limit of 0: nothing to draw)."""
         chosen = [i for i in which if limit[i] > 0]
         drawn = engine.continue_rows([contexts[i] for i in chosen], [limit[i] for i in chosen], generator, params,
                                      stop_strings=stop) if chosen else []
@@ -90,8 +92,9 @@ def budgeted_generate(engine: Engine, examples: list[Example], budget: int, answ
     episodes, uses = [], []
     for i, example in enumerate(examples):
         model_parts = [opening[i]] + ([thinking[i]] if i in thinking else [])
-        first = Turn(MODEL_TURN, [t for part in model_parts for t in part.token_ids],
-                     [p for part in model_parts for p in part.logp], "".join(part.text for part in model_parts))
+        first_logp = [p for part in model_parts for p in part.logp]
+        first = Turn(MODEL_TURN, [t for part in model_parts for t in part.token_ids], first_logp,
+                     "".join(part.text for part in model_parts))
         turns = [first]
         if i in forced:
             turns.append(Turn(ENVIRONMENT_TURN, list(forced_ids), None, forced_text(early_stop)))
@@ -100,7 +103,7 @@ def budgeted_generate(engine: Engine, examples: list[Example], budget: int, answ
             if i in forced:
                 turns.append(Turn(MODEL_TURN, last.token_ids, last.logp, last.text))
             else:  # all drawn by the policy: one model turn
-                turns = [Turn(MODEL_TURN, first.token_ids + last.token_ids, first.logp + last.logp,
+                turns = [Turn(MODEL_TURN, first.token_ids + last.token_ids, first_logp + last.logp,
                               first.text + last.text)]
         final_stop = (last or (thinking[i] if i in thinking else opening[i])).stop
         episodes.append(Episode(

@@ -13,6 +13,10 @@ resumed run needs) lives here, once for every learned thing:
                           itself. The reward models (rewards/reward_model.py), the PRMs
                           (rewards/process_reward_model.py), PRIME's implicit PRM
     fit(batches, loss, n) n steps, one per batch, with the seconds since the start
+
+A Trainer is typed by the model it trains: Trainer[Policy] (a GPTMini, an HFPolicy) has
+`update`, any Trainer has `step` and `fit` with a ModelLoss of its model, so a type checker
+refuses a policy loss handed to a reward model's trainer, and the other way round.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections import defaultdict
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Generic, Iterator, TypeVar
 
 import torch
 
@@ -28,6 +32,7 @@ from posttrain.algorithms.contract import Loss, ModelLoss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp_and_entropy
+from posttrain.models.policy import Policy, Trainable
 from posttrain.models.shared_prefix import batch_hidden_states
 from posttrain.types import PolicyOutputs, RolloutBatch
 
@@ -103,10 +108,15 @@ def quiet(step: int, metrics: dict[str, float]) -> None:
     """Trainer.fit's default `on_step`: no progress display."""
 
 
-class Trainer:
+# the model a Trainer trains. Covariant: a Trainer[GPTMini] is a Trainer[Policy], whose
+# methods below take `self: Trainer[Policy]`
+ModelT = TypeVar("ModelT", bound=Trainable, covariant=True)
+
+
+class Trainer(Generic[ModelT]):
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: ModelT,
         lr: float,
         total_steps: int,
         warmup_steps: int = 0,
@@ -131,7 +141,7 @@ class Trainer:
             raise ValueError("the model has no trainable parameters (requires_grad is False everywhere). "
                              "An engine that owns its model freezes it: give it a copy "
                              "(make_engine(copy.deepcopy(policy), ...)) and train the original")
-        parameters += list(self.critic.parameters()) if critic is not None else []
+        parameters += list(self.critic.parameters()) if self.critic is not None else []
         # AdamW's β2 0.95 by default: the shorter second-moment memory that LLM training
         # commonly uses, so the step size adapts quickly when the reward signal shifts
         self.optimizer = torch.optim.AdamW(parameters, lr=lr, betas=(0.9, adam_beta2), weight_decay=weight_decay)
@@ -146,7 +156,7 @@ class Trainer:
         """The policy's device: batches are moved here before a forward pass (models/device.py)."""
         return model_device(self.model)
 
-    def forward(self, batch: RolloutBatch) -> PolicyOutputs:
+    def forward(self: Trainer[Policy], batch: RolloutBatch) -> PolicyOutputs:
         with autocast(self.model):  # the policy's precision (models/device.py): bf16 matmuls when asked
             hidden = batch_hidden_states(self.model, batch, self.share_prompt)  # (B, T, D)
             # logits only at the response positions, chunked: see core.response_logp_and_entropy;
@@ -158,14 +168,17 @@ class Trainer:
         return PolicyOutputs(logp=logp, entropy=entropy, values=values)
 
     @torch.no_grad()
-    def values(self, batch: RolloutBatch) -> torch.Tensor:
+    def values(self: Trainer[Policy], batch: RolloutBatch) -> torch.Tensor:
         """V of every response position under the current weights, (B, T): PPO's
         `batch.values`, taken right after sampling and before any update."""
+        if self.critic is None:
+            raise ValueError("Trainer.values reads the critic's values, and this trainer has none: build it with "
+                             "critic=ValueHead(...) (an algorithm with a critic, e.g. PPO)")
         with autocast(self.model):
             return self.critic(batch_hidden_states(self.model, batch, self.share_prompt)).float() * batch.response_mask
 
     def update(
-        self,
+        self: Trainer[Policy],
         batch: RolloutBatch,
         loss: Loss,
         epochs: int = 1,
@@ -192,10 +205,10 @@ class Trainer:
                 count += 1
         self.scheduler.step()
         out = {key: value / count for key, value in sums.items()}
-        out["lr"] = self.scheduler.get_last_lr()[0]
+        out["lr"] = float(self.scheduler.get_last_lr()[0])  # a float here (torch types it float | Tensor)
         return out
 
-    def _step(self, minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
+    def _step(self: Trainer[Policy], minibatch: RolloutBatch, loss: Loss) -> dict[str, float]:
         """One optimizer step on the minibatch's gradient, accumulated over micro-batches."""
         self.optimizer.zero_grad(set_to_none=True)
         rows = torch.arange(minibatch.batch_size, device=minibatch.tokens.device)
@@ -211,7 +224,7 @@ class Trainer:
         self.optimizer.step()
         return norm.item()
 
-    def accumulate(self, minibatch: RolloutBatch, rows: torch.Tensor, loss: Loss) -> dict[str, float]:
+    def accumulate(self: Trainer[Policy], minibatch: RolloutBatch, rows: torch.Tensor, loss: Loss) -> dict[str, float]:
         """Backward through the loss of `rows` of the minibatch, micro_batch_size rows at a
         time, each micro-batch's loss weighted by its share of the whole minibatch's
         (core.micro_batch_share: of its tokens for token-mean, of its rows otherwise), so
@@ -235,7 +248,7 @@ class Trainer:
             backward_share(value, share, metrics, sums)
         return dict(sums)
 
-    def step(self, batch: Any, loss: ModelLoss) -> dict[str, float]:
+    def step(self, batch: Any, loss: ModelLoss[ModelT]) -> dict[str, float]:
         """One optimizer step of a model whose loss runs its own forward pass (ModelLoss: a
         reward model, a PRM), on the whole batch's gradient: accumulated micro_batch_size
         rows at a time, each micro-batch's loss weighted by its share of the batch's
@@ -251,10 +264,10 @@ class Trainer:
             backward_share(value, loss.share(batch, micro), metrics, sums)
         sums["grad_norm"] = self.clip_and_step()
         self.scheduler.step()
-        sums["lr"] = self.scheduler.get_last_lr()[0]
+        sums["lr"] = float(self.scheduler.get_last_lr()[0])
         return dict(sums)
 
-    def fit(self, batches: Iterator[Any], loss: ModelLoss, steps: int,
+    def fit(self, batches: Iterator[Any], loss: ModelLoss[ModelT], steps: int,
             on_step: Callable[[int, dict[str, float]], None] = quiet) -> list[dict[str, float]]:
         """`steps` calls of `step`, one per batch drawn from `batches`: the one training loop
         of the reward models and PRMs. Returns the metrics of each step, with "seconds", the

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-import torch
-
+from posttrain.models.policy import Policy
 from posttrain.roles.engines import Engine
 
 
@@ -33,7 +32,7 @@ class WeightSync(Protocol):
 
 
 class InProcessWeightSync:
-    def __init__(self, source: torch.nn.Module, engine: Engine):
+    def __init__(self, source: Policy, engine: Engine):
         self.source = source
         self.engine = engine
         self.version = engine.weight_version
@@ -50,7 +49,7 @@ class SharedWeights:
     step has already updated the weights it reads, so a push only bumps the version the
     engine stamps on episodes (and an int8 engine quantises again on a new version)."""
 
-    def __init__(self, source: torch.nn.Module, engine: Engine):
+    def __init__(self, source: Policy, engine: Engine):
         if not engine.shares_weights:
             raise ValueError("SharedWeights needs an engine built on the trainer's own module "
                              "(make_engine(policy, ..., shares_weights=True)); an engine with its own copy "
@@ -64,6 +63,6 @@ class SharedWeights:
         return self.version
 
 
-def make_weight_sync(source: torch.nn.Module, engine: Engine) -> WeightSync:
+def make_weight_sync(source: Policy, engine: Engine) -> WeightSync:
     """How `engine` receives `source`'s weights: a version bump when it shares them, a copy when not."""
     return SharedWeights(source, engine) if engine.shares_weights else InProcessWeightSync(source, engine)

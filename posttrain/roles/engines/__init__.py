@@ -10,18 +10,18 @@ RL, evaluation, preference pairs, search — can then sample with it (`--rl.samp
 
 from __future__ import annotations
 
-import torch
-
 from posttrain.config import SamplingParams
-from posttrain.roles.engines.contract import Engine
+from posttrain.models.policy import Policy
+from posttrain.roles.engines.contract import Engine, EngineClass
 from posttrain.roles.engines.torch_engine import RolloutEngine
+from posttrain.types import Tokenizer
 
-ENGINES: dict[str, type] = {
+ENGINES: dict[str, EngineClass] = {
     "torch": RolloutEngine,  # eager PyTorch with a KV cache; float32, bf16 or int8 weights (params.weights)
 }
 
 
-def make_engine(policy: torch.nn.Module, tokenizer, params: SamplingParams, shares_weights: bool = False) -> Engine:
+def make_engine(policy: Policy, tokenizer: Tokenizer, params: SamplingParams, shares_weights: bool = False) -> Engine:
     """The engine registered as params.engine, sampling `policy` with `tokenizer`'s prompt layout.
 
     shares_weights=True: it samples from `policy` itself (the trainer's module, in this
@@ -34,4 +34,4 @@ def make_engine(policy: torch.nn.Module, tokenizer, params: SamplingParams, shar
     return ENGINES[params.engine](policy, tokenizer, params, shares_weights=shares_weights)
 
 
-__all__ = ["ENGINES", "Engine", "RolloutEngine", "make_engine"]
+__all__ = ["ENGINES", "Engine", "EngineClass", "RolloutEngine", "make_engine"]

@@ -3,6 +3,7 @@
     Engine          generate(examples, K) -> Episodes with the log-probs of every token drawn;
                     continue_rows(contexts, budgets) -> Continuations (the agent loop's turns);
                     load_weights(state) when it holds its own copy; the weight version it samples with
+    EngineClass     how one is built: (policy, tokenizer, params, shares_weights) -> Engine
     Continuation    the tokens one row drew, exactly as drawn, and why it stopped
     encode_prompt   the token layout every engine samples a prompt from, and so the one SFT
                     demonstrations and preference pairs are trained on too
@@ -14,29 +15,24 @@ rollout role (roles/rollout.py), the evaluation loop and the search methods call
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol
+from typing import Mapping, Protocol
 
 import torch
 
 from posttrain.config import SamplingParams
-from posttrain.types import PROMPT_MESSAGES, Episode, Example
+from posttrain.models.policy import Policy
+from posttrain.types import PROMPT_MESSAGES, Episode, Example, Tokenizer
 
-Tokenizer = Any  # a tokenizer protocol lands with the typed seams (models/tokenizer.py, models/hf.py)
 
-
-def encode_prompt(tokenizer, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
+def encode_prompt(tokenizer: Tokenizer, prompt: str, messages: list[dict[str, str]] | None = None) -> list[int]:
     """The token layout every prompt is sampled from, and so the one SFT demonstrations and
-    preference pairs must be trained on too: `[bos] + prompt`, or the tokenizer's own
-    `prompt_ids` (an instruct model's chat template, models/hf.py::HFTokenizer), which
+    preference pairs must be trained on too: the tokenizer's `prompt_ids`, `[bos] + prompt`
+    for gpt_mini, an instruct model's chat template (models/hf.py::HFTokenizer), which
     renders `messages`, the prompt's turns when it is a conversation (types.PROMPT_MESSAGES)."""
-    prompt_ids = getattr(tokenizer, "prompt_ids", None)
-    if prompt_ids is not None:
-        # a tokenizer whose prompt_ids reads text only (no chat) still serves every text prompt
-        return prompt_ids(prompt, messages) if messages else prompt_ids(prompt)
-    return [tokenizer.bos_id] + tokenizer.encode(prompt)
+    return tokenizer.prompt_ids(prompt, messages)
 
 
-def prompt_template(tokenizer) -> str:
+def prompt_template(tokenizer: Tokenizer) -> str:
     """How a problem's text reaches the model, with "{prompt}" where the text goes, special
     tokens shown: "<bos>{prompt}" for gpt_mini, the chat template's turns and system prompt for
     an instruct model. Run directories record it: the same weights behind another template
@@ -44,7 +40,7 @@ def prompt_template(tokenizer) -> str:
     return tokenizer.decode(encode_prompt(tokenizer, "{prompt}"), skip_special_tokens=False)
 
 
-def example_prompt_ids(tokenizer, example: Example) -> list[int]:
+def example_prompt_ids(tokenizer: Tokenizer, example: Example) -> list[int]:
     """`encode_prompt` of an Example: its conversation when it has one, else its text."""
     return encode_prompt(tokenizer, example.prompt, example.meta.get(PROMPT_MESSAGES))
 
@@ -108,3 +104,12 @@ class Engine(Protocol):
     def metrics(self) -> dict[str, float]:
         """What the engine's own work cost since the last call, for the step's log ({} for none)."""
         ...
+
+
+class EngineClass(Protocol):
+    """How an engine is built: around a policy and its tokenizer, with the sampling settings
+    (engines/__init__.py::make_engine says what shares_weights means). An engine's class is
+    one, and ENGINES maps each name to one."""
+
+    def __call__(self, policy: Policy, tokenizer: Tokenizer, params: SamplingParams, /,
+                 shares_weights: bool = False) -> Engine: ...

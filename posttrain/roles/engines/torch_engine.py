@@ -23,7 +23,7 @@ each episode's prompt and turns so far with it, one model turn per call.
 from __future__ import annotations
 
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from posttrain.config import SamplingParams
 from posttrain.models.device import autocast, model_device
 from posttrain.models.int8 import Int8Sampler
+from posttrain.models.policy import Policy
 from posttrain.roles.engines.contract import (
     STOP_BUDGET,
     STOP_CODES,
@@ -39,7 +40,7 @@ from posttrain.roles.engines.contract import (
     Continuation,
     example_prompt_ids,
 )
-from posttrain.types import Episode, Example
+from posttrain.types import Episode, Example, Tokenizer
 
 
 def sample_next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -126,13 +127,13 @@ class RolloutEngine:
 
     max_rows = 512  # sequences decoded at once: generate splits a larger call (an instance may set its own)
 
-    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, shares_weights: bool = False):
+    def __init__(self, model: Policy, tokenizer: Tokenizer, params: SamplingParams, shares_weights: bool = False):
         self.model = model if shares_weights else model.eval().requires_grad_(False)
         self.shares_weights = shares_weights
         self.tokenizer = tokenizer
         self.params = params
         self.weight_version = 0
-        self._compiled_decode = None  # made on first use when params.compile
+        self._compiled_decode: Callable[..., torch.Tensor] | None = None  # made on first use when params.compile
         self._int8: Int8Sampler | None = None  # made on first int8 sampling call
         self._int8_version: int | None = None  # the weight version it was quantised from
         self.requantize_seconds = 0.0  # the last re-quantisation's cost, for the step's metrics
@@ -152,7 +153,7 @@ class RolloutEngine:
         return {} if self.params.weights == "float32" else {f"{self.params.weights}/requantize_seconds":
                                                               self.requantize_seconds}
 
-    def decoding_model(self, params: SamplingParams) -> torch.nn.Module:
+    def decoding_model(self, params: SamplingParams) -> Policy:
         """The module that decodes under `params`: the model, or its int8 copy quantised
         from the weights of the current version."""
         if params.weights == "float32":
@@ -166,7 +167,7 @@ class RolloutEngine:
         self._int8_version = self.weight_version
         return self._int8.module
 
-    def _decode_step(self, params: SamplingParams, model: torch.nn.Module):
+    def _decode_step(self, params: SamplingParams, model: Policy) -> Callable[..., torch.Tensor]:
         """The module that runs one-token decode steps: `model`, or the model's compiled form.
         The compiled form reads the same parameters (they are graph inputs, not constants),
         so it samples from the weights as they are after every optimizer step."""
