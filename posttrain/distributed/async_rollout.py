@@ -25,15 +25,20 @@ up to max_staleness batches to finish sampling.
 
 from __future__ import annotations
 
-from posttrain.roles.off_policy import apply_tis, current_logp, staleness_stats
+from typing import Any
+
+from posttrain.config import DistConfig
 from posttrain.distributed.rollout_workers import RayRollout
+from posttrain.models.policy import Policy
+from posttrain.roles.off_policy import apply_tis, current_logp, staleness_stats
+from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, RolloutBatch
 
 
 class AsyncRayRollout(RayRollout):
     topology = "async"
 
-    def __init__(self, dist, *args, horizon: int | None = None, **kwargs):
+    def __init__(self, dist: DistConfig, *args: Any, horizon: int | None = None, **kwargs: Any):
         self.max_staleness = dist.max_staleness
         self.tis_cap = dist.tis_cap
         self.horizon = horizon  # the number of steps of the run: nothing is sampled past it
@@ -72,7 +77,7 @@ class AsyncRayRollout(RayRollout):
         super().load_state_dict(state)
         self.ready = dict(state.get("ready", {}))  # none in a checkpoint from before batches were saved
 
-    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
+    def off_policy_correction(self, batch: RolloutBatch, trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict]:
         stats = staleness_stats(batch, self.version, self.max_staleness)
         batch, tis = apply_tis(batch, current_logp(trainer, batch), self.tis_cap)
         return batch, {**stats, **tis}

@@ -45,12 +45,14 @@ import signal
 import tempfile
 import time
 from datetime import timedelta
-from typing import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
 
 from posttrain.algorithms.contract import Loss
+from posttrain.models.policy import Policy
 from posttrain.roles.trainer import Trainer, metrics_of_trained_rows
 from posttrain.types import RolloutBatch
 
@@ -60,7 +62,7 @@ def rank_rows(batch_size: int, rank: int, world_size: int) -> torch.Tensor:
     return torch.arange(batch_size * rank // world_size, batch_size * (rank + 1) // world_size)
 
 
-class DataParallelTrainer(Trainer):
+class DataParallelTrainer(Trainer[Policy]):
     """A Trainer on one rank of an initialised torch.distributed group."""
 
     allreduce_seconds = 0.0  # wall time spent in the gradient all-reduce (includes waiting for the slowest rank)
@@ -105,7 +107,7 @@ class DataParallelTrainer(Trainer):
 COLLECTIVE_TIMEOUT = timedelta(minutes=5)
 
 
-def make_trainer(ranks: int, model: torch.nn.Module, **trainer_kwargs) -> Trainer:
+def make_trainer(ranks: int, model: Policy, **trainer_kwargs: Any) -> Trainer[Policy]:
     """The RL stage's trainer role: one process (ranks = 1), or rank 0 of `ranks`."""
     if ranks == 1:
         return Trainer(model, **trainer_kwargs)
@@ -116,8 +118,8 @@ class RankZeroTrainer(DataParallelTrainer):
     """Rank 0 of a gloo group whose other ranks are follower processes it starts itself.
     The controller uses it as it uses a Trainer; `close()` stops the followers."""
 
-    def __init__(self, ranks: int, model: torch.nn.Module, critic: torch.nn.Module | None = None,
-                 timeout: timedelta = COLLECTIVE_TIMEOUT, **trainer_kwargs):
+    def __init__(self, ranks: int, model: Policy, critic: torch.nn.Module | None = None,
+                 timeout: timedelta = COLLECTIVE_TIMEOUT, **trainer_kwargs: Any):
         super().__init__(model, critic=critic, **trainer_kwargs)
         if dist.is_initialized():
             raise RuntimeError("torch.distributed is already initialised in this process (torchrun?); "
@@ -169,7 +171,7 @@ class RankZeroTrainer(DataParallelTrainer):
                     "(its error, if it printed one, is above); the run stops. `posttrain train --resume RUN_DIR` "
                     "continues from the last checkpoint, with fewer --dist.trainer_ranks if a rank keeps failing")
 
-    def _send(self, command: str, payload) -> None:
+    def _send(self, command: str, payload: Any) -> None:
         """Wake every follower with `command`, then broadcast `payload` (pickled, so tensors
         are copied: a torch.multiprocessing pipe would share their memory across ranks)."""
         for pipe in self._pipes:
@@ -225,7 +227,7 @@ class RankZeroTrainer(DataParallelTrainer):
         self._store = None  # stops the rendezvous server
 
 
-def _follow(rank: int, world_size: int, port: int, pipe, timeout: timedelta) -> None:
+def _follow(rank: int, world_size: int, port: int, pipe: Connection, timeout: timedelta) -> None:
     """A follower rank: hold a replica, and run every update rank 0 asks for."""
     # Ctrl-C reaches every process of the terminal's group; rank 0 alone decides when we stop
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -281,7 +283,7 @@ def _worker(rank: int, world_size: int, init_file: str, fn: Callable, args: tupl
         dist.destroy_process_group()
 
 
-def spawn(fn: Callable, world_size: int, *args) -> None:
+def spawn(fn: Callable, world_size: int, *args: Any) -> None:
     """Run fn(rank, world_size, *args) in world_size fresh processes joined in one gloo
     group; fn must be importable (a module-level function)."""
     import torch.multiprocessing as mp

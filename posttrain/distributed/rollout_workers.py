@@ -29,16 +29,18 @@ from __future__ import annotations
 import copy
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
-from posttrain.config import ConfigError, SamplingParams
+from posttrain.config import ConfigError, DistConfig, SamplingParams
+from posttrain.models.policy import Policy
 from posttrain.roles.engines import make_engine
 from posttrain.roles.off_policy import sampler_mismatch, staleness_stats
 from posttrain.roles.rollout import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
+from posttrain.roles.trainer import Trainer
 from posttrain.runs.console import console
-from posttrain.types import Episode, RolloutBatch
+from posttrain.types import Episode, RolloutBatch, Tokenizer
 
 # A worker that keeps dying is a bug to look at, not something to retry forever.
 MAX_RESTARTS = 4
@@ -48,7 +50,7 @@ RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: 
 class RolloutWorker:
     """The body of one Ray actor (wrapped by ray.remote in RayRollout)."""
 
-    def __init__(self, model: torch.nn.Module, tokenizer, params: SamplingParams, sampler: Sampler = single_turn):
+    def __init__(self, model: Policy, tokenizer: Tokenizer, params: SamplingParams, sampler: Sampler = single_turn):
         # one intra-op thread per worker, as it holds one Ray CPU. (Sampled numbers can
         # depend on the thread count, so a single-process run reproduces a distributed
         # one exactly with --threads 1.)
@@ -84,7 +86,7 @@ class RolloutWorker:
         self.crash_armed = True
 
 
-def connect(dist) -> bool:
+def connect(dist: DistConfig) -> bool:
     """Connect to the cluster at dist.ray_address, or start a local one. True when this
     call started Ray (and so should shut it down).
 
@@ -123,7 +125,7 @@ class RayRollout:
 
     topology = "sync"
 
-    def __init__(self, dist, policy: torch.nn.Module, tokenizer, params: SamplingParams,
+    def __init__(self, dist: DistConfig, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], shards: int, sampler: Sampler = single_turn,
                  mismatch_cap: float | None = None):
         self.mismatch_cap = mismatch_cap
@@ -210,7 +212,7 @@ class RayRollout:
         shards = split_shards(request, self.shards)
         return [(s, self._call(s, request.samples_per_prompt, min_version)) for s in shards]
 
-    def _call(self, shard: Shard, k: int, min_version: int):
+    def _call(self, shard: Shard, k: int, min_version: int) -> Any:  # a Ray ObjectRef of the shard's episodes
         return self.workers[shard.index % len(self.workers)].sample.remote(shard, k, min_version)
 
     def gather(self, calls: list[tuple[Shard, object]], k: int, min_version: int) -> list[Episode]:
@@ -254,7 +256,7 @@ class RayRollout:
 
     # -- what the controller logs ------------------------------------------------------------
 
-    def off_policy_correction(self, batch: RolloutBatch, trainer) -> tuple[RolloutBatch, dict]:
+    def off_policy_correction(self, batch: RolloutBatch, trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict]:
         stats = staleness_stats(batch, self.version, max_staleness=0)
         if self.mismatch_cap is None:
             return batch, stats

@@ -27,6 +27,7 @@ from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 from posttrain.envs.reasoning_gym_tasks import ReasoningGymEnv
 from posttrain.envs.thinking_modes import ThinkingModesEnv
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
+from posttrain.types import Environment
 
 # "math" and "code" are "jsonl" with another default verifier; all three need --env.path
 ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv,
@@ -39,7 +40,7 @@ def env_family(name: str) -> str:
     return name.partition(":")[0]
 
 
-def make_env(name: str | type, **kwargs: Any):
+def make_env(name: str | type, **kwargs: Any) -> Environment:
     """Build the environment registered as `name`, e.g. make_env("arithmetic", level=2), or
     one of your own class (any class with the same methods), e.g. make_env(MyTask, level=2).
     A name "family:task" passes the task as the `task` argument of a family that takes

@@ -304,8 +304,9 @@ def _feed(pipe, data: bytes) -> None:
             pass  # close() flushes, which fails the same way
 
 
-def _supervise(command, cwd, env, program, wall_seconds, cpu_seconds, max_output_bytes,
-               isolation, python_guards, watch) -> SandboxResult:  # fmt: skip
+def _supervise(command: list[str], cwd: str, env: dict[str, str], program: bytes, wall_seconds: float,
+               cpu_seconds: int, max_output_bytes: int, isolation: str, python_guards: bool,
+               watch: tuple[str, int] | None) -> SandboxResult:  # fmt: skip  # env: the process's variables
     start = time.monotonic()
     try:
         proc = subprocess.Popen(

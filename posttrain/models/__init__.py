@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from posttrain.config import ModelConfig
 from posttrain.types import Tokenizer
 
 from .gpt_mini import GPTMini
@@ -21,6 +22,7 @@ from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_
 from .kv_cache import KVCache
 from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
 from .model_dirs import named_by_latest, resolve_model_dir
+from .policy import SavablePolicy
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
 
@@ -32,7 +34,7 @@ __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPT
            "policy_context", "read_model_dir", "save_checkpoint_model"]
 
 
-def gpt_mini_config(model_cfg, tokenizer: CharTokenizer | None = None) -> GPTMiniConfig:
+def gpt_mini_config(model_cfg: ModelConfig, tokenizer: CharTokenizer | None = None) -> GPTMiniConfig:
     """posttrain.config.ModelConfig -> GPTMiniConfig (the vocabulary comes from the tokenizer)."""
     return GPTMiniConfig(vocab_size=(tokenizer or CharTokenizer()).vocab_size, dim=model_cfg.dim,
                          n_layer=model_cfg.n_layer, n_head=model_cfg.n_head, hidden_dim=model_cfg.hidden_dim,
@@ -42,16 +44,16 @@ def gpt_mini_config(model_cfg, tokenizer: CharTokenizer | None = None) -> GPTMin
 MODELS = {"gpt_mini": lambda model_cfg, tokenizer: GPTMini(gpt_mini_config(model_cfg, tokenizer))}
 
 
-def build_model(model_cfg, tokenizer: CharTokenizer) -> GPTMini:
+def build_model(model_cfg: ModelConfig, tokenizer: CharTokenizer) -> GPTMini:
     return MODELS[model_cfg.name](model_cfg, tokenizer)
 
 
-def is_pretrained(model_cfg) -> bool:
+def is_pretrained(model_cfg: ModelConfig) -> bool:
     """True for a transformers model (a known name or a directory), False for gpt_mini."""
     return model_cfg.name not in MODELS
 
 
-def is_transformers_policy(model_cfg, init: str = "") -> bool:
+def is_transformers_policy(model_cfg: ModelConfig, init: str = "") -> bool:
     """Whether a run's policy is a transformers model: the one `init` loads (any model but a
     gpt_mini checkpoint), else model_cfg's."""
     if not init:
@@ -59,7 +61,7 @@ def is_transformers_policy(model_cfg, init: str = "") -> bool:
     return _is_transformers_checkpoint(resolve_model_dir(init))
 
 
-def make_policy(model_cfg):
+def make_policy(model_cfg: ModelConfig) -> tuple[GPTMini | HFPolicy, Tokenizer]:
     """(policy, tokenizer): a freshly initialised gpt_mini (seed torch first), or a
     pretrained transformers model loaded offline."""
     if not is_pretrained(model_cfg):
@@ -70,7 +72,7 @@ def make_policy(model_cfg):
     return HFPolicy.load(model_cfg.name, model_cfg.system_prompt)
 
 
-def save_checkpoint_model(model, tokenizer: Tokenizer, directory: Path) -> None:
+def save_checkpoint_model(model: SavablePolicy, tokenizer: Tokenizer, directory: Path) -> None:
     model.save_pretrained(directory, tokenizer)
 
 
@@ -105,7 +107,7 @@ def load_checkpoint_model(directory: Path, expected=None) -> GPTMini | HFPolicy:
     return GPTMini.from_pretrained(directory, expected_config=expected)
 
 
-def load_tokenizer(directory: str | Path, model_cfg=None):
+def load_tokenizer(directory: str | Path, model_cfg: ModelConfig | None = None) -> Tokenizer:
     """The tokenizer saved beside a checkpoint's weights, with model_cfg's system prompt,
     or, when that is empty, the one the checkpoint was trained with."""
     if _is_transformers_checkpoint(directory):
@@ -118,7 +120,7 @@ def load_tokenizer(directory: str | Path, model_cfg=None):
     return CharTokenizer.load(directory)
 
 
-def check_checkpoint_shape(directory: Path, model_cfg) -> None:
+def check_checkpoint_shape(directory: Path, model_cfg: ModelConfig) -> None:
     """Fail fast, before a run starts, when a checkpoint does not fit the configured model."""
     if is_pretrained(model_cfg) or _is_transformers_checkpoint(directory):
         return  # a transformers checkpoint carries its own shape
@@ -155,7 +157,7 @@ def read_model_dir(directory: str | Path) -> dict:
 CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_seq_len")
 
 
-def policy_context(model_cfg, init: str = "") -> tuple[int, object] | None:
+def policy_context(model_cfg: ModelConfig, init: str = "") -> tuple[int, Tokenizer] | None:
     """(positions, tokenizer) of the policy a run builds from model_cfg, or from the
     checkpoint `init`, read without loading any weights: gpt_mini's max_seq_len, a
     transformers directory's config.json (a known name's once converted). None for a known

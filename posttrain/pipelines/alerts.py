@@ -21,11 +21,13 @@ the deterministic run fires the same alert again).
 from __future__ import annotations
 
 from posttrain.config import RLConfig
+from posttrain.models.policy import SavablePolicy
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.monitors import check_all
 from posttrain.runs.report import RUN_MONITORS
 from posttrain.runs.rundir import RunDir
+from posttrain.types import Tokenizer
 
 RECORD = "early_stop.json"
 
@@ -34,7 +36,7 @@ class AlertPolicy:
     """Watches one training stage's metric rows as they come (the RL stage's, or a
     preference stage's); `should_stop` says whether the step just run is the last."""
 
-    def __init__(self, rl: RLConfig, run: RunDir, stage: str, policy, tokenizer) -> None:
+    def __init__(self, rl: RLConfig, run: RunDir, stage: str, policy: SavablePolicy, tokenizer: Tokenizer) -> None:
         self.action, self.stop_on = rl.alerts.action, {name.strip() for name in rl.alerts.monitors.split(",")}
         self.run, self.policy, self.tokenizer, self.stage = run, policy, tokenizer, stage
         self.best_stage = f"{stage}_best"  # checkpoints/<stage>_best/: the best dev pass@1's weights (rollback)

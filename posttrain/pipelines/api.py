@@ -34,6 +34,7 @@ from posttrain.roles.engines import make_engine
 from posttrain.roles.engines.contract import encode_prompt
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
 from posttrain.runs.rundir import RunDir, read_json
+from posttrain.types import Environment
 
 # What the pipeline calls on an environment; `solution` only when SFT runs
 ENV_METHODS = ("sample", "fixed_set", "score")
@@ -51,7 +52,7 @@ class TrainResult:
     checkpoint: Path  # the final policy, loadable by evaluate() and `posttrain eval --checkpoint`
 
 
-def own_environment(cfg: TrainConfig, env) -> tuple[TrainConfig, object]:
+def own_environment(cfg: TrainConfig, env: Environment | type) -> tuple[TrainConfig, Environment]:
     """(cfg recording `env`, env built and checked): a class is built from cfg.env's changed
     settings; an object missing a method the pipeline calls is refused by name, now."""
     if isinstance(env, type):
@@ -73,7 +74,7 @@ def own_environment(cfg: TrainConfig, env) -> tuple[TrainConfig, object]:
     return dataclasses.replace(cfg, name=name, env=dataclasses.replace(cfg.env, name=source)), env
 
 
-def train(config: TrainConfig | None = None, env=None) -> TrainResult:
+def train(config: TrainConfig | None = None, env: Environment | type | None = None) -> TrainResult:
     """Run `posttrain train` with `config` (TrainConfig() when None) on config.env's task or
     on `env` (see the module's docstring); ConfigError before anything starts when a setting
     cannot work, as the command line would say it."""
@@ -96,8 +97,8 @@ def final_weights(run: RunDir, final_stage: str) -> Path | None:
     return next((c for stage in (final_stage, "sft", "init") if (c := latest_checkpoint(run, stage))), None)
 
 
-def evaluate(model, env=None, split: str = "heldout", size: int = 500, seed: int = 0,
-             max_new_tokens: int = 0) -> dict:
+def evaluate(model: TrainResult | str | Path, env: Environment | str | type | None = None, split: str = "heldout",
+             size: int = 500, seed: int = 0, max_new_tokens: int = 0) -> dict:
     """Greedy pass@1 of `model` (a checkpoint directory, a run directory (its newest weights),
     a TrainResult, or a model name or directory) on `size` problems of `split`: {"pass@1", "ci",
     "episodes"}. The task is `env` (a name, a class or an object), else the one the checkpoint

@@ -24,12 +24,15 @@ from pathlib import Path
 from typing import Callable
 
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
+from posttrain.algorithms.contract import Algorithm
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
-from posttrain.config import RLConfig, SamplingParams, TrainConfig
+from posttrain.config import DistConfig, RLConfig, SamplingParams, TrainConfig
+from posttrain.data.curation import PromptPool
 from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
+from posttrain.models.policy import Policy
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
@@ -38,15 +41,16 @@ from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
 from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
-from posttrain.rewards.stack import Accuracy, RewardStack
+from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
-from posttrain.roles.controller import Controller, StepSettings
+from posttrain.roles.controller import Controller, Scorer, StepSettings
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards
 from posttrain.roles.reference import NoReference, make_reference
 from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
 from posttrain.runs.console import console
+from posttrain.types import Environment, Tokenizer
 
 
 def is_preference(rl: RLConfig) -> bool:
@@ -54,7 +58,7 @@ def is_preference(rl: RLConfig) -> bool:
     return rl.algo in PREFERENCE_LOSSES
 
 
-def make_algorithm(rl: RLConfig, budget: int | None = None):
+def make_algorithm(rl: RLConfig, budget: int | None = None) -> Algorithm:
     """The RL algorithm rl.algo with rl.algo_params; its generation budget (Dr.GRPO's
     divisor, DAPO's L_max) is rl.sampling.max_new_tokens, or `budget` (a multi-turn
     environment's max_total_tokens: an episode's model turns together may go past one turn's)."""
@@ -70,7 +74,7 @@ REWARD_PRESETS = {
 }
 
 
-def reward_terms(rl: RLConfig) -> list:
+def reward_terms(rl: RLConfig) -> list[tuple[float | Schedule, RewardTerm]]:
     """The (weight, term) pairs rl.reward.terms names, its functions imported; ValueError naming
     the term that cannot be used."""
     return parse_reward(rl.reward.terms, {**REWARD_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]},
@@ -98,7 +102,7 @@ def reward_stack(rl: RLConfig) -> RewardStack | None:
     return RewardStack(terms, group_terms)
 
 
-def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
+def make_reward(rl: RLConfig, score: Scorer, stack: RewardStack | None = None) -> Scorer:
     """The training reward: the environment's scorer (or, with rl.rm.path and no "rm" term in
     rl.reward.terms, a reward model with the scorer kept as the gold), with `stack` (default:
     reward_stack(rl)) on top. A stack's group terms (rl.reward.length_reward) are added later, by
@@ -110,7 +114,7 @@ def make_reward(rl: RLConfig, score, stack: RewardStack | None = None):
     return score if stack is None else stack_scorer(stack, score)
 
 
-def pair_ranker(rl: RLConfig, score, policy, tokenizer):
+def pair_ranker(rl: RLConfig, score: Scorer, policy: Policy, tokenizer: Tokenizer) -> Scorer | None:
     """What ranks a preference stage's sampled pairs instead of the verifier: the policy as its
     own judge (rl.preference.self_reward), a reward model (rl.rm.path), or None, the verifier itself (every
     right sample against every wrong one). Either ranker keeps the verifier's verdict in each
@@ -133,8 +137,9 @@ def trainer_settings(rl: RLConfig) -> dict:
                 micro_batch_size=rl.update.micro_batch_size, share_prompt=rl.update.share_prompt)
 
 
-def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Callable[[int, int], RolloutRequest],
-                 horizon: int | None = None, sampler: Sampler = single_turn) -> Rollout:
+def make_rollout(dist: DistConfig, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
+                 request: Callable[[int, int], RolloutRequest], horizon: int | None = None,
+                 sampler: Sampler = single_turn) -> Rollout:
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
     (Ray itself is imported only when workers start). `horizon` = the run's step count
     (async samples ahead up to it, never past it). `sampler`: single-turn completions, or a
@@ -151,7 +156,8 @@ def make_rollout(dist, policy, tokenizer, params: SamplingParams, request: Calla
     return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
 
 
-def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Path, pool=None) -> Controller:
+def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, policy: Policy, start_weights: Path,
+                     pool: PromptPool | None = None) -> Controller:
     """The RL stage's roles around `policy`; the reference is the policy at `start_weights`
     (or, with LoRA, the policy with its adapters off). `pool`: rl.curation's pool of training
     prompts (pipelines/curation.py::build_pool), or None to draw from the whole train split."""
@@ -198,7 +204,7 @@ def build_controller(cfg: TrainConfig, env, tokenizer, policy, start_weights: Pa
     return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, settings, reference, hooks)
 
 
-def kl_log_rows(rl) -> int:
+def kl_log_rows(rl: RLConfig) -> int:
     """Rows the reference scores for a KL that is only logged (rl.kl.track_rows), or 0 for
     every row when an alert acts on the number: a kl_explosion alert that stops or rolls back
     the run must not fire on a sample's spike (in make run, one heavy-tailed row in 64 once

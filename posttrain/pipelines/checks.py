@@ -45,10 +45,15 @@ from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.engines import ENGINES
 from posttrain.runs.trackers import check_trackers
-from posttrain.types import PreferencePair
+from posttrain.algorithms.contract import Algorithm
+from posttrain.types import Environment, PreferencePair
+
+# the configs check_config checks: a training run's, and each scoring command's
+CheckedConfig = (TrainConfig | EvalConfig | BonConfig | PrmConfig | SearchConfig | VerifyConfig | ThinkConfig
+                 | WinrateConfig)
 
 
-def check_config(cfg, env=None) -> list[str]:
+def check_config(cfg: CheckedConfig, env: Environment | None = None) -> list[str]:
     """Refuse a config before anything starts: its types and values (check_types,
     cfg.validate()), then the names, files, data and parameters only the library can judge.
     `env`: a TrainConfig's environment object, given instead of cfg.env (api.train).
@@ -168,7 +173,7 @@ def check_length_reward(rl: RLConfig, preference: bool) -> None:
           f"less than rl.steps={rl.steps} {setting}: it would never be paid")
 
 
-def check_can_learn(rl: RLConfig, algo) -> None:
+def check_can_learn(rl: RLConfig, algo: Algorithm | None) -> None:
     """Refuse settings under which the RL stage (algo; None for a preference loss) would
     sample at full cost and learn nothing. Group baselines need K >= 2 samples per prompt:
     a group of one is its own baseline, so every advantage is exactly 0. Temperature 0 is
@@ -227,7 +232,7 @@ def check_int8_sampling(cfg: TrainConfig) -> None:
           "sampler would quantise; train without LoRA, or keep float32 sampling")
 
 
-def check_train(cfg: TrainConfig, env=None) -> list[str]:
+def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
     if cfg.stages:
@@ -260,7 +265,7 @@ def check_train(cfg: TrainConfig, env=None) -> list[str]:
     return start + check_data(cfg, env)
 
 
-def check_stages(cfg: TrainConfig, env=None) -> list[str]:
+def check_stages(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     """Every stage of cfg.stages checked as the run it is: its settings typed and valid, then
     check_train's checks on its own config; what they found, each line named by its stage."""
     plan = stage_plan(cfg)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from posttrain.config.commands import PrmConfig
-from posttrain.config import ConfigError, check
+from posttrain.config import ConfigError, DistConfig, EnvConfig, check
 from posttrain.envs import ENVIRONMENTS, env_family, make_env
 from posttrain.models import read_model_dir
 from posttrain.models.device import check_precision, resolve_device
@@ -21,11 +21,12 @@ from posttrain.roles.environment import is_multi_turn
 from posttrain.runs.checkpoints import final_checkpoint, read_task
 from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.search.thinking_curve import fused_task
+from posttrain.types import Environment, Example
 from posttrain.verifiers import VERIFIERS
 from posttrain.verifiers.steps import problem_of
 
 
-def check_env(env):
+def check_env(env: EnvConfig) -> Environment:
     """The environment `env` (an EnvConfig) names, built: a bad setting, an unreadable file
     or data that cannot train (envs/jsonl_file.py) fails now, not mid-run."""
     check(env_family(env.name) in ENVIRONMENTS, "env.name", env.name,
@@ -35,7 +36,7 @@ def check_env(env):
     return make_env(env.name, **env.kwargs())
 
 
-def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
+def check_placement(device_name: str, dtype_name: str, dist: DistConfig | None = None) -> None:
     """The device exists on this machine and the dtype can run there (models/device.py says
     what to pass instead). `dist`'s Ray workers and data-parallel ranks build their own CPU,
     float32 copies of the policy, so they refuse any other placement rather than sample or
@@ -53,7 +54,7 @@ def check_placement(device_name: str, dtype_name: str, dist=None) -> None:
           "process, or pass --device cpu --dtype float32")
 
 
-def fixed_set(env, setting: str, split: str, n: int, seed: int) -> list:
+def fixed_set(env: Environment, setting: str, split: str, n: int, seed: int) -> list[Example]:
     """env.fixed_set(split, n, seed), as the run will draw it, or ConfigError naming the
     setting when the split holds fewer than n problems (arithmetic levels 1-2, a small file)."""
     try:

@@ -19,6 +19,7 @@ import time
 from collections import Counter
 
 from posttrain.config import TrainConfig
+from posttrain.roles.engines import Engine
 from posttrain.data.curation import KEPT, PromptPool, band_verdict, difficulty
 from posttrain.data.decontamination import screen
 from posttrain.eval.evaluate import sampler
@@ -26,6 +27,7 @@ from posttrain.roles.environment import score_episodes
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
+from posttrain.types import Environment, Example
 from posttrain.verifiers.contract import is_solved
 
 RECORD, REPORT = "curation.jsonl", "curation.json"
@@ -38,7 +40,7 @@ def pool_seed(cfg: TrainConfig) -> int:
     return derive_seed(cfg.seed, "curation-pool")
 
 
-def build_pool(cfg: TrainConfig, env) -> PromptPool | None:
+def build_pool(cfg: TrainConfig, env: Environment) -> PromptPool | None:
     """The curated pool of cfg.rl.curation (None when pool_size is 0), not yet measured."""
     cur = cfg.rl.curation
     if not cur.enabled():
@@ -54,7 +56,7 @@ def build_pool(cfg: TrainConfig, env) -> PromptPool | None:
                       online=cur.online, weights=cur.weights, order=cur.order, screened_out=screened_out)
 
 
-def measure_pass_rates(engine, env, examples: list, k: int, seed: int) -> list[int]:
+def measure_pass_rates(engine: Engine, env: Environment, examples: list[Example], k: int, seed: int) -> list[int]:
     """How many of k samples of each example the verifier counts as solved. Sampled at
     the engine's own settings (rl.sampling: what a training group sees), as many whole
     groups per batch as the engine decodes at once, each batch from its own seed."""
@@ -63,14 +65,14 @@ def measure_pass_rates(engine, env, examples: list, k: int, seed: int) -> list[i
     for first in range(0, len(examples), per_batch):
         chunk = examples[first : first + per_batch]
         episodes = score_episodes(env.score, sample(engine, chunk, k, generator_for(seed, "curation-batch", first)))
-        counts = Counter()
+        counts: Counter[int] = Counter()
         for e in episodes:  # group_id = the example's index in the chunk
             counts[e.group_id] += is_solved(e.reward, e.details)
         passes += [counts[i] for i in range(len(chunk))]
     return passes
 
 
-def measure(pool: PromptPool, engine, env, k: int, seed: int, step: int) -> dict[str, float]:
+def measure(pool: PromptPool, engine: Engine, env: Environment, k: int, seed: int, step: int) -> dict[str, float]:
     """A measurement pass over the pool, applied to it; what it cost."""
     start = time.perf_counter()
     passes = measure_pass_rates(engine, env, pool.examples, k, derive_seed(seed, "curation-measure", step))
@@ -79,7 +81,7 @@ def measure(pool: PromptPool, engine, env, k: int, seed: int, step: int) -> dict
             "curation/measure_samples": float(k * len(pool.examples))}
 
 
-def prepare_pool(cfg: TrainConfig, run: RunDir, pool: PromptPool, engine, env) -> None:
+def prepare_pool(cfg: TrainConfig, run: RunDir, pool: PromptPool, engine: Engine, env: Environment) -> None:
     """Before the first RL step: measure the pool (when something reads its pass rates),
     refuse a band that keeps nothing, and write the record. A measurement already in
     curation.json for this very pool (a run killed before its first checkpoint) is reused."""
@@ -105,7 +107,7 @@ def prepare_pool(cfg: TrainConfig, run: RunDir, pool: PromptPool, engine, env) -
     console.print(f"[bold]curation[/]: {summary_line(pool)}")
 
 
-def remeasure(cfg: TrainConfig, pool: PromptPool, engine, env, step: int) -> dict[str, float]:
+def remeasure(cfg: TrainConfig, pool: PromptPool, engine: Engine, env: Environment, step: int) -> dict[str, float]:
     """rl.curation.remeasure_every's pass, at the start of `step`; {} on other steps."""
     every = cfg.rl.curation.remeasure_every
     if not every or step == 0 or step % every:

@@ -30,9 +30,10 @@ from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, ju
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.engines.contract import example_prompt_ids
+from posttrain.types import Environment, Example, Tokenizer
 
 
-def check_data(cfg: TrainConfig, env) -> list[str]:
+def check_data(cfg: TrainConfig, env: Environment) -> list[str]:
     """Draw now what the run will draw: the held-out and dev sets, SFT's demonstrations
     (each needs a reference solution), so a split too small fails here; then check that
     the longest prompt + rl.sampling.max_new_tokens, each demonstration and each pair of
@@ -98,7 +99,8 @@ def check_data(cfg: TrainConfig, env) -> list[str]:
                     + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")]
 
 
-def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_prompt, sft: bool) -> list[str]:
+def check_self_judge(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, positions: int, longest_prompt: Example,
+                     sft: bool) -> list[str]:
     """rl.preference.self_reward and sft.judge_demos: the judge's Y/N labels are single tokens of this
     model, its compact prompt with a whole sample fits the model, judge demonstrations have an
     SFT stage to join and fit too, and gpt_mini, which cannot read a judge prompt untaught, is
@@ -137,7 +139,7 @@ def check_self_judge(cfg: TrainConfig, env, tokenizer, positions: int, longest_p
     return found
 
 
-def check_vocabulary(tokenizer, examples: list, solutions: list[str]) -> None:
+def check_vocabulary(tokenizer: Tokenizer, examples: list[Example], solutions: list[str]) -> None:
     """A character-level tokenizer (gpt_mini's: printable ASCII and newline) turns any other
     character into <unk>, so the model would read a prompt it cannot tell apart from others
     and could never write such an answer: refuse the task, naming the characters."""
@@ -153,7 +155,7 @@ def check_vocabulary(tokenizer, examples: list, solutions: list[str]) -> None:
                               "(--model.name smollm2-135m)")
 
 
-def check_multi_turn(cfg: TrainConfig, env) -> None:
+def check_multi_turn(cfg: TrainConfig, env: Environment) -> None:
     """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
     refuse the reward settings that would otherwise be ignored."""
     if not is_multi_turn(env):

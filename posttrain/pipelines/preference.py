@@ -21,6 +21,7 @@ from pathlib import Path
 from posttrain.algorithms.core import masked_mean
 from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
+from posttrain.models.policy import SavablePolicy
 from posttrain.data.preference import load_preference_jsonl, save_preference_jsonl
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
@@ -35,11 +36,11 @@ from posttrain.roles.trainer import Trainer
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
 from posttrain.seeds import generator_for
-from posttrain.types import RolloutBatch
+from posttrain.types import Environment, RolloutBatch, Tokenizer
 
 
-def preference_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, reference_weights: Path,
-                     stage: str = "pref") -> None:
+def preference_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: Tokenizer, policy: SavablePolicy,
+                     reference_weights: Path, stage: str = "pref") -> None:
     """Train on preference pairs with one loss of the DPO family, through the same Trainer,
     step loop and checkpoints as the RL stage.
 
@@ -104,8 +105,8 @@ class PreferenceEvaluation:
     before any step (saved, so a resumed run reads the same ones back); the loss's
     implicit-reward accuracy on them says whether the preference generalises."""
 
-    def __init__(self, cfg: TrainConfig, run: RunDir, stage: str, env, tokenizer, policy,
-                 reference: Reference) -> None:
+    def __init__(self, cfg: TrainConfig, run: RunDir, stage: str, env: Environment, tokenizer: Tokenizer,
+                 policy: SavablePolicy, reference: Reference) -> None:
         self.cfg, self.env, self.tokenizer, self.policy, self.reference = cfg, env, tokenizer, policy, reference
         dev_file = run.path / stage_file(stage, "pairs_dev.jsonl")
         if cfg.rl.steps and not dev_file.exists():  # built before any step: `policy` is the start

@@ -21,12 +21,14 @@ from typing import Callable
 
 import torch
 
+from posttrain.algorithms.preference import PreferenceLoss
 from posttrain.config import TrainConfig
 from posttrain.data.preference import load_preference_data, load_preference_jsonl, save_preference_jsonl
 from posttrain.data.preference_rows import group_by_prompt, pair_gaps, pairs_from_verifier, preference_episodes
 from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models import load_checkpoint_model
 from posttrain.models.device import model_device, place
+from posttrain.models.policy import Policy, SavablePolicy
 from posttrain.pipelines.build import sampling_params
 from posttrain.pipelines.preference_train import batch_indices, cache_reference_logps
 from posttrain.roles.environment import score_episodes
@@ -36,11 +38,12 @@ from posttrain.runs.checkpoints import latest_checkpoint, save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
-from posttrain.types import Episode
+from posttrain.types import Environment, Episode, PreferencePair, Tokenizer
 
 
-def verifier_pairs(cfg: TrainConfig, env, tokenizer, policy, round: int = 0, n_prompts: int = 0,
-                   split: str = "train", score: Callable | None = None) -> tuple[list, dict[str, float]]:
+def verifier_pairs(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, policy: Policy, round: int = 0,
+                   n_prompts: int = 0, split: str = "train",
+                   score: Callable | None = None) -> tuple[list[PreferencePair], dict[str, float]]:
     """Preference pairs from the policy's own samples: n_prompts prompts of `split` ×
     rl.samples_per_prompt completions at rl.sampling.temperature, scored by the verifier;
     within a prompt every distinct correct completion is paired with every distinct
@@ -119,8 +122,8 @@ class PreferenceRounds:
     the round a step trains on, started (pairs built or read back, π_ref cached) the first
     time a step of it runs, be it the round's first step or the step a resumed run starts at."""
 
-    def __init__(self, cfg: TrainConfig, run: RunDir, stage: str, env, tokenizer, policy, reference: Reference,
-                 loss, rank_by: Callable | None) -> None:
+    def __init__(self, cfg: TrainConfig, run: RunDir, stage: str, env: Environment, tokenizer: Tokenizer,
+                 policy: SavablePolicy, reference: Reference, loss: PreferenceLoss, rank_by: Callable | None) -> None:
         self.cfg, self.run, self.stage, self.env, self.tokenizer, self.policy = cfg, run, stage, env, tokenizer, policy
         self.start_reference, self.loss, self.rank_by = reference, loss, rank_by
         self.count = cfg.rl.preference.online_rounds

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from posttrain.algorithms.preference import PreferenceLogps, make_preference_loss
+from posttrain.algorithms.preference import PreferenceLogps, PreferenceLoss, make_preference_loss
 from posttrain.algorithms.preference.core import gap_weights
 from posttrain.data.preference_rows import pair_gaps, preference_episodes
 from posttrain.eval.calibration import expected_calibration_error
@@ -33,7 +33,7 @@ from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.roles.trainer import Trainer
-from posttrain.types import Episode, PreferencePair, RolloutBatch, UnpairedExample
+from posttrain.types import Episode, PreferencePair, RolloutBatch, Tokenizer, UnpairedExample
 
 
 def batch_indices(n: int, batch_size: int, seed: int, step: int) -> list[int]:
@@ -84,7 +84,7 @@ def cache_reference_logps(reference: torch.nn.Module, rows: list[list[Episode]],
             e.ref_logp = row[P : P + len(e.response_ids)].tolist()
 
 
-def check_records(pairs: Sequence, loss, name: str) -> None:
+def check_records(pairs: Sequence, loss: PreferenceLoss, name: str) -> None:
     if not pairs:
         raise ValueError("no preference data: pass a non-empty list of pairs")
     if loss.paired and not all(isinstance(p, PreferencePair) for p in pairs):
@@ -100,7 +100,7 @@ def train_preference(
     lr: float = 1e-4,
     batch_size: int = 8,
     loss_params: dict[str, Any] | None = None,
-    tokenizer=None,
+    tokenizer: Tokenizer | None = None,
     reference: torch.nn.Module | None = None,
     seed: int = 0,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
@@ -166,7 +166,7 @@ def evaluate_preference(
     pairs: Sequence[PreferencePair] | Sequence[UnpairedExample],
     loss_name: str = "dpo",
     loss_params: dict[str, Any] | None = None,
-    tokenizer=None,
+    tokenizer: Tokenizer | None = None,
     reference: torch.nn.Module | None = None,
     batch_size: int = 64,
 ) -> dict[str, float]:
@@ -193,7 +193,7 @@ def evaluate_preference(
     return {**loss.loss(logps)[1], **preference_health(logps, loss)}
 
 
-def preference_health(logps: PreferenceLogps, loss) -> dict[str, float]:
+def preference_health(logps: PreferenceLogps, loss: PreferenceLoss) -> dict[str, float]:
     """The checks that catch a preference loss going wrong where the training accuracy cannot:
 
     logps_chosen_per_token   mean log π_θ(y_c) per token: DPO only needs the chosen response

@@ -24,6 +24,7 @@ summary.json, summary.md.
 from __future__ import annotations
 
 import time
+from typing import Callable, Sequence
 
 import torch
 
@@ -41,6 +42,7 @@ from posttrain.eval.calibration import (
 from posttrain.eval.loop_a import describe
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import token_logp
+from posttrain.models.policy import Policy
 from posttrain.pipelines.prm_labels import labelled_samples, load_policy, prm_task
 from posttrain.rewards.process_reward_model import (
     AGGREGATIONS,
@@ -56,6 +58,7 @@ from posttrain.rewards.reward_model import RewardModel, collate_texts
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
+from posttrain.types import Tokenizer
 
 # ---------------------------------------------------------------------------------------
 # 4: the held-out report
@@ -63,7 +66,7 @@ from posttrain.seeds import derive_seed
 
 
 @torch.no_grad()
-def policy_confidence(policy, tokenizer, records: list[StepRecord], step_format: str,
+def policy_confidence(policy: Policy, tokenizer: Tokenizer, records: list[StepRecord], step_format: str,
                       batch_size: int = 64) -> list[list[float]]:
     """The baseline a trained reward model has to beat, at no training cost: the policy's own
     mean token log-probability of each step (its separator included), as a running minimum
@@ -100,7 +103,8 @@ def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int,
     outcomes = [r.outcome for r in heldout]
     report: dict = {"heldout_completions": len(heldout), "outcome_positive_rate": sum(outcomes) / len(outcomes)}
 
-    def ci(groups, statistic):
+    def ci(groups: Sequence[tuple[Sequence[float], Sequence[float]]],
+           statistic: Callable[[list[float], list[float]], float]) -> dict[str, float]:
         return grouped_bootstrap_ci(groups, statistic, seed=seed)
 
     if scorer.kind == "prm":
@@ -140,9 +144,9 @@ def evaluate(scorer: StepRewardScorer, heldout: list[StepRecord], seed: int,
     return report
 
 
-def _accuracy_on(label: float):
+def _accuracy_on(label: float) -> Callable[[list[float], list[float]], float]:
     """Accuracy over the steps whose label is `label` only (NaN when there are none)."""
-    def statistic(probs, labels):
+    def statistic(probs: list[float], labels: list[float]) -> float:
         kept = [(p, y) for p, y in zip(probs, labels) if (y > 0.5) == (label > 0.5)]
         return accuracy(*zip(*kept)) if kept else float("nan")
     return statistic

@@ -27,6 +27,7 @@ from posttrain.config import EnvConfig, SFTConfig, SamplingParams, TrainConfig
 from posttrain.config.files import to_dict
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.model_dirs import resolve_model_dir
+from posttrain.models.policy import Policy, SavablePolicy
 from posttrain.pipelines.sft import sft_stage
 from posttrain.rewards.monte_carlo_labels import monte_carlo_step_labels
 from posttrain.rewards.process_reward_model import StepRecord, get_step_format
@@ -34,6 +35,7 @@ from posttrain.roles.engines import make_engine
 from posttrain.runs.checkpoints import latest_checkpoint, read_task
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
+from posttrain.types import Environment, Tokenizer
 from posttrain.verifiers.steps import check_arithmetic_steps, problem_of
 
 DEFAULT_MAX_NEW_TOKENS = 48  # without a recorded run: the longest level-3 chain of thought is ~40 characters
@@ -48,7 +50,8 @@ def prm_task(cfg: PrmConfig) -> tuple[EnvConfig, int]:
     return env, cfg.max_new_tokens or (recorded.max_new_tokens if recorded else DEFAULT_MAX_NEW_TOKENS)
 
 
-def load_policy(cfg: PrmConfig, run: RunDir, env, env_cfg: EnvConfig):
+def load_policy(cfg: PrmConfig, run: RunDir, env: Environment,
+                env_cfg: EnvConfig) -> tuple[SavablePolicy, Tokenizer, float]:
     """(policy, tokenizer, seconds of SFT): --init's model, or gpt_mini after `posttrain run`'s
     SFT (150 demonstrations, sft_steps steps) on the arithmetic task env_cfg names."""
     if cfg.init:
@@ -70,8 +73,8 @@ def load_policy(cfg: PrmConfig, run: RunDir, env, env_cfg: EnvConfig):
     return policy, tokenizer, time.perf_counter() - started
 
 
-def labelled_samples(cfg: PrmConfig, env, step_format: str, max_new_tokens: int, policy, tokenizer, split: str,
-                     n_prompts: int) -> tuple[list[StepRecord], dict]:
+def labelled_samples(cfg: PrmConfig, env: Environment, step_format: str, max_new_tokens: int, policy: Policy,
+                     tokenizer: Tokenizer, split: str, n_prompts: int) -> tuple[list[StepRecord], dict]:
     """(records, stats): samples_per_prompt samples of n_prompts distinct problems of
     `split`, every step labelled (cfg.labels), every outcome by the verifier; stats say how
     many mistakes they hold (sample_stats). A completion with no step gets no record; it

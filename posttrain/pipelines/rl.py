@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from posttrain.config import TrainConfig
+from posttrain.models.policy import SavablePolicy
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import build_controller
@@ -13,9 +14,11 @@ from posttrain.pipelines.curation import build_pool, prepare_pool, remeasure, wr
 from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.stage import run_stage
+from posttrain.types import Environment, Tokenizer
 
 
-def rl_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, start_weights: Path, stage: str = "rl") -> None:
+def rl_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: Tokenizer, policy: SavablePolicy,
+             start_weights: Path, stage: str = "rl") -> None:
     """RL from the policy as it is, against the environment's verifier (or the reward
     built on it): the controller's steps, with dev-set pass@1 every rl.eval_every steps,
     every sample logged, the monitors watching (and acting, per rl.alerts.action:

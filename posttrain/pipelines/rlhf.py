@@ -42,6 +42,7 @@ from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import place, resolve_device
+from posttrain.models.policy import SavablePolicy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.preference import verifier_pairs
 from posttrain.pipelines.run import run_pipeline
@@ -58,6 +59,7 @@ from posttrain.runs.checkpoints import latest_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed
+from posttrain.types import Environment, PreferencePair, Tokenizer
 
 Scored = dict[str, Any]
 
@@ -67,7 +69,8 @@ Scored = dict[str, Any]
 # ---------------------------------------------------------------------------------------
 
 
-def reward_model_pairs(cfg: TrainConfig, env, tokenizer, policy) -> tuple[list, list, dict]:
+def reward_model_pairs(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer,
+                       policy: SavablePolicy) -> tuple[list[PreferencePair], list[PreferencePair], dict]:
     """(train pairs, held-out pairs, stats): rm.prompts train prompts and rl.dev_size dev
     prompts, samples_per_prompt samples each at rm.temperature, ranked by the verifier."""
 
@@ -90,7 +93,8 @@ def reward_model_dirs(cfg: TrainConfig, run: RunDir) -> list[Path]:
     return [run.path / "reward_model"] if size == 1 else [run.path / f"reward_model_{i}" for i in range(size)]
 
 
-def train_and_save_reward_models(cfg: TrainConfig, run: RunDir, env, tokenizer, policy) -> list[Path]:
+def train_and_save_reward_models(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: Tokenizer,
+                                 policy: SavablePolicy) -> list[Path]:
     """Fit r_φ to the SFT policy's verifier-ranked pairs, report its held-out accuracy,
     save it to runs/<id>/reward_model/. An ensemble's members train on the same pairs, each
     on its own bootstrap resample of them and its own seed (bagging: the cheapest way to

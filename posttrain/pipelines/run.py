@@ -5,6 +5,7 @@ on a partly finished run directory: finished pieces are skipped, the rest resume
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import torch
 
@@ -16,6 +17,7 @@ from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import device_record, place, resolve_device
 from posttrain.models.model_dirs import resolve_model_dir
+from posttrain.models.policy import SavablePolicy
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
@@ -29,9 +31,10 @@ from posttrain.runs.report import write_plots, write_summary
 from posttrain.runs.rundir import RunDir, sample_row
 from posttrain.runs.trackers import reporting
 from posttrain.seeds import derive_seed
+from posttrain.types import Environment, Example, Tokenizer
 
 
-def start_run(cfg: TrainConfig, command: str, env=None, parent: str = "") -> RunDir:
+def start_run(cfg: TrainConfig, command: str, env: Environment | None = None, parent: str = "") -> RunDir:
     """A new run directory, locked for this process, with its config.json and meta.json.
     `env`: an environment object to train on instead of the one cfg.env names (api.train).
     `parent`: the run directory this one changes; meta.json records the settings changed."""
@@ -65,7 +68,7 @@ def start_run(cfg: TrainConfig, command: str, env=None, parent: str = "") -> Run
     return run
 
 
-def run_pipeline(cfg: TrainConfig, run: RunDir, env=None) -> dict:
+def run_pipeline(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """SFT → held-out eval → RL → held-out eval → summary, with a copy of the metrics in
     each tracker of --report_to. Safe to call again on a partly finished run directory:
     finished pieces are skipped, the rest resumes. `env` as in start_run."""
@@ -80,7 +83,7 @@ def run_pipeline(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return summary
 
 
-def starting_policy(cfg: TrainConfig, run: RunDir, env):
+def starting_policy(cfg: TrainConfig, run: RunDir, env: Environment) -> tuple[SavablePolicy, Tokenizer, Path]:
     """(policy, tokenizer, start weights) on cfg.device: --init's checkpoint or model, or
     the model built from cfg.model and SFT'd on env's demonstrations (sft.steps > 0)."""
     device = resolve_device(cfg.device)
@@ -106,7 +109,7 @@ def starting_policy(cfg: TrainConfig, run: RunDir, env):
     return policy, tokenizer, start
 
 
-def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
+def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The pipeline itself; the summary it writes, as a dict."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -153,8 +156,8 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return run.read_json("summary.json")
 
 
-def evaluate_and_log(run: RunDir, stage: str, policy, tokenizer, env, examples, params: SamplingParams,
-                     label: str = "") -> dict:
+def evaluate_and_log(run: RunDir, stage: str, policy: SavablePolicy, tokenizer: Tokenizer, env: Environment,
+                     examples: list[Example], params: SamplingParams, label: str = "") -> dict:
     engine = make_engine(policy, tokenizer, params, shares_weights=True)
     result = evaluate_pass_at_1(engine, env, examples)
     run.write_jsonl(f"eval_{stage}.jsonl", [sample_row(f"eval_{stage}", 0, e) for e in result["episodes"]])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from posttrain.config import SFTConfig, TrainConfig
+from posttrain.models.policy import SavablePolicy
 from posttrain.data.judge_demos import judge_demonstrations
 from posttrain.roles.agent import observation_ids
 from posttrain.roles.environment import is_multi_turn
@@ -14,10 +15,10 @@ from posttrain.roles.trainer import Trainer, sft_loss
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
 from posttrain.seeds import derive_seed, generator_for
-from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, RolloutBatch, Turn
+from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Environment, Episode, Example, RolloutBatch, Tokenizer, Turn
 
 
-def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
+def demonstration_episodes(env: Environment, tokenizer: Tokenizer, examples: list[Example]) -> list[Episode]:
     """Each demonstration as an Episode whose response is the reference solution + EOS; a
     multi-turn environment's as the turns of its `demonstration`, laid out token for token
     as the agent loop lays out a sampled episode (each model turn ends with EOS, each
@@ -33,7 +34,7 @@ def demonstration_episodes(env, tokenizer, examples) -> list[Episode]:
     return episodes
 
 
-def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn]:
+def demonstration_turns(segments: list[tuple[str, str]], tokenizer: Tokenizer) -> list[Turn]:
     """(source, text) segments as Turns: a model turn's text + EOS, an observation's ids as
     the agent loop appends them after a turn that ended with EOS."""
     turns = []
@@ -52,12 +53,12 @@ def demonstration_turns(segments: list[tuple[str, str]], tokenizer) -> list[Turn
     return turns
 
 
-def sft_demonstrations(cfg: TrainConfig, env, tokenizer) -> list[Episode]:
+def sft_demonstrations(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer) -> list[Episode]:
     """SFT's rows: sft.num_examples of the environment's worked solutions."""
     return demonstration_episodes(env, tokenizer, env.fixed_set("train", cfg.sft.num_examples, seed=cfg.seed))
 
 
-def sft_judge_rows(cfg: TrainConfig, env, tokenizer) -> list[Episode]:
+def sft_judge_rows(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer) -> list[Episode]:
     """Two judge demonstrations for each of sft.judge_demos draws of training problems (a
     solution judged Y, a wrong twin judged N: data/judge_demos.py); [] when not asked for."""
     if not cfg.sft.judge_demos:
@@ -66,15 +67,16 @@ def sft_judge_rows(cfg: TrainConfig, env, tokenizer) -> list[Episode]:
     return judge_demonstrations(env, tokenizer, examples, derive_seed(cfg.seed, "judge-demo-errors"))
 
 
-def sft_stage(cfg: TrainConfig, run: RunDir, env, tokenizer, policy, stage: str = "sft") -> None:
+def sft_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: Tokenizer, policy: SavablePolicy,
+              stage: str = "sft") -> None:
     """SFT on sft_demonstrations (the environment's worked solutions), with sft.judge_demos'
     judge rows drawn on top of each batch, checkpointed as `stage`."""
     fine_tune(run, stage, sft_demonstrations(cfg, env, tokenizer), tokenizer, policy, cfg.sft, cfg.seed,
               cfg.checkpoint_every, extra=sft_judge_rows(cfg, env, tokenizer))
 
 
-def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer, policy, sft: SFTConfig, seed: int,
-              checkpoint_every: int, extra: list[Episode] | None = None) -> None:
+def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer: Tokenizer, policy: SavablePolicy,
+              sft: SFTConfig, seed: int, checkpoint_every: int, extra: list[Episode] | None = None) -> None:
     """sft.steps steps of teacher-forced cross-entropy on batches of sft.batch_size episodes
     drawn with replacement from `demos`, checkpointed as stage `stage` (resumable). The
     demonstrations may be the environment's solutions (SFT) or the policy's own verified

@@ -37,6 +37,7 @@ import torch
 
 from posttrain.config import TrainConfig
 from posttrain.config.files import to_dict
+from posttrain.models.policy import SavablePolicy
 from posttrain.envs import make_env
 from posttrain.eval.stats import paired_bootstrap_diff
 from posttrain.pipelines.build import is_preference, sampling_params
@@ -50,11 +51,12 @@ from posttrain.runs.console import console
 from posttrain.runs.report import collapse_warnings, write_plots
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.trackers import reporting
+from posttrain.types import Environment, Tokenizer
 
 START = "start"  # the held-out result of the policy before the first stage
 
 
-def run_stages(cfg: TrainConfig, run: RunDir, env=None) -> dict:
+def run_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """Every stage of cfg.stages in order, a held-out evaluation after each, one summary;
     with a copy of the held-out results in each tracker of --report_to. Safe to call again
     on a partly finished run directory. `env` as in pipelines/run.py::start_run."""
@@ -68,7 +70,7 @@ def run_stages(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return summary
 
 
-def train_stages(cfg: TrainConfig, run: RunDir, env=None) -> dict:
+def train_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The stages themselves; the summary they write, as a dict."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
@@ -105,7 +107,8 @@ def train_stages(cfg: TrainConfig, run: RunDir, env=None) -> dict:
     return write_stages_summary(run, cfg, plan, results, [records[s.name] for s in plan], env.spec_version)
 
 
-def train_stage(stage: Stage, run: RunDir, env, tokenizer, policy, start: Path) -> Path:
+def train_stage(stage: Stage, run: RunDir, env: Environment, tokenizer: Tokenizer, policy: SavablePolicy,
+                start: Path) -> Path:
     """Run stage from `policy`, which holds the weights saved at `start`; afterwards `policy`
     holds exactly the weights of the checkpoint returned (`start` for a stage of 0 steps). A
     stage that finished before a resume is not run again: its last checkpoint is loaded."""

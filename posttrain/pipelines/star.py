@@ -49,7 +49,7 @@ from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weight
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
-from posttrain.types import PROMPT_MESSAGES, Episode, Example
+from posttrain.types import PROMPT_MESSAGES, Environment, Episode, Example
 from posttrain.verifiers.steps import arithmetic_step_labels, problem_of
 
 # The hint a rationalisation prompt carries: one line after the question stating the final
@@ -95,7 +95,7 @@ def keep_verified(episodes: list[Episode], distinct: bool, step_check: bool = Fa
     return kept
 
 
-def verified_rationales(engine: Engine, env, examples: list[Example], samples_per_prompt: int,
+def verified_rationales(engine: Engine, env: Environment, examples: list[Example], samples_per_prompt: int,
                         generator: torch.Generator, rationalize: bool, distinct: bool,
                         step_check: bool = False) -> tuple[list[Episode], dict]:
     """One iteration's training set: (kept episodes, stats). Every kept episode was passed by
@@ -149,7 +149,7 @@ def fine_tune_settings(star: StarConfig) -> SFTConfig:
                      weight_decay=0.0)
 
 
-def check_star(cfg: TrainConfig, star: StarConfig, env=None) -> None:
+def check_star(cfg: TrainConfig, star: StarConfig, env: Environment | None = None) -> None:
     """What the task must allow before a run directory is made: single-turn episodes, and
     with star.step_check, arithmetic chains the step checker can read."""
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
@@ -162,7 +162,7 @@ def check_star(cfg: TrainConfig, star: StarConfig, env=None) -> None:
                          f"is not an arithmetic task (its prompt: {probe.prompt!r}); set it to false")
 
 
-def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env=None) -> dict:
+def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The iterations; returns {"start": held-out CI, "iterations": [one record each]} (star_iterations.json)."""
     if cfg.threads:
         torch.set_num_threads(cfg.threads)

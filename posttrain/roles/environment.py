@@ -12,7 +12,7 @@ and the episodes it returns already carry the reward of the final turn.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, TypeGuard, runtime_checkable
 
 from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, TurnResult  # noqa: F401 (docstring)
 from posttrain.types import Environment  # the protocol lives in types.py, where every band can name it
@@ -83,7 +83,7 @@ class MultiTurnEnvironment(Environment, Protocol):
     def step(self, state: Any, model_turn: str) -> TurnResult: ...
 
 
-def is_multi_turn(env: Environment) -> bool:
+def is_multi_turn(env: Environment) -> TypeGuard[MultiTurnEnvironment]:
     """Whether `env` declares the multi-turn protocol (reset, step and both budgets): then
     the rollout role samples it with the agent loop (roles/agent.py), not `generate`."""
     return isinstance(env, MultiTurnEnvironment)

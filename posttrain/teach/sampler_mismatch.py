@@ -21,7 +21,7 @@ from posttrain.models.logprobs import response_logp
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.roles.engines import make_engine
 from posttrain.systems.stragglers import Mismatch, logprob_mismatch
-from posttrain.types import Example, RolloutBatch
+from posttrain.types import Example, RolloutBatch, Tokenizer
 
 # how the sampler decodes: its copy's forward passes in float32, under bf16 autocast
 # (models/device.py), or with int8 Linear weights (models/int8.py)
@@ -36,8 +36,8 @@ def make_run_policy(seed: int = 0) -> tuple[GPTMini, CharTokenizer]:
     return GPTMini(GPTMiniConfig(vocab_size=tok.vocab_size)).eval(), tok
 
 
-def sample_and_score(model: torch.nn.Module, tok, examples: list[Example], samples_per_prompt: int, precision: str,
-                     max_new_tokens: int = 32, seed: int = 0) -> tuple[RolloutBatch, torch.Tensor]:
+def sample_and_score(model: torch.nn.Module, tok: Tokenizer, examples: list[Example], samples_per_prompt: int,
+                     precision: str, max_new_tokens: int = 32, seed: int = 0) -> tuple[RolloutBatch, torch.Tensor]:
     """(the sampled batch, whose old_logp the sampler captured, (B, T); the trainer's
     log-probs of the same tokens, (B, T), exactly 0 off the response). The sampler decodes
     a copy of `model` in `precision`; the trainer's pass reads `model` itself in float32."""
