@@ -4,7 +4,9 @@ library band is reported, with its line and error code, and the same module with
 
 The clean module doubles as the conformance check of the seams: the shipped tokenizers,
 environments and policies are handed to functions typed with the protocols, so a class that
-drifts from its protocol fails here by name. Both runs use the project's own configuration
+drifts from its protocol fails here by name; an engine is built from a policy and a tokenizer,
+and a Trainer is typed by the model it trains, so a policy's loss handed to a reward model's
+trainer (or the other way round) is refused before anything runs. Both runs use the project's own configuration
 and cache (.cache/mypy, warm after `make test`'s own run: a few seconds each).
 """
 
@@ -19,13 +21,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 CLEAN = '''\
+from posttrain.config import SamplingParams
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini
 from posttrain.models.hf import HFPolicy, HFTokenizer
 from posttrain.models.policy import Policy
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.types import Environment, Example, Tokenizer
+from posttrain.rewards.reward_model import RewardModel
+from posttrain.rewards.reward_model_training import BradleyTerryLoss, PairBatch
+from posttrain.roles.engines import Engine, make_engine
+from posttrain.roles.trainer import Trainer, sft_loss
+from posttrain.types import Environment, Example, RolloutBatch, Tokenizer
 
 
 def prompt_ids(tokenizer: Tokenizer, example: Example) -> list[int]:
@@ -48,6 +55,18 @@ def as_policies(mini: GPTMini, hf: HFPolicy) -> list[Policy]:
     return [mini, hf]
 
 
+def rollout_engine(policy: GPTMini, tokenizer: CharTokenizer) -> Engine:
+    return make_engine(policy, tokenizer, SamplingParams())
+
+
+def policy_update(trainer: Trainer[GPTMini], batch: RolloutBatch) -> dict[str, float]:
+    return trainer.update(batch, sft_loss)
+
+
+def reward_model_step(trainer: Trainer[RewardModel], pairs: PairBatch, rollouts: RolloutBatch) -> dict[str, float]:
+    return trainer.step(pairs, BradleyTerryLoss())
+
+
 def unannotated(tokenizer):
     return CharTokenizer().encode("17*19")
 
@@ -64,6 +83,13 @@ PLANTED = [
     ("    return [char, hf]", "    return [char, hf, object()]", "list-item"),
     # inside a function with no annotations at all: caught because check_untyped_defs is on
     ('    return CharTokenizer().encode("17*19")', "    return CharTokenizer().encode(17 * 19)", "arg-type"),
+    # an engine handed something that is no Tokenizer where the prompt layout comes from
+    ("    return make_engine(policy, tokenizer, SamplingParams())",
+     "    return make_engine(policy, object(), SamplingParams())", "arg-type"),
+    # a reward model's loss handed to a policy's trainer: ModelLoss[RewardModel] is no ModelLoss[GPTMini]
+    ("    return trainer.update(batch, sft_loss)", "    return trainer.step(batch, BradleyTerryLoss())", "arg-type"),
+    # a policy update asked of a reward model's trainer: update takes a Trainer[Policy]
+    ("    return trainer.step(pairs, BradleyTerryLoss())", "    return trainer.update(rollouts, sft_loss)", "misc"),
 ]
 
 

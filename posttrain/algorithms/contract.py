@@ -34,7 +34,8 @@ class Loss(Protocol):
     SFT's cross-entropy): the loss of a batch, and how that loss averages over the batch,
     so that micro-batches can be weighted to give exactly the whole batch's gradient."""
 
-    loss_agg: str  # one of core.LOSS_AGG_MODES
+    @property
+    def loss_agg(self) -> str: ...  # one of core.LOSS_AGG_MODES; read only, so a class constant fits
 
     def compute_loss(self, outputs: PolicyOutputs, batch: RolloutBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """(scalar loss to minimise, metrics as python floats)."""

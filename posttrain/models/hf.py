@@ -353,3 +353,12 @@ class HFPolicy(nn.Module):
         """Next-token logits (B, T, V)."""
         h = self.hidden_states(input_ids, attention_mask, position_ids, kv_cache)  # (B, T, D)
         return self.lm_head(h)  # (B, T, V)
+
+
+def lora_policy(policy: object, r: int) -> HFPolicy:
+    """`policy` as the HFPolicy that LoRA adapters are added to (HFPolicy.add_lora); ValueError
+    naming the setting for any other kind (gpt_mini trains every weight)."""
+    if not isinstance(policy, HFPolicy):
+        raise ValueError(f"model.lora_r={r}: LoRA adapters are for transformers models, and this policy is a "
+                         f"{type(policy).__name__}; set model.lora_r 0")
+    return policy

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.contract import Algorithm
@@ -41,7 +41,7 @@ from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
 from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
-from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule
+from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule, deepseek_r1_terms
 from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, Scorer, StepSettings
@@ -67,9 +67,9 @@ def make_algorithm(rl: RLConfig, budget: int | None = None) -> Algorithm:
 
 # The named presets of rl.reward.terms: weighted terms on top of the verifier's result. rl.reward.terms
 # sums them with users' functions (MODULE:FUNCTION, PATH.py:FUNCTION; rewards/user_function.py).
-REWARD_PRESETS = {
+REWARD_PRESETS: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]] = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
-    "r1": lambda: list(RewardStack.deepseek_r1().terms),  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
+    "r1": deepseek_r1_terms,  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
     "rubric": lambda: [(1.0, rule_based_rubric())],  # answer line, no loops, length budget; in [0, 1]
 }
 

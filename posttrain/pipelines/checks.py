@@ -19,6 +19,8 @@ algorithm or a reward once and see it accepted.
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
@@ -64,8 +66,10 @@ def check_config(cfg: CheckedConfig, env: Environment | None = None) -> list[str
     try:
         if isinstance(cfg, TrainConfig):
             return check_train(cfg, env)
-        {EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
-         VerifyConfig: check_search, ThinkConfig: check_think, WinrateConfig: check_winrate}[type(cfg)](cfg)
+        command_checks: dict[type, Callable[[Any], None]] = {
+            EvalConfig: check_eval, BonConfig: check_bon, PrmConfig: check_prm, SearchConfig: check_search,
+            VerifyConfig: check_search, ThinkConfig: check_think, WinrateConfig: check_winrate}
+        command_checks[type(cfg)](cfg)
         return []
     except ConfigError:
         raise

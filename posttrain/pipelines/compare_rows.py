@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import typing
+from typing import Any
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
@@ -104,7 +105,7 @@ def row_config(cfg: TrainConfig, row: Row) -> TrainConfig:
     """`cfg` with the row's settings and only those; ConfigError (naming the row, the key and
     the valid keys) for a setting that does not exist or cannot be set per row."""
     where = f"--row {row.text()!r}"
-    sections = {**ALGORITHMS, **PREFERENCE_LOSSES}
+    sections: dict[str, Any] = {**ALGORITHMS, **PREFERENCE_LOSSES}  # @dataclass classes, each its settings
     nested: dict = {}
     algo_settings = {}
     for key, value in row.settings.items():

@@ -21,6 +21,7 @@ from pathlib import Path
 from posttrain.algorithms.core import masked_mean
 from posttrain.algorithms.preference import make_preference_loss
 from posttrain.config import TrainConfig
+from posttrain.models.hf import lora_policy
 from posttrain.models.policy import SavablePolicy
 from posttrain.data.preference import load_preference_jsonl, save_preference_jsonl
 from posttrain.eval.evaluate import evaluate_pass_at_1
@@ -67,7 +68,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer:
     `stage` names its checkpoints and metrics rows; a stage of a --stages run, named after
     its loss ("dpo"), also prefixes its pair files ("dpo_pairs.jsonl", "dpo_rounds.json")."""
     if cfg.model.lora_r and not getattr(policy.config, "lora_r", 0):
-        policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)  # train adapters only
+        # train adapters only
+        lora_policy(policy, cfg.model.lora_r).add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=reference_weights)
     # what ranks the training pairs: the verifier, a reward model (rl.rm.path), or the policy
     # judging its own samples (rl.preference.self_reward); the held-out pairs stay the verifier's, so their
     # accuracy is measured against the truth

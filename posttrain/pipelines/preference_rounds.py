@@ -198,7 +198,7 @@ class PreferenceRounds:
         pairs, _ = self.pairs(r - 1)
         return pairs, {**stats, "reused_round": r - 1}
 
-    def reference(self, r: int) -> torch.nn.Module:
+    def reference(self, r: int) -> Policy:
         """The module π_ref is read from in round r: the starting policy, or with
         rl.preference.refresh_reference the policy as round r starts, saved so that a run killed
         mid-round resumes against the same reference."""

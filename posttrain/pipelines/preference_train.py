@@ -31,6 +31,7 @@ from posttrain.data.preference_rows import pair_gaps, preference_episodes
 from posttrain.eval.calibration import expected_calibration_error
 from posttrain.models.device import autocast, model_device
 from posttrain.models.logprobs import response_logp, sequence_logps
+from posttrain.models.policy import Policy
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, PreferencePair, RolloutBatch, Tokenizer, UnpairedExample
@@ -66,13 +67,13 @@ def preference_batch(rows: list[list[Episode]], indices: Sequence[int], pad_id: 
     return batch
 
 
-def frozen_copy(model: torch.nn.Module) -> torch.nn.Module:
+def frozen_copy(model: Policy) -> Policy:
     """The reference policy: a deep copy with gradients off, in eval mode."""
     return copy.deepcopy(model).eval().requires_grad_(False)
 
 
 @torch.no_grad()
-def cache_reference_logps(reference: torch.nn.Module, rows: list[list[Episode]], pad_id: int,
+def cache_reference_logps(reference: Policy, rows: list[list[Episode]], pad_id: int,
                           batch_size: int = 64) -> None:
     """Give every row its `ref_logp`: log π_ref of each response token, computed once."""
     flat = [e for record in rows for e in record]
@@ -93,7 +94,7 @@ def check_records(pairs: Sequence, loss: PreferenceLoss, name: str) -> None:
 
 
 def train_preference(
-    policy: torch.nn.Module,
+    policy: Policy,
     pairs: Sequence[PreferencePair] | Sequence[UnpairedExample],
     loss_name: str = "dpo",
     steps: int = 100,
@@ -101,7 +102,7 @@ def train_preference(
     batch_size: int = 8,
     loss_params: dict[str, Any] | None = None,
     tokenizer: Tokenizer | None = None,
-    reference: torch.nn.Module | None = None,
+    reference: Policy | None = None,
     seed: int = 0,
     on_step: Callable[[int, dict[str, float]], None] | None = None,
     trainer: Trainer | None = None,
@@ -162,12 +163,12 @@ def train_preference(
 
 @torch.no_grad()
 def evaluate_preference(
-    policy: torch.nn.Module,
+    policy: Policy,
     pairs: Sequence[PreferencePair] | Sequence[UnpairedExample],
     loss_name: str = "dpo",
     loss_params: dict[str, Any] | None = None,
     tokenizer: Tokenizer | None = None,
-    reference: torch.nn.Module | None = None,
+    reference: Policy | None = None,
     batch_size: int = 64,
 ) -> dict[str, float]:
     """The loss's own metrics on data it was not trained on: loss, accuracy (the fraction of
@@ -186,10 +187,11 @@ def evaluate_preference(
     for start in range(0, len(rows), batch_size):
         batch = preference_batch(rows, range(start, min(len(rows), start + batch_size)), tokenizer.pad_id)
         batch = batch.to(model_device(policy))  # the reference lives where the policy does
-        ref = sequence_logps(reference, batch) if loss.uses_reference else None
+        ref = sequence_logps(reference, batch) if loss.uses_reference and reference is not None else None
         part = PreferenceLogps.of_rows(sequence_logps(policy, batch), batch.response_lengths(), batch.rewards > 0, ref)
         logps = part if logps is None else logps.cat(part)
     policy.train(was_training)
+    assert logps is not None  # check_records refused empty data: there was a batch
     return {**loss.loss(logps)[1], **preference_health(logps, loss)}
 
 
@@ -207,7 +209,8 @@ def preference_health(logps: PreferenceLogps, loss: PreferenceLoss) -> dict[str,
                              (paired losses with a reference and a β: DPO, IPO)"""
     health = {"logps_chosen_per_token": (logps.chosen / logps.chosen_lengths.clamp(min=1)).mean().item()}
     beta = getattr(loss, "beta", None)
-    if loss.paired and loss.uses_reference and beta is not None and logps.chosen.numel():
+    if (loss.paired and loss.uses_reference and beta is not None and logps.chosen.numel()
+            and logps.ref_chosen is not None and logps.ref_rejected is not None):  # (set when uses_reference)
         margin = beta * ((logps.chosen - logps.ref_chosen) - (logps.rejected - logps.ref_rejected))  # (B,)
         probs = torch.sigmoid(torch.cat([margin, -margin])).tolist()  # chosen ≻ rejected, and the reverse
         labels = [1.0] * len(margin) + [0.0] * len(margin)
@@ -216,7 +219,7 @@ def preference_health(logps: PreferenceLogps, loss: PreferenceLoss) -> dict[str,
 
 
 @torch.no_grad()
-def mean_token_kl(policy: torch.nn.Module, reference: torch.nn.Module, batch: RolloutBatch) -> float:
+def mean_token_kl(policy: Policy, reference: Policy, batch: RolloutBatch) -> float:
     """Exact KL(π_θ ‖ π_ref) of the next-token distributions, summed over the vocabulary and
     averaged over the response positions of `batch`: how far training moved the policy,
     measured where the data lives."""

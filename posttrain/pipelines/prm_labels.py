@@ -97,6 +97,7 @@ def labelled_samples(cfg: PrmConfig, env: Environment, step_format: str, max_new
                 if all(problem_of(e) for e in examples) else None)
     stats: dict = {}
     if cfg.labels == "checker":
+        assert verdicts is not None  # check_prm allows checker labels only on tasks with a step checker
         labels = {k: [float(v.label) for v in verdicts[k]] for k in kept}
     else:
         started = time.perf_counter()

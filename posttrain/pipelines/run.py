@@ -16,6 +16,7 @@ from posttrain.eval.comparison import paired_change
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
 from posttrain.models.device import device_record, place, resolve_device
+from posttrain.models.hf import lora_policy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import SavablePolicy
 from posttrain.pipelines.build import is_preference, sampling_params
@@ -142,7 +143,8 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
             policy.load_state_dict(load_checkpoint_weights(trained, policy.config).state_dict())
     else:
         if cfg.model.lora_r:  # train adapters only; the reference is the policy with them off
-            policy.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=start_weights)
+            lora = lora_policy(policy, cfg.model.lora_r)
+            lora.add_lora(cfg.model.lora_r, cfg.model.lora_alpha, base=start_weights)
         rl_stage(cfg, run, env, tokenizer, policy, start_weights)
     if stage not in results:
         results[stage] = evaluate_and_log(run, stage, policy, tokenizer, env, heldout, eval_params)

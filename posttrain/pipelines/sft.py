@@ -23,12 +23,14 @@ def demonstration_episodes(env: Environment, tokenizer: Tokenizer, examples: lis
     multi-turn environment's as the turns of its `demonstration`, laid out token for token
     as the agent loop lays out a sampled episode (each model turn ends with EOS, each
     observation tokenised by `observation_ids`), the observations masked out of the loss."""
-    multi_turn = is_multi_turn(env)
     episodes = []
     for i, example in enumerate(examples):
-        turns = demonstration_turns(env.demonstration(example), tokenizer) if multi_turn else None
-        response = ([t for turn in turns for t in turn.token_ids] if multi_turn
-                    else tokenizer.encode(env.solution(example)) + [tokenizer.eos_id])
+        turns: list[Turn] | None = None
+        if is_multi_turn(env):
+            turns = demonstration_turns(env.demonstration(example), tokenizer)
+            response = [t for turn in turns for t in turn.token_ids]
+        else:
+            response = tokenizer.encode(env.solution(example)) + [tokenizer.eos_id]
         episodes.append(Episode(example=example, group_id=i, prompt_ids=example_prompt_ids(tokenizer, example),
                                 response_ids=response, response_logp=[0.0] * len(response), turns=turns))
     return episodes

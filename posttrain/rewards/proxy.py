@@ -12,7 +12,7 @@ reward-model directories make an ensemble (rewards/ensemble.py), each member's s
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from posttrain.models import load_tokenizer
 from posttrain.rewards.ensemble import RewardEnsemble
@@ -52,7 +52,7 @@ class ProxyReward:
     score = __call__
 
 
-def load_reward_scorer(paths: list[str | Path], ensemble: str = "mean",
+def load_reward_scorer(paths: Sequence[str | Path], ensemble: str = "mean",
                        disagreement_coef: float = 1.0) -> RewardModelScorer | RewardEnsemble:
     """A scorer from rl.rm.paths(): one reward-model directory, or several combined by
     `ensemble` (rewards/ensemble.py)."""

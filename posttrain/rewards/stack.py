@@ -213,6 +213,12 @@ def weighted_spec(weight: float | Schedule, spec: str) -> str:
     return f"({weight})*{spec}" if isinstance(weight, Schedule) else f"{weight:g}*{spec}"
 
 
+def deepseek_r1_terms(format_check: Callable[[str], bool] | None = None) -> list[tuple[float, RewardTerm]]:
+    """RewardStack.deepseek_r1's terms (its docstring says where 1.0 and 0.2 come from), also
+    rl.reward.terms's preset "r1"."""
+    return [(1.0, Accuracy()), (0.2, Format(check=format_check))]
+
+
 # ---------------------------------------------------------------------------------------
 # The stack
 # ---------------------------------------------------------------------------------------
@@ -321,7 +327,7 @@ class RewardStack:
         here is this curriculum's choice (the format is worth something, much less than
         being right), not a number from the report. `format_check` defaults to the
         scorer's format_ok; pass `think_answer_format` for the R1-Zero tag layout."""
-        return cls([(1.0, Accuracy()), (0.2, Format(check=format_check))])
+        return cls(deepseek_r1_terms(format_check))
 
     def __repr__(self) -> str:
         return f"<RewardStack {self.version}>"
