@@ -6,6 +6,7 @@ import json
 import pytest
 
 from posttrain.models.tokenizer import CharTokenizer
+from posttrain.roles.engines.contract import encode_prompt
 
 STRINGS = [
     "Final: -42",
@@ -93,3 +94,15 @@ def test_transformers_left_pads_batches_with_pad_id(tmp_path):
     batch = hf(["ab", "abcd"], padding=True)
     assert batch["input_ids"][0][:2] == [0, 0]
     assert batch["attention_mask"] == [[0, 0, 1, 1], [1, 1, 1, 1]]
+
+
+@pytest.mark.parametrize("prompt", ["", "Q: 17*19\n", "system: Add.\nuser: Q: 3+3\nassistant: ", "naïve <eos>"])
+def test_prompt_ids_are_bos_then_the_prompts_characters(prompt):
+    """The layout every gpt_mini prompt is sampled from (roles/engines/contract.py::encode_prompt):
+    <bos>, then the prompt's characters. A conversation's turns are not rendered (there is no
+    chat template): its plain text, which Example.prompt holds, is what the model reads."""
+    tok = CharTokenizer()
+    turns = [{"role": "system", "content": "Add."}, {"role": "user", "content": "Q: 3+3"}]
+    for messages in (None, [], turns):
+        assert tok.prompt_ids(prompt, messages) == [tok.bos_id] + tok.encode(prompt)
+        assert encode_prompt(tok, prompt, messages) == [tok.bos_id] + tok.encode(prompt)

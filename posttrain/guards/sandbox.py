@@ -306,7 +306,7 @@ def _feed(pipe, data: bytes) -> None:
 
 def _supervise(command: list[str], cwd: str, env: dict[str, str], program: bytes, wall_seconds: float,
                cpu_seconds: int, max_output_bytes: int, isolation: str, python_guards: bool,
-               watch: tuple[str, int] | None) -> SandboxResult:  # fmt: skip  # env: the process's variables
+               watch: tuple[str, int] | None) -> SandboxResult:  # fmt: skip
     start = time.monotonic()
     try:
         proc = subprocess.Popen(

@@ -14,7 +14,9 @@ A hook's every method does nothing by default; a hook overrides the points it ne
 
 The hooks of this file wrap the objects build.py makes for them (a reward stack's group
 terms, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
-each is a handful of lines that says where in the step its object acts.
+each is a handful of lines that says where in the step its object acts. An object whose class
+lives in a band that imports roles/ is declared here by what the hook calls on it
+(CuratedPool, OnlinePRM, KLController).
 """
 
 from __future__ import annotations
