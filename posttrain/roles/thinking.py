@@ -37,12 +37,15 @@ reading and for the lessons.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Callable
 
 from posttrain.types import MODEL_TURN, Turn
 # the tag parser lives with the verifiers (a scorer reads the answer after the thinking);
 # imported here under the names this module has always offered
 from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN, split_thinking, strip_thinking, thinking_spans
+
+if TYPE_CHECKING:  # for the annotation only: importing transformers here would slow every start-up
+    from transformers import PreTrainedTokenizerBase
 
 THINKING_POLICIES = ("keep_all", "keep_last", "drop")
 
@@ -115,7 +118,7 @@ class ThinkingCheck:
     message: str
 
 
-def template_keeps_thinking(tokenizer: Any) -> ThinkingCheck:
+def template_keeps_thinking(tokenizer: PreTrainedTokenizerBase) -> ThinkingCheck:
     """Render [user, assistant with <think>, user] through `tokenizer.apply_chat_template`
     (a Hugging Face tokenizer) and report whether the assistant's thinking survived. A
     template that drops it (Qwen3's strips <think> from assistant turns before the last user
