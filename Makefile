@@ -26,8 +26,8 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/posttrain run
 
-# mypy first, over the library band that [tool.mypy] in pyproject.toml lists (~40 s on 2 busy
-# cores from a fresh clone, ~2 s with its cache in .cache/mypy): a type error stops the run early
+# mypy first, over the library band and pipelines/ that [tool.mypy] in pyproject.toml lists (19-40 s on 2
+# shared cores from a fresh clone, ~1 s with its cache in .cache/mypy): a type error stops the run early
 test: $(STAMP)
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25
