@@ -31,10 +31,11 @@ run: $(STAMP)
 # mypy first, over the library band and pipelines/ that [tool.mypy] in pyproject.toml lists (19-40 s on 2
 # shared cores from a fresh clone, ~1 s with its cache in .cache/mypy): a type error stops the run early
 # then the documentation site with --strict (mkdocs.yml; ~10 s, without the lessons' renderings, which `make docs`
-# adds): a broken link, anchor or nav entry stops the run too. Into .cache/, so `make docs`'s site/ stays whole
+# adds): a broken link, anchor or nav entry stops the run too. Into .cache/, so `make docs`'s site/ stays whole.
+# Not --quiet: it hides the warnings from --strict too, and a broken link would pass
 test: $(STAMP)
 	$(BIN)/python -m mypy
-	$(DOCS_ENV) $(BIN)/mkdocs build --strict --quiet --site-dir .cache/site-check
+	$(DOCS_ENV) $(BIN)/mkdocs build --strict --site-dir .cache/site-check
 	$(BIN)/python -m pytest -q -m "not slow" -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 test-all: $(STAMP)
@@ -68,12 +69,12 @@ $(BENCH_STAMP): pyproject.toml
 # The documentation site (mkdocs.yml): `make docs` builds it into site/ with every lesson's static rendering
 # (each notebook runs once, a few minutes on 2 cores; later builds render only the lessons whose notebook or
 # library changed, from .cache/lessons/); `make docs-serve` serves it on http://127.0.0.1:8000 and rebuilds on
-# every change. The renderings load marimo's frontend as ES modules, which a browser takes only from a server.
+# every change, printing what --strict would stop on (it keeps serving while you fix it). The renderings load marimo's frontend as ES modules, which a browser takes only from a server.
 docs: $(STAMP)
 	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs build --strict
 
 docs-serve: $(STAMP)
-	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs serve --strict
+	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs serve
 
 clean:
 	rm -rf $(VENV) $(BENCH_VENV) runs site

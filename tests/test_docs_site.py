@@ -78,7 +78,7 @@ def test_cli_reference_lists_every_flag_train_help_all_shows(site):
     flags = set(re.findall(r"(?<![\w-])--[a-z][\w.-]*\w", shown.stdout)) - {"--help", *SHORT_FLAGS}
     assert len(flags) > 200 and "--rl.optim.lr" in flags and "--grpo.kl_coef" in flags
     page = (site / "reference" / "cli.html").read_text(encoding="utf-8")
-    rows = {html.unescape(name) for name in re.findall(r'<tr id="train-[^"]*"><td><code>([^<]+)</code>', page)}
+    rows = {html.unescape(name) for name in re.findall(r'<tr id="train-[^"]*"><td[^>]*><code>([^<]+)</code>', page)}
     assert sorted(flags - rows) == [], "flags `posttrain train --help-all` shows that the CLI reference lacks"
     # each with its type, default and help, as --help-all gives them: one worked row
     row = re.search(r'<tr id="train-rl\.optim\.lr">(.*?)</tr>', page)[1]

@@ -44,6 +44,9 @@ TEXT_LIMIT = 200_000  # bytes of a text file shown whole; past that its first li
 CODE = {".py": "python", ".toml": "toml", ".json": "json", ".jsonl": "json", ".yml": "yaml", ".yaml": "yaml",
         ".sh": "bash", ".txt": "text", ".cfg": "ini", ".ini": "ini", ".csv": "text", "Makefile": "make"}
 BINARY = (".png", ".jpg", ".jpeg", ".gif", ".svg", ".webp", ".pdf", ".gguf", ".safetensors", ".pt")
+# the site's search finds the docs' own words, not every line of a linked source file
+UNSEARCHED = "---\nsearch:\n  exclude: true\n---\n"
+CODE_PAGE = "---\nsearch:\n  exclude: true\nhide: [toc]\n---\n"  # a code page has no headings to list
 SKIPPED = ("__pycache__", ".egg-info", ".pyc")  # a directory listing leaves build leftovers out
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -88,14 +91,15 @@ def source_page(path: str, config: MkDocsConfig) -> tuple[File, str | None]:
     where = ROOT / path
     if where.is_dir():
         entries = sorted(p for p in where.iterdir() if not p.name.startswith(".") and not p.name.endswith(SKIPPED))
-        lines = [f"# `{path}/`", "", f"The folder `{path}/` of the repository:", ""]
+        lines = [CODE_PAGE + f"# `{path}/`", "", f"The folder `{path}/` of the repository:", ""]
         for entry in entries:  # files link to their pages; subfolders are named only, so a listing stays one level
             lines.append(f"- [`{entry.name}`]({entry.name})" if entry.is_file() else f"- `{entry.name}/`")
         return File.generated(config, f"{SOURCE}/{path}/index.md", content="\n".join(lines) + "\n"), path
     if where.suffix.lower() in BINARY:
         return File.generated(config, f"{SOURCE}/{path}", abs_src_path=str(where)), None
     text = where.read_text(encoding="utf-8", errors="replace")
-    if where.suffix == ".md":
+    if where.suffix == ".md":  # rendered; its own front matter, if any, is kept as it is
+        text = text if text.startswith("---") else UNSEARCHED + text
         return File.generated(config, f"{SOURCE}/{path}.md", content=text), posixpath.dirname(path)
     note = ""
     if len(text.encode()) > TEXT_LIMIT:
@@ -105,7 +109,7 @@ def source_page(path: str, config: MkDocsConfig) -> tuple[File, str | None]:
         note = f"\nThe first {shown:,} of its {len(lines):,} lines; the whole file is `{path}` in the repository.\n"
     fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
     language = CODE.get(where.suffix, CODE.get(where.name, "text"))
-    content = f"# `{path}`\n{note}\n{fence}{language} linenums=\"1\"\n{text}\n{fence}\n"
+    content = f"{CODE_PAGE}# `{path}`\n{note}\n{fence}{language} linenums=\"1\"\n{text}\n{fence}\n"
     return File.generated(config, f"{SOURCE}/{path}.md", content=content), None
 
 
