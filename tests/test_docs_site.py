@@ -68,6 +68,29 @@ def test_site_builds_strict_with_every_page_in_place(site):
     assert (site / "lessons" / "notebooks" / "_marimo" / "assets").is_dir()
 
 
+def test_strict_build_fails_on_a_broken_link_anchor_repository_path_or_orphan_page(tmp_path):
+    """A copy of the site's sources (docs/ copied, the rest linked) with four faults planted: the
+    build stops and names each one."""
+    for name in ["mkdocs.yml", "docs"]:
+        (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, tmp_path / name)
+    for entry in ROOT.iterdir():
+        if not (tmp_path / entry.name).exists() and entry.name not in (".git", ".venv", ".cache", "site"):
+            (tmp_path / entry.name).symlink_to(entry)
+    guide = tmp_path / "docs" / "guides" / "runs.md"
+    guide.write_text(guide.read_text(encoding="utf-8") + "\n[a](../no-such-page.md) [b](../benchmarks.md#no-such-anchor) "
+                     "[c](../../posttrain/no_such_file.py) [d](../../posttrain/roles/rollout.py)\n", encoding="utf-8")
+    (tmp_path / "docs" / "orphan.md").write_text("# A page in no nav\n", encoding="utf-8")
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=BUILD_S)
+    said = done.stdout + done.stderr
+    assert done.returncode != 0 and "Aborted with 4 warnings in strict mode" in said, said[-3000:]
+    for fault in ["'../no-such-page.md'", "'#no-such-anchor'", "'../../posttrain/no_such_file.py'", "- orphan.md"]:
+        assert fault in said, (fault, said[-3000:])
+    # the link into the repository that exists became a page of the site, not a warning
+    assert "rollout.py" not in "".join(line for line in said.splitlines() if "WARNING" in line)
+
+
 def test_cli_reference_lists_every_flag_train_help_all_shows(site):
     from posttrain.cli.flags import SHORT_FLAGS
 

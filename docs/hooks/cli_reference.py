@@ -95,7 +95,7 @@ def parser_of(call, argv: list[str]) -> argparse.ArgumentParser:  # type: ignore
 def kind_of(action: argparse.Action) -> str:
     if action.nargs == 0:
         return ""
-    if action.metavar:
+    if action.metavar and action.option_strings:  # a positional's metavar is its name, shown already
         return " ".join(action.metavar) if isinstance(action.metavar, tuple) else str(action.metavar)
     if action.choices:
         return "{" + ",".join(map(str, action.choices)) + "}"
@@ -111,9 +111,13 @@ def flag_of(parser: argparse.ArgumentParser, action: argparse.Action) -> Flag:
     match = DEFAULT.match(text)
     if match:  # tyro writes the default into the help
         text, default = match["help"], match["default"]
+    elif isinstance(action, argparse.BooleanOptionalAction):  # --x / --no-x: which one holds without either
+        default = action.option_strings[0] if action.default else f"--no-{action.option_strings[0][2:]}"
     elif action.default not in (None, argparse.SUPPRESS, False) and action.nargs != 0 and action.option_strings:
         default = repr(action.default) if isinstance(action.default, str) else str(action.default)
-    names = sorted(action.option_strings, key=lambda s: (not s.startswith("--"), "-" in s[2:], s)) or [kind_of(action)]
+    # the long form first, "--x" before its "--no-x", a project's underscores before a second spelling's dashes
+    names = sorted(action.option_strings, key=lambda s: (not s.startswith("--"), s.startswith("--no-"), "-" in s[2:], s))
+    names = names or [str(action.metavar or action.dest).upper()]  # a positional: its name, as usage shows it
     return Flag(names, kind_of(action), default, " ".join(text.split()))
 
 
