@@ -73,10 +73,16 @@ def parser_of(call, argv: list[str]) -> argparse.ArgumentParser:  # type: ignore
     import tyro
     import tyro.extras
 
+    get_parser = getattr(tyro.extras, "get_parser", None)  # marked deprecated in tyro 1.x; its one public door
+    if get_parser is None:
+        raise RuntimeError(f"tyro {tyro.__version__} has no tyro.extras.get_parser, which the CLI reference reads the "
+                           "commands' flags from (docs/hooks/cli_reference.py): pin tyro below this version in "
+                           "pyproject.toml, or read the flags from tyro's new interface there")
+
     def tyro_parser(f, *, args=None, **settings):  # type: ignore[no-untyped-def]
-        with warnings.catch_warnings():  # get_parser is marked deprecated in tyro 1.x; it is the one public door
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore", DeprecationWarning)
-            raise Built(tyro.extras.get_parser(f, **settings))
+            raise Built(get_parser(f, **settings))
 
     def argparse_parser(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         raise Built(self)
