@@ -214,7 +214,8 @@ def _(mo):
        off the table. (`posttrain demo sentiment_steering` measures this alignment tax on text
        a model actually generates: at β = 0, "… was great!" for every opening.)
 
-    At full scale the same happens with PPO: in the README's "RLHF end to end" run on the
+    At full scale the same happens with PPO: in the "RLHF end to end" run of
+    `docs/guides/preference.md` (where these numbers are measured, with their commands) on the
     arithmetic task, with no KL term the reward model's score rose from 0.12 to 0.81 while the
     verifier's fell to 0.24 and held-out pass@1 to 26.2%; with `kl_coef` 0.02 the gold peaked
     early at 0.75 and settled at 0.64.

@@ -189,7 +189,7 @@ def _(mo):
     * **Noise 1.** The same samples, a judge that scores at random: best-of-N by the ORM keeps
       little of its gain, and the PRM-guided methods fall to about greedy's level. More
       candidates only help a scorer that can tell them apart; with a bad one, more candidates
-      mean more wrong ones it likes (the README measures exactly this with a trained PRM).
+      mean more wrong ones it likes (`docs/guides/search.md` measures exactly this with a trained PRM).
       Between 0 and 1 the gain fades: how much of it survives at 0.8 depends on the draw (with
       40 problems, an AMD EPYC with AVX-512 kept 0.675 of the verifier's 0.725, the machines
       this lesson was first measured on lost more than 0.1), the noise the section below warns of.
@@ -201,7 +201,7 @@ def _(mo):
 
     ## At full scale
 
-    The README's "Test-time search at one token budget" runs the same methods on `make run`'s
+    `docs/guides/search.md` ("Test-time search at one token budget") runs the same methods on `make run`'s
     policy (77% held-out pass@1, arithmetic level 3) with a *trained* PRM and ORM, 200
     problems, budgets up to 768 tokens: best-of-N with the verifier climbs from 75% to 82.5%,
     beam search guided by the step checker reaches 81.5% with 38% fewer tokens, and best-of-N

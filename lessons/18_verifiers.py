@@ -184,7 +184,7 @@ def _(mo):
 
     ## The same curve from a real run
 
-    In lesson 15 the proxy was a learned reward model. The README's "RLHF end to end" section
+    In lesson 15 the proxy was a learned reward model. `docs/guides/preference.md` ("RLHF end to end")
     runs the whole recipe on the arithmetic task (`make run`'s SFT policy, a Bradley–Terry reward
     model trained on its verifier-ranked samples, then PPO against it) and logs the
     verifier's verdict beside the reward model's score at every step. With the KL term off

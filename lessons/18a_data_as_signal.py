@@ -188,7 +188,7 @@ def _(mo):
       at 1/8 still draws eight failures 34% of the time, (7/8)^8).
     * **Failure weighting is the wrong medicine for a pool of hopeless prompts.** P ∝ 1 − p
       sends 89% of the draws to prompts at 0/8, and the share of live groups *falls* below
-      uniform's, to 0.084. The README's "Data curation" section measured what that does: a
+      uniform's, to 0.084. `docs/guides/your-task.md` ("Data curation") measured what that does: a
       20-step run with failure weights, from the same checkpoint on a 256-prompt pool, lost
       3.2 points of held-out pass@1 (one seed, CI [−6.2, −0.2]). Switch the pool to level 3 (597 solved, 219
       hopeless) and the same weights *help* (0.24 against 0.17): 1 − p moves draws off the
@@ -202,7 +202,7 @@ def _(mo):
 
     Two things the simulator leaves out. A pass rate from 8 samples is noisy: a prompt at
     true p = 0.05 reads 0/8 two times in three (0.95^8 = 0.66). And a pool filtered once is
-    learnt: in the README's "Data curation" runs the policy had learnt its band's prompts
+    learnt: in the "Data curation" runs of `docs/guides/your-task.md` the policy had learnt its band's prompts
     within 20 to 50 steps, so a band of 156 prompts is soon a band of solved prompts. The filter must be repeated
     (`rl.curation.remeasure_every`, or `online`), which is the last stage of the pipeline below.
     """)
@@ -308,8 +308,8 @@ def _(mo):
        a near miss.
     4. **A skewed mix** (mix): duplicates, or weights that pile the draws onto one stratum
        (89% onto the hopeless above; the easy → hard curriculum spending its first third on
-       level 2). The policy gets good at what it saw most and the rest decays: the README's
-       failure-weighted run lost 13.6 points on level 2 this way.
+       level 2). The policy gets good at what it saw most and the rest decays: the
+       failure-weighted run of `docs/guides/your-task.md` lost 13.6 points on level 2 this way.
 
     ## Find the knob that breaks it
 

@@ -226,7 +226,7 @@ def _(float_mismatch, float_worst, int8_mismatch, int8_worst, mo, speedups, toke
     | int8 weights | {int8_mismatch.mean_abs_logp_diff:.1e} | {int8_worst:.1e} | {int8_mismatch.kl_k3:.1e} | {int8_mismatch.effective_sample_fraction:.6f} |
 
     On a model this small the gap is thousandths of a nat. It grows with the model: SmolLM2-135M's
-    int8 log-probs are **0.80 nats per token** from its float32 ones (README, "Real models"), so
+    int8 log-probs are **0.80 nats per token** from its float32 ones (BENCHMARKS.md, "Sampling with int8 weights"), so
     far that the importance weights meant to correct it are themselves too noisy to trust.
     posttrain therefore recomputes $\pi_{{\text{{old}}}}$ with the trainer and weighs each token by
     $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/roles/off_policy.py`),

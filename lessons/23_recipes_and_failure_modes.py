@@ -31,7 +31,7 @@ def _(mo):
 
     The recipe catalogue in `recipes/` writes five famous ones (R1-Zero, R1, Kimi k1.5, Qwen3,
     Tülu 3) as posttrain config files at a size this machine trains in minutes, each with its
-    five choices in its header (`docs/recipes.md` has the table and what the toy versions leave
+    five choices in its header (`docs/guides/recipes.md` has the table and what the toy versions leave
     out), beside the course's two capstones written the same way. Line them up and the surprise is how little of the difference is the optimiser: R1
     and R1-Zero both run SFT then GRPO on the same reward, and differ in one data setting
     (whether the demonstrations show their working), the length of that SFT and the KL
@@ -355,7 +355,7 @@ def _(mo):
     * `posttrain/config/files.py` — `load_file`, `from_dict`, `to_dict`: a config file into a `TrainConfig` and back
     * `posttrain/runs/lineage.py` — `flatten` and `differing_keys`, the config diff `--parent` records
     * `posttrain/pipelines/checks.py` — `check_config`, the pre-run checks that refuse a hybrid
-    * `docs/recipes.md` and `tests/test_recipes.py` — the catalogue and the checks every recipe passes
+    * `docs/guides/recipes.md` and `tests/test_recipes.py` — the catalogue and the checks every recipe passes
     * `posttrain/runs/monitors.py` — `check_all`, `MonitorConfig` and the seven monitors
     * `posttrain/pipelines/rl.py` — where a training run calls the monitors and acts on `rl.alerts.action`
 

@@ -1,7 +1,7 @@
 """The library from Python (#19, item 9): `import posttrain` is cheap and offers every public
 name from one place; your own environment (an object or a class, with **kwargs or not) trains
 through posttrain.train and is refused early, by name, when it lacks what the pipeline calls.
-The README's example (tests/test_readme_api.py) runs the whole thing end to end."""
+The guide's example (docs/guides/your-task.md, tests/test_python_example.py) runs the whole thing end to end."""
 
 import ast
 import subprocess

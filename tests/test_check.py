@@ -319,7 +319,7 @@ def test_the_pick_best_stub_runs_on_the_pack_once_written(tmp_path):
     (tmp_path / "pick_best.py").write_text(solved)
     run = subprocess.run([sys.executable, str(tmp_path / "pick_best.py")], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    # the pack's numbers, as `posttrain bon --n 8` reports them (README): 0.460 first, 0.760 best-of-8
+    # the pack's numbers, as `posttrain bon --n 8` reports them (docs/guides/measuring.md): 0.460 first, 0.760 best-of-8
     assert "pass rate of the first sample 0.460, of your choice of 8 0.760" in run.stdout
 
 

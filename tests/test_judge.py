@@ -226,7 +226,7 @@ def test_smollm2_judges_a_right_and_a_wrong_sum():
 
 
 def test_a_judge_rubric_reaches_the_command_line_as_a_reward_function(tmp_path):
-    """The README's recipe: a file whose `score` is a judge rubric's, named in rl.reward.terms."""
+    """The recipe of docs/guides/your-task.md: a file whose `score` is a judge rubric's, named in rl.reward.terms."""
     tiny_gpt_mini().save_pretrained(tmp_path / "judge", TOK)
     (tmp_path / "my_judge.py").write_text(
         "from posttrain.rewards.judge import Judge, self_critique_rubric\n"

@@ -96,7 +96,7 @@ def test_partial_credit_is_the_reward_but_never_a_pass(env):
 
 def test_the_exact_spec_pays_only_full_credit(env):
     """chain_sum's grader pays a share to any reply that contains the answer: GRPO farmed it
-    with "-111111..." (README). The exact spec keeps the grader's number in details only."""
+    with "-111111..." (docs/guides/your-task.md). The exact spec keeps the grader's number in details only."""
     exact = make_env("reasoning_gym:chain_sum", task_config=SMALL, spec_version="reasoning_gym/answer-tag-exact-v1")
     example = next(e for e in env.fixed_set("heldout", 100) if e.expected_answer == "1")
     farmed = "<answer>111</answer>"

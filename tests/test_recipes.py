@@ -1,5 +1,5 @@
 """The recipe catalogue (recipes/*.toml): each file loads, passes every pre-run check,
-states its (data, algorithm, reward, system, scale) and its source, is in docs/recipes.md,
+states its (data, algorithm, reward, system, scale) and its source, is in docs/guides/recipes.md,
 and R1's and the reasoning-specialist capstone's run end to end at a tiny size from the
 command line."""
 
@@ -35,7 +35,7 @@ def test_a_recipe_loads_passes_its_checks_and_says_what_it_is(path):
     for axis in ("data", "algorithm", "reward", "system", "scale"):
         assert re.search(rf"^#\s+{axis}\s", header, re.M), f"{path.name} does not state its {axis}"
     assert re.search(r"arXiv:\d{4}\.\d{5}", header), f"{path.name} cites no source"
-    assert f"recipes/{path.name}" in (ROOT / "docs" / "recipes.md").read_text(encoding="utf-8")
+    assert f"recipes/{path.name}" in (ROOT / "docs" / "guides" / "recipes.md").read_text(encoding="utf-8")
     assert f"posttrain run --config recipes/{path.name}" in header
 
 

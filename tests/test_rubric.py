@@ -240,11 +240,11 @@ def test_a_rubrics_score_is_a_posttrain_reward_function():
     assert details["function_details"]["my_judge.py:score"]["criteria"]["no_repetition"]["score"] < 0.01
 
 
-def test_the_readme_example_runs_and_prints_what_the_readme_says(capsys):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("### Rubric and joint rewards") :]
+def test_the_guides_example_runs_and_prints_what_the_guide_says(capsys):
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "your-task.md").read_text(encoding="utf-8")
+    section = guide[guide.index("## Rubric and joint rewards") :]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     assert len(code.splitlines()) < 15
-    exec(compile(code, "README.md", "exec"), {"__name__": "readme_rubric"})
+    exec(compile(code, "docs/guides/your-task.md", "exec"), {"__name__": "guide_rubric"})
     printed = capsys.readouterr().out.strip()
     assert printed and printed in section.split("```python", 1)[1].split("```", 1)[1]

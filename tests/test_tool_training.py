@@ -108,18 +108,18 @@ def test_a_multi_turn_environment_refuses_what_cannot_train_on_it(capsys, tmp_pa
             "reward model learns from single completions")
 
 
-def test_the_readme_tool_environment_runs_as_written():
+def test_the_guides_tool_environment_runs_as_written():
     import re
     from pathlib import Path
 
     from posttrain.roles.environment import is_multi_turn
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Agents: tools and multi-turn episodes"):]
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "agents.md").read_text(encoding="utf-8")
+    section = guide[guide.index("# Agents: tools and multi-turn episodes"):]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     assert len(code.splitlines()) < 40
     namespace = {"__name__": "readme_cubes"}
-    exec(compile(code, "README.md", "exec"), namespace)
+    exec(compile(code, "docs/guides/agents.md", "exec"), namespace)
     env = namespace["Cubes"]()
     assert is_multi_turn(env)
     heldout, train = env.fixed_set("heldout", 20), env.fixed_set("train", 50)

@@ -310,9 +310,9 @@ def test_cli_run_logs_the_functions_term_in_samples(tmp_path, capsys):
         assert row["reward"] in (0.0, 1.0) and "components" not in row["details"]
 
 
-def test_the_readmes_example_gives_the_number_worked_by_hand(tmp_path):
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Your own reward function"):]
+def test_the_guides_example_gives_the_number_worked_by_hand(tmp_path):
+    guide = (Path(__file__).resolve().parents[1] / "docs" / "guides" / "your-task.md").read_text()
+    section = guide[guide.index("## Your own reward function"):]
     code = section[section.index("```python\n") + len("```python\n"):section.index("```\n\n```bash")]
     (tmp_path / "my_rewards.py").write_text(code)
     score = make_reward(RLConfig(reward=RewardConfig(terms=f"accuracy + 0.1*{tmp_path}/my_rewards.py:steps_correct")), SCORE)
