@@ -6,7 +6,7 @@ same steps (so speed is never bought by doing less).
     make bench            (creates .venv-bench with TRL; TRL is never a posttrain dependency)
     cd benchmarks && ../.venv-bench/bin/python grpo_vs_trl.py [--steps 6] [--model sft|smollm2-135m|DIR]
 
-The default starting point, `--model sft`, is SmolLM2-135M-Instruct after the README's
+The default starting point, `--model sft`, is SmolLM2-135M-Instruct after docs/guides/real-models.md's
 short SFT on the chain-of-thought arithmetic format (40 steps, run once by posttrain and
 cached under results/): out of the box SmolLM2 never writes the `Final:` line, every
 reward is 0 and the reward curves could not differ. Each side runs in its own process,
@@ -38,7 +38,7 @@ SFT_SYSTEM = "Add the numbers step by step. End with one line: Final: <sum>"
 
 
 def sft_checkpoint(threads: int) -> str:
-    """SmolLM2 after the README's short SFT (level 3, chain of thought), made once."""
+    """SmolLM2 after docs/guides/real-models.md's short SFT (level 3, chain of thought), made once."""
     out = Path(__file__).parent / "results" / "smollm2-sft"
     found = sorted(out.glob("*/checkpoints/sft/step_000039"))
     if found:

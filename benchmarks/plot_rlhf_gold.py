@@ -1,5 +1,5 @@
 """The gold reward (the verifier's) of several `posttrain rlhf` runs over their PPO steps, one
-plot: how the README's ensemble-vs-single figure was drawn.
+plot: how docs/guides/preference.md's ensemble-vs-single figure was drawn.
 
     python benchmarks/plot_rlhf_gold.py OUT.png "single RM, seed 0=runs/A" "min of 3, seed 0=runs/B" ...
 

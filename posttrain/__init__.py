@@ -1,6 +1,6 @@
 """posttrain: RL post-training for language models, from first principles.
 
-From Python, everything a script needs is here (README, "posttrain from Python"):
+From Python, everything a script needs is here (docs/guides/your-task.md, "posttrain from Python"):
 
     jobs           train(config, env=None) -> TrainResult, evaluate(model, env=None, ...)
     settings       TrainConfig and its sections ModelConfig, EnvConfig, SFTConfig, RLConfig,

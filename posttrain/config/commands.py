@@ -25,7 +25,7 @@ class StarConfig:
     # true: prompts with no passing sample get K more samples with the answer as a hint line
     # (pipelines/star.py, HINT), and passing ones are trained on under the hint-free prompt
     # (STaR's rationalisation). Off by default: gpt_mini never saw a hint in SFT, and on the
-    # arithmetic task it rescued few prompts for the K extra samples each costs (README)
+    # arithmetic task it rescued few prompts for the K extra samples each costs (docs/guides/search.md)
     rationalize: bool = False
     # true: each iteration fine-tunes the starting checkpoint on the new data (STaR's choice:
     # training the same weights again and again on their own samples overfits); false:
@@ -34,7 +34,7 @@ class StarConfig:
     distinct: bool = True  # keep each distinct passing completion once per prompt (RFT's de-duplication)
     # true: keep a passing completion only if every step of its chain checks too (verifiers/steps.py;
     # arithmetic tasks only): the outcome verifier alone lets 1-4.5% right answers from wrong
-    # chains through, and every rationalised one (README); off = STaR's outcome-only filter
+    # chains through, and every rationalised one (docs/guides/search.md); off = STaR's outcome-only filter
     step_check: bool = False
     steps: int = 100  # fine-tuning steps per iteration (batches drawn with replacement from the kept data)
     batch_size: int = 32  # kept rationales per fine-tuning step
@@ -93,7 +93,7 @@ class PrmConfig:
     step_format: str = ""
     steps: int = 400  # AdamW steps on batches of labelled completions
     # measured on arithmetic L3 with a body copied from the SFT policy: at 3e-4 the loss was still
-    # falling after 400 steps; 1e-3 gave the README's numbers
+    # falling after 400 steps; 1e-3 gave the numbers in docs/guides/search.md, "Process reward models"
     lr: float = 1e-3
     batch_size: int = 32  # completions per step
     # completions per forward and backward pass (gradient accumulation: the step's gradient is the

@@ -58,7 +58,7 @@ class RewardModelConfig:
     ensemble: str = "mean"
     disagreement_coef: float = 1.0  # λ of mean-minus-std: one standard deviation of the members' scores
     # reward models `posttrain rlhf` trains, each from its own seed (reward_model_0, _1, ...),
-    # then combined by rl.rm.ensemble; 1 trains the single model the README's runs used
+    # then combined by rl.rm.ensemble; 1 trains the single model docs/guides/preference.md's runs used
     ensemble_size: int = 1
     prompts: int = 1024  # training prompts whose samples make the pairs (held-out pairs: rl.dev_size dev prompts)
     temperature: float = 1.5  # the SFT policy is near-deterministic at T = 1: hotter samples give more distinct pairs

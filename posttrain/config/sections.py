@@ -251,7 +251,8 @@ class SFTConfig:
     # prompt (posttrain/data/judge_demos.py; the self-rewarding paper's evaluation fine-tuning
     # data), sft.batch_size of them drawn on top of each batch of solutions. What rl.preference.self_reward
     # needs on gpt_mini, which cannot read a judge prompt untaught; 1,000 took its judge from
-    # chance to AUROC ~0.7 against the verifier (README). 0 = none: plain SFT
+    # chance to AUROC ~0.7 against the verifier (docs/guides/preference.md, "Self-rewarding rounds").
+    # 0 = none: plain SFT
     judge_demos: int = 0
 
     def validate(self, prefix: str = "sft") -> None:

@@ -18,7 +18,7 @@ The rater is the arithmetic step checker (verifiers/steps.py: a step is right wh
 step so far holds and follows the problem), not GPT-4, so the scores are exact where
 UltraFeedback's are noisy; and every rejected answer is the failure offline DPO finds
 hardest on this task: one addition off by 1-3, then that wrong sum carried forward
-correctly (README, "Preference optimisation"). Prompts come from the training split, so a
+correctly (docs/guides/preference.md). Prompts come from the training split, so a
 policy trained on the file is still measured on problems it never saw.
 
 `posttrain train --algo dpo --rl.preference.pairs FEEDBACK_FIXTURE` reads the file as it is (a

@@ -26,7 +26,7 @@ because many of its answers are not integers and some span lines (a grid, a list
 
 Worked steps (`worked_steps=True`, `--env.reasoning_gym.worked_steps true`). reasoning-gym items carry
 their answer and the facts it was made from (`metadata`), never a worked solution, and a
-small model taught only the answer has no chain of thought to learn (README, "External
+small model taught only the answer has no chain of thought to learn (docs/guides/your-task.md, "External
 tasks": gpt_mini stayed below 10% on chain_sum). For the tasks in STEP_WRITERS the
 demonstration writes the work out from the metadata (aiw's: from the question), one step per line, before the answer
 line: steps a model can imitate and a process reward model can score, one per line

@@ -23,7 +23,7 @@ answer is forced) is the sampler's, roles/think_budget.py.
 
 Lengths: a /think completion is the chain of thought plus 16 characters of tags and
 newline, ~56 tokens on level 3 with gpt_mini's characters: raise rl.sampling.max_new_tokens
-from its default 48 (README, "Thinking-mode fusion").
+from its default 48 (docs/guides/search.md, "Thinking-mode fusion").
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class ThinkingModesEnv:
     budget_demos the share of /think demonstrations cut after a random number of thinking
                  characters and ended as the budget sampler ends a row (the early-stop
                  text, </think>, then the answer). 0 is Qwen3's recipe, where the model
-                 never sees the text; gpt_mini needs some (README, "Thinking-mode fusion").
+                 never sees the text; gpt_mini needs some (docs/guides/search.md, "Thinking-mode fusion").
     """
 
     spec_version = THINK_SPEC

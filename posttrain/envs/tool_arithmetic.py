@@ -10,7 +10,7 @@ Operands have `digits` digits each (3 by default: 100..999, 810,000 problems). A
 character-level gpt_mini learns 5-term single-digit sums from a few hundred
 demonstrations; a 6-digit product needs a long chain of carries, which it is not expected
 to learn that way, so the task is built for the call to be the path to reward. Measured
-(README, "Agents"): after SFT on 1,000 demonstrations, half of them calling the tool, gpt_mini
+(docs/guides/agents.md): after SFT on 1,000 demonstrations, half of them calling the tool, gpt_mini
 guessed on 929 of 1,500 held-out problems over three seeds and got none right, and got 564 of
 its 571 calls right; GRPO took the call rate and held-out pass@1 to 100%. The answer is
 checked by the same strict verifier as the arithmetic task: the final turn, outside <think>

@@ -72,7 +72,7 @@ def policy_confidence(policy: Policy, tokenizer: Tokenizer, records: list[StepRe
     mean token log-probability of each step (its separator included), as a running minimum
     over the steps so far, so that it follows the first-error labels (once an unlikely step
     was written, every later one is suspect too). A wrong sum is usually an unlikely token
-    for the SFT policy (README, "RLHF end to end"). One score per step; a ranking, not a
+    for the SFT policy (docs/guides/preference.md, "RLHF end to end"). One score per step; a ranking, not a
     probability, so it gets an AUROC and no calibration."""
     fmt = get_step_format(step_format)
     device = model_device(policy)

@@ -121,7 +121,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
     if resolve_device(cfg.device).type == "cpu" and cfg.dtype != "float32":
         console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
                       "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
-                      "slower (README, \"GPUs and dtypes\"); it is meant for GPUs")
+                      "slower (docs/guides/real-models.md, \"GPUs and dtypes\"); it is meant for GPUs")
     policy, tokenizer, start_weights = starting_policy(cfg, run, env)
     meta = run.read_json("meta.json") or {}
     if "prompt" not in meta:  # known once the tokenizer is: the experiment log's prompt template

@@ -88,7 +88,7 @@ def fine_tune(run: RunDir, stage: str, demos: list[Episode], tokenizer: Tokenize
     top of the batch, from a generator of their own, so the demonstrations' draws are exactly
     plain SFT's. Mixed into one pool instead, 600 judge rows beside 150 solutions left the
     solutions a fifth of each batch, and held-out pass@1 after SFT fell from 69.8% to 36.2%
-    (README, "DPO's extras")."""
+    (docs/guides/preference.md, "DPO's extras")."""
     trainer = Trainer(policy, lr=sft.lr, total_steps=sft.steps, warmup_steps=sft.warmup_steps,
                       weight_decay=sft.weight_decay, grad_clip=1.0)
 

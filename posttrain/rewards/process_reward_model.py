@@ -296,7 +296,7 @@ def train_step_reward_model(
     called after each step (progress display).
 
     The default lr suits a small body copied from an SFT policy; `posttrain prm` measured
-    its own setting on arithmetic (config/commands.PrmConfig.lr, README "Process reward
+    its own setting on arithmetic (config/commands.PrmConfig.lr, docs/guides/search.md, "Process reward
     models"). A large pretrained body wants ~1e-5, as the Bradley–Terry model does."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}; choose one of {KINDS} (orm: one score per completion, prm: one per step)")

@@ -1,1 +1,1 @@
-"""The six roles of an RL post-training system, one module each (see README)."""
+"""The six roles of an RL post-training system, one module each (ARCHITECTURE.md, "Bird's-eye view")."""

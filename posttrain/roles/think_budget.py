@@ -5,7 +5,7 @@ thinking has used its budget, generation stops, an instruction to stop thinking 
 with the closing tag, and the model writes its answer from the thinking it has. The model
 is never trained on that string: Qwen3 reports that thinking-mode fusion alone makes
 answering from partial thinking work. gpt_mini does not manage it unless some of its /think
-demonstrations are cut off the same way (envs/thinking_modes.py, budget_demos; README,
+demonstrations are cut off the same way (envs/thinking_modes.py, budget_demos; docs/guides/search.md,
 "Thinking-mode fusion"). This module is that sampler; the appended text is
 verifiers/think_tags.py's EARLY_STOP, where the demonstrations read it too.
 

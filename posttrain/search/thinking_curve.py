@@ -45,7 +45,7 @@ def fused_task(checkpoint: str) -> CheckpointTask:
     if task is None or task.env.name != "arithmetic_think":
         trained = "records no task" if task is None else f"was trained on env {task.env.name!r}"
         raise ValueError(f"checkpoint {checkpoint} {trained}: `posttrain think` measures a model trained on both "
-                         "modes (posttrain train --env.name arithmetic_think; README, \"Thinking-mode fusion\")")
+                         "modes (posttrain train --env.name arithmetic_think; docs/guides/search.md, \"Thinking-mode fusion\")")
     return task
 
 

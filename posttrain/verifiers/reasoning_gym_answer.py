@@ -17,7 +17,7 @@ wrong order). Under reasoning_gym/answer-tag-v1 the reward is the grader's numbe
 (posttrain/eval/evaluate.py::solved), with the mean reward beside it. Partial credit can
 be farmed: reasoning-gym's default grader pays len(answer)/len(reply) when the reply merely
 contains the answer, so "111" earns 1/3 for any answer that is 1 or 11, and a GRPO run on
-chain_sum learnt to answer "-111111..." (README, "External tasks"). The second spec,
+chain_sum learnt to answer "-111111..." (docs/guides/your-task.md, "External tasks"). The second spec,
 reasoning_gym/answer-tag-exact-v1, pays 1.0 for full credit and 0.0 otherwise, keeping the
 grader's number in `details["grader_reward"]`: train on it when the partial credit is not
 a step toward the answer.
