@@ -214,11 +214,11 @@ def _(mo):
        off the table. (`posttrain demo sentiment_steering` measures this alignment tax on text
        a model actually generates: at β = 0, "… was great!" for every opening.)
 
-    At full scale the same happens with PPO: in the "RLHF end to end" run of
-    `docs/guides/preference.md` (where these numbers are measured, with their commands) on the
-    arithmetic task, with no KL term the reward model's score rose from 0.12 to 0.81 while the
-    verifier's fell to 0.24 and held-out pass@1 to 26.2%; with `kl_coef` 0.02 the gold peaked
-    early at 0.75 and settled at 0.64.
+    At full scale the same happens with PPO: in [RLHF end to end](../docs/guides/preference.md#rlhf-end-to-end) (the run on the
+    arithmetic task, with its commands), with no KL term the reward model's score rose
+    [from 0.12 to 0.81](../docs/guides/preference.md#rlhf-end-to-end) while the verifier's fell to [0.24](../docs/guides/preference.md#rlhf-end-to-end) and held-out pass@1 to
+    [26.2%](../docs/guides/preference.md#rlhf-end-to-end); with `kl_coef` 0.02 the gold peaked early at [0.75](../docs/guides/preference.md#rlhf-end-to-end) and settled at
+    [0.64](../docs/guides/preference.md#rlhf-end-to-end).
 
     ## Source files used here
 

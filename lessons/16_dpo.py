@@ -257,10 +257,11 @@ def _(mo):
     | ORPO | pairs | no | SFT loss on the chosen + a log-odds-ratio term | the chosen answers are good demonstrations: one stage instead of SFT then DPO, no reference in memory |
     | SimPO | pairs | no | length-normalised log-prob as the reward, margin γ | length exploitation is the problem and the SFT start is strong; nothing anchors it to π_ref |
 
-    `docs/guides/preference.md` ("The five losses from one start") measures the same family on chains of
-    thought (arithmetic level 3, 100 steps × 32 pairs): ORPO 69.2% and IPO 68.6% held the
-    start's level while DPO fell to 32.6% and SimPO to 18.6%. A wrong chain shares most of
-    its tokens with right ones, and a sequence-level loss pushes all of them down.
+    [The five losses from one start](../docs/guides/preference.md#the-five-losses-from-one-start) measures the same family on chains of
+    thought (arithmetic level 3, 100 steps × 32 pairs): ORPO [69.2%](../docs/guides/preference.md#the-five-losses-from-one-start) and IPO [68.6%](../docs/guides/preference.md#the-five-losses-from-one-start)
+    held the start's level while DPO fell to [32.6%](../docs/guides/preference.md#the-five-losses-from-one-start) and SimPO to [18.6%](../docs/guides/preference.md#the-five-losses-from-one-start). A wrong
+    chain shares most of its tokens with right ones, and a sequence-level loss pushes all of
+    them down.
 
     ## Source files used here
 

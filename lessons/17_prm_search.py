@@ -201,13 +201,14 @@ def _(mo):
 
     ## At full scale
 
-    `docs/guides/search.md` ("Test-time search at one token budget") runs the same methods on `make run`'s
-    policy (77% held-out pass@1, arithmetic level 3) with a *trained* PRM and ORM, 200
-    problems, budgets up to 768 tokens: best-of-N with the verifier climbs from 75% to 82.5%,
-    beam search guided by the step checker reaches 81.5% with 38% fewer tokens, and best-of-N
-    with the trained ORM or PRM *falls* (74.5% → 70.0% and 68.5%) as N grows: their AUROC is
-    0.66–0.74, and selection finds their mistakes. The numbers there carry CIs; here, with 40
-    problems, a difference under ~0.15 is noise.
+    [Test-time search at one token budget](../docs/guides/search.md#test-time-search-at-one-token-budget) runs the same methods on `make run`'s
+    policy ([77.0%](../docs/getting-started.md#what-make-run-does-and-what-it-shows) held-out pass@1, arithmetic level 3) with a *trained* PRM and ORM,
+    200 problems, budgets up to 768 tokens: best-of-N with the verifier climbs
+    [from 75% to 82.5%](../docs/guides/search.md#test-time-search-at-one-token-budget), beam search guided by the step checker reaches
+    [81.5% with 38% fewer tokens](../docs/guides/search.md#test-time-search-at-one-token-budget), and best-of-N with the trained ORM or PRM *falls*
+    ([74.5% → 70.0% and 68.5%](../docs/guides/search.md#test-time-search-at-one-token-budget)) as N grows: their AUROC is [0.66–0.74](../docs/guides/search.md#test-time-search-at-one-token-budget), and
+    selection finds their mistakes. The numbers there carry CIs; here, with 40 problems, a
+    difference under ~0.15 is noise.
 
     ## Source files used here
 

@@ -184,14 +184,14 @@ def _(mo):
 
     ## The same curve from a real run
 
-    In lesson 15 the proxy was a learned reward model. `docs/guides/preference.md` ("RLHF end to end")
+    In lesson 15 the proxy was a learned reward model. [RLHF end to end](../docs/guides/preference.md#rlhf-end-to-end)
     runs the whole recipe on the arithmetic task (`make run`'s SFT policy, a Bradley–Terry reward
     model trained on its verifier-ranked samples, then PPO against it) and logs the
     verifier's verdict beside the reward model's score at every step. With the KL term off
     (`posttrain rlhf --ppo.kl_coef 0.0`), the reward model's score of the policy's samples rose
-    from 0.12 to 0.81 while the verifier's fell to 0.24 and held-out pass@1 from 69.0% to 26.2%:
-    the policy steered its sums toward a few answers the reward model liked, with a wrong
-    addition the verifier caught and the reward model did not.
+    [from 0.12 to 0.81](../docs/guides/preference.md#rlhf-end-to-end) while the verifier's fell to [0.24](../docs/guides/preference.md#rlhf-end-to-end) and held-out pass@1
+    [from 69.0% to 26.2%](../docs/guides/preference.md#rlhf-end-to-end): the policy steered its sums toward a few answers the reward
+    model liked, with a wrong addition the verifier caught and the reward model did not.
 
     ## Source files used here
 

@@ -48,8 +48,8 @@ def _(mo):
 
     `lessons/data/18a_pass_rates/pass_counts.json` holds two measurements the curation code
     made before RL (`posttrain/pipelines/curation.py`, 8 samples of each of 1,024 training
-    prompts): the level-3 SFT checkpoint (69.8% held-out) and the mixed-level one
-    (`--env.arithmetic.levels 2,3,5`, 13.6%). The notebook rebuilds the very prompts from the task and
+    prompts): the level-3 SFT checkpoint ([69.8%](../docs/guides/your-task.md#data-curation) held-out) and the mixed-level one
+    (`--env.arithmetic.levels 2,3,5`, [13.6%](../docs/guides/your-task.md#data-curation)). The notebook rebuilds the very prompts from the task and
     checks their fingerprint. Below, each prompt's measured rate is taken as its true pass
     rate; the simulator draws prompts the way a training run does (`PromptPool.draw` in
     `posttrain/data/curation.py`), samples K Bernoulli rewards per group, and runs the
@@ -188,9 +188,9 @@ def _(mo):
       at 1/8 still draws eight failures 34% of the time, (7/8)^8).
     * **Failure weighting is the wrong medicine for a pool of hopeless prompts.** P ∝ 1 − p
       sends 89% of the draws to prompts at 0/8, and the share of live groups *falls* below
-      uniform's, to 0.084. `docs/guides/your-task.md` ("Data curation") measured what that does: a
-      20-step run with failure weights, from the same checkpoint on a 256-prompt pool, lost
-      3.2 points of held-out pass@1 (one seed, CI [−6.2, −0.2]). Switch the pool to level 3 (597 solved, 219
+      uniform's, to 0.084. [Data curation](../docs/guides/your-task.md#data-curation) measured what that does: a 20-step run with
+      failure weights, from the same checkpoint on a 256-prompt pool, lost
+      [3.2 points of held-out pass@1 (one seed, CI [−6.2, −0.2])](../docs/guides/your-task.md#data-curation). Switch the pool to level 3 (597 solved, 219
       hopeless) and the same weights *help* (0.24 against 0.17): 1 − p moves draws off the
       solved, which dominate there. A draw weight is only as good as the shape of the pool.
     * **Signal weighting needs no band**: p(1 − p) gives the solved and the hopeless weight 0
@@ -202,8 +202,8 @@ def _(mo):
 
     Two things the simulator leaves out. A pass rate from 8 samples is noisy: a prompt at
     true p = 0.05 reads 0/8 two times in three (0.95^8 = 0.66). And a pool filtered once is
-    learnt: in the "Data curation" runs of `docs/guides/your-task.md` the policy had learnt its band's prompts
-    within 20 to 50 steps, so a band of 156 prompts is soon a band of solved prompts. The filter must be repeated
+    learnt: in the [Data curation](../docs/guides/your-task.md#data-curation) runs the policy had learnt its band's prompts
+    [within 20 to 50 steps](../docs/guides/your-task.md#data-curation), so a band of 156 prompts is soon a band of solved prompts. The filter must be repeated
     (`rl.curation.remeasure_every`, or `online`), which is the last stage of the pipeline below.
     """)
     return
@@ -309,7 +309,7 @@ def _(mo):
     4. **A skewed mix** (mix): duplicates, or weights that pile the draws onto one stratum
        (89% onto the hopeless above; the easy → hard curriculum spending its first third on
        level 2). The policy gets good at what it saw most and the rest decays: the
-       failure-weighted run of `docs/guides/your-task.md` lost 13.6 points on level 2 this way.
+       failure-weighted run in [Data curation](../docs/guides/your-task.md#data-curation) lost [13.6 points on level 2](../docs/guides/your-task.md#data-curation) this way.
 
     ## Find the knob that breaks it
 

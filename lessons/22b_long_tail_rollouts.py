@@ -61,9 +61,9 @@ def _(mo):
     $$
 
     which is what our sampler does (`roles/engines/torch_engine.py` drops finished rows). On this machine
-    `tests/test_systems_measured.py` fitted $a = 6.5$ ms and $b = 0.20$ ms for our sampler
-    on gpt_mini, and the formula predicted three fresh batches within 16 %; the widget uses
-    those two numbers and answers of 20 tokens on average. (The tax itself has no unit: a
+    `tests/test_systems_measured.py` fitted [$a = 6.5$ ms and $b = 0.20$ ms](../docs/guides/scaling-out.md#the-formulas-against-this-machine) for our
+    sampler on gpt_mini, and the formula predicted three fresh batches [within 16 %](../docs/guides/scaling-out.md#the-formulas-against-this-machine); the
+    widget uses those two numbers and answers of 20 tokens on average. (The tax itself has no unit: a
     reasoning model's 2,000-token answers pay the same multiple.)
 
     ## Three patches, in the order they compose
@@ -226,7 +226,7 @@ def _(float_mismatch, float_worst, int8_mismatch, int8_worst, mo, speedups, toke
     | int8 weights | {int8_mismatch.mean_abs_logp_diff:.1e} | {int8_worst:.1e} | {int8_mismatch.kl_k3:.1e} | {int8_mismatch.effective_sample_fraction:.6f} |
 
     On a model this small the gap is thousandths of a nat. It grows with the model: SmolLM2-135M's
-    int8 log-probs are **0.80 nats per token** from its float32 ones (BENCHMARKS.md, "Sampling with int8 weights"), so
+    int8 log-probs are **[0.80 nats per token](../BENCHMARKS.md#sampling-with-int8-weights-issue-18)** from its float32 ones, so
     far that the importance weights meant to correct it are themselves too noisy to trust.
     posttrain therefore recomputes $\pi_{{\text{{old}}}}$ with the trainer and weighs each token by
     $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/roles/off_policy.py`),

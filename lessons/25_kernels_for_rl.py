@@ -207,8 +207,8 @@ def _(mo):
       every layer rounds its inputs to them before the logits exist.
     * **int8 weights.** Larger again (~$5\times10^{-3}$ here, worst tokens above $10^{-2}$). The
       ratio before any update now ranges up to 2 % either side of 1. On this tiny model
-      that is inside PPO's clip; on SmolLM2-135M the same int8 kernels are 0.80 nats a token
-      away (BENCHMARKS.md, "Sampling with int8 weights"), and ratios of $e^{\pm 0.8}$ are clipped outright.
+      that is inside PPO's clip; on SmolLM2-135M the same int8 kernels are
+      [0.80 nats a token](../BENCHMARKS.md#sampling-with-int8-weights-issue-18) away, and ratios of $e^{\pm 0.8}$ are clipped outright.
 
     What to do about it, in the order posttrain does it: never trust the sampler's log-probs as
     $\pi_{\text{old}}$ when its kernels differ (recompute with the trainer,

@@ -238,12 +238,12 @@ def _(health, mo, profile_top, sampling):
     The matrix multiplies themselves (`aten::mm`) take a quarter or so; the rest is spread over
     hundreds of small operations per token (views, transposes, concatenations, elementwise): at
     this size a decode step is paid for in per-operation overhead, the $a$ of lesson 22b, which
-    batching more rows amortises and compiling the decode step (`rl.sampling.compile`, 17 % faster
-    on make run's batch, BENCHMARKS.md) partly removes.
+    batching more rows amortises and compiling the decode step (`rl.sampling.compile`,
+    [17% faster](../BENCHMARKS.md#generation-posttrains-sampler-vs-transformers-generate) on make run's batch) partly removes.
 
     **Step 4, the memory peak.** `posttrain systems` adds up the copies, activations and KV cache
-    (lesson 24); on this machine the envelope of a SmolLM2 GRPO step came within 5 % of its
-    measured peak RSS (`tests/test_systems_measured.py`). The peak decides the largest decode
+    (lesson 24); on this machine the envelope of a SmolLM2 GRPO step came [within 5%](../docs/guides/scaling-out.md#the-formulas-against-this-machine) of
+    its measured peak RSS (`tests/test_systems_measured.py`). The peak decides the largest decode
     batch, and so where decode stops being bandwidth-bound.
 
     **Step 5, the kernel timeline.** Nsight Systems shows gaps between GPU kernels (launch

@@ -11,9 +11,11 @@ ARCHITECTURE.md) stay true to each other and to the code:
   cannot be dry-run offline);
 - every relative link resolves, anchors included, and every heading has the same anchor on
   GitHub and on the MkDocs site;
-- a number quoted as a link (`[93.0%](getting-started.md#...)`) is a number its target section
-  states: the page that measured it is its one source, and a re-measurement that changes the
-  source and not the quote fails here.
+- a number quoted as a link (`[93.0%](getting-started.md#...)`), on a page or in a lesson, is a
+  number its target section states: the page that measured it is its one source, and a
+  re-measurement that changes the source and not the quote fails here; and a number stated
+  with its CI is written on one page only, the others quoting it (or listed as separate runs
+  that agree).
 """
 
 from __future__ import annotations
@@ -304,6 +306,87 @@ def test_a_number_quoted_as_a_link_is_one_its_source_states(page):
         missing = [number for number in NUMBER.findall(text) if number not in stated]
         assert not missing, (f"{rel(page)} quotes [{text}] from {rel(path)}#{anchor}, which does not state "
                              f"{missing}: quote the source's number, or re-measure both")
+
+
+LESSON_NOTEBOOKS = sorted((ROOT / "lessons").glob("*.py"))
+
+
+@pytest.mark.parametrize("lesson", LESSON_NOTEBOOKS, ids=rel)
+def test_a_lesson_quotes_the_docs_by_links_that_hold(lesson):
+    """A lesson's markdown link to a page (`[0.81](../docs/guides/preference.md#rlhf-end-to-end)`)
+    resolves, anchor included, and every number in its text is one the section states: a
+    number measured elsewhere is quoted, not retyped. (What a lesson computes in its own cells
+    is its own and needs no link.)"""
+    for text, target, _ in links(lesson):
+        resolved = resolve(lesson, target)
+        if resolved is None or not re.search(r"\.md(#|$)", target):
+            continue  # a URL, or Python that reads like a link
+        path, anchor = resolved
+        if rel(path) in SITE_PAGES and not path.exists():
+            continue
+        assert path.exists(), f"{rel(lesson)}: [{text}]({target}): no {rel(path)}"
+        stated = set(NUMBER.findall(section(path, anchor)))  # raises when the anchor is missing
+        missing = [number for number in NUMBER.findall(text) if number not in stated]
+        assert not missing, (f"{rel(lesson)} quotes [{text}] from {rel(path)}#{anchor}, which does not state "
+                             f"{missing}: quote the source's number, or re-measure both")
+
+
+# A number stated with its 95% CI ("32.6% [28.6, 36.6]", "+3.6 [+1.0, +6.4]") is a measurement. Written
+# outside a link on two pages it is a twin, which a re-measurement of one leaves stale: quote one page
+# from the other by a link. Held-out pass@1 on 500 problems moves in steps of 0.2 points, so separate
+# runs often land on the same value and CI; those are listed here, each with the runs that agree.
+WITH_CI = re.compile(r"[−+-]?\d+\.\d%? \[[−+-]?\d+\.\d, [−+-]?\d+\.\d\]")
+SEPARATE_RUNS = {
+    "+1.2 [−1.2, +3.6]": "dpo.md: refreshing π_ref online; algorithms.md: the progressive build's group std",
+    "+11.0 [+7.6, +14.4]": "recipes.md: Tülu 3's DPO stage; search.md: STaR (restart) against its start",
+    "100.0% [100.0, 100.0]": "agents.md: the tool runs; recipes.md: the reasoning specialist",
+    "69.0% [65.0, 73.0]": "the seed-0 SFT stage each compare trained for itself: dpo.md's earlier five losses, "
+                          "algorithms.md's six algorithms",
+    "69.4% [65.4, 73.4]": "algorithms.md: aligned_grpo; search.md: /think at budget 0",
+    "69.8% [65.8, 73.8]": "the seed-0 chain-of-thought SFT stage each run trained for itself: the progressive "
+                          "build (algorithms.md), the R1, Tülu 3 and aligned-assistant recipes (recipes.md)",
+    "74.0% [70.2, 77.8]": "BENCHMARKS.md: the int8 run's SFT; dpo.md: offline plain DPO",
+    "77.0% [73.2, 80.6]": "make run's SFT, scored by each run that trained or loaded it: make run "
+                          "(getting-started.md), selection vs RL (search.md), your own reward (your-task.md)",
+    "80.8% [77.2, 84.2]": "dpo.md: offline DPO + NLL from the 69.0% start; recipes.md: Tülu 3's DPO stage from 69.8%",
+    "86.8% [83.8, 89.6]": "dpo.md: online DPO, seed 1; search.md: best-of-51 with the verifier",
+    "87.2% [84.2, 90.0]": "dpo.md: online plain DPO; algorithms.md: vanilla REINFORCE",
+    "89.2% [86.4, 91.8]": "BENCHMARKS.md: GRPO with float32 sampling; algorithms.md: the batch-std row",
+    "89.4% [86.6, 92.0]": "algorithms.md: RLOO, PRIME at seed 1; recipes.md: Qwen3's SFT",
+    "90.8% [88.2, 93.2]": "100 GRPO steps from make run's SFT at seed 0, run by three experiments: "
+                          "int8 sampling (BENCHMARKS.md), PRIME (algorithms.md), selection vs RL (search.md)",
+    "91.2% [88.6, 93.6]": "BENCHMARKS.md: GRPO with int8 sampling; algorithms.md: PRIME without its process term",
+    "92.6% [90.2, 94.8]": "the seed-1 SFT stage of two runs: the progressive build (algorithms.md), the aligned "
+                          "assistant (recipes.md)",
+    "93.0% [90.6, 95.2]": "getting-started.md: make run's GRPO; recipes.md: Qwen3's RL stage",
+    "93.6% [91.4, 95.6]": "algorithms.md: DAPO; search.md: RFT and /think",
+    "−0.8 [−2.0, +0.2]": "algorithms.md: PPO's row at seed 1; search.md: STaR after iteration 3",
+}
+
+
+def stated_with_ci() -> dict[str, set[str]]:
+    """Each number-with-CI written outside a link, and the pages that write it."""
+    pages: dict[str, set[str]] = {}
+    for page in [*LINKED_PAGES, *LESSON_NOTEBOOKS]:
+        for line in read(page).split("\n"):
+            line = LINK.sub(lambda m: " " if "#" in m.group(3) else m.group(2), line)  # a quote is not a twin
+            for value in WITH_CI.findall(line):
+                pages.setdefault(value, set()).add(rel(page))
+    return pages
+
+
+def test_a_number_with_its_ci_is_stated_on_one_page():
+    twins = {value: sorted(where) for value, where in stated_with_ci().items()
+             if len(where) > 1 and value not in SEPARATE_RUNS}
+    assert not twins, ("the same measurement stated on two pages; keep it on the page that measured it and "
+                       f"quote it from the others by a link (or, if they are separate runs, say so in "
+                       f"SEPARATE_RUNS): {twins}")
+
+
+def test_every_listed_pair_of_separate_runs_is_still_on_two_pages():
+    pages = stated_with_ci()
+    stale = [value for value in SEPARATE_RUNS if len(pages.get(value, ())) < 2]
+    assert not stale, f"SEPARATE_RUNS lists values no longer stated on two pages; drop them: {stale}"
 
 
 # --- 3. every quoted command parses ---------------------------------------------------------------------------
