@@ -3,11 +3,13 @@ every canonical solution passes and wrong ones fail, both answer shapes (a conti
 whole function) are scored, the problems are all held out, and pass@k is Chen et al.'s."""
 
 import pytest
+from rich.console import Console
 
 from posttrain.guards import sandbox
 from posttrain.config import SamplingParams
 from posttrain.envs import make_env
 from posttrain.envs.humaneval import split_tests
+from posttrain.eval.completions import print_report, score_records
 from posttrain.eval.evaluate import evaluate_pass_at_k
 from posttrain.eval.stats import pass_at_k
 from posttrain.types import Episode
@@ -48,6 +50,20 @@ def test_every_canonical_solution_passes_in_the_sandbox(env, problems, spec):
         assert verdict_counts([r["details"] for r in results.values()]) == {
             "sandbox": 0, "withheld": 0, "replay": 7, "parent": sum(len(e.meta["tests"]) for e in problems.values()) - 7}
         assert env.spec_version == spec  # what `posttrain eval --env.name humaneval` scores with
+
+
+def test_the_console_says_where_the_verdicts_came_from(env, problems):
+    examples = [problems[task] for task in ("HumanEval/0", "HumanEval/53")]
+    records = [{"id": e.id, "prompt": e.prompt, "expected_answer": "", "meta": e.meta, "completion": env.solution(e)}
+               for e in examples]
+    for spec, said in (("humaneval/tests-v2", "7 judged by the trainer, 1 replayed without the solution, 0 computed "
+                                              "inside the solution's sandbox (forgeable), 0 withheld"),
+                       ("humaneval/tests-v1", "7 judged by the trainer, 0 replayed without the solution, 1 computed "
+                                              "inside the solution's sandbox (forgeable), 0 withheld")):
+        result = score_records(records, spec)
+        console = Console(record=True, width=200)
+        print_report(result, console)
+        assert "test verdicts: " + said in console.export_text()
 
 
 def test_wrong_solutions_fail_with_the_reason(env, problems):
