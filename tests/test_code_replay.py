@@ -100,6 +100,19 @@ def test_a_builtin_the_solution_rebinds_is_the_builtin_when_the_entry_point_is_n
     for area, paid in (("return 1", 0.0), ("return 3.14159265 * r * r", 1.0)):
         result = V2(named, f"def abs(x): return 0\ndef area(r): {area}")
         assert result["reward"] == paid and result["details"]["verdict"] == "parent"
+    # beside a probe rather than inside it: the solution's sorted would compute the expected value
+    beside, cheat = "assert f([3, 1, 2]) == sorted([3, 1, 2])", "def sorted(xs): return 0\ndef f(xs): return 0\n"
+    assert V1(problem(beside), cheat)["reward"] == 1.0  # control
+    assert V2(problem(beside), cheat)["details"]["test_outcomes"] == ["withheld"]
+    assert V2(problem(beside, entry_point="f"), cheat)["details"]["reason"] == "wrong_answer"
+    # a test of the solution's own `sorted` still asks the solution's, however it was defined
+    own = problem("assert sorted([3, 1, 2]) == [1, 2, 3]")
+    assert V2(own, "exec('def sorted(xs): return xs')")["reward"] == 0.0
+    # the price of not guessing: a local `sum` reads as one the solution binds, so a test that
+    # wraps its function in sum() is withheld unless the entry point is named
+    local = "def f(x):\n    sum = 0\n    for i in range(x):\n        sum += i\n    return [sum, 2]\n"
+    assert V2(problem("assert sum(f(2)) == 3"), local)["details"]["reason"] == "withheld"
+    assert V2(problem("assert sum(f(2)) == 3", entry_point="f"), local)["reward"] == 1.0
 
 
 def test_helpers_in_test_setup_are_the_datasets_not_the_solutions():

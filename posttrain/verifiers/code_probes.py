@@ -115,10 +115,11 @@ def plan_for(tests: list[str], code: str, entry_point: str | None = None, strict
     tests for the sandbox. `code` matters only through which builtin names it rebinds.
 
     strict (code/tests-v2): a builtin's name in a test is the solution's only when it is
-    `entry_point`, or, with no entry point, when the solution binds it as written
-    (module_bindings); and a probe rooted at such a name may not wrap another name of the
-    solution's (`abs(area(2) - 12.5)` with the solution's own `abs` would let it pick the
-    verdict). Not strict (code/tests-v1): any binding the `_defined_by` pattern finds."""
+    `entry_point`, or, with no entry point, when the solution may bind it (solution_binds);
+    and a test does not split when such a name meets another name of the solution's, inside
+    a probe (`abs(area(2) - 12.5)`) or beside it (`f(x) == sorted(x)`): the solution's own
+    `abs` or `sorted` would pick the verdict. Not strict (code/tests-v1): any binding the
+    `_defined_by` pattern finds, and no such rule."""
     used = {name for name in JUDGE_CALLS if any(name in test for test in tests)}
     if not strict:
         return _plan(tuple(tests), frozenset(n for n in used if _defined_by(code, n)), False)
@@ -127,10 +128,12 @@ def plan_for(tests: list[str], code: str, entry_point: str | None = None, strict
 
 
 def solution_binds(code: str, names: set[str] | frozenset[str]) -> set[str]:
-    """Those of `names` the solution binds as written (module_bindings), or, where that
-    cannot be read off the text, those `_defined_by`'s pattern finds anywhere in it."""
-    bound = module_bindings(code)
-    return {n for n in names if _defined_by(code, n)} if bound is None else set(names & bound)
+    """Those of `names` the solution may bind in its module: as written (module_bindings)
+    or wherever `_defined_by`'s pattern finds them (a `def sorted` in a string it execs, a
+    local `sum = 0` too: more names than it binds is the safe side, code/tests-v2 then
+    withholds a test that mixes them with its other names rather than guess)."""
+    bound = module_bindings(code) or frozenset()
+    return {n for n in names if n in bound or _defined_by(code, n)}
 
 
 @functools.lru_cache(maxsize=4096)  # the same problem is scored K times per step
@@ -183,6 +186,7 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
                                                  for s in imports for a in s.names}  # fmt: skip
     checks: list[Check] = []
     probes: list[str] = []
+    roots: set[str] = set()
     for statement in asserts:
         split = _Splitter(library, shadowed, first_probe + len(probes), strict)
         judge = split.visit(statement.test)
@@ -192,6 +196,9 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
         checks.append(Check(index, judge, split.literals, tuple(split.indices), ast.unparse(statement),
                             tuple(split.probes)))
         probes += split.probes
+        roots |= split.roots
+    if strict and roots & shadowed and roots - shadowed:
+        return None  # `f(x) == sorted(x)` with the solution's own sorted: it would pick the expected value
     return checks, probes, [ast.unparse(s) for s in imports]
 
 
@@ -242,6 +249,7 @@ class _Splitter:
         self.indices: list[int] = []  # their indices among all the plan's probes
         self.literals: dict[str, Any] = {}  # `_l<k>` -> the literal's value
         self.first_probe, self.sound = first_probe, True
+        self.roots: set[str] = set()  # the names the probes are values of
 
     def name(self, prefix: str, k: int):
         return ast.Name(f"{prefix}{k}", ast.Load())
@@ -285,6 +293,7 @@ class _Splitter:
             base = base.func if isinstance(base, ast.Call) else base.value
         if not isinstance(base, ast.Name) or base.id in self.library:
             return False  # a literal's method, a builtin, a module the test imported
+        self.roots.add(base.id)
         if self.strict and base.id in self.shadowed:  # the solution's `abs`: its inputs hold no other name of its
             bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
             bound |= {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in ast.walk(n.args)
