@@ -27,14 +27,15 @@ Which names are the solution's. A name the test uses but does not bind: the exam
 declared (so `odd_sum = sum(...)` is the real sum whatever the solution rebinds); a name
 `test_setup` binds (trusted code the tests may use, HumanEval's header: `encode_cyclic`)
 never; any other name always. With no entry point declared, a builtin's name the solution
-also binds as written is ambiguous: the test's verdict is withheld.
+may bind too (code_probes.solution_binds) is ambiguous: the test's verdict is withheld.
 
 What it cannot replay, and withholds (the test earns nothing, `details["test_outcomes"]`
 says "withheld", `details["error"]` why): a call whose arguments are not plain data (a
 lambda, an object), questions still depending on answers after MAX_ROUNDS. What the replay
 does not carry: changes the solution makes to its arguments, state kept between calls
-(one answer per question), an exception's own class (the nearest builtin one is raised),
-names the solution binds that are not called (a constant, a class whose instance is used).
+(one answer per question), an exception's own class (a builtin exception is raised again
+by its name, any other as RuntimeError), names the solution binds that are not called (a
+constant, a class whose instance is used).
 
 Who decided each test is in `details["test_verdicts"]` (VERDICTS); verdict_counts and
 describe_verdicts sum them for a console (posttrain eval's report).
