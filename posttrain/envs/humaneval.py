@@ -3,15 +3,21 @@
 
     prompt:      "Complete the following Python function.\\n```python\\n<signature + docstring>```\\n"
     completion:  "```python\\ndef add(x, y):\\n    return x + y\\n```"
-    scored by:   humaneval/tests-v1 (verifiers/humaneval_program.py): the header and the
-                 completion as one program, its tests run by code/tests-v1
+    scored by:   humaneval/tests-v2 (verifiers/humaneval_program.py): the header and the
+                 completion as one program, its tests judged by code/tests-v2
 
 The tests. Each problem's `check(candidate)` is split into its asserts, `candidate`
 renamed to the function's name (`assert add(2, 3) == 5`), so the code verifier can judge
-each in the trusted parent (verifiers/code.py). 159 of the 164 split that way; the other 5
-(loops, helper variables, imports inside `check`) run whole as one test in the sandbox,
-the verifier's weaker path, which `details["verdict"]` reports as "sandbox" (as it does for
-2 more, whose asserts the parent cannot judge): 157 problems are judged wholly in the parent.
+each in the trusted parent (verifiers/code.py): 157 of the 164 split that way. The other 7
+(32, 38, 44, 50, 53, 129, 151: loops, random inputs, helper variables, imports inside
+`check`) are one whole test each, which code/tests-v2 replays in a sandbox run that never
+holds the solution, asking the solution only for its function's values
+(verifiers/code_replay.py); `details["verdict"]` is "parent" or "replay". No test's verdict
+is computed where the solution runs, so no always-equal object, rebound builtin or harness
+introspection pays (tests/test_humaneval_attacks.py tries them on all 164 problems). Under
+humaneval/tests-v1 those 7 ran whole beside the solution ("sandbox"), which could forge
+them: an always-equal object scored 1.0 on 6. To compare with it, score saved completions
+with `posttrain eval --completions FILE --spec_version humaneval/tests-v1`.
 
 The splits. HumanEval is a benchmark, not training data: every problem is in "heldout",
 and asking for "train" or "dev" problems is refused (train on your own code problems with
@@ -77,7 +83,7 @@ def _is_metadata(node: ast.stmt) -> bool:
 
 
 class HumanEvalEnv:
-    """The 164 HumanEval problems, all held out, scored by humaneval/tests-v1.
+    """The 164 HumanEval problems, all held out, scored by humaneval/tests-v2.
 
     allow_weak_sandbox   where no namespace sandbox exists, accept the prelude-only one
                          (posttrain/guards/sandbox.py); off: refuse, saying what is missing
@@ -88,7 +94,7 @@ class HumanEvalEnv:
             permit_weak_sandbox()
         elif refusal := weak_sandbox_refusal():
             raise ValueError(f"environment 'humaneval': {refusal}")
-        self._spec = SPECS["humaneval/tests-v1"]
+        self._spec = SPECS["humaneval/tests-v2"]
         self.problems = [self._example(problem) for problem in load_problems()]
 
     @staticmethod

@@ -34,6 +34,7 @@ from posttrain.eval.stats import NOISE_RULE_N, NOISE_RULE_POINTS, bootstrap_ci
 from posttrain.runs.lineage import describe_changes, record_parent
 from posttrain.runs.rundir import RunDir
 from posttrain.verifiers import get_verifier
+from posttrain.verifiers.code_replay import describe_verdicts, verdict_counts
 from posttrain.verifiers.contract import as_example, is_solved
 
 REQUIRED_FIELDS = ("prompt", "expected_answer", "completion")
@@ -98,6 +99,8 @@ def summarise_scored(samples: list[dict[str, Any]], spec_version: str) -> dict[s
         "ci": ci,
         "reward_distribution": {f"{r:g}": c for r, c in sorted(Counter(rewards).items())},
         "reason_counts": dict(Counter(s["details"]["reason"] for s in samples).most_common()),
+        # a code verifier's tests: who decided each (code_replay.VERDICTS); {} for other verifiers
+        "verdict_counts": verdict_counts([s["details"] for s in samples]),
         "top": [_brief(s) for s in top],
         "bottom": [_brief(s) for s in _bottom_by_reason(samples)],
         "samples": samples,
@@ -167,6 +170,8 @@ def print_report(result: dict[str, Any], console: Console | None = None) -> None
     for reason, count in result["reason_counts"].items():
         reasons.add_row(reason, str(count), f"{count / result['n']:.0%}")
     console.print(reasons)
+    if result.get("verdict_counts"):  # how far the pass rate can be trusted: a forgeable verdict is no verdict
+        console.print(describe_verdicts(result["verdict_counts"]))
 
     for title, rows in ((f"top {N_SHOWN} (highest reward)", result["top"]),
                         (f"bottom {N_SHOWN} (lowest reward, grouped by reason code)", result["bottom"])):

@@ -7,9 +7,11 @@
     code.py          the example's tests run against the completion's code in the sandbox,
                      the verdict computed by this process, never by the untrusted one
     code_probes.py   each test split into what only the sandbox can compute and the comparison
-    code_harness.py  the two programs that run inside the sandbox
+    code_replay.py   a test that cannot be split, replayed in a sandbox without the solution
+    code_values.py   the plain data that crosses the sandbox's wall, both ways
+    code_harness.py  the three programs that run inside the sandbox
     reasoning_gym_answer.py   a reasoning-gym task's own grader behind the contract, made total
-    humaneval_program.py      a HumanEval problem's header + the completion, judged by code/tests-v1
+    humaneval_program.py      a HumanEval problem's header + the completion, judged by code/tests-v2
 
 Every spec of every module, by name (its `version`, also `details["spec_version"]`):
 
@@ -18,7 +20,12 @@ Every spec of every module, by name (its `version`, also `details["spec_version"
 
 A spec that changes what pays gets a new version and the old one stays registered, so a
 run scored under it can still be compared: math/boxed-or-final-v1 credits relations and
-percentages it cannot judge ('5 = 4' for 4), v2 (the default) refuses them.
+percentages it cannot judge ('5 = 4' for 4), v2 (the default) refuses them. code/tests-v1
+(and humaneval/tests-v1 on it) ran a test it could not split beside the solution, which
+could forge its verdict (an always-equal object paid 1.0 on 6 HumanEval problems), and let
+a solution's own `abs` compute `abs(f(x) - y)`; code/tests-v2 (the default) replays such
+a test without the solution or withholds its verdict, and reads a builtin's name as the
+builtin unless it is meta["entry_point"].
 """
 
 from __future__ import annotations

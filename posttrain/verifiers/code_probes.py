@@ -18,7 +18,8 @@ docstring, a literal METADATA and HumanEval's `def check(candidate)` + `check(na
 allowed around them) and every probe is the solution's own value: a call of a name the
 solution defines, not of a builtin or a library the test imported. Anything else (loops,
 helper variables, `all(f(i) == i for i in ...)`, `isinstance(f(x), int)`) would put part of
-the verdict back in the sandbox: such a test runs there whole, the old way (code.py).
+the verdict back in the sandbox: code/tests-v2 replays such a test without the solution
+(code_replay.py), code/tests-v1 ran it whole beside the solution (code.py).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ import ast
 import builtins
 import dataclasses
 import functools
-import json
 import operator
 import re
 from typing import Any, Callable, TypeGuard
@@ -44,7 +44,6 @@ _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
            ast.Div: operator.truediv, ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}  # fmt: skip
 _NUMBERS = (bool, int, float, complex)
 MAX_JUDGE_ITEMS = 10**6  # `[0] * _p0` may not build more than this: the judge runs in the trainer
-MAX_DEPTH = 64  # nesting of a reported value; deeper is refused, never recursed into
 # Where the verdict lives: in a sandbox-free test, in the judge; "everything counts"
 _VERDICT_LOGIC = (ast.Compare, ast.BoolOp, ast.Lambda, ast.IfExp, ast.NamedExpr, ast.ListComp,
                   ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
@@ -78,21 +77,73 @@ def _defined_by(code: str, name: str) -> bool:
     return re.search(pattern, code) is not None
 
 
-def plan_for(tests: list[str], code: str) -> Plan:
+@functools.lru_cache(maxsize=1024)  # a problem's header, scored K times per step
+def module_bindings(code: str) -> frozenset[str] | None:
+    """The names `code` binds in its own module as written: def, class, import, a target at
+    top level (not inside a function, class or comprehension), a `global` name; or None
+    when that cannot be read off the text (it does not parse, or it has `import *`). A name
+    bound otherwise (`globals()[...] = `, `builtins.abs = `) changes only the sandbox's
+    namespace, which neither the judge nor the replay reads."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        return None
+    names: set[str] = set()
+    stack: list[ast.AST] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Global):
+            names.update(node.names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update(alias.asname or alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            names.add(node.id)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) and node.name:
+            names.add(node.name)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)  # its body is its own scope, but `global` there binds ours
+            stack += [n for n in ast.walk(node) if isinstance(n, ast.Global)]
+        elif not isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            stack += ast.iter_child_nodes(node)
+    return frozenset(names)
+
+
+def plan_for(tests: list[str], code: str, entry_point: str | None = None, strict: bool = False) -> Plan:
     """Split `tests` (each compiles: checked by the caller) into parent-judged checks and
-    tests for the sandbox. `code` matters only through which builtin names it rebinds."""
+    tests for the sandbox. `code` matters only through which builtin names it rebinds.
+
+    strict (code/tests-v2): a builtin's name in a test is the solution's only when it is
+    `entry_point`, or, with no entry point, when the solution may bind it (solution_binds);
+    and a test does not split when such a name meets another name of the solution's, inside
+    a probe (`abs(area(2) - 12.5)`) or beside it (`f(x) == sorted(x)`): the solution's own
+    `abs` or `sorted` would pick the verdict. Not strict (code/tests-v1): any binding the
+    `_defined_by` pattern finds, and no such rule."""
     used = {name for name in JUDGE_CALLS if any(name in test for test in tests)}
-    return _plan(tuple(tests), frozenset(n for n in used if _defined_by(code, n)))
+    if not strict:
+        return _plan(tuple(tests), frozenset(n for n in used if _defined_by(code, n)), False)
+    shadowed = used & {entry_point} if entry_point is not None else solution_binds(code, used)
+    return _plan(tuple(tests), frozenset(shadowed), True)
+
+
+def solution_binds(code: str, names: set[str] | frozenset[str]) -> set[str]:
+    """Those of `names` the solution may bind in its module: as written (module_bindings)
+    or wherever `_defined_by`'s pattern finds them (a `def sorted` in a string it execs, a
+    local `sum = 0` too: more names than it binds is the safe side, code/tests-v2 then
+    withholds a test that mixes them with its other names rather than guess)."""
+    bound = module_bindings(code) or frozenset()
+    return {n for n in names if n in bound or _defined_by(code, n)}
 
 
 @functools.lru_cache(maxsize=4096)  # the same problem is scored K times per step
-def _plan(tests: tuple[str, ...], shadowed: frozenset[str]) -> Plan:
+def _plan(tests: tuple[str, ...], shadowed: frozenset[str], strict: bool) -> Plan:
     checks: list[Check] = []
     probes: list[str] = []
     setup: list[str] = []
     sandbox_tests: list[int] = []
     for index, test in enumerate(tests):
-        found = _split_test(test, index, len(probes), shadowed)
+        found = _split_test(test, index, len(probes), shadowed, strict)
         if found is None:
             sandbox_tests.append(index)
             continue
@@ -103,7 +154,7 @@ def _plan(tests: tuple[str, ...], shadowed: frozenset[str]) -> Plan:
     return Plan(tuple(checks), tuple(probes), tuple(setup), tuple(sandbox_tests))
 
 
-def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str]):
+def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str], strict: bool):
     """(checks, probe sources, import sources) for a test the parent can judge, else None."""
     tree = ast.parse(test)
     asserts: list[ast.Assert] = []
@@ -135,8 +186,9 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
                                                  for s in imports for a in s.names}  # fmt: skip
     checks: list[Check] = []
     probes: list[str] = []
+    roots: set[str] = set()
     for statement in asserts:
-        split = _Splitter(library, shadowed, first_probe + len(probes))
+        split = _Splitter(library, shadowed, first_probe + len(probes), strict)
         judge = split.visit(statement.test)
         names = {n.id for n in ast.walk(statement.test) if isinstance(n, ast.Name)}
         if not split.sound or names & literal_names:
@@ -144,6 +196,9 @@ def _split_test(test: str, index: int, first_probe: int, shadowed: frozenset[str
         checks.append(Check(index, judge, split.literals, tuple(split.indices), ast.unparse(statement),
                             tuple(split.probes)))
         probes += split.probes
+        roots |= split.roots
+    if strict and roots & shadowed and roots - shadowed:
+        return None  # `f(x) == sorted(x)` with the solution's own sorted: it would pick the expected value
     return checks, probes, [ast.unparse(s) for s in imports]
 
 
@@ -188,12 +243,13 @@ def _literal(node) -> tuple[bool, object]:
 class _Splitter:
     """Rewrites an assert's test into the judge, collecting probes on the way."""
 
-    def __init__(self, library: set[str], shadowed: frozenset[str], first_probe: int):
-        self.library, self.shadowed = library, shadowed
+    def __init__(self, library: set[str], shadowed: frozenset[str], first_probe: int, strict: bool):
+        self.library, self.shadowed, self.strict = library, shadowed, strict
         self.probes: list[str] = []  # the probes' sources, `_p<k>` in the judge
         self.indices: list[int] = []  # their indices among all the plan's probes
         self.literals: dict[str, Any] = {}  # `_l<k>` -> the literal's value
         self.first_probe, self.sound = first_probe, True
+        self.roots: set[str] = set()  # the names the probes are values of
 
     def name(self, prefix: str, k: int):
         return ast.Name(f"{prefix}{k}", ast.Load())
@@ -237,6 +293,14 @@ class _Splitter:
             base = base.func if isinstance(base, ast.Call) else base.value
         if not isinstance(base, ast.Name) or base.id in self.library:
             return False  # a literal's method, a builtin, a module the test imported
+        self.roots.add(base.id)
+        if self.strict and base.id in self.shadowed:  # the solution's `abs`: its inputs hold no other name of its
+            bound = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load)}
+            bound |= {a.arg for n in ast.walk(node) if isinstance(n, ast.Lambda) for a in ast.walk(n.args)
+                      if isinstance(a, ast.arg)}
+            if any(isinstance(n, ast.Name) and n is not base and n.id not in self.library | bound
+                   for n in ast.walk(node)):
+                return False
         # the path from the probe down to the solution's name must hold no verdict logic;
         # arguments of calls are inputs and may hold anything
         inputs = {id(n) for c in ast.walk(node) if isinstance(c, ast.Call)
@@ -251,51 +315,6 @@ def _singleton(node) -> bool:
 
 
 # ------------------------------------------------------------------ the judge ----------
-
-
-def decode(node, depth: int = 0):
-    """A value the sandbox reported, rebuilt from JSON into fresh objects of exact builtin
-    types; raises ValueError (or TypeError: an unhashable set member) on anything else."""
-    if depth > MAX_DEPTH or type(node) is not list or not node or type(node[0]) is not str:
-        raise ValueError(f"not a reported value: {str(node)[:80]}")
-    tag, args = node[0], node[1:]
-    if tag == "n" and not args:
-        return None
-    if tag == "b" and args in ([0], [1]):
-        return args[0] == 1
-    if len(args) == 1 and type(args[0]) is str:
-        if tag == "i" and re.fullmatch(r"-?[0-9a-f]+", args[0]):
-            return int(args[0], 16)  # base 16: no limit on digits, linear time
-        if tag == "f":
-            return float.fromhex(args[0])
-        if tag == "s":
-            return bytes.fromhex(args[0]).decode("utf-8", "surrogatepass")
-        if tag == "y":
-            return bytes.fromhex(args[0])
-    if tag == "c" and len(args) == 2 and all(type(a) is str for a in args):
-        return complex(float.fromhex(args[0]), float.fromhex(args[1]))
-    if len(args) == 1 and type(args[0]) is list:
-        kind = {"l": list, "t": tuple, "S": set, "F": frozenset}.get(tag)
-        if kind is not None:
-            return kind(decode(item, depth + 1) for item in args[0])
-        if tag == "d" and all(type(p) is list and len(p) == 2 for p in args[0]):
-            return {decode(k, depth + 1): decode(v, depth + 1) for k, v in args[0]}
-    raise ValueError(f"not a reported value: {str(node)[:80]}")
-
-
-def read_reports(stdout: str, nonce: str) -> list[list]:
-    """The probe harness's events, in order: lines that start with the nonce and parse as a
-    JSON list whose first item is a str. Anything else on stdout is the solution's own."""
-    events = []
-    for line in stdout.split("\n"):
-        if line.startswith(nonce + " "):
-            try:
-                event = json.loads(line[len(nonce) + 1:])
-            except (ValueError, RecursionError):
-                continue  # cut by the output limit, or nested to crash us: not a report
-            if type(event) is list and event and type(event[0]) is str:
-                events.append(event)
-    return events
 
 
 def judge(check: Check, values: dict[int, object]):
