@@ -13,7 +13,7 @@ this runs is checked by pipelines/checks.py.)
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, trainer (one process or data-parallel),
                               reward, and the step hooks some runs add: group reward terms,
-                              the curated prompt pool, the critic, PRIME's implicit PRM, an
+                              each reward term's mean beside the sum, the curated prompt pool, the critic, PRIME's implicit PRM, an
                               adaptive KL coefficient (roles/hooks.py)
 """
 
