@@ -102,7 +102,7 @@ def test_a_run_whose_samples_are_cut_is_diagnosed_as_truncated(tmp_path, capsys)
 def test_doctor_names_the_causes_of_a_run_directory(capsys):
     assert main(["doctor", str(FIXTURE)]) == 1  # 1: a cause was named
     lines = capsys.readouterr().out.splitlines()
-    assert lines[1] == "rl: 6 steps, 96 samples: 3 causes, root causes first"
+    assert lines[1] == "rl: 6 steps, 96 samples: 3 causes, the earliest first"
     assert lines[2].startswith("- truncation (step 4): 85% of the samples of the 5 steps to 4 were cut at the "
                                "generation budget of 12 before they ended")
     assert lines[2].endswith("Change: rl.sampling.max_new_tokens (now 12): raise it to fit the answers (posttrain "

@@ -61,7 +61,7 @@ def cmd_doctor(argv: list[str]) -> int:
         if not findings:
             print(f"{head}: nothing found (no monitor fired, and the samples show no cause)")
         else:
-            print(f"{head}: {len(findings)} cause{'s' if len(findings) > 1 else ''}, root causes first")
+            print(f"{head}: {len(findings)} cause{'s' if len(findings) > 1 else ''}, the earliest first")
             for finding in findings:
                 print(f"- {finding.line()}")
     if not stages:

@@ -12,7 +12,8 @@ never paid anyone.
                                  held, what the numbers show, the setting to change
     LiveDiagnosis                the same as a stage runs: each finding reported once
 
-The causes, in the order they are reported (an earlier one often explains a later one):
+The causes, in the order they are reported when they start at the same step (the earliest
+is reported first: an earlier one often explains a later one):
 
     truncation              samples cut at the generation budget (monitors.truncation)
     format_never_matched    no sample of `window` steps put its answer where the verifier reads it
@@ -30,6 +31,7 @@ Callers, which read the same rows and so name the same causes: the RL stage afte
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -152,9 +154,10 @@ def add_sample(seen: StepSamples, sample: dict[str, Any]) -> None:
 
 def diagnose(rows: list[dict[str, Any]], samples: dict[int, StepSamples], settings: dict[str, Any] | None = None,
              config: DiagnosisConfig = DiagnosisConfig()) -> list[Finding]:
-    """Every cause one stage's metric `rows` and `samples` (step_samples) show, root causes
-    first (CAUSES' order), each at the first step it held. `settings`: the run's config.json,
-    for the values the settings to change have now (None: named without them)."""
+    """Every cause one stage's metric `rows` and `samples` (step_samples) show, each at the
+    first step it held: the earliest first (a cause comes before what it causes), and at one
+    step the root causes first (CAUSES' order). `settings`: the run's config.json, for the
+    values the settings to change have now (None: named without them)."""
     settings = settings or {}
     alerts = check_all(rows, dataclasses.replace(config.monitors, min_gold_drop=None))  # diverged() runs that one
     found = (truncated(rows, samples, settings, config) + never_matched(samples, config) + partial(samples, config)
@@ -163,7 +166,7 @@ def diagnose(rows: list[dict[str, Any]], samples: dict[int, StepSamples], settin
     first: dict[tuple[str, str], Finding] = {}
     for finding in sorted(found, key=lambda f: f.step):
         first.setdefault(finding.key, finding)
-    return sorted(first.values(), key=lambda f: (rank(f), f.step, f.subject))
+    return sorted(first.values(), key=lambda f: (f.step, rank(f), f.subject))
 
 
 def rank(finding: Finding) -> float:
@@ -228,14 +231,17 @@ def never_matched(samples: dict[int, StepSamples], config: DiagnosisConfig) -> l
             example = next((s.unmatched_example for s in seen if s.unmatched_example), "")
             spec = next((s.spec for s in seen if s.spec), "the verifier")
             cut = sum(s.cut for s in seen) / n
+            before = sum(samples[s].matched for s in samples if s < first)  # lost, rather than never learnt
             return [Finding("format_never_matched", last,
                             f"none of the {n} samples of steps {first}-{last} put an answer where {spec} reads it "
                             f"(reason {reason!r} on {count}), e.g. ...{example!r}"
-                            + (f" ({100 * cut:.0f}% were cut at the budget)" if cut > 0.5 else ""),
+                            + (f" ({100 * cut:.0f}% were cut at the budget)" if cut > 0.5 else "")
+                            + (f"; {before} samples had it before step {first}: the policy lost it" if before else ""),
+                            "find what paid it to drop the answer (term_collapse, reward_up_heldout_down)" if before else
                             "teach the format before RL: SFT on demonstrations in it (sft.steps, sft.num_examples) or "
                             "--init a checkpoint that writes it; a format term (--rl.reward.terms r1) pays for the "
                             "shape while accuracy cannot",
-                            evidence={"samples": n, "matched": 0, "cut_fraction": cut})]
+                            evidence={"samples": n, "matched": 0, "cut_fraction": cut, "matched_before": before})]
     return []
 
 
@@ -278,7 +284,7 @@ def flat(alerts: list[dict[str, Any]], samples: dict[int, StepSamples], config: 
         why, change = (f"{100 * cut:.0f}% of the samples were cut at the budget (truncation, above)",
                        "rl.sampling.max_new_tokens (raise it): easier prompts would not help")
     elif matched == 0:
-        why, change = "no sample had the answer format (format_never_matched, above)", "teach the format (above)"
+        why, change = "no sample had the answer format (format_never_matched, above)", "see format_never_matched"
     elif solved == 0:
         why, change = ("every sample was wrong: the task is too hard for the policy it starts from",
                        f"SFT first (sft.steps), easier prompts: {harder}, or more samples per prompt "
@@ -301,14 +307,15 @@ def silent(samples: dict[int, StepSamples], config: DiagnosisConfig) -> list[Fin
         paid = {s: seen for s, seen in samples.items() if s >= start and name in seen.nonzero}
         for first, last, seen in windows(paid, config.window):
             if sum(s.nonzero[name] for s in seen) == 0:
-                n = sum(s.n for s in seen)
-                what = ("no sample was right, so the verifier never paid and the other terms alone train"
-                        if name == "accuracy" else "it gives no signal")
+                n, before = sum(s.n for s in seen), sum(paid[s].nonzero[name] for s in paid if s < first)
+                what = (f"it paid {before} samples before and stopped (term_collapse says what rose instead)" if before
+                        else "no sample was right: only the other terms train" if name == "accuracy"
+                        else "it gives no signal")
+                change = ("rl.reward.terms: lower the weights of the terms that rose" if before else
+                          "easier prompts or SFT first (the policy solves nothing)" if name == "accuracy" else
+                          f"rl.reward.terms: check what {name} reads (call it on a sample of samples.jsonl), or drop it")
                 found.append(Finding("term_silent", last, f"the term {name} paid 0 to every one of the {n} samples of "
-                                     f"steps {first}-{last}: {what}",
-                                     "easier prompts or SFT first (the policy solves nothing)" if name == "accuracy"
-                                     else f"rl.reward.terms: check what {name} reads (call it on a sample of "
-                                     "samples.jsonl), or drop it", subject=name, evidence={"samples": n}))
+                                     f"steps {first}-{last}: {what}", change, subject=name, evidence={"samples": n}))
                 break
     return found
 
@@ -317,17 +324,17 @@ def collapsed(rows: list[dict[str, Any]], config: DiagnosisConfig) -> list[Findi
     """A term's (or, without terms, the reward's) mean over `window` steps fell to
     collapse_fraction of its best window mean; the terms that rose meanwhile are named."""
     keys = [k for k in dict.fromkeys(k for row in rows for k in row) if k.startswith(TERM_PREFIX)] or ["reward_mean"]
-    means = {key: rolling(rows, key, config.window) for key in keys}
+    means = {key: dict(rolling(rows, key, config.window)) for key in keys}  # key -> {step: window mean}
     found = []
     for key, series in means.items():
         best, best_step = 0.0, -1
-        for step, mean in series:
+        for step, mean in series.items():
             if mean > best:
                 best, best_step = mean, step
             elif best > 0 and mean <= config.collapse_fraction * best:
                 name = key.removeprefix(TERM_PREFIX)
                 rose = [k.removeprefix(TERM_PREFIX) for k, other in means.items() if k != key
-                        and at(other, step) > at(other, best_step) + 1e-9]
+                        and other.get(step, -math.inf) > other.get(best_step, math.inf) + 1e-9]
                 change = (f"rl.reward.terms: lower the weight of {', '.join(rose)} (rose while {name} fell: the "
                           "policy is paid more for them than for being right)" if rose else
                           "rl.optim.lr (lower it: 3e-4 collapsed the prototype, ARCHITECTURE.md), or a KL term "
@@ -345,11 +352,6 @@ def rolling(rows: list[dict[str, Any]], key: str, window: int) -> list[tuple[int
     values = [(row["step"], float(row[key])) for row in rows if isinstance(row.get(key), (int, float))]
     return [(values[i][0], sum(v for _, v in values[i + 1 - window:i + 1]) / window)
             for i in range(window - 1, len(values))]
-
-
-def at(series: list[tuple[int, float]], step: int) -> float:
-    """The value of `series` at the last point at or before `step` (-inf before its first)."""
-    return max(((s, v) for s, v in series if s <= step), default=(0, float("-inf")))[1]
 
 
 def diverged(rows: list[dict[str, Any]], c: MonitorConfig) -> list[Finding]:
