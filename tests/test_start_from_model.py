@@ -69,9 +69,10 @@ def problems_without_solutions(tmp_path_factory) -> Path:
     return path
 
 
-# settings that make a run of two RL steps on the tiny model take a few seconds
+# settings that make a run of two RL steps on the tiny model take a few seconds; a budget of 10, the
+# least the arithmetic task's answer lines need ("Final: 45" and EOS: a shorter one is refused)
 SMALL = ["--rl.steps", "2", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "4",
-         "--rl.sampling.max_new_tokens", "6", "--heldout_size", "3", "--rl.dev_size", "3", "--threads", "1"]
+         "--rl.sampling.max_new_tokens", "10", "--heldout_size", "3", "--rl.dev_size", "3", "--threads", "1"]
 
 
 @pytest.fixture(scope="module")

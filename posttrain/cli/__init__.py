@@ -24,6 +24,7 @@
                                        --judge.llm MODEL or --judge.verifier true): win-rate with its CI,
                                        length-controlled, and the judge's agreement with the verifier
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
+    posttrain doctor RUN               why a run is not learning: each cause, the setting to change, the numbers
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
     posttrain systems [--model M --gpus N --gpu h100-80gb] [--run RUN_DIR]
                                        does model M fit on the cluster for an RL job, where will a step's time
@@ -47,6 +48,7 @@ import os
 import sys
 from typing import Callable
 
+from posttrain.cli.doctor import cmd_doctor
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
 from posttrain.cli.systems import cmd_systems
 from posttrain.cli.training import cmd_compare, cmd_prm, cmd_rlhf, cmd_star, cmd_train
@@ -121,6 +123,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "winrate": cmd_winrate,
     "prm": cmd_prm,
     "diff": cmd_diff,
+    "doctor": cmd_doctor,
     "export": cmd_export,
     "systems": cmd_systems,
     "demo": cmd_demo,

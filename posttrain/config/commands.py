@@ -1,7 +1,7 @@
 """The settings of the commands that neither run the training loop (`posttrain train/run`,
 config/) nor score (config/scoring.py): `posttrain star` (expert iteration) and `posttrain prm`
-(an outcome or process reward model), which train with a loop of their own, and `posttrain
-systems` (the calculator). Their sections and checks come from config/, as the training
+(an outcome or process reward model), which train with a loop of their own, `posttrain
+systems` (the calculator) and `posttrain doctor` (a run's diagnosis). Their sections and checks come from config/, as the training
 commands' do."""
 
 from __future__ import annotations
@@ -11,6 +11,24 @@ from pathlib import Path
 
 from posttrain.config.checks import ConfigError, check, check_positive
 from posttrain.config.sections import EnvConfig
+
+
+@dataclass
+class DoctorConfig:
+    """`posttrain doctor RUN`: why a run is not learning, named from its run directory's
+    metrics.jsonl and samples.jsonl (runs/diagnosis.py): the causes its RL stage printed as
+    it ran, each with the setting to change and the numbers that showed it."""
+
+    # the run directory (runs/<id>), also given as the first argument: posttrain doctor runs/<id>
+    run: str = ""
+    # the stage to diagnose: "rl", "pref", or a --stages run's stage name (its algorithm); "" = every
+    # stage that sampled or scored (SFT's steps have nothing to diagnose)
+    stage: str = ""
+
+    def validate(self) -> None:
+        check(bool(self.run), "run", self.run, "a run directory: posttrain doctor runs/<id>")
+        check(Path(self.run, "metrics.jsonl").is_file(), "run", self.run,
+              "a run directory with a metrics.jsonl (posttrain train writes one in runs/<id>)")
 
 
 @dataclass

@@ -24,8 +24,7 @@ from posttrain.config import RLConfig
 from posttrain.models.policy import SavablePolicy
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, save_checkpoint
 from posttrain.runs.console import console
-from posttrain.runs.monitors import check_all
-from posttrain.runs.report import RUN_MONITORS
+from posttrain.runs.monitors import RUN_MONITORS, check_all
 from posttrain.runs.rundir import RunDir
 from posttrain.types import Tokenizer
 

@@ -13,7 +13,7 @@ this runs is checked by pipelines/checks.py.)
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, trainer (one process or data-parallel),
                               reward, and the step hooks some runs add: group reward terms,
-                              the curated prompt pool, the critic, PRIME's implicit PRM, an
+                              each reward term's mean beside the sum, the curated prompt pool, the critic, PRIME's implicit PRM, an
                               adaptive KL coefficient (roles/hooks.py)
 """
 
@@ -46,7 +46,7 @@ from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, Scorer, StepSettings
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards
+from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards, RewardTerms
 from posttrain.roles.reference import NoReference, make_reference
 from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
 from posttrain.runs.console import console
@@ -192,6 +192,8 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
         # terms that score a sample against its group (rl.reward.length_reward), and weights that depend on
         # the step (rl.reward.terms's START->END@STEPS), apply once a group is scored
         *([GroupTerms(stack.score_groups)] if stack is not None and stack.needs_groups else []),
+        # each term's mean per sample beside the sum, once the group terms and the step's weights are in
+        *([RewardTerms(stack.term_means)] if stack is not None else []),
         *([CuratedPrompts(pool)] if pool is not None else []),
         *([CriticValues(trainer)] if algo.uses_critic else []),
         *([ProcessRewards(process_reward)] if process_reward is not None else []),

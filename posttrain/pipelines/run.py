@@ -8,6 +8,7 @@ import dataclasses
 from pathlib import Path
 
 import torch
+from rich.markup import escape
 
 from posttrain.config import SamplingParams, TrainConfig, parse_stages
 from posttrain.config.files import to_dict
@@ -20,6 +21,7 @@ from posttrain.models.hf import lora_policy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import SavablePolicy
 from posttrain.pipelines.build import is_preference, sampling_params
+from posttrain.pipelines.data_checks import run_warnings
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.sft import sft_stage
@@ -117,6 +119,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")
+    print_warnings(cfg, env)
 
     if resolve_device(cfg.device).type == "cpu" and cfg.dtype != "float32":
         console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
@@ -153,9 +156,16 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
     change = paired_change(run.read_jsonl(f"eval_{stage}.jsonl"), run.read_jsonl("eval_sft.jsonl"))
     if change is not None:
         results[f"{stage}_vs_sft"] = change
-    write_summary(run, results, cfg, env.spec_version)
+    write_summary(run, results, cfg, env.spec_version, start="sft" if cfg.sft.steps and not cfg.init else "start")
     write_plots(run, stage)
     return run.read_json("summary.json")
+
+
+def print_warnings(cfg: TrainConfig, env: Environment) -> None:
+    """What the pre-run checks found that can run but may not mean what it seems (small
+    evaluation sets, partial credit, demonstrations longer than the budget), before any step."""
+    for line in run_warnings(cfg, env):
+        console.print(f"[yellow]warning[/] {escape(line)}")
 
 
 def evaluate_and_log(run: RunDir, stage: str, policy: SavablePolicy, tokenizer: Tokenizer, env: Environment,

@@ -43,12 +43,12 @@ from posttrain.eval.stats import paired_bootstrap_diff
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
-from posttrain.pipelines.run import evaluate_and_log, starting_policy
+from posttrain.pipelines.run import evaluate_and_log, print_warnings, starting_policy
 from posttrain.pipelines.sft import sft_stage
 from posttrain.pipelines.stage_plan import SFT, Stage, stage_plan
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, weights_digest
 from posttrain.runs.console import console
-from posttrain.runs.report import collapse_warnings, write_plots
+from posttrain.runs.report import collapse_warnings, diagnosis_lines, stage_diagnosis, write_plots
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.trackers import reporting
 from posttrain.types import Environment, Tokenizer
@@ -79,6 +79,7 @@ def train_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) 
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  "
                   f"stages={' → '.join(stage.name for stage in plan)}")
+    print_warnings(cfg, env)
     # the model before any stage: --init, or the model as built (gpt_mini's init saved as checkpoint "init")
     policy, tokenizer, start = starting_policy(dataclasses.replace(cfg, sft=dataclasses.replace(cfg.sft, steps=0)),
                                                run, env)
@@ -171,8 +172,13 @@ def write_stages_summary(run: RunDir, cfg: TrainConfig, plan: list[Stage], resul
                 for w in collapse_warnings([r for r in metrics if r.get("stage") == stage.name])]
     if warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    findings = {stage.name: stage_diagnosis(run, stage.name) for stage in plan if stage.kind != SFT}
+    for name, found in findings.items():
+        lines += diagnosis_lines(found, f"Diagnosis of {name}") if found else []
+    diagnosis = {name: [f.to_json() for f in found] for name, found in findings.items() if found}
     summary = {**{name: results[name] for name in names}, "stages": records, "paired": paired,
-               "final_stage": plan[-1].name if plan else START, **({"warnings": warnings} if warnings else {})}
+               "final_stage": plan[-1].name if plan else START, **({"warnings": warnings} if warnings else {}),
+               **({"diagnosis": diagnosis} if diagnosis else {})}
     run.write_json("summary.json", summary)
     (run.path / "summary.md").write_text("\n".join(lines) + "\n")
     return summary

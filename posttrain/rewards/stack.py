@@ -23,6 +23,9 @@ A verifier plus a rubric is the joint reward of Kimi K2 (the spec's JointRewardS
 `stack.wrap(scorer)` gives back a function with the scorer contract, `(example,
 completion) -> {reward, details}`, usable wherever a scorer is.
 
+The RL stage logs each term's mean weighted value per step beside the sum ("reward/<name>":
+`term_means`, `score_groups`), and the hacking monitors watch each against held-out pass@1.
+
 A composite reward is a different measuring instrument from the binary scorer under it:
 its `reward_spec` string names every term and weight, and numbers measured under two
 reward specs are not one metric. Pass@1 stays the scorer's (details["reason"] == "ok").
@@ -300,6 +303,15 @@ class RewardStack:
                     sums[group_term.name] += v * value
         return {**{f"reward/{name}": total / max(1, len(episodes)) for name, total in sums.items()},
                 **{f"reward_weight/{term.name}": w.at(step) for w, term in self.scheduled}}
+
+    def term_means(self, episodes: list[Episode]) -> dict[str, float]:
+        """Each per-sample term's mean weighted value over `episodes` (scored by this stack, their
+        scheduled weights already the step's), as "reward/<name>": with score_groups' group terms,
+        the parts the step's reward sums to, so a run logs which term paid for what it learns.
+        A brevity term that rises while "reward/accuracy" falls is a gamed reward, visible here
+        when the sum alone barely moves."""
+        return {f"reward/{term.name}": sum(e.details["weighted"][term.name] for e in episodes) / max(1, len(episodes))
+                for _, term in self.terms}
 
     def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
         """A scorer-shaped function: run `scorer`, then this stack on its result."""

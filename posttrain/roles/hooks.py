@@ -13,7 +13,7 @@ A hook's every method does nothing by default; a hook overrides the points it ne
     state_dict()               what a checkpoint keeps, under `state_key`
 
 The hooks of this file wrap the objects build.py makes for them (a reward stack's group
-terms, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
+terms and its per-term log, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
 each is a handful of lines that says where in the step its object acts. An object whose class
 lives in a band that imports roles/ is declared here by what the hook calls on it
 (CuratedPool, OnlinePRM, KLController).
@@ -116,6 +116,18 @@ class GroupTerms(StepHook):
 
     def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
         return self.score_groups(episodes, step)
+
+
+class RewardTerms(StepHook):
+    """Each term of a reward stack logged on its own, beside the sum: its mean weighted value
+    per sample of the round ("reward/<name>", rewards/stack.py::term_means), read once the
+    round is scored and any group terms and step weights are in (after GroupTerms)."""
+
+    def __init__(self, term_means: Callable[[list[Episode]], dict[str, float]]):
+        self.term_means = term_means
+
+    def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        return self.term_means(episodes)
 
 
 class CuratedPrompts(StepHook):

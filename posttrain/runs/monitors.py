@@ -19,13 +19,14 @@ crosses again. A NaN counts as crossing the line (a metric that became NaN is br
 
 The monitors, each the signature of a failure seen in RL post-training:
 
-    proxy_gold_divergence  the reward keeps paying while a held-out metric falls: Goodhart's
-                           law, the policy found something the reward likes and the task
-                           does not
+    proxy_gold_divergence  the reward (the sum, and each term of a stack: "reward/<term>")
+                           keeps paying while a held-out metric falls: Goodhart's law
     kl_explosion           the policy has drifted far from the reference
     length_blowup          responses grew past 2x their starting length (padding,
                            repetition, or a length-correlated reward being farmed)
     entropy_collapse       the policy has become nearly deterministic: exploration stopped
+    entropy_blowup         entropy ran far above where it started: the samples turn to noise
+    truncation             samples are cut at the generation budget: unfinished text is scored
     no_learning_signal     step after step, every group scored alike or the gradient was 0:
                            the run spends its compute and learns nothing
     sampler_mismatch       the int8 sampler's log-probs are far from the trained policy's
@@ -35,7 +36,8 @@ The monitors, each the signature of a failure seen in RL post-training:
                            a preference loss is lowering the likelihood of the chosen answers
                            on held-out pairs: it wins pairs by making both sides unlikely
 
-They detect; they do not diagnose. Read the samples at the step an alert names.
+They detect; they do not diagnose. runs/diagnosis.py reads their alerts with the samples
+and names the cause and the setting to change (`posttrain doctor RUN`).
 """
 
 from __future__ import annotations
@@ -46,6 +48,8 @@ from dataclasses import dataclass
 from typing import Any, Iterable
 
 Alert = dict[str, Any]  # {"monitor", "step", "message", "value", "threshold"}
+
+TRUNCATION_MAX = 0.25  # the share of samples cut above which the budget decides the rewards (MonitorConfig)
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -188,6 +192,38 @@ def entropy_collapse(
     ]
 
 
+def entropy_blowup(rows: list[dict[str, Any]], entropy_key: str = "entropy", baseline_steps: int = 5,
+                   max_rise: float = 0.5) -> list[Alert]:
+    """Mean token entropy more than `max_rise` nats/token above the baseline, the mean of the
+    first `baseline_steps` rows that log it. A rise, not a ratio: an SFT policy starts near 0
+    (make run: 0.017), where any ratio is noise."""
+    series = _series(rows, entropy_key)
+    if len(series) <= baseline_steps:
+        return []
+    baseline = sum(value for _, value in series[:baseline_steps]) / baseline_steps
+    flags = [(step, not entropy <= baseline + max_rise, entropy) for step, entropy in series[baseline_steps:]]
+    return [_alert("entropy_blowup", step, f"{entropy_key} = {entropy:.3g} nats/token is more than {max_rise:g} "
+                   f"above its baseline {baseline:.3g} (mean of the first {baseline_steps} steps): the policy spreads "
+                   "its probability over more tokens at every position, the way a run diverges; lower "
+                   "rl.optim.lr, or add a KL term (--<algo>.kl_coef)", entropy, baseline + max_rise)
+            for step, entropy in _onsets(flags)]
+
+
+def truncation(rows: list[dict[str, Any]], key: str = "truncated_fraction", window: int = 5,
+               max_fraction: float = TRUNCATION_MAX) -> list[Alert]:
+    """The share of samples cut at the generation budget, averaged over the last `window`
+    rows that log it (one small batch is noisy), above `max_fraction`."""
+    series = _series(rows, key)
+    means = [sum(v for _, v in series[i + 1 - window:i + 1]) / window for i in range(window - 1, len(series))]
+    flags = [(step, not mean <= max_fraction, mean) for (step, _), mean in zip(series[window - 1:], means)]
+    return [_alert("truncation", step, f"{100 * mean:.0f}% of the samples of the last {window} steps were cut at "
+                   f"the generation budget ({key}): the verifier scores unfinished text, so a right answer that did "
+                   "not fit scores as wrong; raise rl.sampling.max_new_tokens (posttrain train ... --dry_run true "
+                   "names the length the demonstrations need), or, if lengths grew during the run, see length_blowup",
+                   mean, max_fraction)
+            for step, mean in _onsets(flags)]
+
+
 def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert]:
     """`steps` steps in a row without a learning signal: every group's samples got the same
     reward (zero_variance_groups = 1, so every group-relative advantage is 0), or the
@@ -201,7 +237,13 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
         flags.append((row.get("step", index), quiet >= steps, row))
     alerts = []
     for step, row in _onsets(flags):
-        if row.get("zero_variance_groups") == 1.0:
+        cut = row.get("truncated_fraction", 0.0)
+        if row.get("zero_variance_groups") == 1.0 and cut > TRUNCATION_MAX:
+            cause = (f"every group's samples got the same reward, and {100 * cut:.0f}% of them were cut at the "
+                     "generation budget (truncated_fraction): a sample cut before its answer scores as wrong")
+            fix = ("if the cut samples are answers on their way, raise rl.sampling.max_new_tokens, as easier prompts "
+                   "would not help (posttrain doctor RUN reads the samples and says)")
+        elif row.get("zero_variance_groups") == 1.0:
             reward = row.get("reward_mean", math.nan)
             cause = (f"in every group all samples got the same reward (reward mean {reward:.3g}: "
                      f"{'all wrong' if reward == 0 else 'all right' if reward == 1 else 'alike'}), so every "
@@ -291,6 +333,13 @@ class MonitorConfig:
     length_factor: float | None = 2.0
     # 0.05 nats/token: about 99% of the mass on one token at every position.
     entropy_floor: float | None = 0.05
+    # 0.5 nats/token above the first steps' mean: make run's entropy went from 0.017 to at most
+    # 0.044 in 200 healthy steps (a rise of 0.027, runs of ARCHITECTURE.md's job); 0.5 is e^0.5 ≈
+    # 1.6x as many equally likely tokens at every position, twenty times that drift
+    entropy_rise_max: float | None = 0.5
+    # a quarter of the samples cut, averaged over `window` steps: make run's highest step was 0.008;
+    # a 16-character budget on reasoning-gym's gcd cut 99% (its answers need 18 to 21 characters)
+    truncation_max: float | None = TRUNCATION_MAX
     # Five steps: one flat batch happens in a healthy run near its end; five in a row from
     # the start mean the run cannot learn as set up, and five steps are a small price to learn it.
     no_signal_steps: int | None = 5
@@ -313,13 +362,18 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
     c = config or MonitorConfig()
     alerts: list[Alert] = []
     if c.min_gold_drop is not None:
-        alerts += proxy_gold_divergence(rows, c.reward_key, c.gold_key, c.window, c.min_gold_drop)
+        for key in [c.reward_key] + term_keys(rows):  # the sum, then each term of a reward stack on its own
+            alerts += proxy_gold_divergence(rows, key, c.gold_key, c.window, c.min_gold_drop)
     if c.kl_max is not None:
         alerts += kl_explosion(rows, c.kl_key, c.kl_max)
     if c.length_factor is not None:
         alerts += length_blowup(rows, c.length_key, c.baseline_steps, c.length_factor)
     if c.entropy_floor is not None:
         alerts += entropy_collapse(rows, c.entropy_key, c.entropy_floor)
+    if c.entropy_rise_max is not None:
+        alerts += entropy_blowup(rows, c.entropy_key, c.baseline_steps, c.entropy_rise_max)
+    if c.truncation_max is not None:
+        alerts += truncation(rows, window=c.window, max_fraction=c.truncation_max)
     if c.no_signal_steps is not None:
         alerts += no_learning_signal(rows, c.no_signal_steps)
     if c.mismatch_max is not None:
@@ -327,3 +381,17 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
     if c.chosen_drop_max is not None:
         alerts += chosen_likelihood_collapse(rows, max_drop=c.chosen_drop_max)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))
+
+
+TERM_PREFIX = "reward/"  # a reward stack's terms, each its mean weighted value per sample (rewards/stack.py)
+
+
+def term_keys(rows: list[dict[str, Any]]) -> list[str]:
+    """The reward terms `rows` log on their own ("reward/accuracy", ...), in the order first seen."""
+    return list(dict.fromkeys(key for row in rows for key in row if key.startswith(TERM_PREFIX)))
+
+
+# Signs of a run going wrong that neither the live log nor the summary may hide (every monitor
+# above) but one: the entropy floor is off, as on a task with one right answer a near-deterministic
+# policy is the goal, not a collapse.
+RUN_MONITORS = MonitorConfig(entropy_floor=None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from posttrain.runs.monitors import MonitorConfig, check_all
+from posttrain.runs.diagnosis import Finding, diagnose, step_samples
+from posttrain.runs.monitors import RUN_MONITORS, TERM_PREFIX, check_all
 from posttrain.runs.rundir import RunDir
 
 # the curves that teach: is reward rising, is the held-out metric following it, is the
@@ -28,6 +29,9 @@ PANELS = [
 ]
 
 
+TERMS_PANEL = "reward terms"  # the panel of every "reward/<term>" beside reward_mean
+
+
 def _series(rows: list[dict], key: str) -> tuple[list[int], list[float]]:
     points = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
     return [p[0] for p in points], [p[1] for p in points]
@@ -43,12 +47,19 @@ def write_plots(run: RunDir, stage: str = "rl") -> None:
     if not rows:
         return
     panels = [(k, t) for k, t in PANELS if _series(rows, k)[0]]
+    terms = [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith(TERM_PREFIX)]
+    if terms:  # a reward stack: each term's mean per sample beside the sum, on one axis (a gamed term shows)
+        panels.insert(1, (TERMS_PANEL, "reward terms (mean per sample) and their sum"))
     cols = 3
     fig, axes = plt.subplots(math.ceil(len(panels) / cols), cols, figsize=(12, 3.2 * math.ceil(len(panels) / cols)),
                              squeeze=False)
     for ax, (key, title) in zip(axes.flat, panels):
-        steps, values = _series(rows, key)
-        ax.plot(steps, values, marker="o" if len(steps) < 20 else None, markersize=3)
+        for line in ["reward_mean"] + terms if key == TERMS_PANEL else [key]:
+            steps, values = _series(rows, line)
+            ax.plot(steps, values, marker="o" if len(steps) < 20 else None, markersize=3,
+                    label=("sum" if line == "reward_mean" else line.removeprefix(TERM_PREFIX)))
+        if key == TERMS_PANEL:
+            ax.legend(fontsize=7)
         ax.set_title(title)
         ax.set_xlabel(f"{stage} step")
         ax.grid(alpha=0.3)
@@ -78,8 +89,10 @@ def _fmt(ci: dict) -> str:
     return f"{100 * ci['mean']:.1f}% [{100 * ci['ci_low']:.1f}, {100 * ci['ci_high']:.1f}]"
 
 
-def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
-    """summary.json keeps each stage's held-out pass@1 as {mean, ci_low, ci_high, n}."""
+def write_summary(run: RunDir, results: dict, cfg, spec_version: str, start: str = "sft") -> None:
+    """summary.json keeps each stage's held-out pass@1 as {mean, ci_low, ci_high, n}, the
+    policy RL started from under "sft" whatever it was; summary.md labels that row `start`
+    ("start": no SFT ran, the model as built or --init's) or "sft"."""
     final = results.get("final_stage", "rl")
     rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == final]
     summary = dict(results)
@@ -87,7 +100,7 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
              "| stage | held-out pass@1 (95% CI) | n |", "|---|---|---|"]
     for stage in ("sft", final):
         if stage in results:
-            lines.append(f"| {stage} | {_fmt(results[stage])} | {results[stage]['n']} |")
+            lines.append(f"| {start if stage == 'sft' else stage} | {_fmt(results[stage])} | {results[stage]['n']} |")
     if "sft" in results and final in results:
         gain = results[final]["mean"] - results["sft"]["mean"]
         separated = results[final]["ci_low"] > results["sft"]["ci_high"] or results["sft"]["ci_low"] > results[final]["ci_high"]
@@ -128,6 +141,10 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str) -> None:
     if warnings:
         summary["warnings"] = warnings
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in warnings]
+    findings = stage_diagnosis(run, final)
+    if findings:
+        summary["diagnosis"] = [f.to_json() for f in findings]
+        lines += diagnosis_lines(findings)
     stopped = (run.read_json("early_stop.json") or {}).get(final)  # pipelines/alerts.py: rl.alerts.action
     if stopped:
         summary["early_stop"] = stopped
@@ -173,11 +190,17 @@ def curation_lines(report: dict) -> list[str]:
     return lines
 
 
-# Signs of a run going wrong that neither the live log nor the summary may hide
-# (posttrain/runs/monitors.py): proxy reward up while dev pass@1 falls, KL to the reference
-# exploding, responses more than doubling in length. The entropy floor is off: on a task
-# with one right answer a near-deterministic policy is the goal, not a collapse.
-RUN_MONITORS = MonitorConfig(entropy_floor=None)
+
+def stage_diagnosis(run: RunDir, stage: str) -> list[Finding]:
+    """runs/diagnosis.py's findings on one stage of the run, from its files (as `posttrain doctor` reads them)."""
+    rows = [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == stage]
+    samples = [s for s in run.read_jsonl("samples.jsonl") if s.get("stage") == stage]
+    return diagnose(rows, step_samples(samples), run.read_json("config.json")) if rows else []
+
+
+def diagnosis_lines(findings: list[Finding], title: str = "Diagnosis") -> list[str]:
+    return ["", f"## {title}", "", "Why the run is not learning, as far as its metrics and samples show "
+            "(`posttrain doctor RUN` prints the same):", ""] + [f"- {f.line()}" for f in findings]
 
 
 def collapse_warnings(rows: list[dict]) -> list[str]:

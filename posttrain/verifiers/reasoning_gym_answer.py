@@ -163,6 +163,9 @@ class ReasoningGymAnswer:
 
 SPECS: dict[str, ReasoningGymAnswer] = {spec.version: spec for spec in (ReasoningGymAnswer(),
                                                                        ReasoningGymAnswer(exact=True))}
+# the spec that pays only full credit, for each spec here that pays the grader's partial credit:
+# the one flag a run names when its grader pays partial credit (--env.spec_version ...)
+EXACT_SPECS: dict[str, str] = {ReasoningGymAnswer.version: ReasoningGymAnswer(exact=True).version}
 
 
 def score(example: Any, completion: Any) -> dict[str, Any]:
