@@ -173,7 +173,7 @@ def test_named_environments_default_to_their_verifier(tmp_path):
     math_path, code_path = write(tmp_path / "m.jsonl", MATH_ROWS), write(tmp_path / "c.jsonl", CODE_ROWS)
     cases = [(make_env("math", path=math_path), "math/boxed-or-final-v2"),
              (make_env("jsonl", path=math_path, spec_version="math/boxed-or-final-v1"), "math/boxed-or-final-v1"),
-             (make_env("code", path=code_path), "code/tests-v1"),
+             (make_env("code", path=code_path), "code/tests-v2"),
              (make_env("code", path=code_path, spec_version="code/tests-partial-v1"), "code/tests-partial-v1")]
     for env, version in cases:
         assert env.spec_version == version
@@ -215,7 +215,7 @@ TINY = ["--sft.steps", "2", "--sft.num_examples", "8", "--sft.batch_size", "4", 
 
 @pytest.mark.parametrize("env_flags,rows,version", [
     (["--env.name", "jsonl", "--env.spec_version", "math/boxed-or-final-v2"], MATH_ROWS, "math/boxed-or-final-v2"),
-    (["--env.name", "code"], CODE_ROWS, "code/tests-v1"),
+    (["--env.name", "code"], CODE_ROWS, "code/tests-v2"),
 ])
 def test_train_then_eval_a_checkpoint_with_the_envs_verifier(tmp_path, env_flags, rows, version):
     path = write(tmp_path / "problems.jsonl", rows)
