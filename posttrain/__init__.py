@@ -2,7 +2,8 @@
 
 From Python, everything a script needs is here (docs/guides/your-task.md, "posttrain from Python"):
 
-    jobs           train(config, env=None) -> TrainResult, evaluate(model, env=None, ...)
+    jobs           train(config, env=None, reward_funcs=, train_dataset=, model=, ...) -> TrainResult,
+                   evaluate(model, env=None, ...)
     settings       TrainConfig and its sections ModelConfig, EnvConfig, SFTConfig, RLConfig,
                    SamplingParams, DistConfig; ConfigError for a setting that cannot work
     tasks          Example, Environment (the protocol your own task follows), make_env,

@@ -1,6 +1,7 @@
 """Where a user's reward function lives: `MODULE:NAME` imported as `python -m` would find it
-(the current directory first), or `PATH.py:NAME` loaded from a file, with errors that say
-which term failed, how, and at which line of the user's file."""
+(the current directory first), `PATH.py:NAME` loaded from a file, or `python:MODULE.NAME`, a
+function handed over from Python (posttrain.train(reward_funcs=[fn])) that no import reaches;
+with errors that say which term failed, how, and at which line of the user's file."""
 
 from __future__ import annotations
 
@@ -12,11 +13,50 @@ import re
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Collection
+
+from posttrain.verifiers.contract import shown
+
+GIVEN_PREFIX = "python:"
+# The functions posttrain.train(reward_funcs=...) was handed that no import path reaches (a
+# lambda, a closure, a function of the running script or notebook, whose `__main__` is another
+# module in any other process), by the name rl.reward.terms gives them. config.json records the
+# name; a process that was not handed the object (a --resume from the command line) is told so.
+GIVEN: dict[str, Callable[..., Any]] = {}
+
+
+def source_of(fn: Callable[..., Any], taken: Collection[str] = ()) -> str:
+    """The name rl.reward.terms gives `fn`: MODULE:NAME when importing it finds this very
+    object (a function at the top of an importable module), else python:MODULE.NAME, kept in
+    GIVEN for this process (with #2, #3 ... after a name in `taken`: two lambdas)."""
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
+    if not callable(fn) or not module or not name:
+        raise ValueError(f"reward_funcs: {shown(fn)} is not a function; pass functions (or 'MODULE:FUNCTION' "
+                         "strings)")
+    written = f"{module}:{name}"
+    if module != "__main__" and re.fullmatch(r"[A-Za-z_][\w.]*", name):
+        try:
+            if import_source(written) is fn:
+                return written
+        except ValueError:
+            pass
+    given, count = f"{GIVEN_PREFIX}{module}.{name}", 1
+    while (given if count == 1 else f"{given}#{count}") in taken:
+        count += 1
+    given = given if count == 1 else f"{given}#{count}"
+    GIVEN[given] = fn  # the newest object under a name wins: a notebook cell run again redefines it
+    return given
 
 
 def import_source(source: str) -> Any:
-    """The object `MODULE:NAME` or `PATH.py:NAME` names (NAME may be dotted: Class.method)."""
+    """The object `MODULE:NAME` or `PATH.py:NAME` names (NAME may be dotted: Class.method),
+    or the function handed over from Python under `python:MODULE.NAME`."""
+    if source.startswith(GIVEN_PREFIX):
+        if source not in GIVEN:
+            raise ValueError(f"term {source!r} is a function that was handed to posttrain.train(reward_funcs=...) in "
+                             "another process, which no import can reach: pass it again from Python, or move it "
+                             "to a module and write MODULE:FUNCTION")
+        return GIVEN[source]
     where, _, attr = source.rpartition(":")
     if not where or not re.fullmatch(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*", attr):
         raise ValueError(f"term {source!r}: write MODULE:FUNCTION or PATH.py:FUNCTION (a Python name after the ':')")
