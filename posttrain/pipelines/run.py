@@ -109,7 +109,17 @@ def starting_policy(cfg: TrainConfig, run: RunDir, env: Environment) -> tuple[Sa
             start = resolve_model_dir(cfg.model.name)
         else:
             start = latest_checkpoint(run, "init") or save_checkpoint(run, "init", 0, policy, tokenizer)
+    state_weights(run, policy)
     return policy, tokenizer, start
+
+
+def state_weights(run: RunDir, policy: SavablePolicy) -> None:
+    """Say, on the console and in meta.json, what the policy's weights are when they are not
+    what the model's name suggests (SmolLM2's: de-quantised 4-bit levels, models/smollm2.py)."""
+    weights = getattr(policy.config, "weights", "")
+    if weights:
+        console.print(f"weights: {weights}", style="yellow", highlight=False, markup=False, soft_wrap=True)
+        run.write_json("meta.json", {**(run.read_json("meta.json") or {}), "model_weights": weights})
 
 
 def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
