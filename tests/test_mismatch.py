@@ -1,7 +1,8 @@
 """The one correction wherever the sampler is not the trainer (roles/mismatch.py), on fixed
 tensors: every mode's weights and every diagnostic worked by hand, then the same numbers from
 TRL's and verl's definitions, transcribed below from their source; where it applies and where
-it does not (the default run is untouched); the setting's move from dist.tis_cap; the alert."""
+it does not (the default run is untouched); the setting's move from dist.tis_cap; the alert;
+and the float32 LM head under autocast."""
 
 import dataclasses
 import json
@@ -17,6 +18,7 @@ from posttrain.cli.training import train_config
 from posttrain.config import ConfigError, DistConfig, MismatchConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.config.files import from_dict, upgraded
 from posttrain.models.device import place
+from posttrain.models.logprobs import lm_head_float32, response_logp_and_entropy
 from posttrain.pipelines.build import make_rollout, mismatch_correction
 from posttrain.roles.mismatch import MismatchCorrection, SamplerIsTrainer, diagnostics, importance_weights
 from posttrain.roles.off_policy import truncated_is_weights
@@ -445,3 +447,40 @@ def test_the_monitor_warns_when_the_mismatch_grows():
     # a run directory from before the correction had a name of its own (the int8 sampler's)
     legacy = [a for a in check_all([{"step": 4, "int8/logp_mismatch": 0.8}]) if a["monitor"] == "sampler_mismatch"]
     assert [(a["step"], a["value"]) for a in legacy] == [(4, 0.8)]
+
+
+# --- the LM head in float32 ---------------------------------------------------------------------
+
+
+def test_lm_head_runs_in_float32_under_autocast_and_unchanged_without():
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 50, bias=False)
+    hidden = torch.randn(6, 16) * 4  # logits of a few units, as a trained model's are
+    assert torch.equal(lm_head_float32(head, hidden), head(hidden))  # no autocast: the very same operation
+    exact = torch.log_softmax(hidden.double() @ head.weight.double().T, dim=-1)  # float64: the reference
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert head(hidden).dtype == torch.bfloat16  # what autocast would have computed
+        in_bf16 = torch.log_softmax(head(hidden).float(), dim=-1)
+        in_fp32 = torch.log_softmax(lm_head_float32(head, hidden), dim=-1)
+    assert in_fp32.dtype == torch.float32
+    assert (in_fp32.double() - exact).abs().max() < 1e-5
+    assert (in_bf16.double() - exact).abs().max() > 1e-2  # bf16's rounding of the logits alone
+
+
+def test_the_trainers_log_probs_under_bf16_read_a_float32_head():
+    """response_logp_and_entropy on the same hidden states: in float32 bit for bit what it
+    computed before the head was pinned to float32 (`lm_head(h).float()`, the same batched
+    matmul), and inside bf16 autocast within float32 rounding of it."""
+    torch.manual_seed(1)
+    head = torch.nn.Linear(16, 50, bias=False)
+    hidden, tokens = torch.randn(2, 5, 16) * 4, torch.randint(0, 50, (2, 5))
+    mask = torch.tensor([[0.0, 0, 1, 1, 1], [0, 1, 1, 1, 0]])
+    logp, _ = response_logp_and_entropy(hidden, head, tokens, mask)
+    rows, cols = mask[:, 1:].nonzero(as_tuple=True)
+    z = head(hidden[rows, cols]).float()  # (n, V): the computation before this change
+    before = torch.zeros(2, 5).index_put((rows, cols + 1), z.gather(-1, tokens[rows, cols + 1, None]).squeeze(-1)
+                                         - torch.logsumexp(z, dim=-1))
+    assert torch.equal(logp, before)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logp_bf16, _ = response_logp_and_entropy(hidden, head, tokens, mask)
+    assert (logp_bf16 - logp).abs().max() < 1e-5
