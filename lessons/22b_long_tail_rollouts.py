@@ -229,8 +229,8 @@ def _(float_mismatch, float_worst, int8_mismatch, int8_worst, mo, speedups, toke
     int8 log-probs are **[0.80 nats per token](../BENCHMARKS.md#sampling-with-int8-weights-issue-18)** from its float32 ones, so
     far that the importance weights meant to correct it are themselves too noisy to trust.
     posttrain therefore recomputes $\pi_{{\text{{old}}}}$ with the trainer and weighs each token by
-    $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/roles/off_policy.py`),
-    logs the mismatch every step (`int8/logp_mismatch`), and warns above 0.05 nats. Lesson 25
+    $w = \min(\pi_{{\text{{old}}}} / \pi_{{\text{{int8}}}}, C)$ (`posttrain/roles/mismatch.py`),
+    logs the mismatch every step (`mismatch/logp_diff_mean`), and warns above 0.05 nats. Lesson 25
     turns this into a knob.
     """
     )
@@ -266,7 +266,7 @@ def _(mo):
     * `tests/test_systems_measured.py` — the sampler's time against $a \max L + b \sum L$ on this machine
     * `posttrain/systems/roofline.py` — `low_precision_decode_speedup`
     * `posttrain/models/int8.py` — the int8 sampler; `posttrain/teach/sampler_mismatch.py` — the comparison
-    * `posttrain/roles/off_policy.py` — `sampler_mismatch`, `apply_tis`: the correction
+    * `posttrain/roles/mismatch.py` — `MismatchCorrection`, `importance_weights`: the correction
     * `posttrain/algorithms/dapo.py` — the overlong penalty the trainer actually uses
 
     ## Exercises

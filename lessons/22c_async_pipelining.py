@@ -263,7 +263,8 @@ def _(mo):
     * `posttrain/systems/throughput.py` — `step_seconds`: the sum and the max
     * `posttrain/distributed/async_rollout.py` — our async topology: workers sample up to
       `max_staleness` batches ahead, pushes never wait
-    * `posttrain/roles/off_policy.py` — `staleness_stats` (the check), `truncated_is_weights`, `apply_tis`
+    * `posttrain/roles/off_policy.py` — `staleness_stats` (the check), `truncated_is_weights`;
+      `posttrain/roles/mismatch.py` — `MismatchCorrection` (the correction, stale or not)
     * `posttrain/roles/weight_sync.py` — the in-process sync and its version counter
     * `tests/test_systems_measured.py` — the simulator against a real async Ray run on this machine
 

@@ -168,8 +168,8 @@ def _(mo):
        — not recomputed later by weights that have moved (`posttrain/roles/engines/torch_engine.py`; the
        parity test in `tests/test_rollout.py`; lesson 02).
     2. **The sampler's kernels are not the trainer's**: bf16, int8 or a fused attention make
-       log π_sampler ≠ log π_trainer (lesson 25; `posttrain/roles/off_policy.py`'s
-       `sampler_mismatch` measures and corrects it every step).
+       log π_sampler ≠ log π_trainer (lesson 25; `posttrain/roles/mismatch.py`'s
+       `MismatchCorrection` measures and corrects it every step).
     3. **Weight versions**: every episode carries the version that sampled it, and a batch
        staler than allowed is an error, not a warning (`staleness_stats`).
     4. **A resume must push the weights** to the engine, or it samples from the pre-resume

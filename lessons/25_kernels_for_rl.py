@@ -213,8 +213,8 @@ def _(mo):
     What to do about it, in the order posttrain does it: never trust the sampler's log-probs as
     $\pi_{\text{old}}$ when its kernels differ (recompute with the trainer,
     `off_policy.current_logp`); weigh each token by the truncated ratio
-    $\min(\pi_{\text{old}}/\pi_{\text{sampler}}, C)$ (`apply_tis`); log the mismatch every step
-    (`int8/logp_mismatch`) and warn when it passes 0.05 nats (`posttrain/runs/monitors.py`);
+    $\min(\pi_{\text{old}}/\pi_{\text{sampler}}, C)$ (`mismatch.importance_weights`); log the mismatch
+    every step (`mismatch/logp_diff_mean`) and warn when it passes 0.05 nats (`posttrain/runs/monitors.py`);
     and keep a float32 parity test between the two code paths (`tests/test_rollout.py`).
 
     ## Source files used here
@@ -224,7 +224,7 @@ def _(mo):
     * `posttrain/models/logprobs.py` — `response_logp`: the trainer's chunked log-softmax
     * `posttrain/models/int8.py` — the int8 sampler; `posttrain/models/device.py` — bf16 autocast
     * `posttrain/systems/stragglers.py` — `logprob_mismatch`: the statistics above
-    * `posttrain/roles/off_policy.py` — `current_logp`, `apply_tis`, `sampler_mismatch`
+    * `posttrain/roles/off_policy.py` — `current_logp`; `posttrain/roles/mismatch.py` — `MismatchCorrection`
     * `posttrain/systems/kv_cache.py` — `paged_vs_contiguous`, `prefix_sharing`
     * `posttrain/systems/throughput.py` — `rank_levers`, `decode_flops_share`: the ROI table
     * `tests/test_int8_rollout.py` — int8 log-probs within 2e-2 of float32's, and the corrected gradient

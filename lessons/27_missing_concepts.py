@@ -59,7 +59,7 @@ def _():
          "what": "importance weights π_trainer / π_sampler for rollouts from stale or differently-computed "
                  "weights, truncated so they cannot explode (the widget below)",
          "code": [("posttrain/roles/off_policy.py", "truncated_is_weights"),
-                  ("posttrain/roles/off_policy.py", "sampler_mismatch")]},
+                  ("posttrain/roles/mismatch.py", "MismatchCorrection")]},
         {"concept": "FP8", "after": "22b",
          "what": "8-bit floats for rollout (and training): twice the throughput, and a sampler whose log-probs "
                  "differ from the trainer's",
@@ -140,7 +140,7 @@ def _(CONCEPTS, mo):
       grows without bound as the two policies part: a few samples get huge weights.
     * **truncated importance sampling** (TIS): weight by min(w, C). A little bias where the
       cap binds, bounded variance. This is what `truncated_is_weights` computes, and what
-      `sampler_mismatch` applies to a real batch when the sampler is int8 or stale.
+      `MismatchCorrection` applies to a real batch when the sampler is int8, bf16 or stale.
 
     The demo: six possible answers, one right; the trainer's π puts 0.40 on it. The sampler
     is π_b = π pushed away from the right answer by the slider's distance in logits (how
@@ -231,7 +231,8 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/roles/off_policy.py` — `truncated_is_weights` (the widget), `sampler_mismatch`, `staleness_stats`
+    * `posttrain/roles/off_policy.py` — `truncated_is_weights` (the widget), `staleness_stats`;
+      `posttrain/roles/mismatch.py` — `MismatchCorrection`
     * `posttrain/models/int8.py` — the int8 sampler whose log-probs differ from the trainer's
     * every file in the table above; `tests/test_lessons.py` checks each exists and defines the name listed
 

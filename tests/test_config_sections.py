@@ -52,10 +52,11 @@ def leaves(cls: type, prefix: str = "") -> set[str]:
 
 def test_every_moved_key_has_one_new_place_and_is_gone_from_the_old_one():
     now = leaves(TrainConfig)
-    assert len(MOVED) == 40 and len(set(MOVED.values())) == 40  # 29 of rl's 40 fields, 11 of env's 18
+    # 29 of rl's 40 fields, 11 of env's 18, and dist.tis_cap into rl.mismatch
+    assert len(MOVED) == 41 and len(set(MOVED.values())) == 41
     assert set(MOVED.values()) <= now
     assert not set(MOVED) & now  # rl.reward is a section now: its text is rl.reward.terms
-    assert len(dataclasses.fields(RLConfig)) == 17  # 8 settings of its own and 9 sections
+    assert len(dataclasses.fields(RLConfig)) == 18  # 8 settings of its own and 10 sections
 
 
 def test_each_environment_section_holds_only_settings_its_environment_takes():
@@ -119,13 +120,14 @@ def test_help_all_shows_every_flag_and_every_flag_parses_whatever_help_shows(cap
     entries = help_entries(help_text(capsys, "train", "--help-all"))
     assert set(leaf_flags(TrainConfig)) - {"--rl.algo_params"} <= set(entries)
     assert help_text(capsys, "train", "--help_all") == help_text(capsys, "train", "--help-all")
-    cfg = train_config(["--rl.rm.pooling", "mean", "--dist.tis_cap", "3", "--rl.kl.track", "false"])
-    assert (cfg.rl.rm.pooling, cfg.dist.tis_cap, cfg.rl.kl.track) == ("mean", 3.0, False)
+    cfg = train_config(["--rl.rm.pooling", "mean", "--rl.mismatch.cap", "3", "--rl.kl.track", "false"])
+    assert (cfg.rl.rm.pooling, cfg.rl.mismatch.cap, cfg.rl.kl.track) == ("mean", 3.0, False)
 
 
 def test_an_old_flag_is_refused_with_its_new_name(capsys, tmp_path):
     for old, new in [("--rl.lr", "--rl.optim.lr"), ("--env.level", "--env.arithmetic.level"),
-                     ("--rl.reward", "--rl.reward.terms"), ("--rl.on_alert", "--rl.alerts.action")]:
+                     ("--rl.reward", "--rl.reward.terms"), ("--rl.on_alert", "--rl.alerts.action"),
+                     ("--dist.tis_cap", "--rl.mismatch.cap")]:
         assert main(["train", old, "1", "--out_dir", str(tmp_path)]) == 2
         assert f"{old} moved: use {new}" in capsys.readouterr().err
     assert main(["eval", "--env.level", "2", "--completions", "x"]) == 2

@@ -3,7 +3,7 @@
     sync, 2 workers    metrics and samples equal the single-process run's, row for row
     async, k = 2       every batch's staleness is exactly min(step, k), never more
     async, killed      resumed from a checkpoint, it trains on the episodes sampled before the kill
-    TIS                the truncated importance weight worked by hand
+    TIS                the truncated importance weight worked by hand (every mode: test_mismatch.py)
 
 A worker killed mid-step: test_distributed_faults.py. Data-parallel training: test_distributed_dp.py.
 """
@@ -18,7 +18,8 @@ ray = pytest.importorskip("ray")
 
 from posttrain.config import TrainConfig  # noqa: E402
 from posttrain.config.files import from_dict
-from posttrain.roles.off_policy import apply_tis, staleness_stats, truncated_is_weights  # noqa: E402
+from posttrain.roles.mismatch import MismatchCorrection  # noqa: E402
+from posttrain.roles.off_policy import staleness_stats, truncated_is_weights  # noqa: E402
 from posttrain.runs.rundir import RunDir  # noqa: E402
 from posttrain.pipelines import rl as rl_pipeline  # noqa: E402
 from posttrain.pipelines.run import run_pipeline, start_run  # noqa: E402
@@ -88,12 +89,19 @@ def test_sync_two_workers_equal_the_single_process_run(cluster, single_process, 
     assert summary(run)["rl"] == summary(single_process)["rl"]
 
 
-ASYNC = {"workers": 2, "topology": "async", "max_staleness": 2, "tis_cap": 1.5}
+ASYNC = {"workers": 2, "topology": "async", "max_staleness": 2}
+CAP = 1.5  # rl.mismatch.cap: below the default 2, so that the cap is seen to bind
+
+
+def tiny_async(out: Path) -> TrainConfig:
+    cfg = tiny(out, **ASYNC)
+    cfg.rl.mismatch.cap = CAP
+    return cfg
 
 
 @pytest.fixture(scope="module")
 def async_run(cluster, tmp_path_factory):
-    return train(tiny(tmp_path_factory.mktemp("async"), **ASYNC))
+    return train(tiny_async(tmp_path_factory.mktemp("async")))
 
 
 def test_async_staleness_never_exceeds_its_setting(async_run):
@@ -107,9 +115,9 @@ def test_async_staleness_never_exceeds_its_setting(async_run):
     for s in samples(run):
         by_step.setdefault(s["step"], set()).add(s["weight_version"])
     assert by_step == {s: {max(0, s - k)} for s in range(STEPS)}
-    assert all(0 < r["tis_weight_mean"] <= 1.5 for r in dist)
+    assert all(0 < r["mismatch/weight_mean"] <= CAP for r in dist)
     assert all(r["staleness_max"] <= k for r in dist)
-    assert dist[0]["tis_weight_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: π_old = π_behaviour
+    assert dist[0]["mismatch/weight_mean"] == pytest.approx(1.0, abs=1e-4)  # on-policy: π_old = π_behaviour
     assert len(samples(run)) == STEPS * PER_STEP
 
 
@@ -121,7 +129,7 @@ def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monke
     """Killed in step 1, after the checkpoint of step 0: the batches of steps 1 and 2 were in
     flight (sampled by v0). The resumed run trains on those same episodes, and the batch of
     step 3 is requested after the push of v1, as in the uninterrupted run."""
-    cfg = tiny(tmp_path, **ASYNC)
+    cfg = tiny_async(tmp_path)
     cfg.checkpoint_every = 1  # the reference run checkpoints every 2 steps: checkpoints must not change numbers
     sample_row = rl_pipeline.sample_row
 
@@ -154,10 +162,10 @@ def test_truncated_importance_weights_by_hand():
     batch = RolloutBatch(tokens=torch.zeros(1, 4, dtype=torch.long), attention_mask=torch.ones(1, 4),
                          response_mask=mask, old_logp=behaviour, rewards=torch.ones(1),
                          group_ids=torch.zeros(1, dtype=torch.long), advantages=torch.full((1, 4), 0.5))
-    corrected, metrics = apply_tis(batch, old, cap=2.0)
+    corrected, metrics = MismatchCorrection(cap=2.0).apply(batch, old)
     assert torch.equal(corrected.old_logp, old)  # the ratio's denominator is now π_old
     assert torch.allclose(corrected.advantages, 0.5 * w)
-    assert metrics["tis_clipped_fraction"] == pytest.approx(2 / 3)
+    assert metrics["mismatch/truncated_fraction"] == pytest.approx(2 / 3)
 
 
 def test_staleness_beyond_the_setting_is_refused():
@@ -182,7 +190,6 @@ def test_settings_are_checked_and_the_shortcuts_map_to_them():
     for bad, message in [({"topology": "async"}, "dist.workers=0 is not allowed: expected at least 1"),
                          ({"topology": "ring"}, "dist.topology='ring' is not allowed"),
                          ({"workers": 2, "topology": "async", "max_staleness": 0}, "dist.max_staleness=0"),
-                         ({"workers": 2, "tis_cap": 0.5}, "dist.tis_cap=0.5"),
                          ({"workers": 2, "ray_address": "127.0.0.1:9"}, "nothing answers there")]:
         with pytest.raises(ConfigError, match=message):
             DistConfig(**bad).validate()

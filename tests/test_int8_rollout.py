@@ -1,6 +1,6 @@
 """int8 rollouts (rl.sampling.weights int8): the sampler decodes with an int8 copy of the
 policy, the trainer stays float32, and the update corrects the mismatch with truncated
-importance weights (roles/off_policy.py::sampler_mismatch)."""
+importance weights (roles/mismatch.py, rl.mismatch's default token_truncate)."""
 
 import copy
 import dataclasses
@@ -10,12 +10,13 @@ import torch
 import torch.nn.functional as F
 
 from posttrain.algorithms.grpo import GRPO
-from posttrain.config import ConfigError, DistConfig, ModelConfig, RLConfig, SamplingParams, TrainConfig
+from posttrain.config import ConfigError, DistConfig, MismatchConfig, ModelConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.roles.rollout import ColocatedRollout, RolloutRequest
 from posttrain.models.int8 import Int8Sampler
 from posttrain.pipelines.build import make_rollout
 from posttrain.pipelines.checks import check_int8_sampling
 from posttrain.roles.engines import RolloutEngine
+from posttrain.roles.mismatch import MismatchCorrection, SamplerIsTrainer
 from posttrain.roles.trainer import Trainer
 from posttrain.roles.weight_sync import InProcessWeightSync
 from posttrain.runs.monitors import check_all
@@ -29,7 +30,7 @@ def sampled_batch(model, cap: float, seed: int = 0):
     """A colocated int8 rollout over `model` with its first batch sampled, rewarded
     (alternately 1 and 0 within each group) and given GRPO's advantages."""
     request = lambda step, round: RolloutRequest(examples(), 4, seed)  # noqa: E731
-    rollout = ColocatedRollout(model, TOK, INT8, request, mismatch_cap=cap)
+    rollout = ColocatedRollout(model, TOK, INT8, request, correction=MismatchCorrection(cap=cap))
     episodes = rollout.sample(0)
     for i, e in enumerate(episodes):
         e.reward = float(i % 2)
@@ -111,11 +112,12 @@ def test_is_weights_are_truncated_ratio_of_float_to_int8():
     raw = torch.exp(old_float - batch.old_logp)[mask.bool()]
     clipped = (raw > cap).float().mean().item()
     assert 0 < clipped < 1
-    assert metrics["tis_clipped_fraction"] == pytest.approx(clipped, abs=1e-6)
-    assert metrics["int8/logp_mismatch"] == pytest.approx((old_float - batch.old_logp)[mask.bool()].abs().mean()
-                                                          .item(), rel=1e-4)
-    assert metrics["int8/is_weight_p50"] == pytest.approx(raw.double().median().item(), abs=1e-3)
-    assert metrics["int8/is_weight_p01"] <= metrics["int8/is_weight_p50"] <= metrics["int8/is_weight_p99"]
+    assert metrics["mismatch/truncated_fraction"] == pytest.approx(clipped, abs=1e-6)
+    assert metrics["mismatch/logp_diff_mean"] == pytest.approx((old_float - batch.old_logp)[mask.bool()].abs().mean()
+                                                               .item(), rel=1e-4)
+    assert metrics["mismatch/ratio_max"] == pytest.approx(raw.max().item(), rel=1e-4)
+    assert metrics["mismatch/ratio_min"] <= 1 <= metrics["mismatch/ratio_max"]
+    assert metrics["int8/requantize_seconds"] >= 0  # the engine's own
 
 
 def test_pi_old_is_recomputed_for_the_trained_rows_only():
@@ -138,8 +140,8 @@ def test_pi_old_is_recomputed_for_the_trained_rows_only():
     assert torch.equal(corrected.old_logp[inert], batch.old_logp[inert])  # left out: nothing reads its π_old
     assert not corrected.advantages[inert].any()
     gap = (old_float - batch.old_logp)[~inert][batch.response_mask[~inert].bool()]
-    assert metrics["int8/logp_mismatch"] == pytest.approx(gap.abs().mean().item(), rel=1e-4)
-    assert metrics["behaviour_kl"] == pytest.approx(-gap.mean().item(), rel=1e-3, abs=1e-7)
+    assert metrics["mismatch/logp_diff_mean"] == pytest.approx(gap.abs().mean().item(), rel=1e-4)
+    assert metrics["mismatch/kl"] == pytest.approx(-gap.mean().item(), rel=1e-3, abs=1e-7)
 
 
 def test_update_equals_gradient_by_hand():
@@ -190,9 +192,11 @@ def test_float32_default_samples_as_before():
 
 def test_build_declares_the_correction():
     request = lambda step, round: RolloutRequest([Example("Q: 1\n", "1", "a")], 2, 0)  # noqa: E731
-    dist = DistConfig(tis_cap=3.0)
-    assert make_rollout(dist, tiny_model(), TOK, SamplingParams(), request).mismatch_cap is None
-    assert make_rollout(dist, tiny_model(), TOK, INT8, request).mismatch_cap == 3.0
+    dist, mismatch = DistConfig(), MismatchConfig(cap=3.0)
+    assert isinstance(make_rollout(dist, tiny_model(), TOK, SamplingParams(), request, mismatch=mismatch).correction,
+                      SamplerIsTrainer)
+    assert make_rollout(dist, tiny_model(), TOK, INT8, request, mismatch=mismatch).correction == \
+        MismatchCorrection(cap=3.0)
 
 
 def test_config_errors():
@@ -211,8 +215,8 @@ def test_config_errors():
 
 
 def test_monitor_flags_a_sampler_far_from_the_policy():
-    rows = [{"step": 0, "int8/logp_mismatch": 0.001}, {"step": 1, "int8/logp_mismatch": 0.8},
-            {"step": 2, "int8/logp_mismatch": 0.7}]
+    rows = [{"step": 0, "mismatch/logp_diff_mean": 0.001}, {"step": 1, "mismatch/logp_diff_mean": 0.8},
+            {"step": 2, "mismatch/logp_diff_mean": 0.7}]
     alerts = [a for a in check_all(rows) if a["monitor"] == "sampler_mismatch"]
     assert [(a["step"], a["value"]) for a in alerts] == [(1, 0.8)]  # once, where it starts
     assert "--rl.sampling.weights float32" in alerts[0]["message"]
@@ -230,7 +234,7 @@ def test_ray_workers_sample_int8_as_the_single_process_does(cluster, tmp_path):
         cfg.rl.sampling.weights = "int8"
         runs[name] = train(cfg)
     single, workers = rows(runs["colocated"]), rows(runs["sync"])
-    assert all(0 < r["int8/logp_mismatch"] < 0.05 and "tis_clipped_fraction" in r for r in workers)
+    assert all(0 < r["mismatch/logp_diff_mean"] < 0.05 and "mismatch/truncated_fraction" in r for r in workers)
     for a, b in zip(single, workers, strict=True):
         keys = [k for k in a if not k.startswith("time/") and k != "int8/requantize_seconds"]
         assert {k: a[k] for k in keys} == {k: b[k] for k in keys}, a["step"]

@@ -41,7 +41,7 @@ def refused(capsys, tmp_path, argv, *needles):
     (["--rl.optim.lr", "inf"], ["rl.optim.lr=inf", "a finite number"]),
     (["--rl.optim.lr", "nan"], ["rl.optim.lr=nan", "a finite number"]),
     (["--rl.sampling.temperature", "inf"], ["rl.sampling.temperature=inf", "a finite number"]),
-    (["--dist.tis_cap", "inf"], ["dist.tis_cap=inf", "a finite number"]),
+    (["--rl.mismatch.cap", "inf"], ["rl.mismatch.cap=inf", "a finite number"]),
     (["--sft.warmup_steps", "-5"], ["sft.warmup_steps=-5", "an integer >= 0"]),
     (["--rl.optim.warmup_steps", "-1"], ["rl.optim.warmup_steps=-1", "an integer >= 0"]),
     (["--sft.weight_decay", "-1"], ["sft.weight_decay=-1.0", "a number >= 0"]),

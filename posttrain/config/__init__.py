@@ -15,8 +15,8 @@ command-line flags (`--rl.optim.lr 3e-4`, cli/), addressed with a dot as in a ru
     checks.py     ConfigError and the value checks every section's validate() runs
     sections.py   model, env (with a section per environment), sampling, sft: the sections
                   every training command shares
-    rl.py         rl, and its sections rl.optim, rl.update, rl.kl, rl.alerts (the docstring
-                  says why each is one)
+    rl.py         rl, and its sections rl.optim, rl.update, rl.kl, rl.mismatch, rl.alerts (the
+                  docstring says why each is one)
     reward.py     rl.reward (the training reward's terms and length shaping) and rl.rm
     prompts.py    rl.curation (which prompts) and rl.preference (a preference loss's pairs)
     dist.py       dist: where the rollout and trainer roles run
@@ -50,7 +50,17 @@ from posttrain.config.prompts import (
     PreferenceConfig,
 )
 from posttrain.config.reward import RewardConfig, RewardModelConfig
-from posttrain.config.rl import MONITORS, ON_ALERT, AlertsConfig, KLConfig, OptimConfig, RLConfig, UpdateConfig
+from posttrain.config.rl import (
+    MISMATCH_MODES,
+    MONITORS,
+    ON_ALERT,
+    AlertsConfig,
+    KLConfig,
+    MismatchConfig,
+    OptimConfig,
+    RLConfig,
+    UpdateConfig,
+)
 from posttrain.config.run import TRACKERS, TrainConfig, parse_stages, rlhf_config
 from posttrain.config.sections import (
     ENV_SECTIONS,
@@ -70,7 +80,7 @@ __all__ = [
     "ModelConfig", "EnvConfig", "SamplingParams", "SAMPLER_WEIGHTS", "SFTConfig",
     "ENV_SECTIONS", "ArithmeticConfig", "ArithmeticThinkConfig", "ReasoningGymConfig", "ToolArithmeticConfig",
     "RLConfig", "OptimConfig", "UpdateConfig", "KLConfig", "AlertsConfig", "RewardConfig", "PreferenceConfig",
-    "RewardModelConfig", "CurationConfig", "ON_ALERT", "MONITORS",
+    "RewardModelConfig", "CurationConfig", "ON_ALERT", "MONITORS", "MismatchConfig", "MISMATCH_MODES",
     "CURATION_WEIGHTS", "CURATION_ORDERS", "CURATION_MATCHES",
     "DistConfig", "TOPOLOGIES",
     "TrainConfig", "TRACKERS", "parse_stages", "rlhf_config",

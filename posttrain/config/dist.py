@@ -22,7 +22,7 @@ class DistConfig:
     workers: int = 0  # Ray rollout actors holding a policy copy; 0 = sample in this process
     # colocated: one process; sync: workers sample, then the trainer updates, then weights are
     # pushed; async: workers sample the next batch while the trainer updates (off-policy by up
-    # to max_staleness versions, corrected with truncated importance sampling). auto = colocated
+    # to max_staleness versions, corrected with importance weights: rl.mismatch). auto = colocated
     # without workers, sync with them.
     topology: str = "auto"
     # the batch's prompts are split into this many shards of whole groups, each sampled with
@@ -31,9 +31,6 @@ class DistConfig:
     # worker count. 0 = one shard per worker (1 when colocated: today's single-stream draws)
     rollout_shards: int = 0
     max_staleness: int = 1  # async: a batch is sampled by weights at most this many updates old
-    # cap C of the importance weight min(π_old / π_behaviour, C) per token, for the async
-    # topology's stale episodes and for rl.sampling.weights int8's sampler/trainer mismatch
-    tis_cap: float = 2.0
     ray_address: str = ""  # "" = start a local Ray cluster; else connect (e.g. "auto", "ray://head:10001")
     num_cpus: int = 0  # CPUs of the local cluster Ray starts; 0 = this machine's count
     # the RL trainer role data-parallel over this many processes on this machine (gloo): the
@@ -58,7 +55,6 @@ class DistConfig:
                   f"0 with {prefix}.topology='colocated' (or choose topology sync or async)")
         check(self.max_staleness >= 1, f"{prefix}.max_staleness", self.max_staleness,
               "an integer >= 1 (topology sync is the on-policy case)")
-        check(self.tis_cap >= 1, f"{prefix}.tis_cap", self.tis_cap, "a number >= 1")
         check(isinstance(self.trainer_ranks, int) and self.trainer_ranks >= 1, f"{prefix}.trainer_ranks",
               self.trainer_ranks, "an integer >= 1 (1 = train in this process; N > 1 starts N-1 more trainer processes)")
         if self.ray_address and self.workers > 0:

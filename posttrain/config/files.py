@@ -63,6 +63,8 @@ MOVED = {
     "env.worked_steps": "env.reasoning_gym.worked_steps",
     "env.tool_demos": "env.tool_arithmetic.tool_demos", "env.step_cost": "env.tool_arithmetic.step_cost",
     "env.malformed_penalty": "env.tool_arithmetic.malformed_penalty", "env.thinking": "env.tool_arithmetic.thinking",
+    # into another section: the cap corrects every sampler that is not the trainer, not only async's
+    "dist.tis_cap": "rl.mismatch.cap",
 }
 # the key every command gives the two sections that moved settings (TrainConfig.rl, *.env)
 MOVED_SECTIONS: dict[type, str] = {RLConfig: "rl", EnvConfig: "env"}
@@ -79,6 +81,8 @@ def from_dict(cls: type, data: dict[str, Any], prefix: str = "", base: Any = Non
     defaults."""
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
+    if not prefix:  # a whole config: a setting that moved to another section first
+        data = moved_across_sections(data, names)
     if cls in MOVED_SECTIONS:
         data = moved_in_section(MOVED_SECTIONS[cls], data, prefix)
     unknown = sorted(set(data) - names)
@@ -138,12 +142,39 @@ def moved_in_section(section: str, data: dict[str, Any], prefix: str = "") -> di
     return out
 
 
+def moved_across_sections(data: dict[str, Any], names: set[str] | None = None) -> dict[str, Any]:
+    """`data`, a whole config's settings, with every MOVED key that left its section for another
+    one at its new place: {"dist": {"tis_cap": 3}} -> {"dist": {}, "rl": {"mismatch": {"cap": 3}}}.
+    Only into a section `names` has (None: any)."""
+    out = dict(data)  # copies all the way down the new path: the caller's dict stays as read
+    for old, new in MOVED.items():
+        section, leaf = old.split(".", 1)
+        *parents, last = new.split(".")
+        if parents[0] == section or (names is not None and parents[0] not in names) \
+                or not isinstance(out.get(section), dict) or leaf not in out[section]:
+            continue
+        value = out[section][leaf]
+        out[section] = {key: v for key, v in out[section].items() if key != leaf}
+        place = out
+        for depth, name in enumerate(parents):
+            if not isinstance(place.get(name, {}), dict):
+                raise ConfigError(f"{'.'.join(parents[:depth + 1])}={place[name]!r} is not allowed: expected a "
+                                  "section (a mapping)")
+            place[name] = dict(place.get(name, {}))
+            place = place[name]
+        if last in place:
+            raise ConfigError(f"{old} and {new} are one setting ({old} is its name before it moved) and both are "
+                              f"set: keep {new}")
+        place[last] = value
+    return out
+
+
 def upgraded(data: dict[str, Any]) -> dict[str, Any]:
     """A whole config's dict, e.g. an old run's config.json, in today's layout, so that it
     compares key by key with today's (runs/lineage.py): its rl and env sections read and
     written back, every MOVED key at its new place and the settings new since then at their
     defaults; a section that cannot be read has its keys moved and is otherwise left as it is."""
-    out = dict(data)
+    out = data = moved_across_sections(data)
     for cls, key in MOVED_SECTIONS.items():
         if isinstance(data.get(key), dict):
             try:

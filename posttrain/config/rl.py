@@ -17,6 +17,8 @@ reads (cli/flags.py):
                    per-step drift log; the KL term itself is an algorithm's (its kl_coef)
     rl.preference  a preference loss's data: a file of pairs, or pairs built from the policy's
                    own samples, offline or in online rounds (config/prompts.py)
+    rl.mismatch    the correction wherever the sampler is not the trainer (int8 or bf16
+                   sampling, another engine, async staleness): its importance weights
     rl.alerts      what a hacking monitor's alert does to the run
     rl.rm          the learned reward model (config/reward.py)
     rl.curation    which training prompts a step draws (config/prompts.py)
@@ -105,6 +107,43 @@ class KLConfig:
         check_non_negative(self, prefix, "target", "track_rows")
 
 
+# how the importance weight w is built from ρ = π_trainer / π_sampler (roles/mismatch.py): the
+# level ρ is taken at × what happens to a ρ outside [rl.mismatch.lower, rl.mismatch.cap]
+MISMATCH_MODES = tuple(f"{level}_{bound}" for level in ("token", "sequence", "geometric") for bound in ("truncate", "mask"))
+
+
+@dataclass
+class MismatchConfig:
+    """The correction wherever the sampler is not the trainer: an int8 or bf16 sampler, an
+    engine other than posttrain's own, the async topology's stale batches (roles/mismatch.py).
+    Each response token's advantage is weighted by w, built from ρ = π_trainer / π_sampler."""
+
+    # the level of ρ: token (each token's own ρ_t), sequence (the product Π_t ρ_t over the
+    # response) or geometric (its geometric mean (Π_t ρ_t)^(1/|y|), GSPO's sequence ratio);
+    # and what becomes of a ρ outside [lower, cap]: truncate (clamped into it) or mask (w = 0:
+    # the token, or the whole response, carries no policy gradient). TRL's modes are the
+    # token_ and sequence_ four. token_truncate because every int8 and async number in
+    # BENCHMARKS.md was measured with it (TRL's default is sequence_mask, with cap 3)
+    mode: str = "token_truncate"
+    # the upper bound C on ρ: larger is less biased and noisier (Ionides 2008, "Truncated
+    # importance sampling"); 2, what the int8 and async runs were measured with
+    cap: float = 2.0
+    # the lower bound on ρ; 0 = none. With a *_mask mode a ρ below it is masked too, both
+    # sides at once as IcePop does; with *_truncate it is raised to it (TRL's clip_min)
+    lower: float = 0.0
+    # correct and measure even when the sampler is the trainer's own float32 forward (the torch
+    # engine, colocated or sync), where ρ is 1 up to float rounding: the diagnostics of a run that
+    # needs none, for one more forward pass over the trained rows per step
+    always: bool = False
+
+    def validate(self, prefix: str = "rl.mismatch") -> None:
+        check(self.mode in MISMATCH_MODES, f"{prefix}.mode", self.mode, f"one of {', '.join(MISMATCH_MODES)}")
+        check(self.cap >= 1, f"{prefix}.cap", self.cap,
+              "a number >= 1 (ρ = 1, a token the sampler and the trainer agree on, must keep its weight)")
+        check(0 <= self.lower <= 1, f"{prefix}.lower", self.lower,
+              "a number in [0, 1] (0 = no lower bound; ρ = 1 must stay inside [lower, cap])")
+
+
 ON_ALERT = ("warn", "stop", "rollback")  # what rl.alerts.action can name (posttrain/pipelines/rl.py)
 # the monitors rl.alerts.monitors can name: posttrain/runs/monitors.py's, a test keeps the two equal
 MONITORS = ("proxy_gold_divergence", "kl_explosion", "length_blowup", "entropy_collapse", "entropy_blowup",
@@ -166,6 +205,8 @@ class RLConfig:
     # preference losses: where the pairs come from (a file, the verifier, the policy's own
     # judgement), offline or in online rounds
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
+    # the importance weights wherever the sampler is not the trainer (int8 or bf16 sampling, async)
+    mismatch: MismatchConfig = field(default_factory=MismatchConfig)
     alerts: AlertsConfig = field(default_factory=AlertsConfig)  # what a hacking monitor's alert does to the run
     # a learned training reward instead of the verifier's (rm.path), and how `posttrain
     # rlhf` trains one; the verifier's verdict stays in every sample's details as the gold
@@ -185,6 +226,7 @@ class RLConfig:
         self.reward.validate(f"{prefix}.reward")
         self.kl.validate(f"{prefix}.kl")
         self.preference.validate(f"{prefix}.preference")
+        self.mismatch.validate(f"{prefix}.mismatch")
         self.alerts.validate(f"{prefix}.alerts")
         self.rm.validate(f"{prefix}.rm")
         self.curation.validate(f"{prefix}.curation")

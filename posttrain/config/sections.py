@@ -216,7 +216,7 @@ class SamplingParams:
     compile: bool = False
     # the weights the sampler decodes with: "int8" quantises every Linear (CPU, torch's int8
     # kernels; models/int8.py) while the trainer stays float32, and the update corrects the
-    # mismatch with importance weights capped at dist.tis_cap; evaluation always decodes in
+    # mismatch with importance weights (rl.mismatch); evaluation always decodes in
     # float32. float32 is the default because int8 only pays for large matrices (SmolLM2,
     # not gpt_mini: BENCHMARKS.md)
     weights: str = "float32"

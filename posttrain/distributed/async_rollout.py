@@ -8,8 +8,8 @@ checked on every batch, see off_policy.staleness_stats). Weight pushes do not wa
 the workers — waiting would mean waiting for the batches already queued ahead of the
 push — so the trainer never idles on a push.
 
-The price is off-policy data, corrected with truncated importance sampling
-(off_policy.py). Extra dynamic-sampling rounds (DAPO) are sampled on demand with the
+The price is off-policy data, corrected with importance weights (rl.mismatch,
+roles/mismatch.py). Extra dynamic-sampling rounds (DAPO) are sampled on demand with the
 current weights.
 
 Checkpoints. The batches in flight were sampled by weights older than the checkpoint's,
@@ -30,7 +30,8 @@ from typing import Any
 from posttrain.config import DistConfig
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models.policy import Policy
-from posttrain.roles.off_policy import apply_tis, current_logp, staleness_stats
+from posttrain.roles.mismatch import MismatchCorrection
+from posttrain.roles.off_policy import staleness_stats
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, RolloutBatch
 
@@ -40,7 +41,9 @@ class AsyncRayRollout(RayRollout):
 
     def __init__(self, dist: DistConfig, *args: Any, horizon: int | None = None, **kwargs: Any):
         self.max_staleness = dist.max_staleness
-        self.tis_cap = dist.tis_cap
+        # stale episodes are never the trainer's current policy: always corrected (rl.mismatch's defaults
+        # when the caller names no correction)
+        kwargs.setdefault("correction", MismatchCorrection())
         self.horizon = horizon  # the number of steps of the run: nothing is sampled past it
         self.in_flight: dict[int, tuple[list, int]] = {}  # step -> (shard calls, K), still sampling
         self.ready: dict[int, tuple[list[Episode], float]] = {}  # step -> (episodes, sampling seconds), finished
@@ -79,5 +82,5 @@ class AsyncRayRollout(RayRollout):
 
     def off_policy_correction(self, batch: RolloutBatch, trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict]:
         stats = staleness_stats(batch, self.version, self.max_staleness)
-        batch, tis = apply_tis(batch, current_logp(trainer, batch), self.tis_cap)
-        return batch, {**stats, **tis}
+        batch, mismatch = self.correction.correct(batch, trainer)
+        return batch, {**stats, **mismatch}

@@ -36,7 +36,8 @@ import torch
 from posttrain.config import ConfigError, DistConfig, SamplingParams
 from posttrain.models.policy import Policy
 from posttrain.roles.engines import make_engine
-from posttrain.roles.off_policy import sampler_mismatch, staleness_stats
+from posttrain.roles.mismatch import Correction, SamplerIsTrainer
+from posttrain.roles.off_policy import staleness_stats
 from posttrain.roles.rollout import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
 from posttrain.roles.trainer import Trainer
 from posttrain.runs.console import console
@@ -120,15 +121,15 @@ def connect(dist: DistConfig) -> bool:
 
 class RayRollout:
     """The synchronous topology: workers sample, then the trainer updates, then sync.
-    `mismatch_cap` as in roles/rollout.py::ColocatedRollout: a cap when the workers sample with other
-    weights than the trainer's (int8; each worker quantises the weights it is pushed)."""
+    `correction` as in roles/rollout.py::ColocatedRollout: importance weights when the workers
+    sample with other weights than the trainer's (int8: each worker quantises the weights it is pushed)."""
 
     topology = "sync"
 
     def __init__(self, dist: DistConfig, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], shards: int, sampler: Sampler = single_turn,
-                 mismatch_cap: float | None = None):
-        self.mismatch_cap = mismatch_cap
+                 correction: Correction = SamplerIsTrainer()):
+        self.correction = correction
         self.started_ray = connect(dist)
         import ray
 
@@ -258,9 +259,7 @@ class RayRollout:
 
     def off_policy_correction(self, batch: RolloutBatch, trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict]:
         stats = staleness_stats(batch, self.version, max_staleness=0)
-        if self.mismatch_cap is None:
-            return batch, stats
-        batch, mismatch = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)
+        batch, mismatch = self.correction.correct(batch, trainer)
         return batch, {**stats, **mismatch}
 
     def step_metrics(self) -> dict[str, float]:

@@ -2,6 +2,7 @@
 reference and the preference losses read.
 
     token_logp / token_entropy        from full (B, T, V) logits
+    lm_head_float32                   the output layer in float32, whatever autocast says
     response_logp_and_entropy         from hidden states, at response positions only, in
                                       chunks: never the full (B, T, V) tensor
     response_logp(model, batch)       the same from a model and a batch, each shared prompt
@@ -70,6 +71,21 @@ def token_entropy(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tenso
     return F.pad(entropy_from_logits(z), (1, 0))  # (B, T)
 
 
+def lm_head_float32(lm_head: torch.nn.Module, hidden: torch.Tensor) -> torch.Tensor:
+    """lm_head(hidden) computed in float32 even inside autocast, (..., V) float32.
+
+    Under --dtype bfloat16 autocast would run the head's matmul in bf16 and round every logit
+    to 3 significant digits (±0.06 on a logit of 16) before the log-softmax: log-probs the
+    trainer then compares with the sampler's (the ratio π_θ / π_old, the mismatch correction's
+    ρ) would differ by that rounding alone. The head is one matmul of the whole model, so
+    float32 here costs little; it is the fix reported for RL runs whose learning stalled as the
+    sampler/trainer mismatch grew (issue #40 cites open-instruct #1473 and NeMo-RL #4243).
+    Without autocast (float32 runs) it is the same operation on the same float32 tensors: bit
+    for bit the logits of lm_head(hidden)."""
+    with torch.autocast(hidden.device.type, enabled=False):
+        return lm_head(hidden.float())
+
+
 # Logits for a 49k-token vocabulary are the largest tensor in a training step: 64 rows ×
 # 110 positions × 49152 × 4 bytes is 1.4 GB, and backward keeps a copy. The trainer only
 # needs log-probs where the loss looks (the response), so it computes the logits there and
@@ -100,9 +116,9 @@ def response_logp_and_entropy(
     states, targets = hidden[rows, cols], tokens[rows, cols + 1]  # (n, D), (n,)
 
     def logp_and_entropy(h: torch.Tensor, target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        # the upcast point under --dtype bfloat16: the head's matmul may run in bf16 (autocast),
-        # but logsumexp and softmax over V logits run in float32, where rounding stays below 1e-6
-        z = lm_head(h).float() / temperature  # (c, V)
+        # the upcast point under --dtype bfloat16: the head's matmul, logsumexp and softmax over V
+        # logits all run in float32 (lm_head_float32), where rounding stays below 1e-6
+        z = lm_head_float32(lm_head, h) / temperature  # (c, V)
         log_norm = torch.logsumexp(z, dim=-1)  # (c,)
         logp = z.gather(-1, target[:, None]).squeeze(-1) - log_norm
         entropy = log_norm - (torch.softmax(z, dim=-1) * z).sum(-1)

@@ -23,10 +23,12 @@ import dataclasses
 from pathlib import Path
 from typing import Callable, Sequence
 
+import torch
+
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.contract import Algorithm
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
-from posttrain.config import DistConfig, RLConfig, SamplingParams, TrainConfig
+from posttrain.config import DistConfig, MismatchConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.data.curation import PromptPool
 from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.data_parallel import make_trainer
@@ -47,6 +49,7 @@ from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, Scorer, StepSettings
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards, RewardTerms
+from posttrain.roles.mismatch import Correction, MismatchCorrection, SamplerIsTrainer, sampler_is_trainer
 from posttrain.roles.reference import NoReference, make_reference
 from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
 from posttrain.runs.console import console
@@ -137,23 +140,33 @@ def trainer_settings(rl: RLConfig) -> dict:
                 micro_batch_size=rl.update.micro_batch_size, share_prompt=rl.update.share_prompt)
 
 
+def mismatch_correction(mismatch: MismatchConfig, params: SamplingParams, compute_dtype: torch.dtype,
+                        topology: str) -> Correction:
+    """rl.mismatch's correction wherever the sampler is not the trainer (int8 or bf16 sampling,
+    an engine other than torch, async's stale batches), or with rl.mismatch.always; else none,
+    and the default run's numbers are those of a run without the correction."""
+    if mismatch.always or not sampler_is_trainer(params.engine, params.weights, compute_dtype, topology):
+        return MismatchCorrection(mismatch.mode, mismatch.cap, mismatch.lower)
+    return SamplerIsTrainer()
+
+
 def make_rollout(dist: DistConfig, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], horizon: int | None = None,
-                 sampler: Sampler = single_turn) -> Rollout:
+                 sampler: Sampler = single_turn, mismatch: MismatchConfig | None = None) -> Rollout:
     """The rollout role `dist` (a DistConfig) asks for: in this process, or on Ray workers
     (Ray itself is imported only when workers start). `horizon` = the run's step count
     (async samples ahead up to it, never past it). `sampler`: single-turn completions, or a
-    multi-turn environment's agent loop (each Ray worker runs a pickled copy of it)."""
+    multi-turn environment's agent loop (each Ray worker runs a pickled copy of it).
+    `mismatch`: rl.mismatch (None: its defaults)."""
     topology = dist.resolved_topology()
     shards = dist.rollout_shards or max(1, dist.workers)
-    # an int8 sampler is not the float32 policy the trainer updates: the update corrects for
-    # it with truncated importance weights (async's TIS already covers it, stale or not)
-    mismatch_cap = dist.tis_cap if params.weights != "float32" else None
+    correction = mismatch_correction(mismatch or MismatchConfig(), params, policy.compute_dtype, topology)
     if topology == "colocated":
-        return ColocatedRollout(policy, tokenizer, params, request, shards, sampler, mismatch_cap=mismatch_cap)
+        return ColocatedRollout(policy, tokenizer, params, request, shards, sampler, correction=correction)
     if topology == "sync":
-        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler, mismatch_cap=mismatch_cap)
-    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon)
+        return RayRollout(dist, policy, tokenizer, params, request, shards, sampler, correction=correction)
+    return AsyncRayRollout(dist, policy, tokenizer, params, request, shards, sampler, horizon=horizon,
+                           correction=correction)
 
 
 def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, policy: Policy, start_weights: Path,
@@ -166,7 +179,7 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
     # a multi-turn environment is sampled by the agent loop (roles/agent.py), every other one turn at a time
     prompts = StepPrompts(env, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.seed, pool)
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), prompts, horizon=cfg.rl.steps,
-                           sampler=AgentLoop(env) if is_multi_turn(env) else single_turn)
+                           sampler=AgentLoop(env) if is_multi_turn(env) else single_turn, mismatch=cfg.rl.mismatch)
     prm_settings = algo.implicit_prm_settings()  # PRIME's implicit PRM, or None
     # the reference scores every row when something besides the KL log reads ref_logp: a KL term
     # in the loss (which an adaptive KL controller always has) or an implicit PRM

@@ -1,8 +1,6 @@
 """Off-policy bookkeeping for every rollout whose sampler is not the trainer's current policy:
-how stale a batch is, and the truncated importance-sampling (TIS) correction applied when
-episodes were sampled by older weights (the async topology) or by other weights (an int8
-sampler). The rollout role calls it from `off_policy_correction` (roles/rollout.py,
-distributed/).
+how stale a batch is, the trainer's own log-probs of it (π_old), and the textbook truncated
+importance weight. The correction itself, one for every such sampler, is roles/mismatch.py.
 
 Three policies meet in an async update:
 
@@ -15,31 +13,22 @@ staleness = v − v_e, the number of updates between sampling and training. The
 algorithm's clipped ratio π_θ / π_old keeps the update in its trust region around the
 trainer's current weights, and the importance weight
 
-    w = min(π_old / π_behaviour, C)         per token, C = dist.tis_cap
+    w = min(π_old / π_behaviour, C)         per token, C = rl.mismatch.cap
 
 corrects for the episode having been drawn from π_behaviour instead of π_old. The cap
 trades a little bias for bounded variance (Ionides 2008, "Truncated importance
-sampling"); the same token-level truncated weight is what recent RL systems use for the
-mismatch between a fast inference engine and the trainer (Yao et al. 2025, "Your
-efficient RL framework secretly brings you off-policy RL training").
-
-w multiplies the per-token advantage. For every loss here that is the same as weighting
-each token's policy-gradient term, since w ≥ 0 is a constant with no gradient:
-min(r·A, clip(r)·A)·w = min(r·(wA), clip(r)·(wA)). The KL and entropy terms regularise the
-current policy and are left unweighted.
+sampling"). That is `truncated_is_weights` below and rl.mismatch's default mode,
+token_truncate; roles/mismatch.py has the others (sequence-level, masked, two-sided).
 
 The same correction serves a sampler whose weights differ from the trainer's by design
-(rl.sampling.weights int8): there π_behaviour is the int8 copy of the current weights,
-staleness is 0, and `sampler_mismatch` also reports how far apart the two policies are.
+(rl.sampling.weights int8, --dtype bfloat16, another engine): there π_behaviour is the
+sampler's copy of the current weights and staleness is 0.
 """
 
 from __future__ import annotations
 
-import dataclasses
-
 import torch
 
-from posttrain.algorithms.core import masked_mean
 from posttrain.models.policy import Policy
 from posttrain.roles.trainer import Trainer
 from posttrain.types import RolloutBatch
@@ -89,48 +78,3 @@ def current_logp(trainer: Trainer[Policy], batch: RolloutBatch) -> torch.Tensor:
         trained = batch.select(rows).without_trailing_padding()  # no column past its longest row
         logp[rows, : trained.tokens.shape[1]] = trainer.forward(trained).logp * trained.response_mask
     return logp
-
-
-def apply_tis(batch: RolloutBatch, old_logp: torch.Tensor, cap: float) -> tuple[RolloutBatch, dict[str, float]]:
-    """The batch the algorithm should see: old_logp = π_old (its ratio's denominator) and
-    advantages weighted by the truncated importance weight. The metrics are over the rows
-    the update trains (`trained_mask`)."""
-    if batch.advantages is None:
-        raise ValueError("apply_tis weights the batch's advantages, and it has none yet: compute them first "
-                         "(algorithm.compute_advantages)")
-    mask = batch.response_mask
-    weights = truncated_is_weights(old_logp, batch.old_logp, mask, cap)  # (B, T)
-    raw = torch.exp(old_logp - batch.old_logp)
-    trained = trained_mask(batch)
-    metrics = {
-        "tis_weight_mean": masked_mean(weights, trained).item(),
-        "tis_clipped_fraction": masked_mean((raw > cap).float(), trained).item(),
-        # how far the trainer has moved from the sampling weights, per token (k1 estimate)
-        "behaviour_kl": masked_mean(batch.old_logp - old_logp, trained).item(),
-    }
-    return dataclasses.replace(batch, old_logp=old_logp, advantages=batch.advantages * weights), metrics
-
-
-def sampler_mismatch(batch: RolloutBatch, trainer: Trainer[Policy], cap: float,
-                     prefix: str) -> tuple[RolloutBatch, dict[str, float]]:
-    """TIS for a sampler that decodes with other weights than the trainer's (int8): π_old
-    recomputed by the trainer's forward, `apply_tis`, and how far the two policies are
-    apart, so a user sees when the correction is small enough to trust, over the response
-    tokens of the rows the update trains:
-
-        {prefix}/logp_mismatch      mean |log π_sampler − log π_trainer| per response token
-        {prefix}/is_weight_pNN      quantiles of the untruncated weight π_trainer / π_sampler
-        {prefix}/requantize_seconds  (added by the rollout) the cost of quantising again
-    """
-    old_logp = current_logp(trainer, batch)  # (B, T)
-    mask = trained_mask(batch).bool()
-    stats = {}
-    if mask.any():  # else every row was left out: nothing trained, nothing to measure
-        gap = (old_logp - batch.old_logp)[mask]  # (n tokens,)
-        weights = gap.exp()
-        quantiles = torch.quantile(weights.double(), torch.tensor([0.01, 0.1, 0.5, 0.9, 0.99], dtype=torch.double))
-        stats = {f"{prefix}/logp_mismatch": gap.abs().mean().item(), f"{prefix}/is_weight_max": weights.max().item()}
-        for name, q in zip(("p01", "p10", "p50", "p90", "p99"), quantiles.tolist()):
-            stats[f"{prefix}/is_weight_{name}"] = q
-    batch, tis = apply_tis(batch, old_logp, cap)
-    return batch, {**tis, **stats}

@@ -7,7 +7,8 @@ and wherever it runs:
                            stamped with the weight version that sampled it
     push()                 publish the trainer's fresh weights to the engine(s): a new version
     off_policy_correction  what the update must correct for: a sampler that is not the trainer
-                           (int8 weights), episodes sampled by older weights (async)
+                           (int8 or bf16, another engine), episodes sampled by older weights
+                           (async); one correction for all of them (roles/mismatch.py)
     state_dict()           what the rollout holds between steps (async's batches sampled ahead)
     engine                 the engine in this process, at the current weights: evaluation
                            samples from it
@@ -35,7 +36,7 @@ from posttrain.config import SamplingParams
 from posttrain.models.policy import Policy
 from posttrain.roles.engines import Engine, make_engine
 from posttrain.roles.hooks import CuratedPool
-from posttrain.roles.off_policy import sampler_mismatch
+from posttrain.roles.mismatch import Correction, SamplerIsTrainer
 from posttrain.roles.trainer import Trainer
 from posttrain.roles.weight_sync import make_weight_sync
 from posttrain.seeds import derive_seed
@@ -148,21 +149,21 @@ class ColocatedRollout:
     """The engine in the trainer's process, sampling from the trainer's own module (for an
     engine that shares weights): one copy of the weights, and weight sync is a version bump.
 
-    `mismatch_cap`: None when the engine samples with the trainer's weights (on-policy,
-    nothing to correct); a cap C when it samples with other ones (rl.sampling.weights
-    int8), so the update corrects with importance weights min(π_trainer / π_sampler, C)."""
+    `correction`: what the update corrects for before it trains (roles/mismatch.py): nothing
+    when the engine samples as the trainer does (the default); importance weights when it
+    samples with other weights or in another precision (rl.sampling.weights int8, bf16)."""
 
     topology = "colocated"
 
     def __init__(self, policy: Policy, tokenizer: Tokenizer, params: SamplingParams,
                  request: Callable[[int, int], RolloutRequest], shards: int = 1, sampler: Sampler = single_turn,
-                 mismatch_cap: float | None = None):
+                 correction: Correction = SamplerIsTrainer()):
         self.engine = make_engine(policy, tokenizer, params, shares_weights=True)
         self.sync = make_weight_sync(policy, self.engine)
         self.request = request
         self.shards = shards
         self.sampler = sampler  # one completion per episode, or a multi-turn environment's agent loop
-        self.mismatch_cap = mismatch_cap
+        self.correction = correction
 
     @property
     def version(self) -> int:
@@ -182,10 +183,8 @@ class ColocatedRollout:
 
     def off_policy_correction(self, batch: RolloutBatch,
                               trainer: Trainer[Policy]) -> tuple[RolloutBatch, dict[str, float]]:
-        if self.mismatch_cap is None:
-            return batch, {}  # on-policy: every episode was sampled by the weights about to be updated
-        batch, stats = sampler_mismatch(batch, trainer, self.mismatch_cap, self.engine.params.weights)
-        return batch, {**stats, **self.engine.metrics()}
+        batch, stats = self.correction.correct(batch, trainer)
+        return batch, {**stats, **self.engine.metrics()}  # the engine's: int8's re-quantisation time
 
     def state_dict(self) -> dict:
         return {}  # nothing sampled ahead: a resumed step samples from the restored weights

@@ -55,7 +55,7 @@ FROM_MONITORS = {
     "entropy_blowup": ("entropy_runaway", "rl.optim.lr (lower it: 3e-4 collapsed the prototype), or a KL term"),
     "length_blowup": ("length_blowup", "rl.reward.terms / rl.reward.length_penalty (a term that pays length is farmed)"),
     "entropy_collapse": ("entropy_collapse", "rl.sampling.temperature (raise it), or --{algo}.clip_eps_high 0.28"),
-    "sampler_mismatch": ("sampler_mismatch", "rl.sampling.weights (float32)"),
+    "sampler_mismatch": ("sampler_mismatch", "rl.sampling.weights or --dtype (float32), or rl.mismatch"),
     "chosen_likelihood_collapse": ("chosen_likelihood_collapse", "--{algo}.beta (raise it) or --dpo.nll_coef"),
 }
 

@@ -29,9 +29,9 @@ The monitors, each the signature of a failure seen in RL post-training:
     truncation             samples are cut at the generation budget: unfinished text is scored
     no_learning_signal     step after step, every group scored alike or the gradient was 0:
                            the run spends its compute and learns nothing
-    sampler_mismatch       the int8 sampler's log-probs are far from the trained policy's
-                           (rl.sampling.weights int8): the importance correction is large
-                           and truncated, so the update is biased
+    sampler_mismatch       the sampler's log-probs are far from the trained policy's (int8 or
+                           bf16 sampling, stale batches: roles/mismatch.py), so the correction
+                           biases the update, or masks so much that little is learnt
     chosen_likelihood_collapse
                            a preference loss is lowering the likelihood of the chosen answers
                            on held-out pairs: it wins pairs by making both sides unlikely
@@ -262,20 +262,22 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
     return alerts
 
 
-def sampler_mismatch(rows: list[dict[str, Any]], mismatch_key: str = "int8/logp_mismatch",
-                     mismatch_max: float = 0.05) -> list[Alert]:
-    """Mean |log π_sampler − log π_trainer| per token above `mismatch_max` (roles/off_policy.py)."""
-    flags = [(step, not gap <= mismatch_max, gap) for step, gap in _series(rows, mismatch_key)]
-    return [
-        _alert(
-            "sampler_mismatch", step,
-            f"{mismatch_key} = {gap:.3g} nats/token exceeds {mismatch_max:g}: the int8 sampler is a different "
-            "policy from the one being trained, and the truncated importance weights that correct for it "
-            "bias the update (see tis_clipped_fraction); sample with --rl.sampling.weights float32",
-            gap, mismatch_max,
-        )  # fmt: skip
-        for step, gap in _onsets(flags)
-    ]
+MISMATCH_KEYS = ("mismatch/logp_diff_mean", "int8/logp_mismatch")  # the int8 sampler's name, before roles/mismatch.py
+
+
+def sampler_mismatch(rows: list[dict[str, Any]], mismatch_max: float | None = 0.05,
+                     masked_max: float | None = 0.1) -> list[Alert]:
+    """Mean |log π_sampler − log π_trainer| per token above `mismatch_max`, or more than
+    `masked_max` of the trained tokens masked out of the gradient (roles/mismatch.py)."""
+    lines = [(next((k for k in MISMATCH_KEYS if _series(rows, k)), MISMATCH_KEYS[0]), mismatch_max, "nats/token: the "
+              "sampler is another policy than the one trained, and the weights correcting for it bias the update"),
+             ("mismatch/masked_fraction", masked_max, "of the trained tokens: masked, they teach the update nothing")]
+    return sorted((_alert("sampler_mismatch", step, f"{name} = {value:.3g} exceeds {line:g} {why}; sample as the "
+                          "trainer does (--rl.sampling.weights float32, --dtype float32, --dist.max_staleness 1) or "
+                          "change rl.mismatch (its mode, cap, lower)", value, line)
+                   for name, line, why in lines if line is not None
+                   for step, value in _onsets((s, not v <= line, v) for s, v in _series(rows, name))),
+                  key=lambda alert: alert["step"])
 
 
 def chosen_likelihood_collapse(rows: list[dict[str, Any]], key: str = "dev_pref_logps_chosen_per_token",
@@ -347,6 +349,8 @@ class MonitorConfig:
     # gpt_mini's int8 copy is 0.001 away (weights within 1.001 of 1 at p01–p99, the cap
     # almost never reached); SmolLM2-135M's is 0.8 away (weights from ~0 to 43)
     mismatch_max: float | None = 0.05
+    # a tenth of the trained tokens masked (rl.mismatch.mode *_mask): 8x the int8 run's worst step's truncation (1.2%)
+    mismatch_masked_max: float | None = 0.1
     # 0.5 nats/token: the chosen answers ~40% less likely per token than at the start, far
     # past the drift of a healthy preference run, and the first sign of the likelihood
     # collapse DPO shows on chains of thought (docs/algorithms/dpo.md)
@@ -376,8 +380,7 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
         alerts += truncation(rows, window=c.window, max_fraction=c.truncation_max)
     if c.no_signal_steps is not None:
         alerts += no_learning_signal(rows, c.no_signal_steps)
-    if c.mismatch_max is not None:
-        alerts += sampler_mismatch(rows, mismatch_max=c.mismatch_max)
+    alerts += sampler_mismatch(rows, c.mismatch_max, c.mismatch_masked_max)  # each line None = off
     if c.chosen_drop_max is not None:
         alerts += chosen_likelihood_collapse(rows, max_drop=c.chosen_drop_max)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))

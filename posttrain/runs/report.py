@@ -19,9 +19,10 @@ PANELS = [
     ("zero_variance_groups", "groups with no reward variance"),
     ("observed_episodes", "episodes with a tool call / observation"),  # multi-turn environments only
     ("model_turns", "model turns per episode"),
-    # rl.sampling.weights int8 only: how far the int8 sampler is from the trained policy
-    ("int8/logp_mismatch", "int8 sampler: mean |Δ log π| per token"),
-    ("tis_clipped_fraction", "importance weights clipped at the cap"),
+    # where the sampler is not the trainer (int8, bf16, async; roles/mismatch.py): how far apart the
+    # two are, and what share of the batch the corrected update is still worth
+    ("mismatch/logp_diff_mean", "sampler vs trainer: mean |Δ log π| per token"),
+    ("mismatch/ess", "importance weights' effective sample size"),
     # PRIME only: the implicit PRM's mean per-token reward, and how often its outcome score
     # called the verifier's verdict on rollouts it had not yet trained on
     ("prm/process_reward_mean", "implicit PRM: mean process reward per token"),

@@ -67,9 +67,10 @@ class Engine(Protocol):
     The one thing an engine must get right for RL is the log-probability of every token it
     draws, *at the moment it draws it*, from the distribution it drew from (the
     temperature-scaled one): the algorithm's importance ratio π_θ / π_old divides by it.
-    An engine whose distribution is not the trainer's (int8 weights, another kernel, another
-    numerical precision) says so through `params.weights`, and the update corrects for it
-    (roles/off_policy.py)."""
+    The update corrects for an engine whose distribution is not the trainer's
+    (roles/mismatch.py): int8 weights (`params.weights`), bf16 autocast, and every engine but
+    posttrain's own "torch" (mismatch.TRAINER_ENGINES), whose kernels make it another policy:
+    a vLLM engine registered in ENGINES is corrected from its first step."""
 
     params: SamplingParams  # what a call samples with unless it passes its own
     tokenizer: Tokenizer  # the prompt layout (encode_prompt) and the text of what it drew
