@@ -484,3 +484,18 @@ def test_the_trainers_log_probs_under_bf16_read_a_float32_head():
     with torch.autocast("cpu", dtype=torch.bfloat16):
         logp_bf16, _ = response_logp_and_entropy(hidden, head, tokens, mask)
     assert (logp_bf16 - logp).abs().max() < 1e-5
+
+
+def test_a_mismatch_setting_the_run_would_not_read_is_refused():
+    from posttrain.pipelines.checks import check_mismatch_read
+
+    plain = TrainConfig(rl=RLConfig(mismatch=MismatchConfig(mode="sequence_mask")))
+    with pytest.raises(ConfigError, match="rl.mismatch.mode='sequence_mask' is not read here: the sampler is the "
+                                          "trainer.*--rl.mismatch.always true"):
+        check_mismatch_read(plain)
+    check_mismatch_read(TrainConfig())  # the defaults: nothing changed, nothing to say
+    always = dataclasses.replace(plain, rl=RLConfig(mismatch=MismatchConfig(mode="sequence_mask", always=True)))
+    check_mismatch_read(always)
+    int8 = dataclasses.replace(plain, rl=dataclasses.replace(plain.rl, sampling=SamplingParams(weights="int8")))
+    check_mismatch_read(int8)  # an int8 sampler is not the trainer: the setting is read
+    check_mismatch_read(dataclasses.replace(plain, dtype="bfloat16"))
