@@ -165,6 +165,15 @@ def checked(cfg: Any, new_run: bool = True) -> Any:
     return cfg
 
 
+def use_threads(threads: int) -> None:
+    """A command's --threads: torch's intra-op threads for its work, as a training run sets
+    them (pipelines/run.py); 0 leaves torch's default, every core."""
+    if threads:
+        import torch  # imported here for start-up time: only a command about to compute needs it
+
+        torch.set_num_threads(threads)
+
+
 def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
     """A command's settings that are not a TrainConfig (eval, bon, search, verify, prm, ...)
     from defaults < --config < flags, checked. Their --help shows every setting, as

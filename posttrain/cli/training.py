@@ -14,7 +14,8 @@ from typing import Annotated, Any
 
 import tyro
 
-from posttrain.cli.flags import checked, checked_parent, flags_given, parent_flag, parse_simple, value_of
+from posttrain.cli.flags import (checked, checked_parent, flags_given, parent_flag, parse_simple, use_threads,
+                                 value_of)
 from posttrain.cli.train_flags import params_by_section, parse_train, stages_with_sections
 from posttrain.config.commands import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
@@ -255,6 +256,7 @@ def cmd_star(argv: list[str]) -> int:
 
 def cmd_prm(argv: list[str]) -> int:
     cfg = parse_simple(PrmConfig, argv, "posttrain prm", "an outcome or process reward model, trained and measured")
+    use_threads(cfg.threads)
     # imported here for start-up time: pipelines/ loads torch
     from posttrain.pipelines.prm import run_prm
 
