@@ -1,7 +1,8 @@
 """The value checks every config section runs in its `validate()`: one error type, and a
 message that names the setting, its value and what is allowed.
 
-    check(ok, name, value, allowed)      the one way a check fails
+    check(ok, name, value, allowed)      the one way a check fails (ConfigError); PosttrainWarning
+                                         is the category of what can run but should be read
     check_positive / check_non_negative  several fields of a section at once
     check_device                         the names --device and --dtype can take
     check_threads                        --threads: torch's intra-op threads, 0 or up to 4 a core
@@ -15,6 +16,12 @@ from typing import Any
 
 class ConfigError(ValueError):
     """A setting has a value the program cannot use. The message names the field."""
+
+
+class PosttrainWarning(UserWarning):
+    """What a job can go on with but the person running it should read (a data file's repeated
+    rows): the category of posttrain's own warnings.warn. The command line prints each once, as
+    one line (runs/console.py print_warnings_once); from Python it is a UserWarning like any."""
 
 
 def check(ok: bool, name: str, value: Any, allowed: str) -> None:
