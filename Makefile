@@ -43,6 +43,7 @@ test-all: $(STAMP)
 
 bench: $(STAMP) $(BENCH_STAMP)
 	$(BIN)/python benchmarks/scorer_latency.py
+	$(BIN)/python benchmarks/cli_startup.py
 	cd benchmarks && ../$(BIN)/python generation.py
 	cd benchmarks && ../$(BIN)/python batched_sampling.py
 	cd benchmarks && ../$(BIN)/python train_mfu.py

@@ -202,3 +202,28 @@ def test_a_dry_run_still_refuses_what_a_run_would(capsys, tmp_path):
                  "--out_dir", str(tmp_path / "runs")]) == 2
     assert "rl.sampling.max_new_tokens=5000 is not allowed" in capsys.readouterr().err
     assert not (tmp_path / "runs").exists()
+
+
+# --- --threads: every command that computes with a model ------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["train", "run", "rlhf", "compare", "star", "eval", "search", "verify", "think",
+                                     "winrate", "prm"])
+def test_every_command_that_computes_takes_threads(capsys, command):
+    entries = help_entries(help_of(capsys, command, "--help-all"))
+    assert "torch intra-op threads" in entries["--threads"] and entries["--threads"].endswith("(default: 0)")
+
+
+def test_a_scoring_command_sets_torch_threads_as_a_training_run_does(tmp_path, monkeypatch, capsys):
+    import torch
+
+    calls: list[int] = []
+    monkeypatch.setattr(torch, "set_num_threads", calls.append)
+    path = tmp_path / "completions.jsonl"
+    path.write_text('{"id": "1", "prompt": "Q: 3+4\\n", "expected_answer": "7", "completion": "Final: 7"}\n')
+    out = str(tmp_path / "runs")
+    assert main(["eval", "--completions", str(path), "--out_dir", out, "--threads", "1"]) == 0
+    assert main(["eval", "--completions", str(path), "--out_dir", out]) == 0  # 0: torch's default, left alone
+    assert calls == [1]
+    assert main(["eval", "--completions", str(path), "--out_dir", out, "--threads", "-1"]) == 2
+    assert "threads=-1 is not allowed: expected an integer in [0, " in capsys.readouterr().err

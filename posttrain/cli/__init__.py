@@ -53,6 +53,7 @@ from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_t
 from posttrain.cli.systems import cmd_systems
 from posttrain.cli.training import cmd_compare, cmd_prm, cmd_rlhf, cmd_star, cmd_train
 from posttrain.files import DISK_FULL, DiskFullError
+from posttrain.runs.console import print_warnings_once
 
 
 def cmd_export(argv: list[str]) -> int:
@@ -133,6 +134,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    print_warnings_once()
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)

@@ -12,7 +12,7 @@ from typing import Annotated
 import tyro
 
 from posttrain.cli.flags import (checked, checked_parent, config_flag, description, flags_given, from_file,
-                                 parent_flag, parse_flags, parse_simple, refuse_moved_flags)
+                                 parent_flag, parse_flags, parse_simple, refuse_moved_flags, use_threads)
 from posttrain.cli.help_view import HELP_ALL
 from posttrain.config import ConfigError
 from posttrain.config.files import moved_in_section
@@ -41,6 +41,7 @@ def cmd_eval(argv: list[str]) -> int:
     cfg = checked(cfg)
     if note:
         print(note)
+    use_threads(cfg.threads)
     # imported here for start-up time: eval/ loads torch
     if cfg.completions:
         from posttrain.eval.completions import run_eval_file
@@ -66,6 +67,7 @@ def cmd_search(argv: list[str]) -> int:
     # the comparison is what `search` does; a bare --compare (the spelling the issue and the docs use) is accepted
     argv = [token for token in argv if token != "--compare"]
     cfg = parse_simple(SearchConfig, argv, "posttrain search", "Loop B: test-time search at fixed token budgets")
+    use_threads(cfg.threads)
     # imported here for start-up time: search/ loads torch
     from posttrain.search.compare import run_search
 
@@ -75,6 +77,7 @@ def cmd_search(argv: list[str]) -> int:
 
 def cmd_verify(argv: list[str]) -> int:
     cfg = parse_simple(VerifyConfig, argv, "posttrain verify", "Loop B: generate, verify, revise, audited")
+    use_threads(cfg.threads)
     # imported here for start-up time: search/ loads torch
     from posttrain.search.self_verify import run_verify
 
@@ -85,6 +88,7 @@ def cmd_verify(argv: list[str]) -> int:
 def cmd_think(argv: list[str]) -> int:
     cfg = parse_simple(ThinkConfig, argv, "posttrain think", "Loop B: /think, /no_think and thinking budgets of a "
                        "thinking-mode-fused checkpoint, accuracy against tokens")
+    use_threads(cfg.threads)
     # imported here for start-up time: search/ loads torch
     from posttrain.search.thinking_curve import run_think
 
@@ -97,6 +101,7 @@ def cmd_winrate(argv: list[str]) -> int:
                        "prompts, one answer each, judged pairwise by a reward model, a local LLM judge or the "
                        "verifier; the win-rate with its CI, a length-controlled view, both sides' lengths and pass@1, "
                        "and the judge's agreement with the verifier")
+    use_threads(cfg.threads)
     # imported here for start-up time: eval/ loads torch
     from posttrain.eval.head_to_head import run_winrate
 

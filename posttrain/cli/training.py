@@ -14,17 +14,9 @@ from typing import Annotated, Any
 
 import tyro
 
-from posttrain.cli.flags import (
-    checked,
-    checked_parent,
-    flags_given,
-    params_by_section,
-    parent_flag,
-    parse_simple,
-    parse_train,
-    stages_with_sections,
-    value_of,
-)
+from posttrain.cli.flags import (checked, checked_parent, flags_given, parent_flag, parse_simple, use_threads,
+                                 value_of)
+from posttrain.cli.train_flags import params_by_section, parse_train, stages_with_sections
 from posttrain.config.commands import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
 from posttrain.config.files import from_dict, to_dict
@@ -87,7 +79,7 @@ def train_config(argv: list[str], command: str = "train") -> TrainConfig:
     refuse_stages(parsed.cfg, command)
     if parsed.cfg.stages:  # each algorithm section's flags go to the stages of that algorithm
         kinds = {kind for _, kind, _ in parse_stages(parsed.cfg.stages)}
-        sections = params_by_section(parsed.argv, parsed.args, parsed.sections, kinds)
+        sections = params_by_section(parsed.argv, parsed.algorithms, parsed.sections, kinds)
         return checked(dataclasses.replace(parsed.cfg, stages=stages_with_sections(parsed.cfg.stages, sections)))
     return checked(parsed.with_algo_params(parsed.cfg, {algo}))
 
@@ -264,6 +256,7 @@ def cmd_star(argv: list[str]) -> int:
 
 def cmd_prm(argv: list[str]) -> int:
     cfg = parse_simple(PrmConfig, argv, "posttrain prm", "an outcome or process reward model, trained and measured")
+    use_threads(cfg.threads)
     # imported here for start-up time: pipelines/ loads torch
     from posttrain.pipelines.prm import run_prm
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config.checks import ConfigError, check, check_positive
+from posttrain.config.checks import ConfigError, check, check_positive, check_threads
 from posttrain.config.sections import EnvConfig
 
 
@@ -119,11 +119,13 @@ class PrmConfig:
     # (--init smollm2-135m) wants a few, as the Bradley–Terry model does (rl.rm.micro_batch_size)
     micro_batch_size: int = 0
     sft_steps: int = 600  # without --init: the SFT of `posttrain run` (600 steps, 150 demonstrations)
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "prm"  # the run directory's suffix
     seed: int = 0  # problems, samples, SFT and training order all derive from it
 
     def validate(self) -> None:
+        check_threads(self)
         self.env.validate()
         check(self.kind in ("prm", "orm"), "kind", self.kind, "prm (a score per step) or orm (one per completion)")
         check(self.labels in ("checker", "mc"), "labels", self.labels,

@@ -1,6 +1,6 @@
 """The RL stage's settings (`rl`): what the stage is, at its top, and one section per concern
 below it, so that a reader holds one idea at a time and `--help` can show the sections a run
-reads (cli/flags.py):
+reads (cli/train_flags.py):
 
     rl             what the stage is: the algorithm, its length, how many prompts and samples
                    a step draws, and how often the dev split measures it
@@ -144,6 +144,13 @@ class MismatchConfig:
               "a number in [0, 1] (0 = no lower bound; ρ = 1 must stay inside [lower, cap])")
 
 
+# the names rl.algo can take: posttrain/algorithms/'s RL algorithms (ALGORITHMS) and preference losses
+# (PREFERENCE_LOSSES), in their order; a test keeps them equal. Listed here because the registries import torch,
+# and the command line reads the names before it loads torch: each is a section of flags (--grpo.kl_coef 0.04),
+# and a typo'd flag or algorithm name is refused at once (cli/train_flags.py)
+RL_ALGORITHM_NAMES = ("reinforce", "rloo", "kimi", "ppo", "prime", "reinforce_pp", "grpo", "dr_grpo", "lite_ppo",
+                      "dapo", "gspo", "cispo")
+PREFERENCE_LOSS_NAMES = ("dpo", "ipo", "kto", "orpo", "simpo")
 ON_ALERT = ("warn", "stop", "rollback")  # what rl.alerts.action can name (posttrain/pipelines/rl.py)
 # the monitors rl.alerts.monitors can name: posttrain/runs/monitors.py's, a test keeps the two equal
 MONITORS = ("proxy_gold_divergence", "kl_explosion", "length_blowup", "entropy_collapse", "entropy_blowup",
@@ -217,6 +224,8 @@ class RLConfig:
     curation: CurationConfig = field(default_factory=CurationConfig)
 
     def validate(self, prefix: str = "rl") -> None:
+        check(self.algo in RL_ALGORITHM_NAMES + PREFERENCE_LOSS_NAMES, f"{prefix}.algo", self.algo,
+              f"one of {sorted(RL_ALGORITHM_NAMES)} (RL) or {sorted(PREFERENCE_LOSS_NAMES)} (preference)")
         check_positive(self, prefix, "prompts_per_step", "samples_per_prompt", "eval_every", "dev_size",
                        "max_sampling_rounds")
         check_non_negative(self, prefix, "steps")

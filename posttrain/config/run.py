@@ -4,10 +4,9 @@ and reads `--stages`; `rlhf_config` is where `posttrain rlhf` starts."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 
-from posttrain.config.checks import check, check_device, check_positive
+from posttrain.config.checks import check, check_device, check_positive, check_threads
 from posttrain.config.dist import DistConfig
 from posttrain.config.rl import RLConfig
 from posttrain.config.sections import EnvConfig, ModelConfig, SFTConfig
@@ -72,10 +71,7 @@ class TrainConfig:
               f"at most the {rows} rows of a minibatch (rl.prompts_per_step × rl.samples_per_prompt / "
               "rl.update.minibatches): every rank needs a row")
         check_positive(self, "", "heldout_size", "checkpoint_every")
-        # an OS thread each: past a few per core they only contend, and 99999 hit the thread limit: a segfault
-        cores = os.cpu_count() or 1
-        check(0 <= self.threads <= 4 * cores, "threads", self.threads,
-              f"an integer in [0, {4 * cores}] (0 = torch's default; at most 4 per core, and this machine has {cores})")
+        check_threads(self)
         names = self.trackers()
         check(all(name in TRACKERS for name in names) and len(set(names)) == len(names), "report_to", self.report_to,
               f"'none', or one or more of {', '.join(TRACKERS)}, comma-separated, each once (e.g. 'tensorboard,wandb')")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from posttrain.config.checks import ConfigError, check, check_device, check_positive
+from posttrain.config.checks import ConfigError, check, check_device, check_positive, check_threads
 from posttrain.config.sections import EnvConfig
 
 
@@ -28,6 +28,7 @@ class EvalConfig:
     env: EnvConfig = field(default_factory=EnvConfig)
     split: str = "heldout"  # which split's problems a checkpoint answers: train, dev or heldout
     size: int = 500  # problems: a 95% CI of about ±4 points near 70%
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "eval"  # the run directory's suffix
     seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
@@ -52,6 +53,7 @@ class EvalConfig:
             raise ConfigError(f"ks={self.ks!r} is not allowed: expected integers, comma-separated (e.g. '1,5,10')")
 
     def validate(self) -> None:
+        check_threads(self)
         self.env.validate()
         check_device(self)
         if bool(self.checkpoint) == bool(self.completions):
@@ -117,10 +119,12 @@ class WinrateConfig:
     # one answer per prompt at this temperature, as AlpacaEval does
     temperature: float = 0.0
     max_new_tokens: int = 0  # each answer's cap; 0 = A's run's (posttrain_task.json), else 64
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "winrate"  # the run directory's suffix
 
     def validate(self) -> None:
+        check_threads(self)
         for side in ("a", "b"):
             value = getattr(self, side)
             if not value or not Path(value).is_dir():
@@ -177,6 +181,7 @@ class SearchConfig:
     mcts_children: int = 3  # next steps sampled per expanded MCTS node
     c_uct: float = 1.0  # MCTS exploration: the weight of the UCT bonus
     step_tokens: int = 16  # a step's token cap (an arithmetic step is at most ~8 characters)
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "search"  # the run directory's suffix
 
@@ -184,6 +189,7 @@ class SearchConfig:
         return token_budgets(self.budgets, "64,128,256", smallest=1, allowed="positive token counts")
 
     def validate(self) -> None:
+        check_threads(self)
         self.env.validate()
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
@@ -224,6 +230,7 @@ class VerifyConfig:
     temperature: float = 1.0  # drafts and regrowths are sampled: greedy would regrow the same step
     max_new_tokens: int = 0  # one completion's cap; 0 = the checkpoint's run's
     step_tokens: int = 16  # a step's token cap
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "verify"  # the run directory's suffix
 
@@ -238,6 +245,7 @@ class VerifyConfig:
         return thresholds
 
     def validate(self) -> None:
+        check_threads(self)
         self.env.validate()
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory "
@@ -271,6 +279,7 @@ class ThinkConfig:
     # the text appended when the budget is spent (then "</think>" and a newline); "" = the one the
     # budget demonstrations end with (--env.arithmetic_think.budget_demos; posttrain/verifiers/think_tags.py EARLY_STOP)
     early_stop: str = ""
+    threads: int = 0  # torch intra-op threads for the model's work; 0 = leave torch's default (all cores)
     out_dir: str = "runs"  # where the run directory is created
     name: str = "think"  # the run directory's suffix
 
@@ -279,6 +288,7 @@ class ThinkConfig:
                              allowed="token counts >= 0 (0 forces the answer at once)")
 
     def validate(self) -> None:
+        check_threads(self)
         if not self.checkpoint or not Path(self.checkpoint).is_dir():
             raise ConfigError(f"checkpoint={self.checkpoint!r}: give --checkpoint DIR, a checkpoint directory of a "
                               "run trained with --env.name arithmetic_think")

@@ -47,6 +47,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from posttrain.config.checks import PosttrainWarning
 from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
 from posttrain.envs.dataset_files import Row, parse_columns, read_rows
 from posttrain.envs.problem_rows import assign_split, example_from_row
@@ -105,7 +106,7 @@ class JsonlEnv:
         if len(placed) < len(loaded):
             warnings.warn(f"{path}: {len(loaded) - len(placed)} row(s) repeat an earlier problem exactly (same "
                           "prompt and answer); each problem is kept once, in the most held-out split it is in",
-                          stacklevel=2)
+                          PosttrainWarning, stacklevel=2)
         _SOLUTIONS_VERIFIED.add(checks.key)
 
     @property

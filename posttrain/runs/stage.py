@@ -6,10 +6,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
 from posttrain.runs.checkpoints import latest_checkpoint, load_checkpoint_weights, load_trainer_state, save_checkpoint
-from posttrain.runs.console import console
+from posttrain.runs.console import console, step_progress
 from posttrain.runs.rundir import RunDir
 from posttrain.types import Tokenizer
 
@@ -50,10 +48,7 @@ def run_stage(
     if start >= steps:
         return
 
-    columns = [TextColumn(f"[bold]{stage}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TimeRemainingColumn(), TextColumn("{task.fields[info]}")]
-    with Progress(*columns, console=console, transient=False) as progress:
-        task = progress.add_task(stage, total=steps, completed=start, info="")
+    with step_progress(stage, steps, start) as advance:  # a bar on a terminal, plain lines in a log
         for step in range(start, steps):
             metrics = step_fn(step)
             run.append_jsonl("metrics.jsonl", [{"stage": stage, "step": step, **metrics}])
@@ -61,6 +56,6 @@ def run_stage(
             stop = stop_after(step)
             if (step + 1) % checkpoint_every == 0 or step == steps - 1 or checkpoint_also(step) or stop:
                 save_checkpoint(run, stage, step, model, tokenizer, trainer, extra_state())
-            progress.update(task, advance=1, info=show(metrics))
+            advance(show(metrics))
             if stop:
                 break
