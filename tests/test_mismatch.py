@@ -486,16 +486,17 @@ def test_the_trainers_log_probs_under_bf16_read_a_float32_head():
     assert (logp_bf16 - logp).abs().max() < 1e-5
 
 
-def test_a_mismatch_setting_the_run_would_not_read_is_refused():
-    from posttrain.pipelines.checks import check_mismatch_read
+def test_a_mismatch_setting_the_run_would_not_read_is_said_before_it_starts():
+    from posttrain.pipelines.data_checks import unread_mismatch
 
     plain = TrainConfig(rl=RLConfig(mismatch=MismatchConfig(mode="sequence_mask")))
-    with pytest.raises(ConfigError, match="rl.mismatch.mode='sequence_mask' is not read here: the sampler is the "
-                                          "trainer.*--rl.mismatch.always true"):
-        check_mismatch_read(plain)
-    check_mismatch_read(TrainConfig())  # the defaults: nothing changed, nothing to say
+    assert unread_mismatch(plain) == (
+        "rl.mismatch.mode='sequence_mask' is not read: the sampler is the trainer here (the torch engine, float32, "
+        "no batch sampled ahead), so its log-probs are the trainer's and there is nothing to correct; "
+        "--rl.mismatch.always true corrects and measures anyway")
+    assert unread_mismatch(TrainConfig()) is None  # the defaults: nothing changed, nothing to say
     always = dataclasses.replace(plain, rl=RLConfig(mismatch=MismatchConfig(mode="sequence_mask", always=True)))
-    check_mismatch_read(always)
     int8 = dataclasses.replace(plain, rl=dataclasses.replace(plain.rl, sampling=SamplingParams(weights="int8")))
-    check_mismatch_read(int8)  # an int8 sampler is not the trainer: the setting is read
-    check_mismatch_read(dataclasses.replace(plain, dtype="bfloat16"))
+    # read: asked for always, an int8 sampler, bf16 activations
+    assert unread_mismatch(always) is unread_mismatch(int8) is unread_mismatch(
+        dataclasses.replace(plain, dtype="bfloat16")) is None

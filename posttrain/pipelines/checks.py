@@ -19,12 +19,11 @@ algorithm or a reward once and see it accepted.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
-from posttrain.config import ConfigError, MismatchConfig, RLConfig, TrainConfig, check
+from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config.commands import PrmConfig
 from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
 from posttrain.config.type_checks import check_types
@@ -36,7 +35,7 @@ from posttrain.models import (
     is_transformers_policy,
     read_model_dir,
 )
-from posttrain.models.device import TORCH_DTYPES, resolve_device
+from posttrain.models.device import resolve_device
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.pipelines.algorithm_settings import algorithm_settings
@@ -47,7 +46,6 @@ from posttrain.pipelines.data_checks import check_data, check_multi_turn
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.engines import ENGINES
-from posttrain.roles.mismatch import sampler_is_trainer
 from posttrain.runs.trackers import check_trackers
 from posttrain.algorithms.contract import Algorithm
 from posttrain.types import Environment, PreferencePair
@@ -238,20 +236,6 @@ def check_int8_sampling(cfg: TrainConfig) -> None:
           "sampler would quantise; train without LoRA, or keep float32 sampling")
 
 
-def check_mismatch_read(cfg: TrainConfig) -> None:
-    """A changed rl.mismatch setting on a run whose sampler is the trainer would be ignored
-    without a word (pipelines/build.py::mismatch_correction builds no correction there)."""
-    mismatch, defaults = cfg.rl.mismatch, MismatchConfig()
-    changed = [f"rl.mismatch.{f.name}={getattr(mismatch, f.name)!r}" for f in dataclasses.fields(mismatch)
-               if f.name != "always" and getattr(mismatch, f.name) != getattr(defaults, f.name)]
-    if changed and not mismatch.always and sampler_is_trainer(cfg.rl.sampling.engine, cfg.rl.sampling.weights,
-                                                              TORCH_DTYPES[cfg.dtype], cfg.dist.resolved_topology()):
-        raise ConfigError(f"{', '.join(changed)} is not read here: the sampler is the trainer (the torch engine, "
-                          "float32, no batch sampled ahead), so its log-probs are the trainer's and there is nothing "
-                          "to correct; set --rl.mismatch.always true to correct and measure anyway, or leave "
-                          "rl.mismatch at its defaults")
-
-
 def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
     model directory a name resolved to), for --dry_run to show."""
@@ -260,7 +244,6 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_int8_sampling(cfg)
-    check_mismatch_read(cfg)
     check_model(cfg)
     check_rl(cfg.rl)
     if env is None:

@@ -23,11 +23,14 @@ calls them once the settings have passed; nothing here calls back into checks.py
 
 from __future__ import annotations
 
-from posttrain.config import ConfigError, TrainConfig, check
+import dataclasses
+
+from posttrain.config import ConfigError, MismatchConfig, TrainConfig, check
 from posttrain.envs import env_family
 from posttrain.data.preference import load_preference_data
 from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import is_pretrained, policy_context
+from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import is_preference, make_algorithm
 from posttrain.pipelines.command_checks import fixed_set
@@ -37,6 +40,7 @@ from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, ju
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.engines.contract import example_prompt_ids
+from posttrain.roles.mismatch import sampler_is_trainer
 from posttrain.eval.stats import NOISE_RULE_N
 from posttrain.types import Environment, Example, Tokenizer
 from posttrain.verifiers.contract import is_solved
@@ -286,12 +290,28 @@ def check_multi_turn(cfg: TrainConfig, env: Environment) -> None:
               "--env.tool_arithmetic.thinking keep_all")
 
 
+def unread_mismatch(cfg: TrainConfig) -> str | None:
+    """What a changed rl.mismatch setting does on a run whose sampler is the trainer: nothing
+    (pipelines/build.py::mismatch_correction builds no correction there), said once."""
+    mismatch, defaults = cfg.rl.mismatch, MismatchConfig()
+    changed = [f"rl.mismatch.{f.name}={getattr(mismatch, f.name)!r}" for f in dataclasses.fields(mismatch)
+               if f.name != "always" and getattr(mismatch, f.name) != getattr(defaults, f.name)]
+    if not changed or mismatch.always or not sampler_is_trainer(
+            cfg.rl.sampling.engine, cfg.rl.sampling.weights, TORCH_DTYPES[cfg.dtype], cfg.dist.resolved_topology()):
+        return None
+    return (f"{', '.join(changed)} is not read: the sampler is the trainer here (the torch engine, float32, no "
+            "batch sampled ahead), so its log-probs are the trainer's and there is nothing to correct; "
+            "--rl.mismatch.always true corrects and measures anyway")
+
+
 def run_warnings(cfg: TrainConfig, env: Environment) -> list[str]:
     """What can run but may not mean what it seems, one line each: evaluation sets too small to
     measure a change (evaluation_warnings), a verifier that pays partial credit (partial_credit),
     SFT demonstrations longer than the generation budget. The dry run lists them; a run prints
     them before its first step (pipelines/run.py, stages.py)."""
     warnings = evaluation_warnings(cfg, env)
+    note = unread_mismatch(cfg)
+    warnings += [note] if note else []
     if not is_multi_turn(env):
         note = partial_credit(env, env.fixed_set("heldout", min(16, cfg.heldout_size), seed=0))
         warnings += [note] if note else []
