@@ -84,7 +84,8 @@ def test_empty_or_unreadable_dataset_file(capsys, tmp_path):
     fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(empty)], "empty.jsonl", "no examples")
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_bytes(b"\xff\xfe\x00binary")
-    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(garbage)], "garbage.jsonl", "cannot read")
+    fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(garbage)], "garbage.jsonl, line 1",
+               "not UTF-8 text")
     bad_line = tmp_path / "bad_line.jsonl"
     bad_line.write_text('{"prompt": "Q: 1+1\\n", "expected_answer": "2"}\n{"prompt": "Q: 2+2\\n"}\n')
     fails_with(capsys, ["train", "--env.name", "jsonl", "--env.path", str(bad_line)], "line 2", "expected_answer")

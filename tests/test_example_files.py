@@ -66,5 +66,5 @@ def test_unreadable_jsonl_files_are_value_errors_naming_the_file(tmp_path):
         load_examples_jsonl(tmp_path / "missing.jsonl")
     binary = tmp_path / "binary.jsonl"
     binary.write_bytes(b"\xff\xfe\x00garbage")
-    with pytest.raises(ValueError, match=r"binary\.jsonl: cannot read"):
+    with pytest.raises(ValueError, match=r"binary\.jsonl, line 1: not UTF-8 text \(0xff at byte 1 of the line"):
         load_examples_jsonl(binary)

@@ -85,6 +85,7 @@ def test_a_second_writer_is_refused_and_the_first_logs_every_step_once(tmp_path,
 def test_the_lock_dies_with_its_process_and_guards_the_temp_file_sweep(tmp_path):
     run = RunDir.create(str(tmp_path), "r")
     run.write_json("config.json", {})
+    run.write_json("meta.json", {})  # started: a run without it is resumed by no one (test_user_code_failures.py)
     run.close()
     holder = hold_in_another_process(run.path)
     # what a killed writer leaves (here: files the live holder might be in the middle of writing)
@@ -128,6 +129,9 @@ def create_at_the_barrier(out_dir: str, barrier, results) -> None:
     barrier.wait()
     run = RunDir.create(out_dir, "same")
     results.put((os.getpid(), str(run.path), (run.path / ".lock").read_text().strip()))
+    # alive until every one has created: a creator that died before its config and meta would
+    # leave a directory the next creation sweeps (test_user_code_failures.py), as it should
+    barrier.wait()
 
 
 def test_sixty_simultaneous_creations_of_one_name_make_sixty_directories(tmp_path):

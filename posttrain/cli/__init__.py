@@ -145,14 +145,25 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return COMMANDS[name](rest)
-    except SystemExit as stop:  # the parser printed --help (0) or what was wrong with a flag (2)
-        return stop.code if isinstance(stop.code, int) else 2
+    except SystemExit as stop:
+        # the parser printed --help (0) or what was wrong with a flag (2); any other code
+        # that exits (a judge's model, a library a command called) is named, never status 0
+        import traceback  # here, not at the top: only an exit reads a traceback, and start-up time counts
+
+        origin = traceback.extract_tb(stop.__traceback__)[-1] if stop.__traceback__ else None
+        if origin is None or os.path.basename(origin.filename) == "argparse.py" \
+                or f"{os.sep}tyro{os.sep}" in origin.filename:
+            return stop.code if isinstance(stop.code, int) else 2
+        print(f"posttrain {name}: error: SystemExit({stop.code!r}) was raised at {os.path.basename(origin.filename)}, "
+              f"line {origin.lineno}, in {origin.name}: code the command called asked the process to stop "
+              "(sys.exit(), exit(), argparse's parse_args()); it must raise an exception instead", file=sys.stderr)
+        return stop.code if isinstance(stop.code, int) and stop.code else 1
     except (ValueError, FileNotFoundError) as error:
         # errors we raise on purpose carry a message meant for the user; a traceback would
         # bury it. POSTTRAIN_DEBUG=1 shows the traceback anyway.
         if os.environ.get("POSTTRAIN_DEBUG"):
             raise
-        print(f"posttrain {name}: error: {error}", file=sys.stderr)
+        print(f"posttrain {name}: error: {error}", *getattr(error, "__notes__", []), sep="\n", file=sys.stderr)
         return 2
     except OSError as error:
         if error.errno not in DISK_FULL or os.environ.get("POSTTRAIN_DEBUG"):
@@ -161,8 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         full = error if isinstance(error, DiskFullError) else DiskFullError(error.errno, error.filename)
         print(f"posttrain {name}: error: {full}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"\nposttrain {name}: interrupted; `posttrain train --resume runs/<id>` continues from the last checkpoint",
+    except KeyboardInterrupt as interrupt:
+        # a run's interrupt carries the command that resumes it (RunDir.resumable), and says
+        # what was running when it names that (a reward function in this thread)
+        where = f" {interrupt}" if str(interrupt) else ""
+        print(f"\nposttrain {name}: interrupted{where}", *getattr(interrupt, "__notes__", []), sep="\n",
               file=sys.stderr)
         return 130
 

@@ -164,10 +164,20 @@ def _optional(module: str, path: Path):
 
 
 def _text(path: Path) -> str:
+    """The file as UTF-8 text (a byte-order mark, as Windows editors write, is dropped); a
+    byte that is not UTF-8 is a ValueError naming the file, the line and the byte in it."""
     try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as error:
-        raise ValueError(f"{path}: cannot read: {error}") from error
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read: {error.strerror or error}") from error
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        column = error.start - (raw.rfind(b"\n", 0, error.start) + 1) + 1
+        bad = " ".join(f"0x{byte:02x}" for byte in raw[error.start:error.end])
+        raise ValueError(f"{path}, line {line}: not UTF-8 text ({bad} at byte {column} of the line: {error.reason}); "
+                         "save the file as UTF-8, e.g. `iconv -f latin1 -t utf-8 FILE > NEW` for a Latin-1 file") from None
 
 
 def _object(record: Any, where: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ run under a time limit, and two built-in tools (a calculator and a sandboxed Pyt
         -> ToolResult(name="calculator", ok=True, output="287663", reason="ok", ...)
 
 `ToolRegistry.call` never raises: whatever the model asked for (an unknown tool, arguments
-that do not fit the schema) and whatever the tool did (raised, hung, printed megabytes),
+that do not fit the schema) and whatever the tool did (raised, even SystemExit or
+KeyboardInterrupt, which in the tool's worker thread can only be its own; hung; printed megabytes),
 the answer is a ToolResult whose `reason` is one of REASONS and whose `error` says what
 happened. A failed call carries its tool's policy, `on_error`:
 
@@ -35,7 +36,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from posttrain.guards.sandbox import STATUSES, run_sandboxed, weak_sandbox_refusal
-from posttrain.guards.timed_calls import CallThread, FunctionTimeout
+from posttrain.guards.timed_calls import CallThread, FunctionTimeout, raised
+from posttrain.rewards.function_source import raised_at
 
 REASONS: dict[str, str] = {
     "ok": "the tool ran and returned its output",
@@ -80,10 +82,12 @@ class ToolResult:
     error: str = ""  # what went wrong, for the details and the error observation
     seconds: float = 0.0
     ends_episode: bool = False
+    where: str = ""  # where a tool that raised raised: "my_tools.py, line 7, in lookup"
 
     def details(self) -> dict[str, Any]:
         return {"name": self.name, "ok": self.ok, "reason": self.reason, "error": self.error,
-                "seconds": round(self.seconds, 4), "ends_episode": self.ends_episode}
+                "seconds": round(self.seconds, 4), "ends_episode": self.ends_episode,
+                **({"where": self.where} if self.where else {})}
 
 
 @dataclass
@@ -202,9 +206,14 @@ class ToolRegistry:
                                 f"{tool.timeout_seconds:g} s", time.perf_counter() - start)
         except ToolTimedOut as error:
             return self._failed(tool, "tool_timeout", str(error), time.perf_counter() - start)
-        except (Exception, SystemExit) as error:  # the tool's own failure is data for the episode, not a crash
-            message = f"{type(error).__name__}: {error}"[:MAX_OUTPUT_CHARS]
-            return self._failed(tool, "tool_error", message, time.perf_counter() - start)
+        except Exception as error:  # the tool's own failure is data for the episode, not a crash
+            # SystemExit, KeyboardInterrupt and other BaseExceptions too: raised in the worker
+            # thread, each is the tool's (a RaisedBaseException), never a Ctrl-C of this run
+            own = raised(error)
+            message = f"{type(own).__name__}: {own}"[:MAX_OUTPUT_CHARS]
+            failed = self._failed(tool, "tool_error", message, time.perf_counter() - start)
+            failed.where = raised_at(own)  # for the details, not for the model to read
+            return failed
         text = output if isinstance(output, str) else json.dumps(output, default=str)
         return ToolResult(tool.name, True, text[:MAX_OUTPUT_CHARS], "ok", seconds=time.perf_counter() - start)
 

@@ -21,7 +21,7 @@ from .gpt_mini import GPTMini
 from .gpt_mini_config import CheckpointMismatchError, GPTMiniConfig, check_same_config, read_llama_config
 from .kv_cache import KVCache
 from .lora_checkpoint import base_directory, find_base, is_adapter_checkpoint
-from .model_dirs import named_by_latest, resolve_model_dir
+from .model_dirs import named_by_latest, refuse_run_directory, resolve_model_dir
 from .policy import SavablePolicy
 from .smollm2 import KNOWN_MODELS, SOURCE_FILE, default_cache_dir
 from .tokenizer import CharTokenizer
@@ -131,6 +131,7 @@ def read_model_dir(directory: str | Path) -> dict:
     """A local transformers model directory's config.json, read without loading the weights,
     or ValueError saying what the directory lacks (an empty one, a config, any weights)."""
     directory = Path(directory)
+    refuse_run_directory(directory)  # its config.json is the run's settings: name the checkpoint to pass
     if not any(directory.iterdir()):
         raise ValueError(f"{directory} is empty: a model directory holds config.json, the weights and the "
                          "tokenizer, as save_pretrained writes them")

@@ -21,8 +21,13 @@ The directory is written beside OUT and renamed into place when complete.
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
+import warnings
 from pathlib import Path
+
+from posttrain.files import DiskFullError, disk_full_errno
 
 from .gpt_mini import GPTMini
 from .hf import POLICY_RECORD, HFPolicy, HFTokenizer, quiet_transformers, read_policy_record
@@ -72,16 +77,56 @@ def check_out(out: Path, checkpoint: Path, overwrite: bool) -> None:
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise ValueError(f"OUT {out} exists and is not empty: choose a new directory, or pass --overwrite to replace "
                          "everything in it")
+    # the export is written beside OUT and renamed into place: OUT's parent must be a directory we can write
+    existing = next(p for p in (out.parent.absolute(), *out.parent.absolute().parents) if p.exists())
+    if not existing.is_dir():
+        raise ValueError(f"OUT {out} cannot be created: {existing} is a file, not a directory; choose another path")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ValueError(f"OUT {out} cannot be created: {existing} is not writable by this user; choose a directory "
+                         "you can write to")
 
 
 def export_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: bool = False) -> dict:
     """Write `checkpoint` (gpt_mini or transformers, LoRA or not) to `out` as a plain
-    transformers directory; return what was written (EXPORT_RECORD's contents)."""
+    transformers directory; return what was written (EXPORT_RECORD's contents).
+
+    A checkpoint of a run still training can be pruned while it is read (the run keeps its
+    last few and removes older ones whole: runs/checkpoints.py::remove_checkpoint); the
+    export then starts again from the newest complete step of the same stage, with a
+    warning, and the record's source_checkpoint names the step exported."""
     checkpoint, out = Path(checkpoint), Path(out)
     if not checkpoint.is_dir():
         raise FileNotFoundError(f"no checkpoint at {checkpoint}: the directory does not exist")
     check_out(out, checkpoint, overwrite)
     quiet_transformers()
+    for _ in range(PRUNED_RETRIES):
+        try:
+            return write_export(checkpoint, out)
+        except Exception:
+            newer = newest_step(checkpoint.parent)
+            if checkpoint.is_dir() or newer is None or newer == checkpoint:
+                raise  # not pruned under us: the error is the export's own
+            warnings.warn(f"{checkpoint} was removed while it was read (its run, still training, keeps only its "
+                          f"newest checkpoints): exporting {newer}, the newest complete one, instead", stacklevel=2)
+            checkpoint = newer
+    return write_export(checkpoint, out)
+
+
+# how many times an export starts again after the checkpoint it read was pruned (each prune
+# is a checkpoint interval of training: three in one export means the run saves faster than
+# this machine exports, and the last try's error is reported)
+PRUNED_RETRIES = 3
+
+
+def newest_step(stage_dir: Path) -> Path | None:
+    """The stage's step_<N> directory with the largest N, or None (the layout runs/checkpoints.py writes)."""
+    steps = [p for p in stage_dir.glob("step_*") if re.fullmatch(r"step_\d+", p.name) and p.is_dir()]
+    return max(steps, key=lambda p: int(p.name[len("step_"):]), default=None)
+
+
+def write_export(checkpoint: Path, out: Path) -> dict:
+    """The export itself: written to a hidden directory beside OUT, renamed into place when
+    whole. A failure to write names OUT (an OSError from inside names the hidden directory)."""
     tmp = out.parent / f".{out.name}.export.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     try:
@@ -97,10 +142,21 @@ def export_checkpoint(checkpoint: str | Path, out: str | Path, overwrite: bool =
         (tmp / EXPORT_RECORD).write_text(json.dumps(record, indent=2) + "\n")
         shutil.rmtree(out, ignore_errors=True)  # empty, or --overwrite: check_out said so
         tmp.rename(out)
-    except BaseException:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(error, OSError) and error.filename and is_within(Path(error.filename), tmp, out):
+            # an error of the files being written (not of the checkpoint read): named by OUT
+            code = disk_full_errno(error)
+            if code is not None:
+                raise DiskFullError(code, out, "free space and run the export again") from error
+            raise ValueError(f"cannot write OUT {out}: {error.strerror} ({error.filename})") from error
         raise
     return record
+
+
+def is_within(path: Path, *directories: Path) -> bool:
+    path = path.absolute()
+    return any(path == d.absolute() or d.absolute() in path.parents for d in directories)
 
 
 def export_transformers(checkpoint: Path, out: Path) -> dict:

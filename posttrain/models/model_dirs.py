@@ -32,6 +32,30 @@ def named_by_latest(stage_dir: Path) -> Path | None:
     return stage_dir / pointer.read_text(encoding="utf-8", errors="replace").strip() if pointer.is_file() else None
 
 
+def refuse_run_directory(directory: Path) -> None:
+    """ValueError naming the checkpoint to pass when `directory` is a run directory or its
+    checkpoints/ folder, where one model directory is wanted (--init): a run directory holds
+    a config.json too, of settings, not of a model. (Commands that take a run directory, as
+    export and evaluate() do, pick its checkpoint themselves.)"""
+    if (directory / "checkpoints").is_dir() and (directory / "meta.json").is_file():
+        folder, what = directory / "checkpoints", "a run directory"
+    elif directory.name == "checkpoints" and any(named_by_latest(stage) for stage in directory.iterdir()
+                                                  if stage.is_dir()):
+        folder, what = directory, "a run's checkpoints folder"
+    else:
+        return
+    # each stage's latest checkpoint, the one written last first: the policy a run ended with
+    latest = sorted((pointed for stage in folder.iterdir() if stage.is_dir()
+                     for pointed in [named_by_latest(stage)] if pointed is not None and pointed.is_dir()),
+                    key=lambda p: p.stat().st_mtime, reverse=True)
+    if not latest:
+        raise ValueError(f"{directory} is {what}, not a model directory, and it holds no checkpoint yet (the run "
+                         "stopped before its first one): resume the run, or pass another checkpoint directory")
+    others = "".join(f", or {p.parent.name}'s {p}" for p in latest[1:])
+    raise ValueError(f"{directory} is {what}, not a model directory: pass one of its checkpoints, the latest of "
+                     f"the stage it saved last ({latest[0].parent.name}), {latest[0]}{others}")
+
+
 def resolve_model_dir(name_or_path: str | os.PathLike) -> Path:
     """The local directory a model name stands for: a known short name (KNOWN_MODELS,
     converted once), an existing directory, or a hub name such as

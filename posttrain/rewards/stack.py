@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 from posttrain.types import Episode, Example
-from posttrain.verifiers.contract import is_solved
+from posttrain.verifiers.contract import is_solved, shown
 
 Scored = dict[str, Any]  # a scorer's result: {"reward": float, "details": dict}
 
@@ -207,6 +207,20 @@ class Schedule:
         return f"{self.start:g}->{self.end:g}@{self.steps}"
 
 
+def finite_value(spec: str, value: Any) -> float:
+    """A term's value as a float; ValueError naming the term when it is not a finite number
+    (a NaN would reach the advantages of the whole group, and then every weight)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError, OverflowError) as error:
+        raise ValueError(f"reward term {spec} returned {shown(value)}, which is not a number ({error}); a term "
+                         "returns a finite float") from None
+    if not math.isfinite(number):
+        raise ValueError(f"reward term {spec} returned {number}; a term returns a finite float (check what it "
+                         "divides by or takes the log of)")
+    return number
+
+
 def weight_at(weight: float | Schedule, step: int) -> float:
     return weight.at(step) if isinstance(weight, Schedule) else weight
 
@@ -264,7 +278,7 @@ class RewardStack:
             value = term(example, completion, scored)
             if isinstance(value, dict):  # a term with its own details (RewardTerm's declared second form)
                 term_details[term.name], value = value["details"], value["reward"]
-            components[term.name] = float(value)
+            components[term.name] = finite_value(term.spec, value)
         weighted = {term.name: weight_at(w, 0) * components[term.name] for w, term in self.terms}
         details = dict(scored["details"])
         details.update(components=components, weighted=weighted, reward_spec=self.version)
@@ -297,7 +311,8 @@ class RewardStack:
             solved = [bool(e.details["solved"]) for e in members]
             for v, group_term in self.group_terms:
                 for episode, value in zip(members, group_term(lengths, solved, step)):
-                    episode.details["components"][group_term.name] = float(value)
+                    value = finite_value(group_term.spec, value)
+                    episode.details["components"][group_term.name] = value
                     episode.details["weighted"][group_term.name] = v * value
                     episode.reward += v * value
                     sums[group_term.name] += v * value

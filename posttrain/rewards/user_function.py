@@ -40,6 +40,12 @@ in a row draws a warning. A bool or an int becomes a float. Anything else stops 
 with one RewardFunctionError naming the function, the sample and what went wrong (an
 exception, the timeout, a TRL list of the wrong length, a value that is not a finite
 number): training on a zero in place of a reward never computed would be silent and wrong.
+An exception is named with its file and line, and so are SystemExit (a sys.exit() in the
+function or a library it calls), GeneratorExit and other BaseExceptions: none of them ends
+the process as if posttrain had exited. A KeyboardInterrupt raised in the worker thread
+(rl.reward.timeout > 0) is the function's own and fails it the same way; in the training
+thread (timeout 0) it may be a Ctrl-C, so it stays an interrupt, which names the function.
+The run directory stays resumable after any of them.
 """
 
 from __future__ import annotations
@@ -51,9 +57,9 @@ import re
 import warnings
 from typing import Any, Callable, Sequence
 
-from posttrain.rewards.function_source import import_source, where_raised
+from posttrain.rewards.function_source import described, failure, import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Schedule, Scored
-from posttrain.guards.timed_calls import CallThread, FunctionTimeout, finish
+from posttrain.guards.timed_calls import CallThread, FunctionTimeout, call_here
 from posttrain.types import PROMPT_MESSAGES, Example
 from posttrain.verifiers.contract import shown
 
@@ -180,7 +186,7 @@ class UserFunction:
 
     @classmethod
     def load(cls, source: str, timeout: float = 5.0, rows_per_step: int = 0) -> UserFunction:
-        fn = import_source(source)
+        fn = import_source(source, main_thread=timeout == 0)  # with no limit on calls, none on the import
         return cls(source, fn, signature_of(source, fn), timeout, rows_per_step)
 
     @property
@@ -202,7 +208,7 @@ class UserFunction:
         kwargs = self.arguments(example, completion, scored)
         try:
             if self.timeout == 0:  # no limit: in this thread (signal-based timeouts need the main thread)
-                result = finish(self.fn(**kwargs))
+                result = call_here(self.fn, kwargs)
             else:
                 if self.thread is None or self.thread.busy:  # the first call, or the last one hung
                     self.thread = CallThread()
@@ -211,14 +217,15 @@ class UserFunction:
             raise self.failure(example, completion, f"did not return within rl.reward.timeout={self.timeout:g} s; "
                                "make it faster, or raise --rl.reward.timeout (0 = no limit, called in the training "
                                "thread)") from None
-        except Exception as error:
+        except Exception as error:  # SystemExit, GeneratorExit and the like too (RaisedBaseException)
             hint = ""
             if "signal only works in main thread" in str(error):
                 hint = ("; it runs in a worker thread so that rl.reward.timeout can stop waiting for it: set "
                         "--rl.reward.timeout 0 to call it in the main thread (math_verify: or pass "
                         "parsing_timeout=None, timeout_seconds=None)")
-            raise self.failure(example, completion, f"raised {type(error).__name__}: {error}"
-                               f"{where_raised(error)}{hint}") from None
+            raise self.failure(example, completion, f"raised {failure(error)}{hint}") from None
+        except KeyboardInterrupt as error:  # in this thread (timeout 0): a Ctrl-C, or the function's own
+            raise KeyboardInterrupt(f"while reward function {self.name} ran{where_raised(error)}") from None
         extra: dict = {}
         if self.kind == "trl":
             if not isinstance(result, (list, tuple)):
@@ -272,10 +279,15 @@ class UserFunction:
         if value is None:
             return None
         if isinstance(value, numbers.Real):  # bool and int too: True -> 1.0
-            value = float(value)
-            if math.isfinite(value):
-                return value
-            what = f"returned {value}"
+            try:
+                number = float(value)
+            except (OverflowError, TypeError, ValueError) as error:  # 10**400; a Real whose __float__ fails
+                what = f"returned a {type(value).__name__} that does not convert to a float ({described(error)}): " \
+                       f"{shown(value, 40)}"
+            else:
+                if math.isfinite(number):
+                    return number
+                what = f"returned {number}"
         else:
             what = f"returned a {type(value).__name__} ({shown(value)})"
         raise self.failure(example, completion, f"{what}; return a finite number (or None when it does not apply "
@@ -287,7 +299,7 @@ class UserFunction:
             f"  on the prompt {shown(example.prompt, 100)}\n"
             f"  and the completion {shown(completion, 100)}\n"
             "The run stops rather than train on a reward that was never computed: fix the function, then continue "
-            "with `posttrain train --resume runs/<id>`")
+            "the run from its last checkpoint with --resume")
 
     def record(self, details: dict[str, Any]) -> None:
         """Add the last call's None and extra details to a sample's details."""

@@ -119,14 +119,29 @@ def save_checkpoint(run: RunDir, stage: str, step: int, model, tokenizer: Tokeni
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)  # half a checkpoint is only in the way (and, on a full disk, space)
         raise
-    shutil.rmtree(final, ignore_errors=True)
+    if final.exists():  # this step saved before (a resumed stage redoing it): moved aside in one step
+        remove_checkpoint(final)
     tmp.rename(final)
     with naming_disk_full(stage_dir / "latest"):
         (stage_dir / ".latest.tmp").write_text(final.name)
         (stage_dir / ".latest.tmp").replace(stage_dir / "latest")
     for old in complete_checkpoints(stage_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_checkpoint(old)
     return final
+
+
+def remove_checkpoint(checkpoint: Path) -> None:
+    """Delete a step_<N> directory so that no kill leaves half of one: it is renamed to a
+    hidden `.step_<N>.removed.tmp` first (one atomic step; RunDir.resume sweeps what a kill
+    leaves of that), so every step_<N> directory stays a complete checkpoint. A reader
+    that had it open (`posttrain export` of a run still training) finds it gone, not torn."""
+    doomed = checkpoint.with_name(f".{checkpoint.name}.removed.tmp")
+    shutil.rmtree(doomed, ignore_errors=True)
+    try:
+        checkpoint.rename(doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def latest_checkpoint(run: RunDir, stage: str) -> Path | None:

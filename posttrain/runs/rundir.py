@@ -25,6 +25,17 @@ in the middle of writing them.
 
 A run file that cannot be read (truncated, corrupt) is reported as a RunDirError naming
 the file, what is wrong and what to do, never as a parser's traceback.
+
+A kill -9 at any instant leaves a directory that resumes or one the next run removes. A
+run starts in three writes: the directory (with its .lock), config.json, then meta.json
+(pipelines/run.py::start_run). Killed before meta.json, nothing ran in it: `--resume` says
+so, and the next run created in the same out_dir removes it (`sweep_unstarted`: only a
+directory named like a run, holding nothing but its lock, config.json and temporary files,
+whose lock no live process holds). From meta.json on it resumes.
+
+Whatever stops a run from inside `RunDir.resumable` (a reward function that raised, a
+Ctrl-C, a full disk, code that called sys.exit()) leaves it resumable, and the error
+carries the command that resumes this very directory.
 """
 
 from __future__ import annotations
@@ -45,6 +56,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from posttrain.files import DiskFullError, disk_full_errno, naming_disk_full, write_atomic
+from posttrain.rewards.function_source import described, where_raised
 from posttrain.runs.console import console
 from posttrain.runs.trackers import NO_TRACKERS, Trackers
 from posttrain.types import Episode
@@ -55,6 +67,22 @@ LOCK_FILE = ".lock"
 class RunDirError(ValueError):
     """A run directory, or a file in it, that cannot be used as asked; the message names it
     and says what to do. A ValueError, so the command line prints it without a traceback."""
+
+
+class ExitInsideRun(ValueError):
+    """Code a run called raised SystemExit (sys.exit(), exit(), argparse's parse_args()),
+    GeneratorExit or another BaseException that is not an Exception. Let through, it would
+    end the process as if posttrain itself had exited, with that status (0 for sys.exit())
+    and no word of why; as this error it is named, with where it was raised."""
+
+
+def add_note(error: BaseException, note: str) -> None:
+    """PEP 678's note (printed under the error by a traceback, and by the command line's
+    own error lines); Python 3.10 has no add_note, so the list is kept by hand there."""
+    if sys.version_info >= (3, 11):
+        error.add_note(note)
+    else:
+        error.__notes__ = [*getattr(error, "__notes__", []), note]
 
 
 # What to do about a damaged JSON file of a run, by its name: each is made at a different
@@ -161,6 +189,67 @@ def check_run_location(out_dir: str | os.PathLike, name: str) -> None:
                            "read-only): pass a directory you can write to")
 
 
+# The names a run directory can have (RunDir.create: <timestamp>-<name>[-N]), and what one
+# that was killed before it started holds: nothing else is ever removed by sweep_unstarted
+RUN_DIR_NAME = re.compile(r"\d{8}-\d{6}-.+")
+DISCARDED_DIR_NAME = re.compile(r"\.\d{8}-\d{6}-.+\.discarded\.tmp")
+UNSTARTED_FILES = frozenset({LOCK_FILE, "config.json"})
+# How long a directory whose lock holds no PID yet may be one another process is creating
+# this instant (it writes its PID once it holds the lock, within microseconds): left alone
+CREATING_SECONDS = 60.0
+
+
+def is_unstarted(path: Path) -> bool:
+    """Whether `path` looks like a run directory killed before it started: named like one,
+    holding at most its lock, config.json and temporary files (no meta.json: start_run
+    writes it last; a discarded run's hidden remains count too)."""
+    if path.is_symlink() or not path.is_dir():
+        return False
+    if DISCARDED_DIR_NAME.fullmatch(path.name):
+        return True
+    if not RUN_DIR_NAME.fullmatch(path.name):
+        return False
+    return all(name in UNSTARTED_FILES or (name.startswith(".") and name.endswith(".tmp"))
+               for name in os.listdir(path))
+
+
+def sweep_unstarted(out: Path) -> list[Path]:
+    """Remove the directories in `out` that runs killed before they started left behind
+    (is_unstarted), each only once its lock shows no live process holds it; the removed."""
+    swept = []
+    for path in sorted(out.iterdir()):
+        try:
+            if is_unstarted(path) and remove_if_abandoned(path):
+                swept.append(path)
+        except OSError:  # removed by another process meanwhile, or not ours to read: leave it
+            continue
+    return swept
+
+
+def remove_if_abandoned(path: Path) -> bool:
+    """Remove an unstarted directory unless a live process may still hold or be taking it."""
+    lock_path = path / LOCK_FILE
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:  # killed between its mkdir and its lock, or being created this instant
+        if time.time() - path.stat().st_mtime < CREATING_SECONDS:
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+        return True
+    with os.fdopen(fd, "r+b", buffering=0) as lock:
+        holder = lock.read(32).strip()
+        if not holder and time.time() - os.fstat(fd).st_mtime < CREATING_SECONDS:
+            return False  # its creator may not hold the lock yet: taking it now would refuse that creator
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # alive: a run just starting (a slow environment between config and meta)
+            return False
+        if not is_unstarted(path):  # it started before the lock was ours
+            return False
+        shutil.rmtree(path, ignore_errors=True)
+    return True
+
+
 class RunLock:
     """An exclusive `flock` on <run>/.lock, held while this object lives. The file holds the
     holder's PID, so a refused writer can say whom it waited for."""
@@ -238,6 +327,9 @@ class RunDir:
         out = Path(out_dir)
         with naming_disk_full(out):
             out.mkdir(parents=True, exist_ok=True)
+        for swept in sweep_unstarted(out):
+            console.print(f"[yellow]removed {swept}: a run killed while it was starting (before its meta.json), "
+                          "in which nothing had run")
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for suffix in range(1, 10_000):
             path = out / (f"{stamp}-{name}" if suffix == 1 else f"{stamp}-{name}-{suffix}")
@@ -264,9 +356,19 @@ class RunDir:
 
     @classmethod
     def resume(cls, path: str) -> RunDir:
-        """An existing run, locked for writing, with the temporary files of killed writes removed."""
-        run = cls.open(path)
-        run.lock = hold_lock(run.path)
+        """An existing run, locked for writing, with the temporary files of killed writes removed.
+        A directory whose run was killed before it started (no meta.json) is refused, saying so."""
+        unstarted = is_unstarted(Path(path))
+        run = cls(Path(path)) if unstarted else cls.open(path)
+        run.lock = hold_lock(run.path)  # first: a live writer, a run starting this instant too, is named as such
+        if not (run.path / "meta.json").is_file():
+            run.close()
+            again = (f"`posttrain train --config {run.path / 'config.json'}`" if (run.path / "config.json").is_file()
+                     else "the command that made it")
+            swept = f"; the next run created in {run.path.parent} removes this directory" if unstarted else ""
+            raise RunDirError(f"{path} was killed while it was starting (it has no meta.json, which a run writes last "
+                              f"as it starts): nothing ran in it, so there is nothing to resume. Start it again with "
+                              f"{again}{swept}")
         removed = run.remove_stale_temp_files()
         if removed:
             console.print(f"[yellow]removed {len(removed)} unfinished temporary file(s) of a killed write: "
@@ -299,27 +401,59 @@ class RunDir:
         return any(path.is_file() and path.stat().st_size > 0 for path in written)
 
     def discard(self) -> None:
-        """Remove the whole directory (a run that never started), releasing its lock first."""
+        """Remove the whole directory (a run that never started), releasing its lock first.
+        Renamed away first, in one step: a kill in the middle of the removal then leaves a
+        hidden `.<name>.discarded.tmp` the next run sweeps, never half a run directory."""
+        doomed = self.path.with_name(f".{self.path.name}.discarded.tmp")
+        try:
+            self.path.rename(doomed)
+        except OSError:  # gone already, or a file system that will not rename it: remove it in place
+            doomed = self.path
         self.close()
-        shutil.rmtree(self.path, ignore_errors=True)
+        shutil.rmtree(doomed, ignore_errors=True)
         console.print(f"[yellow]removed {self.path}: the run failed before its first step, so there is nothing to "
                       "resume; fix what the error says and start it again")
 
     @contextmanager
     def resumable(self, resume_command: str) -> Iterator[None]:
-        """A full disk inside the block (any write: logs, checkpoints, plots) becomes a
-        DiskFullError that says the run can be resumed and how. It can: every write is
-        atomic or an append that resume truncates, so stopping at the failed write loses
-        only the steps since the last checkpoint, as a kill would."""
+        """Whatever stops the run inside the block leaves it resumable, and says how. It
+        can be: every write is atomic or an append that resume truncates, so stopping
+        anywhere loses only the steps since the last checkpoint, as a kill would.
+
+        A full disk (any write: logs, checkpoints, plots) becomes a DiskFullError whose advice
+        is `resume_command`; SystemExit and other BaseExceptions that are not Exceptions
+        (raised by code the run called: it never exits on purpose) become an ExitInsideRun
+        naming where; every error but a RunDirError (whose message says what to do about the
+        file it names) gets `resume_command` as a note, a Ctrl-C's KeyboardInterrupt too.
+        No note when the run is about to be removed (__exit__: nothing to resume)."""
         try:
             yield
+        except RunDirError:
+            raise
         except Exception as error:
             code = disk_full_errno(error)
             if code is None:
+                self.note_resume(error, resume_command)
                 raise
             where = error.filename if isinstance(error, OSError) and error.filename else self.path
             raise DiskFullError(code, where, f"the run directory is resumable: free space and run "
                                 f"`{resume_command}`") from error
+        except KeyboardInterrupt as interrupt:
+            self.note_resume(interrupt, resume_command)
+            raise
+        except BaseException as error:  # noqa: BLE001  (SystemExit, GeneratorExit: not ours, named)
+            stopped = ExitInsideRun(f"{described(error)} was raised inside the run{where_raised(error)}: code the run "
+                                    "calls (a reward term, a judge, a rubric criterion, an environment) asked the "
+                                    "process to stop, which would have ended the run with no word of why. Raise an "
+                                    "exception there instead (sys.exit(), exit() and argparse's parse_args() raise "
+                                    "SystemExit)")
+            self.note_resume(stopped, resume_command)
+            raise stopped from error
+
+    def note_resume(self, error: BaseException, resume_command: str) -> None:
+        if not (self.created_here and not self.has_results()):  # else __exit__ removes the run
+            add_note(error, f"the run directory {self.path} is resumable: `{resume_command}` continues it from "
+                            "its last checkpoint")
 
     def remove_stale_temp_files(self) -> list[Path]:
         """Delete `.*.tmp` files and directories: what write_atomic and save_checkpoint leave
