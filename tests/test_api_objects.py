@@ -47,6 +47,8 @@ def test_train_with_a_plain_function_and_a_list_of_dicts(tmp_path):
     assert config["env"]["name"] == "jsonl" and data.parent == tmp_path / "datasets"
     assert [json.loads(line) for line in data.read_text().splitlines()] == ROWS
     assert result.summary["rl_steps"] == 2
+    # rows without ids are named by their prompts, so before and after pair problem by problem
+    assert result.summary["rl_vs_sft"]["n_shared"] == 4
     # every training sample's reward is the function's value on its completion, and nothing else
     samples = [json.loads(line) for line in (result.run_dir / "samples.jsonl").read_text().splitlines()]
     rl = [s for s in samples if s.get("stage", "rl") == "rl" and "components" in s.get("details", {})]

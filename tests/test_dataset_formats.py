@@ -7,6 +7,7 @@ Parquet file of conversations with a held-out file of its own."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from pathlib import Path
@@ -25,6 +26,11 @@ datasets = pytest.importorskip("datasets")
 
 # 60 sums: enough that the hash gives every split some (train 45, dev 9, heldout 6)
 ROWS = [{"question": f"Q: {a}+{b}\n", "answer": a + b, "difficulty": a % 3} for a in range(10) for b in range(6)]
+
+
+def prompt_id(prompt: str) -> str:
+    """The id a row without one gets (envs/problem_rows.py): its prompt's, as its split is."""
+    return "prompt-" + hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
 
 
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
@@ -57,7 +63,7 @@ def test_every_format_loads_to_identical_problems_with_extra_columns_kept(tmp_pa
     assert {split: len(rows) for split, rows in first.items()} == {"train": 45, "dev": 9, "heldout": 6}
     assert all(other == first for other in loaded.values()), {k: len(v["train"]) for k, v in loaded.items()}
     q = next(e for e in first["train"] if e.prompt == "Q: 7+5\n")
-    assert q == Example("Q: 7+5\n", "12", "", {"answer": 12, "difficulty": 1})  # columns survive for reward functions
+    assert q == Example("Q: 7+5\n", "12", prompt_id("Q: 7+5\n"), {"answer": 12, "difficulty": 1})  # columns survive for reward functions
 
 
 def test_trl_prompt_completion_and_messages_rows_map_onto_examples(tmp_path):
@@ -70,8 +76,8 @@ def test_trl_prompt_completion_and_messages_rows_map_onto_examples(tmp_path):
     ]
     env = make_env("jsonl", path=str(write_jsonl(tmp_path / "trl.jsonl", rows)), cot=False)
     by_prompt = {e.prompt: e for split in env.by_split.values() for e in split}
-    assert by_prompt["Q: 1+2\n"] == Example("Q: 1+2\n", "3", "", {"answer": 3, "source": "a", "solution": "Final: 3"})
-    assert by_prompt["Q: 2+2\n"] == Example("Q: 2+2\n", "4", "", {
+    assert by_prompt["Q: 1+2\n"] == Example("Q: 1+2\n", "3", prompt_id("Q: 1+2\n"), {"answer": 3, "source": "a", "solution": "Final: 3"})
+    assert by_prompt["Q: 2+2\n"] == Example("Q: 2+2\n", "4", prompt_id("Q: 2+2\n"), {
         "ground_truth": "4", "solution": "Final: 4", PROMPT_MESSAGES: [{"role": "user", "content": "Q: 2+2\n"}]})
     # a system turn makes the plain text a transcript; the last assistant turn is the demonstration
     transcript = "system: Add.\nuser: Q: 3+3\n\nassistant: "
@@ -124,7 +130,7 @@ def test_expected_answer_wins_and_a_solution_beside_it_is_the_demonstration(tmp_
     rows = [{"prompt": "Q: 1+1\n", "expected_answer": 2, "answer": "two", "solution": "Final: 2"}]
     (example,) = [e for split in make_env("jsonl", path=str(write_jsonl(tmp_path / "p.jsonl", rows)),
                                           cot=False).by_split.values() for e in split]
-    assert example == Example("Q: 1+1\n", "2", "", {"answer": "two", "solution": "Final: 2"})
+    assert example == Example("Q: 1+1\n", "2", prompt_id("Q: 1+1\n"), {"answer": "two", "solution": "Final: 2"})
 
 
 def test_malformed_rows_are_named_by_file_and_line_or_row_in_every_format(tmp_path):
@@ -169,7 +175,7 @@ def test_column_mapping(tmp_path):
     path = write_jsonl(tmp_path / "p.jsonl", [{"q": "Q: 1+1\n", "a": 2, "answer": "ignored"}])
     env = make_env("jsonl", path=str(path), cot=False, columns="prompt=q,expected_answer=a")
     (example,) = [e for split in env.by_split.values() for e in split]
-    assert example == Example("Q: 1+1\n", "2", "", {"answer": "ignored"})
+    assert example == Example("Q: 1+1\n", "2", prompt_id("Q: 1+1\n"), {"answer": "ignored"})
     with pytest.raises(ValueError, match=r"p.jsonl, line 1: no column 'question' \(mapped to 'prompt'\); the row has "
                                          r"columns \['a', 'answer', 'q'\]"):
         make_env("jsonl", path=str(path), columns="prompt=question")

@@ -10,7 +10,8 @@
                       (a str, or one assistant turn)
     expected_answer   Example.expected_answer               (verl: ground_truth; TRL math sets: solution)
       or answer / ground_truth / solution
-    id                Example.id
+    id                Example.id (without one: "prompt-" and 16 hex digits of the prompt's sha256,
+                      so a before/after comparison can pair the same problem's two answers)
     meta              merged into Example.meta (our JSONL format)
     split             the row's split (train, validation/dev, test/heldout)
     anything else     kept in Example.meta, so reward functions get it as a keyword argument
@@ -30,6 +31,7 @@ and which decides the problem's split and repeats.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from posttrain.envs.dataset_files import Row, assistant_text, conversation, missing_column, plain_prompt, split_of_name
@@ -75,6 +77,8 @@ def example_from_row(row: Row) -> tuple[Example, str | None]:
     if isinstance(turns, list):
         meta[PROMPT_MESSAGES] = turns
         prompt = plain_prompt(turns)
+    if example_id is None:  # named by its prompt, as its split is: the same problem keeps its id in every file
+        example_id = "prompt-" + hashlib.sha256(prompt.encode("utf-8")).hexdigest()[:16]
     example, problem = as_example({"prompt": prompt, "expected_answer": answer, "id": example_id, "meta": meta})
     if example is None:
         read_from = f" (the expected answer is column {answer_column!r})" if answer_column != "expected_answer" else ""
