@@ -339,6 +339,7 @@ WITH_CI = re.compile(r"[−+-]?\d+\.\d%? \[[−+-]?\d+\.\d, [−+-]?\d+\.\d\]")
 SEPARATE_RUNS = {
     "+1.2 [−1.2, +3.6]": "dpo.md: refreshing π_ref online; algorithms.md: the progressive build's group std",
     "+11.0 [+7.6, +14.4]": "recipes.md: Tülu 3's DPO stage; search.md: STaR (restart) against its start",
+    "+9.6 [+6.2, +13.0]": "first-task.md: the products recipe's seed 2; search.md: /no_think's accuracy change",
     "100.0% [100.0, 100.0]": "agents.md: the tool runs; recipes.md: the reasoning specialist",
     "69.0% [65.0, 73.0]": "the seed-0 SFT stage each compare trained for itself: dpo.md's earlier five losses, "
                           "algorithms.md's six algorithms",
