@@ -3,9 +3,8 @@ samples (samples.jsonl), each with the setting to change and the numbers that sh
 
 The monitors (monitors.py) detect a line crossed in the metrics; a diagnosis says why, and
 what to change. Their alerts are its evidence for what the metrics show (KL, entropy, length,
-reward against dev pass@1, flat groups); the samples add what the metrics cannot say: cut
-before their answer, no answer where the verifier reads it, paid partial credit, a term that
-never paid anyone.
+reward against dev pass@1, flat groups); the samples add what the metrics cannot say: cut before
+their answer, no answer where the verifier reads it, partial credit, a term that never paid.
 
     step_samples(samples)        each step's samples folded into counts (StepSamples)
     diagnose(rows, samples)      the findings, root causes first: a cause, the first step it
