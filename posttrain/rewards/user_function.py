@@ -57,6 +57,7 @@ import re
 import warnings
 from typing import Any, Callable, Sequence
 
+from posttrain.config.checks import PosttrainWarning
 from posttrain.rewards.function_source import described, failure, import_source, where_raised
 from posttrain.rewards.stack import RewardStack, RewardTerm, Schedule, Scored
 from posttrain.guards.timed_calls import CallThread, FunctionTimeout, call_here
@@ -200,7 +201,7 @@ class UserFunction:
         if self.rows_per_step and self.nones_in_a_row == self.rows_per_step:
             warnings.warn(f"reward function {self.name} returned None (does not apply) for {self.rows_per_step} "
                           "samples in a row, a whole step's worth: its term adds nothing to the reward; check that "
-                          "it recognises this task's completions", stacklevel=2)
+                          "it recognises this task's completions", PosttrainWarning, stacklevel=2)
         return 0.0 if value is None else value
 
     def evaluate(self, example: Example, completion: str, scored: Scored) -> tuple[float | None, dict]:
