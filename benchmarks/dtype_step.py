@@ -30,6 +30,10 @@ ROLES = ("time/rollout", "time/reference", "time/train")
 # π_θ / π_old before the update: 1 up to rounding, since the sampler (KV cache, one token at
 # a time) and the trainer (whole sequences) compute the same log-probs by different matmuls
 AGREEMENT = ("ratio_max", "approx_kl")
+# bf16's sampler is not the trainer: the update recomputes π_old (so ratio_max is 1) and the
+# mismatch module reports the largest |log π_trainer − log π_sampler| it corrected
+# (roles/mismatch.py); a float32 run has no such key, the two being one
+SAMPLER_GAP = "mismatch/logp_diff_max"
 
 
 def controller(dtype: str, start: Path):
@@ -59,10 +63,13 @@ def main() -> None:
                 if step > 0:  # step 0 warms up allocators and kernels
                     for key in ROLES + AGREEMENT:
                         times[dtype][key].append(metrics[key])
+                    if SAMPLER_GAP in metrics:
+                        times[dtype].setdefault(SAMPLER_GAP, []).append(metrics[SAMPLER_GAP])
     result = {"machine": machine(), "threads": args.threads, "repeats": args.repeats,
               "median_seconds": {d: {role.split("/")[1]: round(statistics.median(t[role]), 2) for role in ROLES}
                                  for d, t in times.items()},
-              "max_over_steps": {d: {key: max(t[key]) for key in AGREEMENT} for d, t in times.items()}}
+              "max_over_steps": {d: {key: max(t[key]) for key in (*AGREEMENT, SAMPLER_GAP) if t.get(key)}
+                                 for d, t in times.items()}}
     for d, medians in result["median_seconds"].items():
         medians["step"] = round(sum(medians.values()), 2)
     print(describe(result["machine"]))
