@@ -1,6 +1,7 @@
 """One GRPO step (sample, reference, update) at --dtype float32 and bfloat16, side by side.
 
     cd benchmarks && ../.venv/bin/python dtype_step.py [--threads 2] [--repeats 3]
+    cd benchmarks && ../.venv/bin/python dtype_step.py --model smollm2-135m --prompts 8 --micro-batch 8
 
 The default gpt_mini at the default batch (32 prompts × 8 samples, up to 48 new tokens),
 fresh weights, every row trained (a reward on the completion's length parity, so every group
@@ -20,7 +21,7 @@ from pathlib import Path
 import torch
 from ceilings import describe, machine
 
-from posttrain.config import TrainConfig
+from posttrain.config import ModelConfig, TrainConfig
 from posttrain.envs import make_env
 from posttrain.models import make_policy, save_checkpoint_model
 from posttrain.models.device import place
@@ -36,8 +37,10 @@ AGREEMENT = ("ratio_max", "approx_kl")
 SAMPLER_GAP = "mismatch/logp_diff_max"
 
 
-def controller(dtype: str, start: Path):
-    cfg = TrainConfig(dtype=dtype)
+def controller(dtype: str, start: Path, args: argparse.Namespace):
+    cfg = TrainConfig(dtype=dtype, model=ModelConfig(name=args.model))
+    cfg.rl.prompts_per_step = args.prompts or cfg.rl.prompts_per_step
+    cfg.rl.samples_per_prompt, cfg.rl.update.micro_batch_size = args.samples, args.micro_batch
     torch.manual_seed(0)
     policy, tokenizer = make_policy(cfg.model)
     if not (start / "config.json").exists():
@@ -52,10 +55,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--model", default="gpt_mini", help="model.name: gpt_mini (from scratch) or smollm2-135m")
+    parser.add_argument("--prompts", type=int, default=0, help="prompts a step; 0 = rl.prompts_per_step's default")
+    parser.add_argument("--samples", type=int, default=8, help="samples per prompt")
+    parser.add_argument("--micro-batch", type=int, default=0,
+                        help="rl.update.micro_batch_size: 0 = one backward over every row; SmolLM2 needs ~8")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory() as tmp:
-        controllers = {dtype: controller(dtype, Path(tmp) / "start") for dtype in ("float32", "bfloat16")}
+        controllers = {dtype: controller(dtype, Path(tmp) / "start", args) for dtype in ("float32", "bfloat16")}
         times: dict[str, dict[str, list[float]]] = {d: {key: [] for key in ROLES + AGREEMENT} for d in controllers}
         for step in range(args.repeats + 1):
             for dtype, c in controllers.items():
@@ -65,7 +73,7 @@ def main() -> None:
                         times[dtype][key].append(metrics[key])
                     if SAMPLER_GAP in metrics:
                         times[dtype].setdefault(SAMPLER_GAP, []).append(metrics[SAMPLER_GAP])
-    result = {"machine": machine(), "threads": args.threads, "repeats": args.repeats,
+    result = {"machine": machine(), "threads": args.threads, "repeats": args.repeats, "model": args.model,
               "median_seconds": {d: {role.split("/")[1]: round(statistics.median(t[role]), 2) for role in ROLES}
                                  for d, t in times.items()},
               "max_over_steps": {d: {key: max(t[key]) for key in (*AGREEMENT, SAMPLER_GAP) if t.get(key)}
