@@ -166,12 +166,11 @@ def checked(cfg: Any, new_run: bool = True) -> Any:
 
 
 def use_threads(threads: int) -> None:
-    """A command's --threads: torch's intra-op threads for its work, as a training run sets
-    them (pipelines/run.py); 0 leaves torch's default, every core."""
-    if threads:
-        import torch  # imported here for start-up time: only a command about to compute needs it
+    """A command's --threads, applied as a training run applies its own (models/device.py)."""
+    # imported here for start-up time: models/ loads torch, which only a command about to compute needs
+    from posttrain.models.device import use_threads as apply
 
-        torch.set_num_threads(threads)
+    apply(threads)
 
 
 def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:

@@ -39,6 +39,12 @@ def mps_available() -> bool:
     return torch.backends.mps.is_available()
 
 
+def use_threads(threads: int) -> None:
+    """--threads: torch's intra-op threads for a job's work; 0 leaves torch's default, every core."""
+    if threads:
+        torch.set_num_threads(threads)
+
+
 def resolve_device(name: str) -> torch.device:
     """The torch device `name` (one of DEVICES) means on this machine: "auto" is cuda when a
     CUDA device is visible, else mps (Apple silicon), else cpu. A named device that is absent

@@ -41,7 +41,7 @@ from posttrain.config.files import to_dict
 from posttrain.data.preference import save_preference_jsonl
 from posttrain.envs import make_env
 from posttrain.models import load_checkpoint_model, load_tokenizer, make_policy
-from posttrain.models.device import place, resolve_device
+from posttrain.models.device import place, resolve_device, use_threads
 from posttrain.models.policy import SavablePolicy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.pipelines.preference import verifier_pairs
@@ -141,8 +141,7 @@ def run_rlhf(cfg: TrainConfig, run: RunDir) -> dict:
     """SFT → reward model → RL against it → held-out eval → summary and the proxy-vs-gold
     plot. Safe to call again on a partly finished run directory."""
 
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     if not cfg.rl.rm.path:
         rm_dirs = reward_model_dirs(cfg, run)
         try:

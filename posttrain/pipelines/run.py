@@ -16,7 +16,7 @@ from posttrain.envs import make_env
 from posttrain.eval.comparison import paired_change
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.models import is_pretrained, load_checkpoint_model, load_tokenizer, make_policy
-from posttrain.models.device import device_record, place, resolve_device
+from posttrain.models.device import device_record, place, resolve_device, use_threads
 from posttrain.models.hf import lora_policy
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import SavablePolicy
@@ -124,8 +124,7 @@ def state_weights(run: RunDir, policy: SavablePolicy) -> None:
 
 def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The pipeline itself; the summary it writes, as a dict."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)
     console.print(f"[bold]run[/] {run.path}  model={cfg.model.name}  spec={env.spec_version}  algo={cfg.rl.algo}")

@@ -33,10 +33,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-import torch
-
 from posttrain.config import TrainConfig
 from posttrain.config.files import to_dict
+from posttrain.models.device import use_threads
 from posttrain.models.policy import SavablePolicy
 from posttrain.envs import make_env
 from posttrain.eval.stats import paired_bootstrap_diff
@@ -72,8 +71,7 @@ def run_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) ->
 
 def train_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The stages themselves; the summary they write, as a dict."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
     plan = stage_plan(cfg)
     heldout = env.fixed_set("heldout", cfg.heldout_size, seed=0)

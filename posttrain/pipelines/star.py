@@ -51,6 +51,7 @@ from posttrain.runs.rundir import RunDir
 from posttrain.seeds import derive_seed, generator_for
 from posttrain.types import PROMPT_MESSAGES, Environment, Episode, Example
 from posttrain.verifiers.steps import arithmetic_step_labels, problem_of
+from posttrain.models.device import use_threads
 
 # The hint a rationalisation prompt carries: one line after the question stating the final
 # answer. For the arithmetic task, "Q: 7+5+9+3+1\n" becomes "Q: 7+5+9+3+1\nAnswer: 25\n";
@@ -164,8 +165,7 @@ def check_star(cfg: TrainConfig, star: StarConfig, env: Environment | None = Non
 
 def run_star(cfg: TrainConfig, star: StarConfig, run: RunDir, env: Environment | None = None) -> dict:
     """The iterations; returns {"start": held-out CI, "iterations": [one record each]} (star_iterations.json)."""
-    if cfg.threads:
-        torch.set_num_threads(cfg.threads)
+    use_threads(cfg.threads)
     env = make_env(cfg.env.name, **cfg.env.kwargs()) if env is None else env
     run.write_json("star.json", dataclasses.asdict(star))
     check_star(cfg, star, env)
