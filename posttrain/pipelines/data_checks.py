@@ -32,7 +32,7 @@ from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import is_pretrained, policy_context
 from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import is_preference, make_algorithm
+from posttrain.pipelines.build import is_preference, make_algorithm, mismatch_correction
 from posttrain.pipelines.command_checks import fixed_set
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
@@ -40,7 +40,7 @@ from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, ju
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.engines.contract import example_prompt_ids
-from posttrain.roles.mismatch import sampler_is_trainer
+from posttrain.roles.mismatch import SamplerIsTrainer
 from posttrain.eval.stats import NOISE_RULE_N
 from posttrain.types import Environment, Example, Tokenizer
 from posttrain.verifiers.contract import is_solved
@@ -296,8 +296,9 @@ def unread_mismatch(cfg: TrainConfig) -> str | None:
     mismatch, defaults = cfg.rl.mismatch, MismatchConfig()
     changed = [f"rl.mismatch.{f.name}={getattr(mismatch, f.name)!r}" for f in dataclasses.fields(mismatch)
                if f.name != "always" and getattr(mismatch, f.name) != getattr(defaults, f.name)]
-    if not changed or mismatch.always or not sampler_is_trainer(
-            cfg.rl.sampling.engine, cfg.rl.sampling.weights, TORCH_DTYPES[cfg.dtype], cfg.dist.resolved_topology()):
+    # the decision the run itself makes, from the dtype the roles will compute in
+    built = mismatch_correction(mismatch, cfg.rl.sampling, TORCH_DTYPES[cfg.dtype], cfg.dist.resolved_topology())
+    if not changed or not isinstance(built, SamplerIsTrainer):
         return None
     return (f"{', '.join(changed)} is not read: the sampler is the trainer here (the torch engine, float32, no "
             "batch sampled ahead), so its log-probs are the trainer's and there is nothing to correct; "
