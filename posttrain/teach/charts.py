@@ -1,0 +1,122 @@
+"""The course's charts: one look for every lesson that draws a curve.
+
+    fig, ax = figure()                     a matplotlib figure in the course's size and style
+    curves(ax, xs, {"GRPO": ys, ...})      several things compared on one set of axes
+    mark(ax, x, "ε = 0.2")                 where the widget's current setting is
+    finish(fig, ax, "ratio ρ", "objective")  labelled axes (units in the label), legend, layout
+    points(fig)                            how many data points it holds (tests assert > 0)
+
+A lesson's chart cell is then the computation it already shows as numbers, drawn:
+
+    @app.cell
+    def _(eps, ratios, clipped):
+        from posttrain.teach.charts import curves, figure, finish, mark
+
+        fig, ax = figure()
+        curves(ax, ratios, {"clipped": clipped})
+        mark(ax, 1 + eps, f"1 + ε = {1 + eps:g}")
+        finish(fig, ax, "ratio ρ = π_θ / π_old", "surrogate objective")
+
+marimo shows the figure the cell ends with and redraws it when the widget moves. Every chart
+is drawn from the library's numbers: the cell computes nothing the chart alone needs.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Mapping, Sequence
+
+import matplotlib
+import numpy as np
+
+matplotlib.use("Agg")  # no window: marimo, the static renderings and the tests all draw to images
+
+from matplotlib.axes import Axes  # noqa: E402  (the backend is chosen before any figure module loads)
+from matplotlib.container import ErrorbarContainer  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+WIDTH, HEIGHT = 7.5, 2.8  # inches: the width of a lesson's text column, short enough to sit beside its prose
+# One colour per compared thing, in order, then a grey for "the reference line": colour-blind
+# safe (Okabe–Ito), so two curves stay two curves for every reader.
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+REFERENCE = "#7f7f7f"
+SETTING = "#C0392B"  # the widget's current value: one colour across the course
+
+
+def figure(width: float = WIDTH, height: float = HEIGHT) -> tuple[Figure, Axes]:
+    """A new figure with one set of axes in the course's style. It is made outside pyplot's
+    registry, which keeps every figure until it is closed: a slider moved a hundred times
+    leaves no hundred open figures behind."""
+    fig = Figure(figsize=(width, height))
+    ax = fig.add_subplot()
+    ax.grid(True, color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    return fig, ax
+
+
+def curves(ax: Axes, xs: Sequence[float], series: Mapping[str, Sequence[float]], *,
+           styles: Mapping[str, str] | None = None, markers: bool = False) -> None:
+    """One line per entry of `series`, all over the same `xs`, coloured in PALETTE order.
+    `styles` gives a line style per label ("--" for a reference, ":" for a bound)."""
+    for index, (label, ys) in enumerate(series.items()):
+        if len(ys) != len(xs):
+            raise ValueError(f"curve {label!r} has {len(ys)} values for {len(xs)} x positions")
+        ax.plot(list(xs), list(ys), label=label, color=PALETTE[index % len(PALETTE)],
+                linestyle=(styles or {}).get(label, "-"), marker="o" if markers else None, markersize=3)
+
+
+def band(ax: Axes, xs: Sequence[float], low: Sequence[float], high: Sequence[float], label: str | None = None,
+         index: int = 0) -> None:
+    """A shaded interval (a confidence interval, a spread over seeds) in the colour of curve `index`."""
+    ax.fill_between(list(xs), list(low), list(high), color=PALETTE[index % len(PALETTE)], alpha=0.18,
+                    linewidth=0, label=label)
+
+
+def bars(ax: Axes, labels: Sequence[str], values: Sequence[float], *, errors: Sequence[float] | None = None,
+         highlight: Iterable[str] = ()) -> None:
+    """One bar per label; those in `highlight` (the current choice) in SETTING's colour."""
+    chosen = set(highlight)
+    colours = [SETTING if label in chosen else PALETTE[0] for label in labels]
+    ax.bar(range(len(values)), list(values), color=colours, yerr=None if errors is None else list(errors),
+           capsize=3)
+    ax.set_xticks(range(len(labels)), list(labels), fontsize=8)
+
+
+def mark(ax: Axes, x: float, label: str, *, vertical: bool = True) -> None:
+    """The widget's current setting: a vertical line at x (or a horizontal one at y = x)."""
+    line = ax.axvline if vertical else ax.axhline
+    line(x, color=SETTING, linestyle="--", linewidth=1.2, label=label)
+
+
+def finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str | None = None,
+           legend: bool = True) -> Figure:
+    """Label both axes (say the unit in the label: "tokens", "nats", "s"), add the legend when
+    there is something to tell apart, lay out, and return the figure for the cell to end with."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    if title:
+        ax.set_title(title, fontsize=10)
+    if legend and ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def points(fig: Figure) -> int:
+    """Data points drawn on the figure's axes (lines, bars, scatter and shaded bands), so a
+    test can assert a chart is not empty. A mark() line and error bars count for nothing."""
+    total = 0
+    for ax in fig.axes:
+        decorations: set[int] = set()  # an error bar's caps and whiskers belong to the bar they sit on
+        for container in ax.containers:
+            if isinstance(container, ErrorbarContainer):
+                decorations.update(id(artist) for artist in container.get_children())
+        total += sum(int(np.size(line.get_xdata())) for line in ax.get_lines()
+                     if line.get_color() != SETTING and id(line) not in decorations)
+        total += len(ax.patches)
+        total += sum(int(np.size(collection.get_offsets())) // 2 for collection in ax.collections if id(collection) not in decorations)
+    return total
+
+
+__all__ = ["PALETTE", "REFERENCE", "SETTING", "band", "bars", "curves", "figure", "finish", "mark", "points"]
