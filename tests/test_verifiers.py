@@ -21,6 +21,7 @@ from posttrain.verifiers import (
     code,
     final_int,
     get_verifier,
+    gsm8k,
     humaneval_program,
     math_answer,
     reasoning_gym_answer,
@@ -29,7 +30,7 @@ from posttrain.verifiers.contract import CONTRACT_REASONS, as_example
 
 pytest.importorskip("math_verify")
 
-MODULES = (final_int, math_answer, code, reasoning_gym_answer, humaneval_program)
+MODULES = (final_int, math_answer, code, reasoning_gym_answer, humaneval_program, gsm8k)
 REASONS_OF = {name: module.REASONS for module in MODULES for name in module.SPECS}
 TESTS = {"tests": ["assert f(2) == 4", "assert f(-3) == -6"]}
 # Per family: (expected answer as an int, a right completion, a wrong one, meta).
@@ -41,6 +42,7 @@ CASES = {
     "code": (0, "```python\ndef f(x):\n    return 2 * x\n```", "def f(x): return x + 1", TESTS),
     "reasoning_gym": (-6, "<answer>-6</answer>", "<answer>5</answer>",
                       {"entry": {"question": "Q", "answer": "-6", "metadata": {"source_dataset": "chain_sum"}}}),
+    "gsm8k": (-6, "3-9 = <<3-9=-6>>-6\n#### -6", "#### 6", {}),
     "humaneval": (0, "```python\ndef f(x):\n    return 2 * x\n```", "def f(x): return x + 1",
                   {**TESTS, "header": 'def f(x):\n    """Twice x."""\n', "entry_point": "f"}),
 }
@@ -52,8 +54,9 @@ def case(name):
 
 def test_the_registry_is_every_spec_of_every_verifier_module():
     assert set(VERIFIERS) == set().union(*(module.SPECS for module in MODULES))
-    # no clash (final_int/think-v1 is the 14th; code/tests-v2, its partial twin and humaneval/tests-v2 the last 3)
-    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 17
+    # no clash (final_int/think-v1 is the 14th; code/tests-v2, its partial twin and humaneval/tests-v2 the
+    # next 3; gsm8k/hash-v1 the 18th)
+    assert len(VERIFIERS) == sum(len(module.SPECS) for module in MODULES) == 18
     assert all(VERIFIERS[name].version == name for name in VERIFIERS)
     assert get_verifier("code/tests-v1") is code.SPECS["code/tests-v1"]
     with pytest.raises(ValueError, match=r"unknown verifier 'math/v9'; valid names: final_int/strict-v1, .*code/tests-v1"):
@@ -76,12 +79,13 @@ def test_dict_or_example_and_int_or_str_give_the_same_reward(name):
         assert {r["details"]["spec_version"] for r in results} == {name}
     # the module-level score() takes the same two arguments and picks a default spec
     module = {"math": math_answer, "code": code, "reasoning_gym": reasoning_gym_answer,
-              "humaneval": humaneval_program}.get(name.split("/")[0], final_int)
+              "humaneval": humaneval_program, "gsm8k": gsm8k}.get(name.split("/")[0], final_int)
     default = module.score(forms[2], right)
     assert default["reward"] == 1.0
     assert default["details"]["spec_version"] == {
         final_int: "final_int/cot-v1", math_answer: "math/boxed-or-final-v2", code: "code/tests-v2",
-        reasoning_gym_answer: "reasoning_gym/answer-tag-v1", humaneval_program: "humaneval/tests-v2"}[module]
+        reasoning_gym_answer: "reasoning_gym/answer-tag-v1", humaneval_program: "humaneval/tests-v2",
+        gsm8k: "gsm8k/hash-v1"}[module]
 
 
 def test_an_int_is_read_as_its_decimal_string_and_nothing_else_is_read():

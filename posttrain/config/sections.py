@@ -107,7 +107,8 @@ class EnvConfig:
     (ENV_SECTIONS), and the settings several environments read."""
 
     # the task: "arithmetic" (generated, no data needed), or your --env.path file scored by
-    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code"), or an external
+    # final_int ("jsonl"), math-verify ("math") or its tests in the sandbox ("code"), GSM8K's own
+    # {question, answer} file scored on its `#### <int>` line ("gsm8k"), or an external
     # one (pip install 'posttrain[tasks]'): "reasoning_gym:NAME" (any reasoning-gym task, its own
     # grader) or "humaneval" (164 problems, all held out); posttrain/envs/__init__.py
     name: str = "arithmetic"
@@ -120,7 +121,7 @@ class EnvConfig:
     # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math, code and reasoning_gym
     # (a hackable final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
     spec_version: str = ""
-    # the problems of env "jsonl", "math" or "code": a .jsonl, .json or .parquet file, or a directory
+    # the problems of env "jsonl", "math", "code" or "gsm8k": a .jsonl, .json or .parquet file, or a directory
     # (save_to_disk's, or of data files), rows {"prompt", "expected_answer"} or TRL's prompt/completion
     # and messages; other columns go to reward functions (posttrain/envs/problem_rows.py)
     path: str = ""

@@ -35,7 +35,10 @@ response is one assistant turn, or, beside a prompt column, the prompt's turns a
 assistant turn, as UltraFeedback's binarised set lays them out: data/feedback_fixture.py
 ships a small file in that schema); and pairs with no `prompt` column, whose prompt is what
 chosen and rejected share (the turns before their last, or for text the shared start, cut
-at a word boundary). Other columns are kept in meta. `desirable`/`label` is a boolean,
+at a word boundary). Anthropic's hh-rlhf layout, chosen and rejected each one whole dialogue
+text ("\\n\\nHuman: ...\\n\\nAssistant: ..."), is read as those turns, so its prompt is every
+turn before the last assistant turn (data/hh_rlhf_fixture.py ships a small file in that
+schema). Other columns are kept in meta. `desirable`/`label` is a boolean,
 `meta` an optional object. A text prompt is fed to the model exactly as written (after a
 <bos> token, or as the user turn of an instruct model's chat template) and the response
 follows it directly, so put any separator (a newline, "Answer: ") at the end of the prompt.
@@ -47,6 +50,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -193,6 +197,8 @@ def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, 
         if not isinstance(prompt, str):
             prompt = conversation(prompt, where, "prompt")
         return prompt, _response(chosen, prompt, where, "chosen"), _response(rejected, prompt, where, "rejected")
+    if isinstance(chosen, str) and isinstance(rejected, str) and all(map(is_hh_dialogue, (chosen, rejected))):
+        chosen, rejected = hh_dialogue_turns(chosen, where, "chosen"), hh_dialogue_turns(rejected, where, "rejected")
     if isinstance(chosen, str) and isinstance(rejected, str):
         shared = 0
         while shared < min(len(chosen), len(rejected)) and chosen[shared] == rejected[shared]:
@@ -209,6 +215,31 @@ def _pair_texts(prompt, chosen, rejected, where: str) -> tuple[str | list, str, 
         raise ValueError(f"{where}: no 'prompt' column, so 'chosen' and 'rejected' must be whole conversations that "
                          "share every turn but their last, an assistant turn; add a 'prompt' column otherwise")
     return turns["chosen"][:-1], turns["chosen"][-1]["content"], turns["rejected"][-1]["content"]
+
+
+# Anthropic's hh-rlhf writes a whole dialogue as one text, each turn after a blank line and its
+# speaker: "\n\nHuman: Hi\n\nAssistant: Hello". Read as turns, its pairs take the conversation
+# path: the prompt is every turn before the last assistant turn, as the dialogue says.
+HH_SPEAKERS = {"Human": "user", "Assistant": "assistant"}
+_HH_TURN = re.compile(r"\n\n(Human|Assistant):")
+
+
+def is_hh_dialogue(text: str) -> bool:
+    """Whether `text` is laid out as an hh-rlhf dialogue: it opens with a Human turn."""
+    return text.startswith("\n\nHuman:")
+
+
+def hh_dialogue_turns(text: str, where: str, column: str) -> list[dict[str, str]]:
+    """The {role, content} turns of an hh-rlhf dialogue text (each content stripped of the
+    space after the colon). Raises ValueError naming the row when it does not end with an
+    assistant turn, the response the pair compares."""
+    parts = _HH_TURN.split(text)  # ["", "Human", " Hi", "Assistant", " Hello", ...]
+    turns = [{"role": HH_SPEAKERS[speaker], "content": content.strip()}
+             for speaker, content in zip(parts[1::2], parts[2::2])]
+    if turns[-1]["role"] != "assistant":
+        raise ValueError(f"{where}: column {column!r} is an hh-rlhf dialogue ('\\n\\nHuman: ...') whose last turn is "
+                         "not an Assistant turn; the last turn is the response a pair compares")
+    return turns
 
 
 def _response(value, prompt: str | list, where: str, column: str) -> str:

@@ -4,6 +4,7 @@
     jsonl        your file (JSONL, JSON, Parquet, a saved dataset), scored by any registered
                  verifier (final_int by default)
     math, code   the same with math/boxed-or-final-v2 or code/tests-v2 as the default
+    gsm8k        GSM8K's own file ({question, answer} with `#### <int>`), scored by gsm8k/hash-v1
     reasoning_gym:NAME   any reasoning-gym task, graded by its own score_answer (pip install 'posttrain[tasks]')
     humaneval    the 164 HumanEval problems, all held out, their tests run in our sandbox (same extra)
     arithmetic_think the arithmetic task with a /think or /no_think switch in the prompt
@@ -22,6 +23,7 @@ import inspect
 from typing import Any
 
 from posttrain.envs.arithmetic import ArithmeticEnv
+from posttrain.envs.gsm8k import Gsm8kEnv
 from posttrain.envs.humaneval import HumanEvalEnv
 from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 from posttrain.envs.reasoning_gym_tasks import ReasoningGymEnv
@@ -29,8 +31,10 @@ from posttrain.envs.thinking_modes import ThinkingModesEnv
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.types import Environment
 
-# "math" and "code" are "jsonl" with another default verifier; all three need --env.path
+# "math", "code" and "gsm8k" are "jsonl" with another default verifier (gsm8k: and GSM8K's
+# columns); all four need --env.path
 ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv,
+                                 "gsm8k": Gsm8kEnv,
                                  "reasoning_gym": ReasoningGymEnv, "humaneval": HumanEvalEnv,
                                  "tool_arithmetic": ToolArithmeticEnv, "arithmetic_think": ThinkingModesEnv}
 

@@ -45,7 +45,7 @@ import os
 import random
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from posttrain.config.checks import PosttrainWarning
 from posttrain.envs.arithmetic import SPLIT_BUCKETS, SPLIT_RULE, split_of
@@ -73,7 +73,9 @@ class JsonlEnv:
         self._load("jsonl", path, spec_version or ("final_int/cot-v1" if cot else "final_int/strict-v1"), columns,
                    heldout_path)
 
-    def _load(self, env_name: str, path: str, spec_version: str, columns: str, heldout_path: str) -> None:
+    def _load(self, env_name: str, path: str, spec_version: str, columns: str, heldout_path: str,
+              row_as_ours: Callable[[Row], Row] | None = None) -> None:
+        """Read the rows; `row_as_ours` rewrites a row of another schema (GSM8K's) into ours first."""
         if not path:
             raise ValueError(f"environment {env_name!r} needs a file: pass --env.path problems.jsonl")
         self.path = path
@@ -83,6 +85,8 @@ class JsonlEnv:
         rows = read_rows(path, mapping)
         if heldout_path:
             rows += [Row(row.where, row.record, "heldout") for row in read_rows(heldout_path, mapping)]
+        if row_as_ours is not None:
+            rows = [row_as_ours(row) for row in rows]
         checks = ProblemChecks([path, heldout_path], columns, self._spec)
         loaded = []
         for row in rows:

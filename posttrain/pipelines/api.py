@@ -166,7 +166,7 @@ def with_reward_funcs(cfg: TrainConfig, functions: Sequence[Callable[..., Any] |
 
 
 # the tasks that read env.path: the data file tasks (envs/jsonl_file.py)
-FILE_TASKS = ("jsonl", "math", "code")
+FILE_TASKS = ("jsonl", "math", "code", "gsm8k")
 
 
 def with_datasets(cfg: TrainConfig, train_rows: Any, eval_rows: Any) -> TrainConfig:

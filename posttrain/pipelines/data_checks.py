@@ -46,7 +46,7 @@ from posttrain.types import Environment, Example, Tokenizer
 from posttrain.verifiers.contract import is_solved
 from posttrain.verifiers.reasoning_gym_answer import EXACT_SPECS
 
-FILE_ENVS = ("jsonl", "math", "code")  # the environments that read a user's file (envs/jsonl_file.py)
+FILE_ENVS = ("jsonl", "math", "code", "gsm8k")  # the environments that read a user's file (envs/jsonl_file.py)
 # how a file gives a split more than the ~10% of its rows a hash of the prompt puts there
 SPLIT_REMEDY = {
     "heldout": "a held-out file of your own (--env.heldout_path FILE: every row of it held out, env.path's rows "

@@ -2,6 +2,7 @@
 
     contract.py      the contract they all keep, and the input checks they share
     final_int.py     `Final: <int>` answers, strict and chain-of-thought, and hackable variants
+    gsm8k.py         GSM8K's `#### <int>` answers, and its `<<48/2=24>>` calculator annotations as steps
     math_answer.py   `\\boxed{}` or `Final:` answers compared by math-verify, with a hard deadline
     math_worker.py   the child process that runs math-verify, killed when the deadline passes
     code.py          the example's tests run against the completion's code in the sandbox,
@@ -30,11 +31,11 @@ builtin unless it is meta["entry_point"].
 
 from __future__ import annotations
 
-from posttrain.verifiers import code, final_int, humaneval_program, math_answer, reasoning_gym_answer
+from posttrain.verifiers import code, final_int, gsm8k, humaneval_program, math_answer, reasoning_gym_answer
 from posttrain.verifiers.contract import Verifier
 
 VERIFIERS: dict[str, Verifier] = {**final_int.SPECS, **math_answer.SPECS, **code.SPECS,
-                                  **reasoning_gym_answer.SPECS, **humaneval_program.SPECS}
+                                  **reasoning_gym_answer.SPECS, **humaneval_program.SPECS, **gsm8k.SPECS}
 
 
 def get_verifier(name: str) -> Verifier:
