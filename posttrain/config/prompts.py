@@ -57,6 +57,9 @@ class CurationConfig:
     # A prompt of at most this many tokens is one n-gram, so lower it for short prompts (arithmetic: 11)
     ngram_size: int = 13
     ngram_overlap: float = 0.5  # match ngram: the share of a prompt's n-grams another prompt must hold
+    # screen out the pool's multiple-choice and true/false items, which a guess passes 1/k of the time
+    # (Kimi k1.5's RL data rule; posttrain/data/guessable.py); off
+    exclude_guessable: bool = False
 
     def enabled(self) -> bool:
         return self.pool_size > 0

@@ -2,7 +2,8 @@
 
     build_pool(cfg, env)        the pool rl.curation asks for, or None: the train split's fixed
                                 set, screened against the held-out and dev sets the run is scored
-                                on, then against itself (data/decontamination.py)
+                                on, then against itself (data/decontamination.py), and for items
+                                a guess passes when rl.curation.exclude_guessable (data/guessable.py)
     measure_pass_rates(...)     k samples of every prompt from the rollout engine, batched in
                                 whole groups, scored by the verifier: passes per prompt
     prepare_pool(...)           the measurement before the first RL step: made once, kept in
@@ -22,6 +23,7 @@ from posttrain.config import TrainConfig
 from posttrain.roles.engines import Engine
 from posttrain.data.curation import KEPT, PromptPool, band_verdict, difficulty
 from posttrain.data.decontamination import screen
+from posttrain.data.guessable import guessable
 from posttrain.eval.evaluate import sampler
 from posttrain.roles.environment import score_episodes
 from posttrain.runs.console import console
@@ -49,9 +51,12 @@ def build_pool(cfg: TrainConfig, env: Environment) -> PromptPool | None:
     scored_on = env.fixed_set("heldout", cfg.heldout_size, seed=0) + env.fixed_set("dev", cfg.rl.dev_size, seed=0)
     matches = screen([e.prompt for e in drawn], [e.prompt for e in scored_on], cur.match, cur.ngram_size,
                      cur.ngram_overlap)
-    screened_out = [(e, m.reason((scored_on if m.against == "heldout" else drawn)[m.index].prompt))
-                    for e, m in zip(drawn, matches) if m is not None]
-    kept = [e for e, m in zip(drawn, matches) if m is None]
+    reasons = [None if m is None else m.reason((scored_on if m.against == "heldout" else drawn)[m.index].prompt)
+               for m in matches]
+    if cur.exclude_guessable:
+        reasons = [reason or guessable(e) for e, reason in zip(drawn, reasons)]
+    screened_out = [(e, reason) for e, reason in zip(drawn, reasons) if reason is not None]
+    kept = [e for e, reason in zip(drawn, reasons) if reason is None]
     return PromptPool(kept, seed=cfg.seed, steps=cfg.rl.steps, band=(cur.min_pass_rate, cur.max_pass_rate),
                       online=cur.online, weights=cur.weights, order=cur.order, screened_out=screened_out)
 
@@ -119,7 +124,8 @@ def summary_line(pool: PromptPool) -> str:
     kept = sum(status == KEPT for status in pool.status)
     out = Counter(status for status in pool.status if status != KEPT)
     why = ", ".join(f"{count} {reason}" for reason, count in out.most_common())
-    screened = f"{len(pool.screened_out)} screened out (dedup, decontamination), " if pool.screened_out else ""
+    screened = f"{len(pool.screened_out)} screened out (dedup, decontamination, guessable), " if pool.screened_out \
+        else ""
     return f"{screened}{kept} of {len(pool.examples)} prompts in the pool" + (f" ({why} out of it)" if why else "")
 
 
