@@ -5,7 +5,7 @@ tokens it already favours, explores less, and its reward plateaus early. Four co
 a setting of `rl.entropy` that any algorithm declaring `accepts_token_selection` (the GRPO
 family) or, for the coefficient, any RL algorithm takes:
 
-1. An adaptive entropy coefficient (Skywork-OR1, He et al., arXiv:2505.22312, Sec. 3.2.2;
+1. An adaptive entropy coefficient (Skywork-OR1, arXiv:2505.22312;
    TRL's use_adaptive_entropy). The bonus −c · H is paid only while the policy's entropy is at
    or below a target, and c itself walks by a fixed step toward whatever keeps it there:
 
@@ -13,7 +13,7 @@ family) or, for the coefficient, any RL algorithm takes:
                = max(c_k − Δ, 0)       if H_k >  target        applied: 0
 
 2. Clip-Cov and 3. KL-Cov (Cui et al., "The Entropy Mechanism of Reinforcement Learning for
-   Reasoning Language Models", arXiv:2505.22617, Sec. 4). The paper shows the change of
+   Reasoning Language Models", arXiv:2505.22617). The paper shows the change of
    entropy over a step is driven by the covariance, over tokens, between a token's log-prob and
    its advantage: a confident token (high log π) with a high advantage lowers entropy when it
    is pushed up. Each token's contribution to that covariance is
@@ -69,7 +69,7 @@ def high_entropy_mask(entropy: torch.Tensor, mask: torch.Tensor, top_quantile: f
 
 def token_covariance(logp: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """cov_t = (A_t − mean A) · (log π_t − mean log π), (B, T), means over the response tokens
-    (arXiv:2505.22617, Eq. 11's summand); 0 off the response. No gradient."""
+    (arXiv:2505.22617: each token's share of the covariance); 0 off the response. No gradient."""
     logp, adv = logp.detach(), adv.detach()
     centred = (adv - masked_mean(adv, mask)) * (logp - masked_mean(logp, mask))  # (B, T)
     return torch.where(mask != 0, centred, 0.0)
@@ -84,7 +84,7 @@ def ppo_clipped(ratio: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor, eps_
 
 def clip_cov_selection(cov: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor, ratio: float,
                        low: float, high: float, generator: torch.Generator) -> torch.Tensor:
-    """(B, T) bool: Clip-Cov's detached tokens (arXiv:2505.22617, Sec. 4.2). The candidates are
+    """(B, T) bool: Clip-Cov's detached tokens (arXiv:2505.22617; verl's clip_cov). The candidates are
     the response tokens not already clipped by PPO whose cov_t lies strictly inside (low, high);
     max(1, ⌊ratio · response tokens⌋) of them are drawn uniformly without replacement with
     `generator` (all of them when there are fewer)."""
@@ -97,7 +97,7 @@ def clip_cov_selection(cov: torch.Tensor, clipped: torch.Tensor, mask: torch.Ten
 
 
 def kl_cov_selection(cov: torch.Tensor, mask: torch.Tensor, ratio: float) -> torch.Tensor:
-    """(B, T) bool: KL-Cov's penalised tokens (arXiv:2505.22617, Sec. 4.2), the
+    """(B, T) bool: KL-Cov's penalised tokens (arXiv:2505.22617; verl's kl_cov), the
     max(1, ⌊ratio · response tokens⌋) response tokens of largest cov_t; none without a
     response token."""
     on = (mask != 0).flatten()
@@ -196,7 +196,7 @@ class TokenSelection:
 
 
 class AdaptiveEntropyController:
-    """Skywork-OR1's adaptive entropy control (arXiv:2505.22312, Sec. 3.2.2), as TRL runs it.
+    """Skywork-OR1's adaptive entropy control (arXiv:2505.22312), as TRL runs it.
 
     Holds c, the coefficient in waiting, and the last entropy measured. After each step that
     measured mean per-token entropy H: c rises by `delta` (up to `coef_max`) when H <= target and
@@ -205,12 +205,12 @@ class AdaptiveEntropyController:
     applied coefficient is 0, as TRL's (its last entropy starts at +inf).
 
     Unlike the adaptive KL controller (rewards/kl_control.py) the step is additive, so c may
-    start at 0, Skywork-OR1's c_0, and come back from 0 once entropy falls below the target.
+    start at 0 (TRL's default entropy_coef) and come back from 0 once entropy falls below the target.
 
     Args:
         init_coef: c_0 (the algorithm's entropy_coef).
         target:    the entropy to hold, in nats per response token (what the "entropy" metric reads).
-        delta:     Δ, c's step per RL step (Skywork-OR1: 0.005).
+        delta:     Δ, c's step per RL step (TRL's default: 0.005).
         coef_max:  the ceiling on c (TRL's entropy_coef_max: 1).
     """
 

@@ -291,7 +291,7 @@ class GRPO(Algorithm):
         mask = batch.response_mask  # (B, T)
         picked = self.token_selection.select(outputs.logp, batch.old_logp, adv, outputs.entropy, mask,
                                              self.clip_eps_low, self.clip_eps_high, batch.tokens)
-        # KL-Cov replaces PPO's clip with its penalty (arXiv:2505.22617 Sec. 4.2): [1 − 1, ∞) clips nothing
+        # KL-Cov replaces PPO's clip with its penalty (arXiv:2505.22617, verl's kl_cov): [1 − 1, ∞) clips nothing
         eps_low, eps_high = (1.0, math.inf) if picked.unclipped else (self.clip_eps_low, self.clip_eps_high)
         pg_loss, metrics = clipped_surrogate(
             outputs.logp,

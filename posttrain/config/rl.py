@@ -119,7 +119,7 @@ class EntropyConfig:
     # mean per-token entropy (the "entropy" metric, nats) is at or below this target, and its
     # coefficient steps up while it is, down while it is not; 0 keeps entropy_coef fixed
     target: float = 0.0
-    delta: float = 0.005  # the coefficient's step per RL step: Skywork-OR1's Δ
+    delta: float = 0.005  # the coefficient's step per RL step (TRL's entropy_coef_delta default)
     coef_max: float = 1.0  # the ceiling on the coefficient (TRL's entropy_coef_max)
     # train only the tokens in this top share of entropy, the forks of a reasoning path ("Beyond the
     # 80/20 Rule", arXiv:2506.01939, keeps 0.2; TRL's top_entropy_quantile); 1 = every token

@@ -7,13 +7,15 @@ A hook's every method does nothing by default; a hook overrides the points it ne
                                against its group, a prompt pool's pass rates. Returns metrics,
                                averaged over the step's rounds
     keep_groups(episodes)      which groups of the round to train on (by default, every one)
-    before_advantages(batch)   per-token inputs of the advantage, written on the batch:
-                               a critic's values, an implicit PRM's process rewards
-    finish_step(step, metrics) reads the step's metrics and may add to them: steer β from the KL
+    before_advantages(batch)   inputs of the advantage, written on the batch: a critic's
+                               values, an implicit PRM's process rewards, each reward term's values
+    finish_step(step, metrics) reads the step's metrics and may add to them: steer β from the KL,
+                               the entropy coefficient from the entropy
     state_dict()               what a checkpoint keeps, under `state_key`
 
 The hooks of this file wrap the objects build.py makes for them (a reward stack's group
-terms and its per-term log, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
+terms, its per-term log and its term table for GDPO, a curated prompt pool, PRIME's implicit PRM,
+the adaptive KL and entropy controllers, PPO's critic);
 each is a handful of lines that says where in the step its object acts. An object whose class
 lives in a band that imports roles/ is declared here by what the hook calls on it
 (CuratedPool, OnlinePRM, KLController).
