@@ -212,9 +212,8 @@ class RolloutBatch:
     # (B,) float, a preference row's pair weight in the loss (DPO's gap weighting: a function
     # of its pair's score gap, mean 1 over the step's pairs; both rows of a pair hold it). None: 1
     pair_weights: torch.Tensor | None = None
-    # (B, K) float, each of the reward stack's K terms' raw value per row, and (B, K) its weight
-    # this step (rewards/stack.py::term_table): for an advantage that normalises each term within
-    # its group before the weighted sum (GDPO, rl.reward.normalize per_term). None: the sum only
+    # (B, K) float, each reward term's raw value per row and its weight this step (stack.py::term_table),
+    # for GDPO's per-term normalisation (rl.reward.normalize per_term). None: the summed reward only
     reward_terms: torch.Tensor | None = None
     reward_term_weights: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
