@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from posttrain.algorithms.entropy_control import AdaptiveEntropyController, TokenSelection
-from posttrain.algorithms.grpo import GRPO, sequence_advantages
+from posttrain.algorithms.grpo import GRPO, group_advantages, per_term_advantages, sequence_advantages
 from posttrain.cli import main
 from posttrain.config import ConfigError, EntropyConfig, RewardConfig, RLConfig, TrainConfig
 from posttrain.pipelines.checks import check_config
@@ -123,6 +123,19 @@ def test_terms_that_do_not_sum_to_the_reward_are_refused_rather_than_silently_dr
     shaped = RolloutBatch(**{**batch.__dict__, "rewards": batch.rewards - torch.tensor([0.0, 0.0, 0.0, 0.5])})
     with pytest.raises(ValueError, match="row 3: its reward terms sum to 0 .* its reward is -0.5"):
         sequence_advantages(shaped, "group", 1e-6)
+
+
+def test_gdpo_keeps_apart_what_the_summed_reward_collapses_worked_by_hand():
+    # two prompts, two samples each, two 0/1 terms of weight 1: (0,0) vs (1,0), and (0,0) vs (1,1)
+    terms = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 0.0], [1.0, 1.0]])
+    groups = torch.tensor([0, 0, 1, 1])
+    # GRPO on the sums [0, 1] and [0, 2]: both groups give ±0.5 / 0.7071 and ±1 / 1.4142 = ±1/√2
+    summed = group_advantages(terms.sum(1), groups, "group", 1e-6)
+    assert summed.tolist() == pytest.approx([-2 ** -0.5, 2 ** -0.5] * 2, abs=1e-5)
+    # GDPO: per term ±1/√2 where the term varies, 0 where it is flat; sums −0.7071, 0.7071, −1.4142,
+    # 1.4142; whitened by their Bessel std √(5/3) = 1.2910: one right term is worth half of two
+    gdpo = per_term_advantages(terms, torch.ones(4, 2), groups, "group", 1e-6)
+    assert gdpo.tolist() == pytest.approx([-0.5477, 0.5477, -1.0954, 1.0954], abs=1e-4)
 
 
 # --- the algorithm side: every row is selected from ------------------------------------------------

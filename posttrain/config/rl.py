@@ -121,16 +121,16 @@ class EntropyConfig:
     target: float = 0.0
     delta: float = 0.005  # the coefficient's step per RL step (TRL's entropy_coef_delta default)
     coef_max: float = 1.0  # the ceiling on the coefficient (TRL's entropy_coef_max)
-    # train only the tokens in this top share of entropy, the forks of a reasoning path ("Beyond the
-    # 80/20 Rule", arXiv:2506.01939, keeps 0.2; TRL's top_entropy_quantile); 1 = every token
+    # train only the tokens in this top share of entropy, the forks of a reasoning path (Wang et al.,
+    # arXiv:2506.01939, "Beyond the 80/20 Rule", keep 0.2; TRL's top_entropy_quantile); 1 = every token
     top_quantile: float = 1.0
     # the covariance-based controls (arXiv:2505.22617): "clip_cov" detaches the gradient of a random
     # cov_ratio of the tokens whose cov(log π, A) lies in (clip_cov_low, clip_cov_high); "kl_cov" adds
     # kl_cov_coef · |log π − log π_old| to the top cov_ratio by cov and drops PPO's clip; "none"
     cov: str = "none"
     cov_ratio: float = 2e-4  # the share of response tokens either selects: verl's default for both
-    clip_cov_low: float = 1.0  # Clip-Cov's candidate band of cov values: verl's defaults
-    clip_cov_high: float = 5.0
+    clip_cov_low: float = 1.0  # the bottom of Clip-Cov's candidate band of cov values: verl's default
+    clip_cov_high: float = 5.0  # the top of that band: verl's default
     kl_cov_coef: float = 0.1  # KL-Cov's penalty weight: verl's configured ppo_kl_coef
 
     def validate(self, prefix: str = "rl.entropy") -> None:
