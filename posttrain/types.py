@@ -179,6 +179,10 @@ class Episode:
         return any(turn.source != MODEL_TURN for turn in self.turns or [])
 
 
+# the (B, K) fields of a RolloutBatch: one column per reward term, not per token position
+PER_TERM_FIELDS = ("reward_terms", "reward_term_weights")
+
+
 @dataclass
 class RolloutBatch:
     """Padded tensors for B episodes. Optional fields are filled in by later roles:
@@ -208,6 +212,10 @@ class RolloutBatch:
     # (B,) float, a preference row's pair weight in the loss (DPO's gap weighting: a function
     # of its pair's score gap, mean 1 over the step's pairs; both rows of a pair hold it). None: 1
     pair_weights: torch.Tensor | None = None
+    # (B, K) float, each reward term's raw value per row and its weight this step (stack.py::term_table),
+    # for GDPO's per-term normalisation (rl.reward.normalize per_term). None: the summed reward only
+    reward_terms: torch.Tensor | None = None
+    reward_term_weights: torch.Tensor | None = None
     episodes: list[Episode] = field(default_factory=list)  # the B source episodes, in order
 
     @property
@@ -238,7 +246,7 @@ class RolloutBatch:
             return self
         per_token = {f.name: getattr(self, f.name) for f in fields(self)}
         cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()
-                               if isinstance(value, torch.Tensor) and value.dim() == 2}
+                               if isinstance(value, torch.Tensor) and value.dim() == 2 and name not in PER_TERM_FIELDS}
         return replace(self, **cut)
 
     def to(self, device: torch.device | str) -> RolloutBatch:

@@ -56,7 +56,7 @@ def test_every_moved_key_has_one_new_place_and_is_gone_from_the_old_one():
     assert len(MOVED) == 41 and len(set(MOVED.values())) == 41
     assert set(MOVED.values()) <= now
     assert not set(MOVED) & now  # rl.reward is a section now: its text is rl.reward.terms
-    assert len(dataclasses.fields(RLConfig)) == 18  # 8 settings of its own and 10 sections
+    assert len(dataclasses.fields(RLConfig)) == 19  # 8 settings of its own and 11 sections
 
 
 def test_each_environment_section_holds_only_settings_its_environment_takes():

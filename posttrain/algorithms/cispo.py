@@ -33,7 +33,7 @@ from posttrain.algorithms.core import (
     ratio_metrics,
 )
 from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
-from posttrain.algorithms.grpo import check_adv_norm, group_advantages
+from posttrain.algorithms.grpo import PER_TERM_NORMS, check_adv_norm, sequence_advantages
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -87,6 +87,11 @@ class CISPO(Algorithm):
     entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
+    @property
+    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
+        """GRPO's advantages, so GRPO's per-term normalisation (GDPO) under an adv_norm that scales."""
+        return self.adv_norm in PER_TERM_NORMS
+
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", self.clip_eps_low >= 0.0, "a number >= 0 (>= 1 means no lower bound)")
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
@@ -97,8 +102,7 @@ class CISPO(Algorithm):
     @torch.no_grad()
     def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
         """GRPO's group-relative advantage on every response token."""
-        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps,
-                                   batch.row_weights)  # (B,)
+        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,) GDPO's with reward terms
         return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(

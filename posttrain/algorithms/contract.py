@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 import torch
 
 from posttrain.algorithms.core import LOSS_AGG_MODES, advantage_metrics, agg_loss, masked_mean
+from posttrain.algorithms.entropy_control import TokenSelection
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 if TYPE_CHECKING:  # the type checker's name for "any @dataclass" (typeshed's; no module at run time)
@@ -112,6 +113,15 @@ class Algorithm:
     # False where advantages run along a row (a critic's GAE, reward-to-go), read its length
     # (DAPO's overlong shaping) or the loss reads the row as one sequence (GSPO's ratio).
     accepts_turn_rows: ClassVar[bool] = False
+    # True when compute_advantages normalises each reward term within its group before the
+    # weighted sum whenever the batch carries the terms (batch.reward_terms: GDPO, the
+    # rl.reward.normalize per_term setting); False where advantages never read them
+    accepts_reward_terms: ClassVar[bool] = False
+    # True when compute_loss applies `token_selection` (rl.entropy's Clip-Cov, KL-Cov and
+    # high-entropy tokens: algorithms/entropy_control.py); the checks refuse those settings elsewhere
+    accepts_token_selection: ClassVar[bool] = False
+    # which tokens carry policy gradient; pipelines/build.py sets it from rl.entropy. The default selects all
+    token_selection: TokenSelection = TokenSelection()
     # Defaults of the fields most algorithms declare; a subclass's dataclass field replaces them.
     loss_agg: str = "token-mean"  # how per-token losses become one number (core.agg_loss)
     kl_coef: float = 0.0  # β of a KL term to the reference; 0 = none. The controller may steer it (rl.kl.target)
@@ -145,8 +155,10 @@ class Algorithm:
         no row can be left out. Needs the advantages. A row with advantage 0 everywhere (its
         whole group scored alike, 75-100% of the rows of `make run` late in training) adds
         nothing to the update unless another term reads it: a KL penalty or an entropy bonus
-        pulls on every row, and a critic learns from every row's return."""
-        if not self.zero_advantage_rows_are_inert or self.kl_coef > 0 or self.entropy_coef > 0 or self.uses_critic:
+        pulls on every row, and a critic learns from every row's return; a token selection
+        (Clip-Cov's covariance, the entropy quantile) is taken over every row's tokens."""
+        if (not self.zero_advantage_rows_are_inert or self.kl_coef > 0 or self.entropy_coef > 0 or self.uses_critic
+                or self.token_selection.active):
             return None
         return (require_advantages(batch) != 0).any(dim=1)  # NaN != 0: a broken row stays in, and fails loudly
 

@@ -101,6 +101,11 @@ class DAPO(GRPO):
         """Not with overlong shaping: it would charge a turn row for its turn's length."""
         return self.overlong_cache == 0
 
+    @property
+    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
+        """Not with overlong shaping: its penalty is added to the summed reward, outside any term."""
+        return super().accepts_reward_terms and self.overlong_cache == 0
+
     def __post_init__(self) -> None:
         super().__post_init__()
         check_field(self, "overlong_cache", isinstance(self.overlong_cache, int) and self.overlong_cache >= 0,

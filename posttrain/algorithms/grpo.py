@@ -23,10 +23,16 @@ Pseudocode, one step (the controller and trainer do the plumbing):
 
 Dr. GRPO (arXiv:2503.20783) is this file with two divisors deleted: `adv_norm="none"`
 (no std) and `loss_agg="seq-mean-token-sum-norm"` (no 1/|o_i|).
+
+Two settings outside the class reach every algorithm of the family: with a reward of several
+terms and rl.reward.normalize per_term, each term is normalised within its group before the
+weighted sum (GDPO, `per_term_advantages`); rl.entropy's token selection (Clip-Cov, KL-Cov, the
+high-entropy tokens: algorithms/entropy_control.py) decides which tokens the loss trains.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -138,6 +144,59 @@ def _batch_std(x: torch.Tensor, weights: torch.Tensor | None = None) -> torch.Te
     return x.std() if x.numel() > 1 else x.new_zeros(())
 
 
+# The adv_norms a reward term can be normalised under on its own (GDPO): those that divide each
+# term's residual from its group mean by a spread. Centring alone ("none") is linear, so per-term
+# centring then summing is the sum centred: nothing decoupled. The others have no group baseline.
+PER_TERM_NORMS = ("group", "group-mean-batch-std", "group-mean-pooled-std")
+
+
+def per_term_advantages(terms: torch.Tensor, term_weights: torch.Tensor, group_ids: torch.Tensor, norm: str,
+                        eps: float, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """GDPO: Group reward-Decoupled normalisation Policy Optimization (NVIDIA,
+    arXiv:2601.05242). One advantage per sequence from K reward terms:
+
+        A_i = batch_whiten( Σ_k w_k · (r_ik − mean_g r_k) / (std_g r_k + eps) )
+
+    Summing first and normalising the sum (GRPO) lets a dense term drown a sparse one: a format
+    reward that varies in every group sets the group's std, and a right answer in a group whose
+    format scores are already spread gets a smaller advantage. Normalising each term within its
+    group first gives every term that varies in a group the same unit there, then the weights
+    w_k say how much each counts. The final whitening over the batch keeps the scale from
+    growing with K (TRL's multi_objective_aggregation="normalize_then_sum").
+
+    Args:
+        terms:        (B, K) float, each term's raw value (before its weight).
+        term_weights: (B, K) float, each term's weight (the same on every row of a step).
+        group_ids:    (B,) long; norm, eps, weights: as `group_advantages`, applied to each term
+                      (norm one of PER_TERM_NORMS; "group" is the paper's).
+
+    Returns (B,) advantages, whitened over the batch (mean 0, unbiased std 1 up to eps)."""
+    if norm not in PER_TERM_NORMS:
+        raise ValueError(f"per-term normalisation (GDPO) needs adv_norm in {list(PER_TERM_NORMS)}, got {norm!r}: "
+                         "centring alone is linear, so each term centred and then summed is the sum centred")
+    per_term = torch.stack([group_advantages(terms[:, k], group_ids, norm, eps, weights)
+                            for k in range(terms.shape[1])], dim=1)  # (B, K)
+    combined = (per_term * term_weights).sum(dim=1)  # (B,)
+    return group_advantages(combined, group_ids, "batch-mean-batch-std", eps, weights)  # (B,)
+
+
+def sequence_advantages(batch: RolloutBatch, norm: str, eps: float) -> torch.Tensor:
+    """(B,) the group-relative advantage of each row: `group_advantages` of the summed reward,
+    or GDPO's `per_term_advantages` when the batch carries its reward terms (rl.reward.normalize
+    per_term). Those terms must add up, with their weights, to batch.rewards: a reward changed
+    after the stack (DAPO's overlong penalty) would otherwise be silently left out."""
+    if batch.reward_terms is None or batch.reward_term_weights is None:
+        return group_advantages(batch.rewards, batch.group_ids, norm, eps, batch.row_weights)  # (B,)
+    summed = (batch.reward_terms * batch.reward_term_weights).sum(dim=1)  # (B,)
+    if not torch.allclose(summed, batch.rewards, rtol=1e-4, atol=1e-4):
+        worst = int((summed - batch.rewards).abs().argmax())
+        raise ValueError(f"row {worst}: its reward terms sum to {summed[worst].item():.6g} with their weights, but its "
+                         f"reward is {batch.rewards[worst].item():.6g}; something changed the reward after the stack "
+                         "scored it, and per-term normalisation would leave that out. Use rl.reward.normalize sum")
+    return per_term_advantages(batch.reward_terms, batch.reward_term_weights, batch.group_ids, norm, eps,
+                               batch.row_weights)  # (B,)
+
+
 def without_truncated_rows(response_mask: torch.Tensor, truncated: torch.Tensor | None) -> torch.Tensor:
     """The response mask with every truncated row zeroed: overlong filtering. (B, T).
 
@@ -161,6 +220,7 @@ class GRPO(Algorithm):
     name: ClassVar[str] = "grpo"
     zero_advantage_rows_are_inert: ClassVar[bool] = True  # every loss term is a multiple of A
     accepts_turn_rows: ClassVar[bool] = True  # the group baseline, weighted by episode; per-token loss
+    accepts_token_selection: ClassVar[bool] = True  # compute_loss applies token_selection
 
     clip_eps_low: float = 0.2  # PPO's ε = 0.2 (arXiv:1707.06347); DeepSeekMath does not state its ε
     clip_eps_high: float = 0.2  # symmetric as in PPO; DAPO's clip-higher raises it to 0.28
@@ -193,6 +253,11 @@ class GRPO(Algorithm):
         and no-baseline."""
         return self.adv_norm not in ("batch-mean-batch-std", "no-baseline")
 
+    @property
+    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
+        """Each reward term normalised within its group (GDPO) under an adv_norm that scales."""
+        return self.adv_norm in PER_TERM_NORMS
+
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", 0.0 <= self.clip_eps_low < 1.0, "0 <= value < 1")
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
@@ -210,8 +275,7 @@ class GRPO(Algorithm):
         tokens (outcome supervision, arXiv:2402.03300 Sec. 4.1.2); 0 off the response.
         With overlong_filter, also the response mask without the truncated rows, which is
         then the mask the loss reads: their advantages are 0 and so is their every loss term."""
-        adv_seq = group_advantages(batch.rewards, batch.group_ids, self.adv_norm, self.adv_eps,
-                                   batch.row_weights)  # (B,)
+        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,)
         if not self.overlong_filter:
             return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
         mask = without_truncated_rows(batch.response_mask, batch.truncated)  # (B, T)
@@ -221,21 +285,28 @@ class GRPO(Algorithm):
         self, outputs: PolicyOutputs, batch: RolloutBatch
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """clipped surrogate + kl_coef · agg(KL(π_θ ‖ π_ref)) − entropy_coef · agg(H), all
-        aggregated over response tokens with `loss_agg`."""
+        aggregated over response tokens with `loss_agg`. The surrogate trains the tokens
+        `token_selection` keeps (all by default), with KL-Cov's penalty added and its clip off."""
         adv = require_advantages(batch)  # (B, T)
         mask = batch.response_mask  # (B, T)
+        picked = self.token_selection.select(outputs.logp, batch.old_logp, adv, outputs.entropy, mask,
+                                             self.clip_eps_low, self.clip_eps_high, batch.tokens)
+        # KL-Cov replaces PPO's clip with its penalty (arXiv:2505.22617, verl's kl_cov): [1 − 1, ∞) clips nothing
+        eps_low, eps_high = (1.0, math.inf) if picked.unclipped else (self.clip_eps_low, self.clip_eps_high)
         pg_loss, metrics = clipped_surrogate(
             outputs.logp,
             batch.old_logp,
-            adv,
+            adv * picked.keep,  # (B, T) a dropped token's loss and gradient are 0 (entropy_control.py)
             mask,
-            eps_low=self.clip_eps_low,
-            eps_high=self.clip_eps_high,
+            eps_low=eps_low,
+            eps_high=eps_high,
             agg=self.loss_agg,
             max_len=self.max_len,
         )
+        if picked.penalty is not None:  # KL-Cov's kl_coef · |log ratio| on the top-covariance tokens
+            pg_loss = pg_loss + agg_loss(picked.penalty, mask, self.loss_agg, self.max_len)
         loss = pg_loss
-        metrics = {"pg_loss": pg_loss.item(), **metrics}
+        metrics = {"pg_loss": pg_loss.item(), **metrics, **picked.metrics}
 
         # The loss term uses `loss_agg`; the logged kl is a plain per-token mean, so it reads
         # the same whatever the aggregation.

@@ -36,10 +36,17 @@ class RewardConfig:
     # the RL step from which the length reward is paid (Kimi k1.5 trained without it first:
     # from the start it slowed early learning). 0 = from the first step
     length_reward_start: int = 0
+    # how a reward of several terms becomes advantages: "sum" normalises the weighted sum within its
+    # group (GRPO); "per_term" normalises each term within its group, then sums with the weights and
+    # whitens over the batch (GDPO, arXiv:2601.05242), so a dense term (format) cannot drown a
+    # sparse one (accuracy). sum by default: every run measured so far was trained on the sum
+    normalize: str = "sum"
 
     def validate(self, prefix: str = "rl.reward") -> None:
         check_non_negative(self, prefix, "timeout", "length_penalty", "length_free", "length_reward",
                            "length_reward_start")
+        check(self.normalize in ("sum", "per_term"), f"{prefix}.normalize", self.normalize,
+              "'sum' (normalise the weighted sum: GRPO) or 'per_term' (each term within its group first: GDPO)")
 
 
 @dataclass

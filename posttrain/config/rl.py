@@ -15,6 +15,8 @@ reads (cli/train_flags.py):
                    length shaping paid on top (config/reward.py)
     rl.kl          the distance to the reference: the adaptive controller of kl_coef and the
                    per-step drift log; the KL term itself is an algorithm's (its kl_coef)
+    rl.entropy     entropy control: the adaptive controller of entropy_coef, and which tokens
+                   carry policy gradient (Clip-Cov, KL-Cov, the high-entropy tokens)
     rl.preference  a preference loss's data: a file of pairs, or pairs built from the policy's
                    own samples, offline or in online rounds (config/prompts.py)
     rl.mismatch    the correction wherever the sampler is not the trainer (int8 or bf16
@@ -105,6 +107,46 @@ class KLConfig:
     def validate(self, prefix: str = "rl.kl") -> None:
         check_positive(self, prefix, "horizon")
         check_non_negative(self, prefix, "target", "track_rows")
+
+
+@dataclass
+class EntropyConfig:
+    """Entropy control (posttrain/algorithms/entropy_control.py): the entropy bonus steered
+    toward a target, and which tokens carry policy gradient. The bonus itself is the
+    algorithm's entropy_coef (--grpo.entropy_coef), the controller's starting value."""
+
+    # adaptive entropy control (Skywork-OR1, arXiv:2505.22312): the bonus is paid only while the
+    # mean per-token entropy (the "entropy" metric, nats) is at or below this target, and its
+    # coefficient steps up while it is, down while it is not; 0 keeps entropy_coef fixed
+    target: float = 0.0
+    delta: float = 0.005  # the coefficient's step per RL step (TRL's entropy_coef_delta default)
+    coef_max: float = 1.0  # the ceiling on the coefficient (TRL's entropy_coef_max)
+    # train only the tokens in this top share of entropy, the forks of a reasoning path (Wang et al.,
+    # arXiv:2506.01939, "Beyond the 80/20 Rule", keep 0.2; TRL's top_entropy_quantile); 1 = every token
+    top_quantile: float = 1.0
+    # the covariance-based controls (arXiv:2505.22617): "clip_cov" detaches the gradient of a random
+    # cov_ratio of the tokens whose cov(log π, A) lies in (clip_cov_low, clip_cov_high); "kl_cov" adds
+    # kl_cov_coef · |log π − log π_old| to the top cov_ratio by cov and drops PPO's clip; "none"
+    cov: str = "none"
+    cov_ratio: float = 2e-4  # the share of response tokens either selects: verl's default for both
+    clip_cov_low: float = 1.0  # the bottom of Clip-Cov's candidate band of cov values: verl's default
+    clip_cov_high: float = 5.0  # the top of that band: verl's default
+    kl_cov_coef: float = 0.1  # KL-Cov's penalty weight: verl's configured ppo_kl_coef
+
+    def validate(self, prefix: str = "rl.entropy") -> None:
+        check_non_negative(self, prefix, "target", "clip_cov_low", "kl_cov_coef")
+        check(self.delta > 0, f"{prefix}.delta", self.delta, "a number > 0")
+        check(self.coef_max > 0, f"{prefix}.coef_max", self.coef_max, "a number > 0")
+        check(0 <= self.top_quantile <= 1, f"{prefix}.top_quantile", self.top_quantile,
+              "a number in [0, 1] (1 = every token; 0.2 keeps the top fifth by entropy)")
+        check(self.cov in ("none", "clip_cov", "kl_cov"), f"{prefix}.cov", self.cov, "'none', 'clip_cov' or 'kl_cov'")
+        check(0 < self.cov_ratio <= 1, f"{prefix}.cov_ratio", self.cov_ratio, "a number in (0, 1]")
+        check(self.clip_cov_high > self.clip_cov_low, f"{prefix}.clip_cov_high", self.clip_cov_high,
+              f"a number above rl.entropy.clip_cov_low={self.clip_cov_low} (the band's top)")
+
+    def selects_tokens(self) -> bool:
+        """Whether a token setting is on: the loss then trains only some tokens, or adds KL-Cov's penalty."""
+        return self.top_quantile < 1 or self.cov != "none"
 
 
 # how the importance weight w is built from ρ = π_trainer / π_sampler (roles/mismatch.py): the
@@ -209,6 +251,8 @@ class RLConfig:
     reward: RewardConfig = field(default_factory=RewardConfig)
     # the distance to the reference: an adaptive kl_coef and the per-step KL log
     kl: KLConfig = field(default_factory=KLConfig)
+    # entropy control: an adaptive entropy_coef, and which tokens carry policy gradient
+    entropy: EntropyConfig = field(default_factory=EntropyConfig)
     # preference losses: where the pairs come from (a file, the verifier, the policy's own
     # judgement), offline or in online rounds
     preference: PreferenceConfig = field(default_factory=PreferenceConfig)
@@ -234,6 +278,7 @@ class RLConfig:
         self.sampling.validate(f"{prefix}.sampling")
         self.reward.validate(f"{prefix}.reward")
         self.kl.validate(f"{prefix}.kl")
+        self.entropy.validate(f"{prefix}.entropy")
         self.preference.validate(f"{prefix}.preference")
         self.mismatch.validate(f"{prefix}.mismatch")
         self.alerts.validate(f"{prefix}.alerts")

@@ -13,8 +13,9 @@ this runs is checked by pipelines/checks.py.)
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, trainer (one process or data-parallel),
                               reward, and the step hooks some runs add: group reward terms,
-                              each reward term's mean beside the sum, the curated prompt pool, the critic, PRIME's implicit PRM, an
-                              adaptive KL coefficient (roles/hooks.py)
+                              each reward term's mean beside the sum, each term's values for GDPO, the curated
+                              prompt pool, the critic, PRIME's implicit PRM, adaptive KL and entropy
+                              coefficients (roles/hooks.py)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch
 
 from posttrain.algorithms import make_algorithm as make_registered_algorithm
 from posttrain.algorithms.contract import Algorithm
+from posttrain.algorithms.entropy_control import AdaptiveEntropyController, TokenSelection
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import DistConfig, MismatchConfig, RLConfig, SamplingParams, TrainConfig
 from posttrain.data.curation import PromptPool
@@ -48,7 +50,8 @@ from posttrain.rewards.user_function import parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, Scorer, StepSettings
 from posttrain.roles.environment import is_multi_turn
-from posttrain.roles.hooks import AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards, RewardTerms
+from posttrain.roles.hooks import (AdaptiveEntropy, AdaptiveKL, CriticValues, CuratedPrompts, GroupTerms, ProcessRewards,
+                                   RewardTermTable, RewardTerms)
 from posttrain.roles.mismatch import Correction, MismatchCorrection, SamplerIsTrainer, sampler_is_trainer
 from posttrain.roles.reference import NoReference, make_reference
 from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
@@ -64,8 +67,13 @@ def is_preference(rl: RLConfig) -> bool:
 def make_algorithm(rl: RLConfig, budget: int | None = None) -> Algorithm:
     """The RL algorithm rl.algo with rl.algo_params; its generation budget (Dr.GRPO's
     divisor, DAPO's L_max) is rl.sampling.max_new_tokens, or `budget` (a multi-turn
-    environment's max_total_tokens: an episode's model turns together may go past one turn's)."""
-    return make_registered_algorithm(rl.algo, budget=budget or rl.sampling.max_new_tokens, **rl.algo_params)
+    environment's max_total_tokens: an episode's model turns together may go past one turn's).
+    rl.entropy's token settings become its token_selection (all tokens by default)."""
+    algo = make_registered_algorithm(rl.algo, budget=budget or rl.sampling.max_new_tokens, **rl.algo_params)
+    entropy = rl.entropy
+    algo.token_selection = TokenSelection(entropy.top_quantile, entropy.cov, entropy.cov_ratio, entropy.clip_cov_low,
+                                          entropy.clip_cov_high, entropy.kl_cov_coef)
+    return algo
 
 
 # The named presets of rl.reward.terms: weighted terms on top of the verifier's result. rl.reward.terms
@@ -207,11 +215,15 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
         *([GroupTerms(stack.score_groups)] if stack is not None and stack.needs_groups else []),
         # each term's mean per sample beside the sum, once the group terms and the step's weights are in
         *([RewardTerms(stack.term_means)] if stack is not None else []),
+        # each term's value and weight on the batch, for an advantage that normalises each term apart (GDPO)
+        *([RewardTermTable(stack.term_table)] if stack is not None and cfg.rl.reward.normalize == "per_term" else []),
         *([CuratedPrompts(pool)] if pool is not None else []),
         *([CriticValues(trainer)] if algo.uses_critic else []),
         *([ProcessRewards(process_reward)] if process_reward is not None else []),
         *([AdaptiveKL(AdaptiveKLController(algo.kl_coef, cfg.rl.kl.target, cfg.rl.kl.horizon), algo)]
           if cfg.rl.kl.target else []),
+        *([AdaptiveEntropy(AdaptiveEntropyController(algo.entropy_coef, cfg.rl.entropy.target, cfg.rl.entropy.delta,
+                                                     cfg.rl.entropy.coef_max), algo)] if cfg.rl.entropy.target else []),
     ]
     settings = StepSettings(prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, pad_id=tokenizer.pad_id,
                             epochs=cfg.rl.update.epochs, minibatches=cfg.rl.update.minibatches,

@@ -39,7 +39,7 @@ from posttrain.models.device import resolve_device
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.pipelines.algorithm_settings import algorithm_settings
-from posttrain.pipelines.build import is_preference, make_algorithm, reward_terms
+from posttrain.pipelines.build import is_preference, make_algorithm, reward_stack
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,
                                                 check_search, check_think, check_winrate)
 from posttrain.pipelines.data_checks import check_data, check_multi_turn
@@ -129,9 +129,11 @@ def check_rl(rl: RLConfig) -> None:
           f"0 with a preference loss (rl.algo={rl.algo!r}): curation chooses the prompts of the RL stage, and a "
           "preference loss trains on pairs (rl.preference.pairs, or the samples of rl.preference.pair_prompts prompts)")
     try:  # imports its functions and reads their signatures: a bad term fails before the run exists
-        reward_terms(rl)
+        stack = reward_stack(rl)
     except ValueError as error:
         raise ConfigError(f"rl.reward.terms={rl.reward.terms!r} is not allowed: {error}") from None
+    terms = 1 if stack is None else len(stack.terms) + len(stack.group_terms)
+    check_entropy_and_terms(rl, None if preference else algo, terms)
     if rl.preference.online_rounds > 1:
         check(preference and not rl.preference.pairs, "rl.preference.online_rounds", rl.preference.online_rounds,
               "1 unless rl.algo is a preference loss whose pairs the verifier builds (no rl.preference.pairs file: "
@@ -161,6 +163,34 @@ def check_rl(rl: RLConfig) -> None:
         check(algo.kl_coef > 0, "rl.kl.target", rl.kl.target,
               f"0 unless the algorithm has a KL term: set --{rl.algo}.kl_coef 0.04 "
               f"({rl.algo} has kl_coef={algo.kl_coef!r}; the controller multiplies it)")
+
+
+def check_entropy_and_terms(rl: RLConfig, algo: Algorithm | None, terms: int) -> None:
+    """Per-term normalisation (GDPO) needs several terms and an algorithm whose advantage
+    normalises each within its group; entropy control needs an RL algorithm, and the token
+    settings one whose loss applies them (`algo`: None for a preference loss; `terms`: the
+    reward's number of terms)."""
+    settings = f"rl.algo={rl.algo!r}" + (f" with rl.algo_params={rl.algo_params}" if rl.algo_params else "")
+    if rl.reward.normalize == "per_term":
+        check(algo is not None and algo.accepts_reward_terms, "rl.reward.normalize", "per_term",
+              f"'sum' with {settings}: per-term normalisation (GDPO) is a group-relative advantage normalised term by "
+              "term, for grpo and its family (dr_grpo, lite_ppo, gspo, dapo, cispo) with adv_norm 'group', "
+              "'group-mean-batch-std' or 'group-mean-pooled-std' (centring alone is linear: per term or summed, the "
+              "same), and dapo only with overlong_cache 0 (its penalty is added to the summed reward)")
+        check(terms >= 2, "rl.reward.normalize", "per_term",
+              f"'sum' with rl.reward.terms={rl.reward.terms!r}: that reward has one term, and normalising one term on "
+              "its own is normalising the sum; add a term (e.g. --rl.reward.terms r1, accuracy + 0.2 × format)")
+    entropy = rl.entropy
+    if entropy.target > 0:
+        check(algo is not None, "rl.entropy.target", entropy.target,
+              f"0 with a preference loss ({settings}): the adaptive coefficient steers an RL algorithm's entropy bonus")
+    if entropy.selects_tokens():
+        setting = "rl.entropy.cov" if entropy.cov != "none" else "rl.entropy.top_quantile"
+        value = entropy.cov if entropy.cov != "none" else entropy.top_quantile
+        check(algo is not None and algo.accepts_token_selection, setting, value,
+              f"{'none' if entropy.cov != 'none' else 1} with {settings}: Clip-Cov, KL-Cov and high-entropy token "
+              "training select tokens of PPO's clipped surrogate, which grpo and its family (dr_grpo, lite_ppo, "
+              "dapo, gspo) compute; use one of those")
 
 
 def check_length_reward(rl: RLConfig, preference: bool) -> None:

@@ -328,6 +328,16 @@ class RewardStack:
         return {f"reward/{term.name}": sum(e.details["weighted"][term.name] for e in episodes) / max(1, len(episodes))
                 for _, term in self.terms}
 
+    def term_table(self, episodes: list[Episode], step: int) -> tuple[list[str], list[list[float]], list[float]]:
+        """Every term's name, each episode's raw value of each (details["components"]), and each
+        term's weight at `step`, group terms last: what an advantage that normalises each term
+        within its group before the weighted sum reads (GDPO, algorithms/grpo.py). For `episodes`
+        scored by this stack, score_groups already run for `step`: Σ weight · value is their reward."""
+        names = [term.name for _, term in self.terms] + [group_term.name for _, group_term in self.group_terms]
+        weights = [weight_at(w, step) for w, _ in self.terms] + [v for v, _ in self.group_terms]
+        values = [[float(e.details["components"][name]) for name in names] for e in episodes]
+        return names, values, weights
+
     def wrap(self, scorer: Callable[[Example, str], Scored]) -> Callable[[Example, str], Scored]:
         """A scorer-shaped function: run `scorer`, then this stack on its result."""
 

@@ -7,13 +7,15 @@ A hook's every method does nothing by default; a hook overrides the points it ne
                                against its group, a prompt pool's pass rates. Returns metrics,
                                averaged over the step's rounds
     keep_groups(episodes)      which groups of the round to train on (by default, every one)
-    before_advantages(batch)   per-token inputs of the advantage, written on the batch:
-                               a critic's values, an implicit PRM's process rewards
-    finish_step(step, metrics) reads the step's metrics and may add to them: steer β from the KL
+    before_advantages(batch)   inputs of the advantage, written on the batch: a critic's
+                               values, an implicit PRM's process rewards, each reward term's values
+    finish_step(step, metrics) reads the step's metrics and may add to them: steer β from the KL,
+                               the entropy coefficient from the entropy
     state_dict()               what a checkpoint keeps, under `state_key`
 
 The hooks of this file wrap the objects build.py makes for them (a reward stack's group
-terms and its per-term log, a curated prompt pool, PRIME's implicit PRM, an adaptive KL controller, PPO's critic);
+terms, its per-term log and its term table for GDPO, a curated prompt pool, PRIME's implicit PRM,
+the adaptive KL and entropy controllers, PPO's critic);
 each is a handful of lines that says where in the step its object acts. An object whose class
 lives in a band that imports roles/ is declared here by what the hook calls on it
 (CuratedPool, OnlinePRM, KLController).
@@ -26,6 +28,8 @@ from typing import Any, Callable, ClassVar, Protocol
 import torch
 
 from posttrain.algorithms.contract import Algorithm
+from posttrain.algorithms.core import zero_variance_group_fraction
+from posttrain.algorithms.entropy_control import AdaptiveEntropyController
 from posttrain.models.policy import Policy
 from posttrain.roles.trainer import Trainer
 from posttrain.types import Episode, Example, RolloutBatch
@@ -130,6 +134,30 @@ class RewardTerms(StepHook):
         return self.term_means(episodes)
 
 
+class RewardTermTable(StepHook):
+    """Each reward term's raw value and weight on every row of the batch (batch.reward_terms,
+    batch.reward_term_weights), for an advantage that normalises each term within its group
+    before the weighted sum (GDPO, rl.reward.normalize per_term: algorithms/grpo.py). Logs, per
+    term, the share of groups in which it is flat ("reward_flat_groups/<name>"): a term flat in
+    a group adds nothing there, under either normalisation."""
+
+    def __init__(self, term_table: Callable[[list[Episode], int], tuple[list[str], list[list[float]], list[float]]]):
+        self.term_table = term_table
+        self.step = 0  # the step being scored: a scheduled weight is its value at this step
+
+    def scored(self, step: int, episodes: list[Episode]) -> dict[str, float]:
+        self.step = step
+        return {}
+
+    def before_advantages(self, batch: RolloutBatch) -> dict[str, float]:
+        names, values, weights = self.term_table(batch.episodes, self.step)
+        device = batch.rewards.device
+        batch.reward_terms = torch.tensor(values, dtype=torch.float32, device=device)  # (B, K)
+        batch.reward_term_weights = torch.tensor(weights, device=device).expand_as(batch.reward_terms)  # (B, K)
+        return {f"reward_flat_groups/{name}": zero_variance_group_fraction(batch.reward_terms[:, k], batch.group_ids)
+                for k, name in enumerate(names)}
+
+
 class CuratedPrompts(StepHook):
     """A curated prompt pool (data/curation.py): every sampled group is a fresh pass rate of
     its prompt, kept or not; its online band says which groups to train on."""
@@ -210,3 +238,25 @@ class AdaptiveKL(StepHook):
     def load_state_dict(self, state: dict | None) -> None:
         self.controller.load_state_dict(checkpointed(state, "KL controller", "rl.kl.target"))
         self.algorithm.kl_coef = self.controller.value
+
+
+class AdaptiveEntropy(StepHook):
+    """An adaptive entropy coefficient (Skywork-OR1; algorithms/entropy_control.py): after each
+    step, the entropy the update measured moves the coefficient the next step applies."""
+
+    state_key = "entropy_controller"
+
+    def __init__(self, controller: AdaptiveEntropyController, algorithm: Algorithm):
+        self.controller, self.algorithm = controller, algorithm
+        self.algorithm.entropy_coef = controller.applied()  # 0 until a step has measured entropy
+
+    def finish_step(self, step: int, metrics: dict[str, float]) -> None:
+        metrics["entropy_coef"] = self.algorithm.entropy_coef  # the coefficient this step trained with
+        self.algorithm.entropy_coef = self.controller.update(metrics["entropy"])
+
+    def state_dict(self) -> dict:
+        return self.controller.state_dict()
+
+    def load_state_dict(self, state: dict | None) -> None:
+        self.controller.load_state_dict(checkpointed(state, "entropy controller", "rl.entropy.target"))
+        self.algorithm.entropy_coef = self.controller.applied()
