@@ -23,6 +23,14 @@ MOVED = {
     "05_trainer.py": {"value=-4.0, label=": "value=-2.0, label="},
     "09_reinforce.py": {'step=0.5, value=0.0, label="reward offset': 'step=0.5, value=5.0, label="reward offset'},
     "14_dr_grpo.py": {"value=32, label": "value=48, label"},
+    "16_dpo.py": {"step=0.25, value=-1.0, label=": "step=0.25, value=0.0, label="},
+    "19_system_topology.py": {'value="split, async"': 'value="split, lockstep"'},
+    "20_kv_cache.py": {"value=8192, label": "value=16384, label"},
+    "21_scheduling_tricks.py": {"value=0.7, label": "value=0.3, label"},
+    "22_memory_and_throughput.py": {'value=1280, label="context': 'value=0, label="context'},
+    "22a_throughput_equation.py": {'value="colocated", label': 'value="async", label'},
+    "25_kernels_for_rl.py": {"value=\"float32: the trainer's own kernels\"": 'value="int8 weights (models/int8.py)"'},
+    "27_missing_concepts.py": {"step=0.25, value=1.0,": "step=0.25, value=3.0,"},
 }
 
 
