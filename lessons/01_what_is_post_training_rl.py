@@ -144,23 +144,40 @@ def _(K, baseline, lr, mo, probs_true, reinforce_step, torch):
 @app.cell
 def _(baseline, expected_grad_and_variance, mo, probs_true, theta0, torch):
     # The exact gradient statistics at the uniform policy, for the slider's b and a few others.
-    _b_grid = torch.linspace(-1.0, 2.0, 61)
-    _means, _vars = expected_grad_and_variance(theta0.repeat(len(_b_grid), 1), probs_true, _b_grid)
-    _mean_b, _var_b = expected_grad_and_variance(theta0, probs_true, torch.tensor([baseline.value]))
-    _best = int(_vars.argmin())
+    b_grid = torch.linspace(-1.0, 2.0, 61)  # the slider's range
+    grad_means, grad_vars = expected_grad_and_variance(theta0.repeat(len(b_grid), 1), probs_true, b_grid)
+    _mean_b, grad_var_at_b = expected_grad_and_variance(theta0, probs_true, torch.tensor([baseline.value]))
+    _best = int(grad_vars.argmin())
     mo.md(
         f"""
     ### Same direction, different noise
 
     Exact expected gradient at your b: `{[round(v, 4) for v in _mean_b[0].tolist()]}`
-    — identical for every b (max difference across the grid: {(_means - _means[0]).abs().max():.1e}).
+    — identical for every b (max difference across the grid: {(grad_means - grad_means[0]).abs().max():.1e}).
 
-    Variance of the one-sample gradient: **{_var_b.item():.4f}** at b = {baseline.value:.2f};
-    smallest, {_vars[_best]:.4f}, near b = {_b_grid[_best]:.2f} (the policy's mean reward is
+    Variance of the one-sample gradient: **{grad_var_at_b.item():.4f}** at b = {baseline.value:.2f};
+    smallest, {grad_vars[_best]:.4f}, near b = {b_grid[_best]:.2f} (the policy's mean reward is
     {probs_true.mean():.2f}). A baseline is a variance-reduction device, nothing more.
     """
     )
-    return
+    return b_grid, grad_means, grad_var_at_b, grad_vars
+
+
+@app.cell
+def _(b_grid, baseline, grad_means, grad_var_at_b, grad_vars):
+    from posttrain.teach.charts import PALETTE, curves, figure, finish, mark
+
+    # The two statistics of the one-sample gradient over the slider's range: its signal (the
+    # squared length of its mean) and its noise (the trace of its covariance).
+    _fig, _ax = figure()
+    curves(_ax, b_grid.tolist(), {"noise: variance of the one-sample gradient": grad_vars.tolist(),
+                                  "signal: ‖expected gradient‖²": grad_means.pow(2).sum(-1).tolist()})
+    _ax.plot([baseline.value], [grad_var_at_b.item()], "o", color=PALETTE[0])  # the noise at your b
+    mark(_ax, baseline.value, f"your b = {baseline.value:.2f}")
+    chart = finish(_fig, _ax, "baseline b (reward units)", "squared gradient length",
+                   title="Every b points the same way; b near the mean reward is the least noisy")
+    chart
+    return (chart,)
 
 
 @app.cell

@@ -165,6 +165,26 @@ def _(K, batch, episodes, gap, gap_wrong_tau, mo, temperature, tf_logp, tf_logp_
 
 
 @app.cell
+def _(batch, temperature, tf_logp, tf_logp_tau1, torch):
+    from posttrain.teach.charts import REFERENCE, curves, figure, finish
+
+    # ρ = π_θ / π_old for every response token of the K samples, before any update: what the
+    # first step's clip would see if the trainer scored them with, and without, the temperature
+    _on = batch.response_mask.bool()
+    _ratio_same_tau = torch.exp(tf_logp - batch.old_logp)[_on]  # (n tokens,)
+    _ratio_tau1 = torch.exp(tf_logp_tau1 - batch.old_logp)[_on]  # (n tokens,)
+    _fig, _ax = figure()
+    curves(_ax, list(range(1, len(_ratio_same_tau) + 1)),
+           {f"trainer divides by τ = {temperature.value:.1f} (correct)": _ratio_same_tau.tolist(),
+            "trainer forgets τ (the bug)": _ratio_tau1.tolist()}, markers=True)
+    _ax.axhspan(0.8, 1.2, color=REFERENCE, alpha=0.12, label="PPO's clip range 1 ± 0.2")
+    chart = finish(_fig, _ax, "response token (the K samples, one after another)", "ratio ρ before any update",
+                   title=f"Before the first step ρ must be 1: sampled at τ = {temperature.value:.1f}")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(Trainer, batch, copy, mo, model, torch):
     import dataclasses
 

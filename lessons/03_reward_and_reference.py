@@ -152,14 +152,17 @@ def _(SPECS, answer, code, env, example, mo, text, torch):
     hack_rewards = torch.tensor([SPECS[hack](example, c)["reward"] for c in candidates])
     junk = (hack_rewards > rewards).float()  # (6,) 1 where only the hackable scorer pays
     _rows = ""
+    by_beta = {"π*(yours)": [], "E_π*[r]": [], "KL(π* ‖ π_ref)": [], "junk": []}  # one entry per β, for the chart
     for _beta in BETAS:
         _pi = closed_form_policy(rewards, ref_logp, _beta)  # (6,)
         _logp = _pi.log()
         _k1 = (_pi * kl_k1(_logp, ref_logp)).sum()
         _k3 = (_pi * kl_k3(_logp, ref_logp)).sum()
-        _hacked = f"{(closed_form_policy(hack_rewards, ref_logp, _beta) * junk).sum():.3f}"
+        _junk = (closed_form_policy(hack_rewards, ref_logp, _beta) * junk).sum().item()
+        for _key, _value in zip(by_beta, (_pi[0], (_pi * rewards).sum(), exact_kl(_logp, ref_logp), _junk)):
+            by_beta[_key].append(float(_value))
         _rows += (f"| {_beta:g} | {_pi[0]:.3f} | {_pi[1]:.3f} | {(_pi * rewards).sum():.3f} | "
-                  f"{exact_kl(_logp, ref_logp):.3f} | {_k1:.3f} | {_k3:.3f} | {_hacked} |\n")
+                  f"{exact_kl(_logp, ref_logp):.3f} | {_k1:.3f} | {_k3:.3f} | {_junk:.3f} |\n")
     _cands = "".join(f"| {i} | {code(c)} | {r:g} | {p:.3f} |\n" for i, (c, r, p) in enumerate(zip(candidates, rewards.tolist(), ref_logp.exp().tolist())))
     mo.md(
         f"""
@@ -178,7 +181,29 @@ def _(SPECS, answer, code, env, example, mo, text, torch):
     {(closed_form_policy(hack_rewards, ref_logp, 0.05) * junk).sum():.2f}: the wrong scorer *pays* for the blind spot.
     """
     )
-    return
+    return BETAS, by_beta, hack
+
+
+@app.cell
+def _(BETAS, by_beta, hack):
+    from posttrain.teach.charts import PALETTE, curves, figure, finish
+
+    # The β table above, drawn: what the optimum gains as β falls (left axis, probabilities)
+    # and what it pays for it in KL (right axis, nats)
+    _junk = f"mass on junk if trained on {hack}"
+    _fig, _ax = figure()
+    curves(_ax, list(BETAS), {"E_π*[r] under the strict verifier": by_beta["E_π*[r]"],
+                              "π*(your text)": by_beta["π*(yours)"], _junk: by_beta["junk"]},
+           styles={_junk: "--"}, markers=True)
+    _ax.set_xscale("log")
+    _kl_axis = _ax.twinx()  # KL is in nats, not a probability: its own scale
+    _kl_axis.plot(list(BETAS), by_beta["KL(π* ‖ π_ref)"], color=PALETTE[3], marker="s", markersize=3, linestyle=":")
+    _kl_axis.set_ylabel("KL(π* ‖ π_ref), nats (dotted)", color=PALETTE[3])
+    _kl_axis.spines["top"].set_visible(False)
+    chart = finish(_fig, _ax, "β, the KL coefficient (log scale)", "probability, expected reward",
+                   title="Small β buys reward with KL, and with a hackable scorer it buys the junk too")
+    chart
+    return (chart,)
 
 
 @app.cell

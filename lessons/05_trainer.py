@@ -168,6 +168,26 @@ def _(delta_right, delta_wrong, error, lr, mo, pass_after, pass_before, steps):
 
 
 @app.cell
+def _(grpo, lr, pass_after, pass_before, steps):
+    from posttrain.teach.charts import REFERENCE, curves, figure, finish
+
+    # The ratio each of the four updates saw on the same batch: 1 at step 1 (on-policy), then
+    # as far from 1 as the previous steps moved the policy
+    _steps = list(range(1, len(steps) + 1))
+    _fig, _ax = figure()
+    _ax.axhspan(1 - grpo.clip_eps_low, 1 + grpo.clip_eps_high, color=REFERENCE, alpha=0.12,
+                label=f"clip range [{1 - grpo.clip_eps_low:g}, {1 + grpo.clip_eps_high:g}]")
+    curves(_ax, _steps, {"largest ratio of any token": [m["ratio_max"] for m in steps],
+                         "mean ratio": [m["ratio_mean"] for m in steps]}, markers=True)
+    _ax.set_xticks(_steps)
+    _ax.set_ylim(0, max([2.0] + [1.1 * m["ratio_max"] for m in steps]))  # one scale as the slider moves
+    chart = finish(_fig, _ax, "update on the same rollout batch", "ratio π_θ / π_old",
+                   title=f"η = {lr:.2g}: greedy pass@1 {pass_before:.2f} → {pass_after:.2f} after these four steps")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

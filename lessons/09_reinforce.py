@@ -104,8 +104,9 @@ def _(controls, dataclasses, torch):
     _gen = torch.Generator().manual_seed(0)
     _policy, _algo = TwoStepPolicy(), REINFORCE(baseline=baseline)
     _grads = torch.stack([reinforce_grad(_policy, _algo, _gen)[0] for _ in range(300)])  # (300, 2)
-    grad_mean, grad_std = _grads[:, 1].mean().item(), _grads[:, 1].std().item()
-    wrong_sign = (_grads[:, 1] < 0).float().mean().item()
+    one_batch_grads = _grads[:, 1]  # (300,) the a2 = 1 logit's ascent direction, one per batch
+    grad_mean, grad_std = one_batch_grads.mean().item(), one_batch_grads.std().item()
+    wrong_sign = (one_batch_grads < 0).float().mean().item()
 
     # 2. What the noise does to learning: 8 learners × 60 steps, plain SGD with lr 1.
     _finals, _rewards = [], []
@@ -122,7 +123,7 @@ def _(controls, dataclasses, torch):
     p_best_final = sum(_finals) / len(_finals)
     stuck = sum(f < 0.5 for f in _finals)
     example_batch = reinforce_grad(TwoStepPolicy(), REINFORCE(baseline=baseline), torch.Generator().manual_seed(1))[1]
-    return B, baseline, example_batch, grad_mean, grad_std, offset, p_best_final, stuck, wrong_sign
+    return B, baseline, example_batch, grad_mean, grad_std, offset, one_batch_grads, p_best_final, stuck, wrong_sign
 
 
 @app.cell
@@ -151,6 +152,24 @@ def _(B, baseline, example_batch, grad_mean, grad_std, mo, offset, p_best_final,
     """
     )
     return
+
+
+@app.cell
+def _(baseline, grad_mean, offset, one_batch_grads, wrong_sign):
+    from posttrain.teach.charts import PALETTE, REFERENCE, figure, finish
+
+    # The 300 one-batch gradients above as a distribution: where its mass sits against zero,
+    # on one fixed scale so that moving c or b moves the picture, not the axis
+    _fig, _ax = figure()
+    _ax.hist(one_batch_grads.clamp(-1.5, 1.5).tolist(), bins=60, range=(-1.5, 1.5), color=PALETTE[0], alpha=0.8,
+             label=f"300 batches of 16 ({wrong_sign:.0%} point down)")
+    _ax.axvline(0.0, color=REFERENCE, linewidth=1.0)
+    _ax.axvline(grad_mean, color=PALETTE[1], linewidth=1.5,
+                label=f"their mean {grad_mean:+.3f} (the true direction: up)")
+    chart = finish(_fig, _ax, "one batch's gradient on the logit of a2 = 1 after a1 = 1 (clamped to ±1.5)",
+                   "batches", title=f"baseline {baseline}, rewards shifted by c = {offset:g}")
+    chart
+    return (chart,)
 
 
 @app.cell

@@ -122,6 +122,28 @@ def _(L, mo, per_token, std_rows, table):
 
 
 @app.cell
+def _(L, per_token):
+    from posttrain.teach.charts import PALETTE, REFERENCE, figure, finish
+
+    # The push-per-token table, drawn: each algorithm's push on a token of each answer, in units
+    # of its push on a token of the 8-token wrong answer, so the two losses share one scale
+    _answers = ["right, 8 tokens", f"wrong, {L} tokens", "wrong, 8 tokens", "right, 8 tokens"]
+    _ratio = {_n: (per_token[_n][1] / per_token[_n][2]).item() for _n in ("grpo", "dr_grpo")}
+    _fig, _ax = figure()
+    for _i, (_name, _label) in enumerate((("grpo", "GRPO (÷ |y|)"), ("dr_grpo", "Dr. GRPO (÷ L_max)"))):
+        _relative = (per_token[_name] / per_token[_name][2].abs()).tolist()  # (B,)
+        _ax.bar([_x + 0.4 * _i - 0.2 for _x in range(len(_answers))], _relative, width=0.4, color=PALETTE[_i],
+                label=_label)
+    _ax.axhline(0.0, color=REFERENCE, linewidth=0.8)
+    _ax.set_xticks(range(len(_answers)), _answers, fontsize=8)
+    chart = finish(_fig, _ax, "the group's four answers (a token of the 8-token wrong one = −1)", "push per token",
+                   title=f"The {L}-token wrong answer, per token: GRPO {_ratio['grpo']:.2f}×, "
+                         f"Dr. GRPO {_ratio['dr_grpo']:.2f}× the 8-token one's push")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

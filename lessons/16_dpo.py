@@ -231,6 +231,25 @@ def _(LOSSES, beta, heldout_pairs, mo, pairs, pass_before, results):
 
 
 @app.cell
+def _(LOSSES, beta, pass_before, results):
+    from posttrain.teach.charts import PALETTE, REFERENCE, figure, finish
+
+    # The table's two Δ log π columns, drawn: a bar below zero is an answer made less likely
+    _fig, _ax = figure()
+    for _i, (_key, _label) in enumerate((("d_chosen", "Δ log π(chosen)"), ("d_rejected", "Δ log π(rejected)"))):
+        _ax.bar([_x + 0.4 * _i - 0.2 for _x in range(len(LOSSES))], [results[n][_key] for n in LOSSES], width=0.4,
+                color=PALETTE[_i], label=_label)
+    _ax.axhline(0.0, color=REFERENCE, linewidth=0.8)
+    _ax.set_xticks(range(len(LOSSES)), [f"{n.upper()}\npass@1 {results[n]['pass@1']:.2f}" for n in LOSSES],
+                   fontsize=8)
+    chart = finish(_fig, _ax, f"loss, after 30 steps (β = {beta:g} for DPO, IPO, KTO; pass@1 {pass_before:.2f} before)",
+                   "Δ log π (nats an answer)",
+                   title="A pair asks only that chosen beat rejected: below 0, an answer made less likely")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

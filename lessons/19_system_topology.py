@@ -77,7 +77,7 @@ def _(mo):
 
 @app.cell
 def _(dataclasses, placement):
-    from posttrain.systems.gantt import render, simulate
+    from posttrain.systems.gantt import simulate
     from posttrain.systems.hardware import GB, device_named
     from posttrain.systems.kv_cache import paged_vs_contiguous
     from posttrain.systems.memory import MIXED_ADAMW
@@ -121,12 +121,12 @@ def _(dataclasses, placement):
     per_gpu_gb = {"colocated": trainer_gb + sampler_gb} if colocated else {"trainer": trainer_gb, "sampler": sampler_gb}
     fits = all(gb <= 0.9 * H100.memory_bytes / GB for gb in per_gpu_gb.values())
 
-    chart = simulate(topology, [times.rollout] * 4, [trainer_side - times.sync] * 4, times.sync)
-    return chart, fits, idle, per_gpu_gb, render, samplers, step, times, trainers, where
+    schedule = simulate(topology, [times.rollout] * 4, [trainer_side - times.sync] * 4, times.sync)
+    return fits, idle, per_gpu_gb, samplers, schedule, step, times, trainers, where
 
 
 @app.cell
-def _(chart, fits, idle, mo, per_gpu_gb, render, samplers, step, times, trainers, where):
+def _(fits, idle, mo, per_gpu_gb, samplers, step, times, trainers, where):
     _mem = "".join(f"| {pool} | {gb:.1f} GB |\n" for pool, gb in per_gpu_gb.items())
     _t = "".join(f"| {role} | {s:.2f} s |\n" for role, s in times.as_dict().items())
     _gpus = "all 8 GPUs, in turn" if where == "colocated" else f"{trainers} train, {samplers} sample"
@@ -145,14 +145,35 @@ def _(chart, fits, idle, mo, per_gpu_gb, render, samplers, step, times, trainers
     {_mem}
     {"Fits in 90% of an 80 GB H100." if fits else "**Does not fit** in 90% of an 80 GB H100: this placement cannot run."}
 
-    Four steps of the schedule (the step's last digit where a lane works):
-
-    ```
-    {render(chart, 64)}
-    ```
+    Four steps of the schedule, drawn below: a gap in a lane is its GPUs waiting.
     """
     )
     return
+
+
+@app.cell
+def _(idle, samplers, schedule, step, trainers, where):
+    from posttrain.teach.charts import PALETTE, figure, finish
+
+    # The simulated schedule, one lane per role: the bars are busy GPUs, the gaps idle ones
+    _pools = ("all 8 GPUs", "all 8 GPUs") if where == "colocated" else (f"{samplers} GPUs", f"{trainers} GPUs")
+    _lanes = {"rollout": f"rollout\n({_pools[0]})", "train": f"ref + update\n({_pools[1]})",
+              "sync": f"weight sync\n({_pools[1]})"}
+    _fig, _ax = figure()
+    for _i, _lane in enumerate(_lanes):
+        _bars = [b for b in schedule.bars if b.lane == _lane]
+        _ax.barh([len(_lanes) - 1 - _i] * len(_bars), [b.end - b.start for b in _bars], left=[b.start for b in _bars],
+                 height=0.7, color=PALETTE[_i], edgecolor="white")
+        for _b in _bars:  # the step each bar belongs to
+            if _b.end - _b.start > 0.04 * schedule.makespan:
+                _ax.text((_b.start + _b.end) / 2, len(_lanes) - 1 - _i, str(_b.step + 1), ha="center", va="center",
+                         fontsize=8, color="white")
+    _ax.set_yticks(range(len(_lanes)), list(_lanes.values())[::-1], fontsize=8)
+    _ax.grid(False, axis="y")
+    chart = finish(_fig, _ax, "seconds (numbers: the step a bar belongs to)", "role (GPUs)",
+                   title=f"{where}: {step:.1f} s a step, {idle:.0f} GPU-seconds idle a step", legend=False)
+    chart
+    return (chart,)
 
 
 @app.cell
@@ -184,7 +205,7 @@ def _(mo):
     * `posttrain/systems/throughput.py` — `roofline_role_times` (the five terms), `step_seconds`
     * `posttrain/systems/rl_memory.py` — `rl_memory`: the copies an RL job keeps per GPU
     * `posttrain/systems/kv_cache.py` — `paged_vs_contiguous`: the engine's cache
-    * `posttrain/systems/gantt.py` — `simulate`, `render`, and `weight_sync` (the sync's four parts)
+    * `posttrain/systems/gantt.py` — `simulate` (the schedule drawn above), and `weight_sync` (the sync's four parts)
     * `posttrain/systems/hardware.py` — `device_named`, `Device.derated`: the H100's ceilings
     * `posttrain/roles/controller.py` — our own controller, which runs the roles colocated,
       lockstep or async (`--dist.topology`)

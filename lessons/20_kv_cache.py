@@ -147,6 +147,24 @@ def _(GB, alloc, block, formula_bytes, in_flight_contiguous, in_flight_paged, ma
 
 
 @app.cell
+def _(GB, alloc, block, in_flight_contiguous, in_flight_paged, max_new, shape, shared):
+    from posttrain.teach.charts import bars, figure, finish
+
+    # The allocation table's bytes, drawn: the same 512 sequences under each allocator
+    _labels = ["tokens held\n(what is used)", f"paged, blocks of {block}\n({alloc.paged_waste:.1%} empty)",
+               f"paged + prefix tree\n({shared.saved_fraction:.0%} less)",
+               f"prompt + {max_new} reserved\n({alloc.contiguous_waste:.0%} empty)"]
+    _fig, _ax = figure()
+    bars(_ax, _labels, [alloc.used_bytes / GB, alloc.paged_bytes / GB, shared.shared_bytes / GB,
+                        alloc.contiguous_bytes / GB])
+    chart = finish(_fig, _ax, f"allocation of {shape.name}'s KV cache for the batch", "KV cache (GB)",
+                   title=f"One H100 keeps {in_flight_paged} sequences in flight paged, "
+                         f"{in_flight_contiguous} contiguous")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

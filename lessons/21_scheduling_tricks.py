@@ -95,7 +95,8 @@ def _(spec):
                                       acceptance=alpha, draft_tokens=gamma, draft_cost=DRAFT_COST))
     per_pass = speculative_tokens_per_pass(alpha, gamma)
     spec_factor = speculative_decoding_factor(alpha, gamma, DRAFT_COST)
-    return alpha, compute_fraction, gamma, longest, per_pass, rows, spec_factor, steps
+    return (DRAFT_COST, alpha, compute_fraction, gamma, longest, per_pass, rows, spec_factor,
+            speculative_decoding_factor, steps)
 
 
 @app.cell
@@ -123,6 +124,25 @@ def _(alpha, compute_fraction, gamma, longest, mo, per_pass, rows, spec_factor, 
     """
     )
     return
+
+
+@app.cell
+def _(DRAFT_COST, alpha, gamma, spec_factor, speculative_decoding_factor):
+    from posttrain.teach.charts import PALETTE, REFERENCE, curves, figure, finish, mark
+
+    # Speculation's decode factor over the slider's range of γ at your α: below 1 it pays,
+    # above 1 the draft's cost outruns the tokens it gets accepted
+    _gammas = list(range(1, 11))
+    _fig, _ax = figure()
+    curves(_ax, _gammas, {f"α = {alpha:.2f}, a draft step costing {DRAFT_COST:g} of a target step":
+                          [speculative_decoding_factor(alpha, g, DRAFT_COST) for g in _gammas]}, markers=True)
+    _ax.plot([gamma], [spec_factor], "o", color=PALETTE[0], markersize=7)  # your γ
+    _ax.axhline(1.0, color=REFERENCE, linewidth=1.0, label="1: no gain (plain decoding)")
+    mark(_ax, gamma, f"your γ = {gamma}")
+    chart = finish(_fig, _ax, "draft tokens γ per target pass", "decode time × (lower is faster)",
+                   title=f"Speculative decoding at α = {alpha:.2f}: decode × {spec_factor:.2f} at γ = {gamma}")
+    chart
+    return (chart,)
 
 
 @app.cell

@@ -98,7 +98,7 @@ def _(knobs):
     step = decode_step(shape, H100, rows, context, 2, 2)
     tokens_per_second = rows / step.seconds
     crossover = crossover_rows(shape, H100, context, 2, 2)
-    return (GB, H100, P, acts, acts_ckpt, context, crossover, fits, per_gpu, rows, shape, state, step,
+    return (GB, H100, P, acts, acts_ckpt, context, crossover, decode_step, fits, per_gpu, rows, shape, state, step,
             tokens_per_second, zero)
 
 
@@ -163,6 +163,30 @@ def _(GB, H100, P, acts, acts_ckpt, context, crossover, fits, held, held_formula
     """
     )
     return
+
+
+@app.cell
+def _(H100, context, decode_step, rows, shape, step, tokens_per_second):
+    from matplotlib.ticker import ScalarFormatter
+
+    from posttrain.teach.charts import PALETTE, curves, figure, finish, mark
+
+    # The roofline of one decode step over the slider's range of rows, at your context: the
+    # step takes the longer of its two times, and only the compute time grows with the rows
+    _grid = [2 ** k for k in range(11)]  # 1 … 1024 rows
+    _steps = [decode_step(shape, H100, n, context, 2, 2) for n in _grid]
+    _fig, _ax = figure()
+    curves(_ax, _grid, {"memory: weights + every row's cache ÷ bandwidth": [s.memory_seconds * 1e3 for s in _steps],
+                        "compute: FLOPs ÷ peak FLOP/s": [s.compute_seconds * 1e3 for s in _steps]})
+    _ax.plot([rows], [step.seconds * 1e3], "o", color=PALETTE[0], markersize=6)  # your step
+    _ax.set_xscale("log", base=2)
+    _ax.xaxis.set_major_formatter(ScalarFormatter())  # 64, not 2^6
+    _ax.set_yscale("log")
+    mark(_ax, rows, f"your batch: {rows} rows")
+    chart = finish(_fig, _ax, f"decode batch (rows, each at {context} tokens of context)", "time of one step (ms)",
+                   title=f"{shape.name}: {step.bound}-bound at {rows} rows, {tokens_per_second:,.0f} tokens a second")
+    chart
+    return (chart,)
 
 
 @app.cell

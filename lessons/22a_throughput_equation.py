@@ -109,6 +109,32 @@ def _(binding, decode_share, mo, rollout_share, step, times, tokens_per_second, 
 
 
 @app.cell
+def _(binding, step, times, topology):
+    from posttrain.teach.charts import PALETTE, REFERENCE, figure, finish
+
+    # One step laid out in time: the five terms one after another (colocated, sync), or the
+    # trainer side beside the next rollout (async). Where the step ends is the equation's answer.
+    _terms = times.as_dict()  # rollout, verifier, reference, train, sync (seconds)
+    _trainer_starts = 0.0 if topology == "async" else _terms["rollout"]
+    _fig, _ax = figure()
+    _ax.barh([1], [_terms["rollout"]], left=[0.0], height=0.6, color=PALETTE[0], label="rollout")
+    _left = _trainer_starts
+    for _i, _role in enumerate(("verifier", "reference", "train", "sync"), start=1):
+        _ax.barh([0], [_terms[_role]], left=[_left], height=0.6, color=PALETTE[_i], label=_role)
+        _left += _terms[_role]
+    _ax.axvline(step, color=REFERENCE, linestyle=":", linewidth=1.5, label=f"τ_step = {step:.1f} s")
+    _ax.set_yticks([1, 0], ["rollout", "trainer side"])
+    _ax.set_ylim(-0.5, 2.4)  # room above the lanes for the legend
+    _ax.grid(False, axis="y")
+    _ax.legend(ncol=6, loc="upper left", fontsize=8, frameon=False)
+    chart = finish(_fig, _ax, "seconds into the step", "lane", legend=False,
+                   title=f"{topology}: the step is {'the longer lane' if topology == 'async' else 'the sum'}; "
+                         f"{binding} binds")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

@@ -198,6 +198,25 @@ def _(batch, mo, precision, start_ratio, stats, tok, trainer_logp, worst):
 
 
 @app.cell
+def _(batch, precision, stats, trainer_logp):
+    import numpy as np
+
+    from posttrain.teach.charts import PALETTE, REFERENCE, figure, finish
+
+    # Every response token's |log π_trainer − log π_sampler| on one fixed log scale for the three
+    # kernels; a token the two agree on exactly (a gap of 0, which a log scale cannot show) sits at 1e-9
+    _gap = (trainer_logp - batch.old_logp)[batch.response_mask.bool()].abs().double().clamp(min=1e-9)  # (n,) nats
+    _fig, _ax = figure()
+    _ax.hist(_gap.tolist(), bins=np.logspace(-9.5, 0, 58), color=PALETTE[0], label=f"sampler in {precision}")
+    _ax.axvline(1e-5, color=REFERENCE, linestyle="--", linewidth=1.2, label="the test suite's tolerance, 1e-5")
+    _ax.set_xscale("log")
+    chart = finish(_fig, _ax, "|log π_trainer − log π_sampler| per token (nats, log scale; 0 drawn at 1e-9)", "tokens",
+                   title=f"Sampler in {precision}, trainer in float32: mean gap {stats.mean_abs_logp_diff:.1e} nats")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

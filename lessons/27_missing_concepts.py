@@ -210,6 +210,23 @@ def _(drift, ess, mo, pi_b_right, results, true_value):
 
 
 @app.cell
+def _(drift, results, true_value):
+    from posttrain.teach.charts import REFERENCE, bars, figure, finish
+
+    # The table, drawn: each bar is an estimator's mean estimate over the 4,000 batches, its
+    # whisker one standard deviation; bias is the gap to the dashed line, variance the whisker
+    _fig, _ax = figure()
+    bars(_ax, list(results), [r["mean"] for r in results.values()], errors=[r["std"] for r in results.values()])
+    _ax.axhline(true_value, color=REFERENCE, linestyle="--", linewidth=1.2,
+                label=f"the trainer's true value {true_value:.2f}")
+    _ax.set_ylim(0, 1.2)  # one scale as the slider moves
+    chart = finish(_fig, _ax, "estimator (one batch of 32 sampled by π_b)", "expected reward estimate ± 1 std",
+                   title=f"The sampler {drift.value:g} logits away from the trainer")
+    chart
+    return (chart,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it
