@@ -3,9 +3,10 @@
 Background. GRPO's objective is an arithmetic mean over a response's tokens of ρ_t · A;
 one token whose ratio ρ_t = π_θ(y_t) / π_old(y_t) has shot up dominates that mean, and the
 clip that would stop it is narrow (ε = 0.2) and hard. GMPO maximises the geometric mean of
-the token terms instead. With one advantage A_i per response,
+the token terms instead. With one advantage A_i per response, the geometric mean of the
+ρ_t · A_i (taken on |A_i|, the sign put back) is
 
-    ( Π_t ρ_t · A_i )^(1/|o_i|) = A_i · exp( 1/|o_i| Σ_t log ρ_t )      (for A_i > 0; sign(A_i) · |A_i| in general)
+    A_i · (Π_t ρ_t)^(1/|o_i|) = A_i · exp( 1/|o_i| Σ_t log ρ_t )
 
 a mean of log-ratios, in which an outlier token moves the result by its log divided by the
 length, not by its ratio. The clip moves inside, to each token and into log space, and is
