@@ -18,13 +18,18 @@ Everything runs in float64 so that verl's +1e-8 guards are the only difference, 
 tolerances."""
 
 import dataclasses
+import json
 import math
 
 import pytest
 import torch
 
 from posttrain.algorithms import ALGORITHMS, make_algorithm
+from posttrain.algorithms.cispo import CISPO
+from posttrain.algorithms.dppo import DPPOBinaryKL, DPPOBinaryTV
+from posttrain.cli import main
 from posttrain.types import PolicyOutputs, RolloutBatch
+from tests.test_pipeline import TINY
 
 F64 = torch.float64
 
@@ -355,11 +360,30 @@ def test_padding_cannot_reach_the_loss_or_the_gradient(name):
 
 
 def test_registered_where_the_family_tree_says():
-    from posttrain.algorithms.cispo import CISPO
-    from posttrain.algorithms.dppo import DPPOBinaryKL, DPPOBinaryTV
-
     assert issubclass(DPPOBinaryTV, CISPO) and issubclass(DPPOBinaryKL, DPPOBinaryTV)
     assert [ALGORITHMS[n].name for n in ("sapo", "gmpo", "dppo_tv", "dppo_kl")] == ["sapo", "gmpo", "dppo_tv", "dppo_kl"]
     # one field is the whole difference between the two DPPO variants' settings: their thresholds
     tv, kl = (dataclasses.fields(ALGORITHMS[n]) for n in ("dppo_tv", "dppo_kl"))
     assert [f.name for f in tv] == [f.name for f in kl]
+
+
+# --- end to end -------------------------------------------------------------------------------
+
+OWN_METRIC = {"sapo": "gate_slope_mean", "gmpo": "geo_ratio_mean", "dppo_tv": "trust_region_maskfrac",
+              "dppo_kl": "trust_region_maskfrac"}
+
+
+def test_the_four_train_from_one_sft_start_in_posttrain_compare(tmp_path):
+    """`posttrain compare` over the four (a tiny model, 2 RL steps each): each run ends, logs its
+    loss and its own metric at every RL step, and lands in the table."""
+    algos = list(OWN_METRIC)
+    assert main(["compare", "--algos", ",".join(algos), *TINY, "--rl.steps", "2", "--out_dir", str(tmp_path)]) == 0
+    (root,) = tmp_path.iterdir()
+    rows = json.loads((root / "compare.json").read_text())
+    assert [r["algo"] for r in rows] == algos
+    for row in rows:
+        logged = [json.loads(line) for line in (root / row["run"] / "metrics.jsonl").read_text().splitlines()]
+        rl = [r for r in logged if r["stage"] == "rl"]
+        assert [r["step"] for r in rl] == [0, 1], row["algo"]
+        assert all(math.isfinite(r["pg_loss"]) and math.isfinite(r[OWN_METRIC[row["algo"]]]) for r in rl), row["algo"]
+    assert all(f"| {a} |" in (root / "compare.md").read_text() for a in algos)

@@ -80,14 +80,22 @@ class DPPOBinaryTV(CISPO):
 
     name: ClassVar[str] = "dppo_tv"
 
-    # how far p may move in the direction of the push: verl's DPPO example (and the paper's runs) use 0.15
+    # how far p may fall under a negative advantage before the token leaves the loss: 0.15, verl's
+    # DPPO example for dppo_tv
     delta_low: float = 0.15
+    # how far p may rise under a positive advantage before the token leaves the loss: 0.15, verl's
+    # DPPO example for dppo_tv
     delta_high: float = 0.15
-    # the IS weight min(r, C) with C = 1 + 19 = 20: verl's fallback for dppo's clip_ratio_c, "a large
-    # threshold" so the truncation adds little bias (Sec. 5.4). verl's actor config sets clip_ratio_c = 3
-    # for dual-clip PPO, and its DPPO example sets 10000 (no truncation): pass --dppo_tv.clip_eps_high 2 or 9999
+    # the IS weight min(r, C) with C = 1 + 19 = 20: the fallback verl's dppo code uses for clip_ratio_c,
+    # a large cap so that the truncation adds little bias (Sec. 5.4). verl's actor config sets
+    # clip_ratio_c = 3 (for dual-clip PPO), its DPPO example 10000 (no truncation): clip_eps_high 2 or 9999
     clip_eps_high: float = 19.0
     clip_eps_low: float = 1.0  # no lower bound on the weight (1 − 1 = 0), as verl: only large ratios are truncated
+    # GRPO's group-normalised advantage, verl's default; its DPPO example uses Dr.GRPO's "none" (no /std)
+    adv_norm: str = "group"
+    # every token of the batch weighs the same: verl's default for dppo; its DPPO example uses Dr.GRPO's
+    # "seq-mean-token-sum-norm" (with adv_norm none)
+    loss_agg: str = "token-mean"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -121,8 +129,9 @@ class DPPOBinaryKL(DPPOBinaryTV):
 
     name: ClassVar[str] = "dppo_kl"
 
-    # a KL of 0.05 nats on the binary collapse: verl's DPPO example for dppo_kl
+    # the binary KL a fall of p under a negative advantage may reach: 0.05 nats, verl's DPPO example for dppo_kl
     delta_low: float = 0.05
+    # the binary KL a rise of p under a positive advantage may reach: 0.05 nats, verl's DPPO example for dppo_kl
     delta_high: float = 0.05
 
     def trust_region(self, logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor) -> torch.Tensor:

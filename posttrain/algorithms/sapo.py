@@ -87,10 +87,11 @@ class SAPO(Algorithm):
     needs_groups: ClassVar[bool] = True  # GRPO's group-relative advantages
     accepts_turn_rows: ClassVar[bool] = True  # GRPO's advantages, a per-token loss
 
-    # the paper's values for Qwen3-30B-A3B-Base, and verl's and TRL's defaults: negative
-    # advantages are damped a little faster (τ_neg > τ_pos), since pushing a token down
-    # spreads its mass over the whole vocabulary
+    # the gate's temperature where A > 0 (larger: the gradient fades faster as r leaves 1); 1.0,
+    # the paper's value for Qwen3-30B-A3B-Base and verl's and TRL's default
     tau_pos: float = 1.0
+    # the temperature where A <= 0: 1.05, the paper's, verl's and TRL's, a little above tau_pos
+    # because pushing a token down spreads its mass over the whole vocabulary, the less stable update
     tau_neg: float = 1.05
     adv_norm: str = "group"  # GRPO's group-normalised advantage, as in the paper
     adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0
