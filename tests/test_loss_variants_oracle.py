@@ -348,6 +348,25 @@ def test_where_verl_and_trl_part_an_empty_response():
     assert verl_sapo(logp, old, adv, mask)[0].item() == pytest.approx(EXPECTED_LOSS["sapo"])  # verl's mean over 4
 
 
+@pytest.mark.parametrize("name, loss_agg", [("sapo", "seq-mean-token-mean"), ("sapo", "token-mean"),
+                                             ("gmpo", "seq-mean-token-mean"), ("dppo_tv", "token-mean"),
+                                             ("dppo_kl", "seq-mean-token-mean")])
+def test_on_policy_each_takes_grpos_step(name, loss_agg):
+    """At θ = θ_old (r = 1 everywhere: one update per batch) every gate is open, every token is
+    inside every trust region and the geometric mean is 1, so the gradient is GRPO's with the same
+    aggregation: the four differ from GRPO only once the policy has moved within a batch."""
+    _, grad, _ = ours(name, logp=OLD_LOGP, loss_agg=loss_agg)
+    _, grpo_grad, _ = ours("grpo", logp=OLD_LOGP, loss_agg=loss_agg)
+    torch.testing.assert_close(grad, grpo_grad, rtol=1e-12, atol=1e-12)
+    _, moved, _ = ours(name, loss_agg=loss_agg)  # off-policy they differ...
+    _, grpo_moved, _ = ours("grpo", loss_agg=loss_agg)
+    if name != "dppo_kl":
+        assert (moved - grpo_moved).abs().max() > 1e-3
+    else:  # ...but on these tensors the KL region masks exactly the four tokens GRPO's clip stops (ratios
+        # 100, 0.75, 2 and 0.5) and no kept ratio reaches 20, so the two gradients agree; TV keeps the rare one
+        torch.testing.assert_close(moved, grpo_moved, rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("name", ["sapo", "gmpo", "dppo_tv", "dppo_kl"])
 def test_padding_cannot_reach_the_loss_or_the_gradient(name):
     """inf and NaN off the response change nothing."""
