@@ -84,10 +84,15 @@ def _():
                  "(PRIME)",
          "code": [("posttrain/rewards/implicit_prm.py", "implicit_process_rewards"),
                   ("posttrain/algorithms/prime.py", "PRIME")]},
-        {"concept": "Sequence-level ratios", "after": "14",
-         "what": "one importance ratio per sequence (GSPO), or a clipped, detached weight on every token (CISPO)",
+        {"concept": "Sequence-level ratios and other trust regions", "after": "14",
+         "what": "one importance ratio per sequence (GSPO), or the geometric mean of log-clipped token ratios "
+                 "(GMPO); a clipped, detached weight on every token (CISPO); a soft gate on the ratio instead of "
+                 "the clip (SAPO); a bound on how far the sampled token's probability moved (DPPO)",
          "code": [("posttrain/algorithms/gspo.py", "sequence_log_ratio"),
-                  ("posttrain/algorithms/cispo.py", "cispo_loss")]},
+                  ("posttrain/algorithms/gmpo.py", "gmpo_loss"),
+                  ("posttrain/algorithms/cispo.py", "cispo_loss"),
+                  ("posttrain/algorithms/sapo.py", "sapo_gate"),
+                  ("posttrain/algorithms/dppo.py", "binary_tv_trust_region")]},
         {"concept": "Data curation by pass rate", "after": "18a",
          "what": "keep prompts the policy sometimes solves: a group all right or all wrong has no gradient",
          "code": [("posttrain/algorithms/core.py", "zero_variance_group_fraction")]},

@@ -47,7 +47,8 @@ def test_per_term_normalisation_needs_a_group_algorithm_that_scales_each_term(al
 
 
 @pytest.mark.parametrize("algo, params", [("grpo", {}), ("lite_ppo", {}), ("cispo", {}), ("gspo", {}),
-                                          ("dapo", {"overlong_cache": 0}), ("dr_grpo", {"adv_norm": "group"})])
+                                          ("dapo", {"overlong_cache": 0}), ("dr_grpo", {"adv_norm": "group"}),
+                                          ("sapo", {}), ("gmpo", {}), ("dppo_tv", {}), ("dppo_kl", {})])
 def test_per_term_normalisation_is_accepted_by_the_grpo_family(algo, params):
     check_config(TrainConfig(rl=RLConfig(algo=algo, algo_params=params,
                                          reward=RewardConfig(terms="r1", normalize="per_term"))))

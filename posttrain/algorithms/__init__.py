@@ -13,7 +13,9 @@ from typing import Any
 from posttrain.algorithms.cispo import CISPO
 from posttrain.algorithms.contract import Algorithm, make_from_registry
 from posttrain.algorithms.dapo import DAPO
+from posttrain.algorithms.dppo import DPPOBinaryKL, DPPOBinaryTV
 from posttrain.algorithms.dr_grpo import DrGRPO
+from posttrain.algorithms.gmpo import GMPO
 from posttrain.algorithms.grpo import GRPO
 from posttrain.algorithms.gspo import GSPO
 from posttrain.algorithms.kimi import Kimi
@@ -23,6 +25,7 @@ from posttrain.algorithms.prime import PRIME
 from posttrain.algorithms.reinforce import REINFORCE
 from posttrain.algorithms.reinforce_pp import ReinforcePP
 from posttrain.algorithms.rloo import RLOO
+from posttrain.algorithms.sapo import SAPO
 
 # The family tree, parent first: each entry is a small diff on the one it extends.
 ALGORITHMS: dict[str, type[Algorithm]] = {
@@ -38,6 +41,10 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "dapo": DAPO,  # GRPO + clip-higher, token-mean, overlong shaping, dynamic sampling
     "gspo": GSPO,  # GRPO with a sequence-level ratio
     "cispo": CISPO,  # GRPO's advantages, clipped stop-gradient IS weight instead of the clip
+    "sapo": SAPO,  # GRPO's advantages, a soft sigmoid gate on the ratio instead of the clip
+    "gmpo": GMPO,  # GSPO's geometric mean of token ratios, each clipped in log space before the mean
+    "dppo_tv": DPPOBinaryTV,  # CISPO's loss, tokens whose probability moved > δ (total variation) masked out
+    "dppo_kl": DPPOBinaryKL,  # DPPO-TV with the binary KL as the divergence
 }
 
 
@@ -60,8 +67,11 @@ __all__ = [
     "Algorithm",
     "CISPO",
     "DAPO",
+    "DPPOBinaryKL",
+    "DPPOBinaryTV",
     "DrGRPO",
     "GRPO",
+    "GMPO",
     "GSPO",
     "Kimi",
     "LitePPO",
@@ -69,6 +79,7 @@ __all__ = [
     "PRIME",
     "REINFORCE",
     "RLOO",
+    "SAPO",
     "ReinforcePP",
     "make_algorithm",
 ]
