@@ -128,6 +128,22 @@ def _(algo, batch, ceilings, label, mo, penalties, push_125, removed, results, s
 
 
 @app.cell
+def _(batch, label, results):
+    from posttrain.teach.charts import figure, finish, grouped_bars, legend_right
+
+    _lengths = batch.response_lengths().int().tolist()
+    push_fig, _ax = figure(height=3.0)
+    grouped_bars(_ax, [f"g{int(batch.group_ids[b])}\nr={batch.rewards[b]:g}\n{_lengths[b]} tok"
+                       for b in range(batch.batch_size)],
+                 {name: push.tolist() for name, (_, push, _) in results.items()}, highlight=label)
+    finish(push_fig, _ax, "rows 0-11: group, reward, response tokens (an empty slot: dropped)",
+           "push −Σ_t ∂loss/∂log π", title="The push on each completion (> 0: made more likely)")
+    legend_right(push_fig, _ax)
+    push_fig
+    return (push_fig,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

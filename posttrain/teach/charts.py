@@ -104,6 +104,24 @@ def finish(fig: Figure, ax: Axes, xlabel: str, ylabel: str, title: str | None = 
     return fig
 
 
+def grouped_bars(ax: Axes, labels: Sequence[str], series: Mapping[str, Sequence[float]], *,
+                 highlight: str | None = None) -> None:
+    """Several things compared at each label, side by side: one bar per entry of `series` in
+    each group, coloured in PALETTE order, the entry named `highlight` (the current choice) in
+    SETTING's colour. A NaN value (a row that was dropped) leaves its slot empty."""
+    width = 0.8 / max(1, len(series))
+    # with a highlighted entry, the others skip the palette's vermilion, too near SETTING's red
+    colours = [c for c in PALETTE if highlight is None or c != PALETTE[1]]
+    for index, (name, values) in enumerate(series.items()):
+        if len(values) != len(labels):
+            raise ValueError(f"series {name!r} has {len(values)} values for {len(labels)} labels")
+        offset = (index - (len(series) - 1) / 2) * width
+        colour = SETTING if name == highlight else colours[index % len(colours)]
+        ax.bar([i + offset for i in range(len(labels))], list(values), width=width, color=colour, label=name)
+    ax.set_xticks(range(len(labels)), list(labels), fontsize=7)
+    ax.axhline(0, color=REFERENCE, linewidth=0.8).set_gid(DECORATION)
+
+
 def hbars(ax: Axes, labels: Sequence[str], values: Sequence[float], *, highlight: Iterable[str] = ()) -> None:
     """bars() lying down, first label on top: for labels too long to sit under a bar (a
     lever's name, a design's), read top to bottom like the table they replace."""
@@ -186,5 +204,5 @@ def points(fig: Figure) -> int:
     return total
 
 
-__all__ = ["PALETTE", "REFERENCE", "SETTING", "band", "bars", "curves", "figure", "finish", "hbars", "legend_right", "mark",
+__all__ = ["PALETTE", "REFERENCE", "SETTING", "band", "bars", "curves", "figure", "finish", "grouped_bars", "hbars", "legend_right", "mark",
            "mark_point", "points", "scatter", "span", "ternary", "ternary_xy"]
