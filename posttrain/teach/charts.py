@@ -132,10 +132,14 @@ def hbars(ax: Axes, labels: Sequence[str], values: Sequence[float], *, highlight
 
 
 def scatter(ax: Axes, groups: Mapping[str, tuple[Sequence[float], Sequence[float]]], *, size: float = 18) -> None:
-    """Points in groups, one colour per group in PALETTE order: {label: (xs, ys)}."""
+    """Points in groups, one colour per group in PALETTE order: {label: (xs, ys)}. An empty
+    group keeps its colour slot and gets no legend entry, so a group's colour stays the same
+    while the widget moves others in and out."""
     for index, (label, (xs, ys)) in enumerate(groups.items()):
         if len(xs) != len(ys):
             raise ValueError(f"group {label!r} has {len(xs)} x values for {len(ys)} y values")
+        if not xs:
+            continue
         ax.scatter(list(xs), list(ys), s=size, color=PALETTE[index % len(PALETTE)], label=label, linewidths=0)
 
 
