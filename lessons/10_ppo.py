@@ -49,7 +49,7 @@ def _(mo):
     The four corners are the whole of PPO's clip:
 
     | | $\rho < 1-\epsilon$ | inside | $\rho > 1+\epsilon$ |
-    |---|---|---|---|
+    |:---|:---|:---|:---|
     | $A > 0$ (make it likelier) | unclipped: keep pushing up | unclipped | **clipped**: enough |
     | $A < 0$ (make it rarer) | **clipped**: enough | unclipped | unclipped: keep pushing down |
 
@@ -141,7 +141,7 @@ def _(adv, clip_cell, eps, ratio):
            title="Where the objective goes flat, the token's gradient is zero")
     legend_right(objective_fig, _ax)
     objective_fig
-    return (objective_fig,)
+    return objective, objective_fig, objective_ratios
 
 
 @app.cell

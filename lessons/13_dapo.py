@@ -27,7 +27,7 @@ def _(mo):
     signal. DAPO (Yu et al., 2025) is GRPO with the KL term dropped and one fix for each:
 
     | fix | the problem it answers | the change |
-    |---|---|---|
+    |:---|:---|:---|
     | **clip-higher** | a rare token can barely grow: $\rho \le 1+\epsilon$ lets $p = 0.01$ reach only $0.012$, so exploration dies and entropy collapses | $\epsilon_{\text{high}} = 0.28 > \epsilon_{\text{low}} = 0.2$ |
     | **dynamic sampling** | groups with all-equal rewards have advantage 0 but still fill the batch | drop them, sample more prompts until the batch is full of informative groups |
     | **token-level loss** | GRPO averages within each response first, so a token of a long response weighs less | average over all tokens of the batch (`token-mean`) |

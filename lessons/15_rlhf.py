@@ -149,14 +149,19 @@ def _(BETAS, PROMPT, controls, gold, heldout, mo, ref_logp, sentiment_pairs, tex
 @app.cell
 def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, start, sweep, texts, torch,
       train_acc):
+    from posttrain.teach.tables import markdown_table
+
     _peak = max(sweep, key=lambda row: row["gold"])
-    _rows = "".join(
-        f"| {'**▶ ' if row is chosen else ''}{row['beta']:g}{'**' if row is chosen else ''} | {row['kl']:.2f} | "
-        f"{row['proxy']:+.2f} | {row['gold']:+.2f}{' ← gold peaks' if row is _peak else ''} | {row['distinct']:.1f} |\n"
-        for row in sweep)
+    _rows = markdown_table(
+        ["β", "KL(π\\* ‖ π_ref)", "proxy E[r_φ]", "gold E[lexicon]", "reviews it spreads over (e^H)"],
+        [[f"{'**▶ ' if row is chosen else ''}{row['beta']:g}{'**' if row is chosen else ''}", f"{row['kl']:.2f}",
+          f"{row['proxy']:+.2f}", f"{row['gold']:+.2f}{' ← gold peaks' if row is _peak else ''}", f"{row['distinct']:.1f}"]
+         for row in sweep], align="rrrrr")  # "← gold peaks" is a note on a number
     _top = torch.topk(chosen["logp"], 5).indices.tolist()
-    _reviews = "".join(f"| {texts[i]} | {ref_logp[i].exp():.4f} | {chosen['logp'][i].exp():.3f} | {proxy[i]:+.2f} | "
-                       f"{gold[i]:+.2f} |\n" for i in _top)
+    _reviews = markdown_table(
+        ["review", "π_ref", "π\\*_β", "proxy r_φ", "gold"],
+        [[texts[i], f"{ref_logp[i].exp():.4f}", f"{chosen['logp'][i].exp():.3f}", f"{proxy[i]:+.2f}", f"{gold[i]:+.2f}"]
+         for i in _top])
     mo.md(
         f"""
     ### The reward model: {n_pairs} pairs, 100 steps
@@ -170,13 +175,9 @@ def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, st
     The SFT policy scores {start['proxy']:+.2f} under the proxy and {start['gold']:+.2f} under the gold,
     spread over e^H = {start['distinct']:.0f} reviews.
 
-    | β | KL(π\\* ‖ π_ref) | proxy E[r_φ] | gold E[lexicon] | reviews it spreads over (e^H) |
-    |---|---|---|---|---|
     {_rows}
     ### What π\\* writes at β = {beta:g}: its five most likely reviews
 
-    | review | π_ref | π\\*_β | proxy r_φ | gold |
-    |---|---|---|---|---|
     {_reviews}
     """
     )

@@ -40,7 +40,7 @@ def _(mo):
     ## Four ways to spend a budget of B generated tokens
 
     | method | how it spends B | needs |
-    |---|---|---|
+    |:---|:---|:---|
     | greedy | one completion at temperature 0 | nothing |
     | best-of-N (ORM) | N = B / 28 whole samples, keep the one the ORM ranks first | an ORM |
     | best-of-N (PRM) | the same N samples, keep the one with the best worst step | a PRM |

@@ -35,7 +35,7 @@ def _(mo):
     ## Five archetypes
 
     | archetype | what it checks | in posttrain | what gets hacked | the defence here |
-    |---|---|---|---|---|
+    |:---|:---|:---|:---|:---|
     | **math** | the final answer equals the reference | `posttrain/verifiers/final_int.py` (one strict `Final: <int>` line), `posttrain/verifiers/math_answer.py` (math-verify equivalence, in a killable worker with a deadline) | lenient parsing: several answers, hedges, the last number anywhere, answers math-verify misreads (`\boxed{5 = 4}` once scored right for 4) | one strictly parsed answer line; versioned specs (`math/boxed-or-final-v2` refuses what v1 paid) |
     | **code** | the model's code passes the example's tests | `posttrain/verifiers/code.py` in `posttrain/guards/sandbox.py` | special-casing the tests, an object whose `__eq__` always says yes, rebinding builtins, forging the harness's report, reading the answer key | the sandbox only computes values; the trusted parent compares them (`tests/test_code_attacks.py`: 15 tricks that paid 1.0 now score 0) |
     | **tool use** | the final answer of a multi-turn episode with tool calls | `posttrain/envs/tool_env.py`, `posttrain/envs/tools.py`, `posttrain/rewards/agentic.py` | calling tools for their own sake, burning turns, malformed calls that crash an environment, training on the tool's output as if the model wrote it | every tool call returns a result and never raises; costs per call and per malformed call, never bonuses; tool tokens masked out (lesson 08) |

@@ -297,7 +297,7 @@ def _(Example, K, band, difficulty, env, examples, held, mo, passes, pipeline_in
     _why_dropped = ", ".join(why for why, *_ in planted)
     _table = f"""
     | stage | the question | in posttrain | on these prompts |
-    |---|---|---|---|
+    |:---|:---|:---|:---|
     | 1 source | where do prompts come from? | `env.fixed_set("train", n, seed)`, `posttrain/envs/arithmetic.py`; JSONL tasks in `posttrain/envs/dataset_files.py` | {len(source)} rows: the pool's {len(examples)} and 4 planted ({_why_dropped}) |
     | 2 license | may we train on them? | *not in posttrain*: generated tasks need no licence; a real corpus would carry one per source and drop what it may not use | {len(licensed)} kept (all generated here) |
     | 3 verifier-check | can the verifier tell right from wrong on this row? | `env.score` (`posttrain/verifiers/final_int.py`): the reference answer paid, another integer not | {len(checked)} kept; dropped {len(licensed) - len(checked)}: an answer of "12.0" that no `Final:` line can match, a prompt that would read as hopeless forever |

@@ -49,7 +49,7 @@ def _(mo):
     ## The per-role optimization menu
 
     | role | levers (each from a lesson) |
-    |---|---|
+    |:---|:---|
     | rollout | continuous batching, prefix caching, paged KV (21, 25); a length cap, packing, dynamic K (22b); speculative decoding; low-precision weights with the mismatch corrected (22b, 25); async overlap (22c) |
     | reference | share each group's prompt (`rl.update.share_prompt`); drop it when β = 0 and nothing logs the KL; compute ref log-probs in the engine |
     | train | leave out rows with no gradient (`rl.update.skip_inert_rows`); share the prompt; fewer epochs; LoRA (less optimizer work, not fewer FLOPs) |
