@@ -6,6 +6,12 @@
     finish(fig, ax, "ratio ρ", "objective")  labelled axes (units in the label), legend, layout
     points(fig)                            how many data points it holds (tests assert > 0)
 
+and for charts that are not curves over x: bars / grouped_bars / hbars (one value per label,
+several things per label, labels too long to sit under a bar), scatter (groups of points),
+span (a shaded stretch of x: context, not data), mark_point (a setting that is a point in the
+plane), ternary + ternary_xy (a triangle of three shares), legend_right (the legend beside
+the plot when the curves fill it).
+
 A lesson's chart cell is then the computation it already shows as numbers, drawn:
 
     @app.cell
