@@ -67,10 +67,11 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.teach.widgets import tiny_policy
 
-    model, tok, env, sft_losses = tiny_policy(sft_steps=400, level=2, cot=True, demos=795)
+    with mo.status.spinner(title="Teaching a tiny model to add in steps (400 SFT steps, a few seconds)…"):
+        model, tok, env, sft_losses = tiny_policy(sft_steps=400, level=2, cot=True, demos=795)
     problems = env.fixed_set("dev", 40)
     MAX_NEW = 28  # the longest level-2 chain, "9+9=18,18+9=27\nFinal: 27", is 25 characters + EOS
     return MAX_NEW, env, model, problems, sft_losses, tok
@@ -180,7 +181,8 @@ def _(BUDGETS, budget, by_budget, noise):
                 "MCTS (PRM)"]
     _accuracy = {m: [list(by_budget[b].values())[i]["accuracy"] for b in BUDGETS] for i, m in enumerate(_methods)}
     budget_fig, _ax = figure()
-    curves(_ax, BUDGETS, _accuracy, markers=True, styles={"greedy": ":", "best-of-N (ORM)": "--"})  # at noise 0 the ORM is the verifier: dashed over it
+    # at noise 0 the ORM is the perfect verifier: dashed, so that both lines show
+    curves(_ax, BUDGETS, _accuracy, markers=True, styles={"greedy": ":", "best-of-N (ORM)": "--"})
     mark(_ax, budget, f"B = {budget} tokens")
     _ax.set_xscale("log", base=2)
     _ax.set_xticks(BUDGETS, [str(b) for b in BUDGETS])

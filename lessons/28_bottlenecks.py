@@ -181,7 +181,7 @@ def _(before, chosen):
 
 
 @app.cell
-def _(runs, torch):
+def _(mo, runs, torch):
     from posttrain.config import SamplingParams
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.roles.engines import make_engine
@@ -193,19 +193,21 @@ def _(runs, torch):
     # step 3: profile the binding role, our sampler, on make run's gpt_mini shape. The autograd
     # profiler records the same operator times as torch.profiler without starting its tracer
     # (measured here: 0.1 s of CPU against 3 s), and a lesson has 30 s
-    _model, _tok = make_run_policy()
-    _engine = make_engine(_model, _tok, SamplingParams(max_new_tokens=8))
-    _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
-    _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
-    with torch.autograd.profiler.profile() as _prof:
-        _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))
+    with mo.status.spinner(title="Profiling one call of the sampler…"):
+        _model, _tok = make_run_policy()
+        _engine = make_engine(_model, _tok, SamplingParams(max_new_tokens=8))
+        _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
+        _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
+        with torch.autograd.profiler.profile() as _prof:
+            _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))
     _ops = sorted(_prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     _total = sum(e.self_cpu_time_total for e in _ops)
     profile_top = [(e.key, e.count, e.self_cpu_time_total / _total) for e in _ops[:6]]
     # step 6: the ratios and importance weights each step started from
     # every RL step's logged ratio statistics; the table shows the last four, the chart all of them
     ratio_steps = {name: [(r["step"], r["ratio_max"], r["clipfrac"], r.get("staleness_max", 0),
-                           r.get("tis_weight_mean", 1.0), r.get("behaviour_kl", 0.0)) for r in rows if r.get("stage") == "rl"]
+                           r.get("tis_weight_mean", 1.0), r.get("behaviour_kl", 0.0))
+                          for r in rows if r.get("stage") == "rl"]
                    for name, (_, rows) in runs.items()}
     health = {name: steps[-4:] for name, steps in ratio_steps.items()}
     return health, profile_top, ratio_steps, sampling
@@ -274,13 +276,15 @@ def _(ratio_steps):
     # mean), not every token's ratio: the chart draws those, every RL step of both runs.
     _steps = [row[0] for row in ratio_steps["async"]]
     if [row[0] for row in ratio_steps["colocated"]] != _steps:
-        raise ValueError("the two runs in lessons/data/28_runs logged different RL steps; the chart needs the same ones")
+        raise ValueError("the two runs in lessons/data/28_runs logged different RL steps; "
+                         "the chart draws them on one step axis")
     ratio_fig, _ax = _charts.figure()
     _charts.curves(_ax, _steps, {"colocated: ratio max": [row[1] for row in ratio_steps["colocated"]],
                          "async: ratio max": [row[1] for row in ratio_steps["async"]],
                          "async: TIS weight mean": [row[4] for row in ratio_steps["async"]]},
            markers=True, styles={"async: ratio max": "--"})
-    _ax.axhline(1.0, color=_charts.REFERENCE, linewidth=0.8, linestyle=":").set_gid(_charts.DECORATION)  # on-policy: ρ = 1
+    # on-policy is ρ = 1: a reference line, not data
+    _ax.axhline(1.0, color=_charts.REFERENCE, linewidth=0.8, linestyle=":").set_gid(_charts.DECORATION)
     _charts.finish(ratio_fig, _ax, "RL step", "ratio π_θ / π_old (dimensionless)",
            title="Step 6: the ratios each step started from, as logged")
     _charts.legend_right(ratio_fig, _ax)

@@ -115,6 +115,7 @@ def browser(tmp_path_factory):
 
 def test_index_and_a_widget_lesson_in_a_browser(served_lessons, browser):
     page = browser.new_page()
+    kernel = KernelWatch(page)
     try:
         page.set_default_timeout(PAGE_S * 1000)
 
@@ -145,6 +146,7 @@ def test_index_and_a_widget_lesson_in_a_browser(served_lessons, browser):
         # the chart is redrawn with the mark at the new ratio: the kernel sent a new image
         page.wait_for_function("before => [...document.querySelectorAll('[data-cell-id] img')].every("
                                "e => e.src !== before)", arg=chart_before)
+        settle(page, kernel, "10_ppo.py after the slider moved")  # the chart's redraw, not a stale one
         # the widget at the top of the picture, its output below it
         page.get_by_text("Set a token's ratio").evaluate("e => e.scrollIntoView({block: 'start'})")
         page.wait_for_timeout(300)
@@ -246,6 +248,15 @@ class KernelWatch:
                 and time.monotonic() - self.last_message > self.QUIET_S)
 
 
+def settle(page, kernel: KernelWatch, what: str, timeout: float = LESSON_S) -> None:
+    """Wait until the kernel has run everything the last page load or widget move started."""
+    deadline = time.monotonic() + timeout
+    while not kernel.settled():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: cells {kernel.busy()} had not finished after {timeout:.0f} s")
+        page.wait_for_timeout(250)
+
+
 def _server_log_tail(base: str) -> str:
     path = SERVER_LOGS.get(base)
     return path.read_text(encoding="utf-8", errors="replace")[-3000:] if path else ""
@@ -253,9 +264,15 @@ def _server_log_tail(base: str) -> str:
 
 def _screenshot_whole_page(page, path: Path) -> None:
     """marimo scrolls inside its own container: size the window to the tallest scroller."""
-    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('body, body *')].map(e => e.scrollHeight))")
-    page.set_viewport_size({"width": 1280, "height": min(int(height) + 40, 20_000)})
-    page.wait_for_timeout(500)  # the images re-lay out at the new size
+    tallest = "() => Math.max(...[...document.querySelectorAll('body, body *')].map(e => e.scrollHeight))"
+    height = 0
+    for _ in range(3):  # a taller window re-lays out the page: measure again until it fits
+        measured = min(int(page.evaluate(tallest)) + 40, 20_000)
+        if measured <= height:
+            break
+        height = measured
+        page.set_viewport_size({"width": 1280, "height": height})
+        page.wait_for_timeout(500)  # the images re-lay out at the new size
     page.screenshot(path=str(path))
     page.set_viewport_size({"width": 1280, "height": 900})
 
@@ -267,11 +284,7 @@ def test_lesson_runs_in_a_browser_without_errors_and_draws_its_charts(path, serv
     try:
         kernel = KernelWatch(page)
         page.goto(f"{served_lessons}/?file={path.name}")
-        deadline = time.monotonic() + LESSON_S
-        while not kernel.settled():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{path.name}: cells {kernel.busy()} had not finished after {LESSON_S} s")
-            page.wait_for_timeout(250)
+        settle(page, kernel, path.name)
         assert not kernel.errors, (f"{path.name}: cells {sorted(kernel.errors)} ended in an error "
                                    f"({kernel.errors}); the server's log:\n{_server_log_tail(served_lessons)}")
 

@@ -214,5 +214,6 @@ def points(fig: Figure) -> int:
     return total
 
 
-__all__ = ["PALETTE", "REFERENCE", "SETTING", "band", "bars", "curves", "figure", "finish", "grouped_bars", "hbars", "legend_right", "mark",
-           "mark_point", "points", "scatter", "span", "ternary", "ternary_xy"]
+__all__ = ["DECORATION", "PALETTE", "REFERENCE", "SETTING", "band", "bars", "curves", "figure", "finish",
+           "grouped_bars", "hbars", "legend_right", "mark", "mark_point", "points", "scatter", "span", "ternary",
+           "ternary_xy"]
