@@ -201,14 +201,25 @@ def charts_drawn_by(path: Path) -> int:
     return sum(getattr(f, "id", None) == "finish" or getattr(f, "attr", None) == "finish" for f in calls)
 
 
-def data_pixels(src: str) -> int:
-    """Pixels of a PNG data URL within a small distance of a data colour."""
+def _colours(src: str) -> list[tuple[int, tuple[int, int, int]]]:
+    """(count, RGB) for every colour of a PNG data URL, at a size plenty to find a curve."""
     from PIL import Image
 
     image = Image.open(io.BytesIO(base64.b64decode(src.split(",", 1)[1]))).convert("RGB")
-    image.thumbnail((800, 800))  # plenty to find a curve, and quick
-    return sum(count for count, (r, g, b) in image.getcolors(maxcolors=1 << 20) or []
+    image.thumbnail((800, 800))
+    return image.getcolors(maxcolors=1 << 20) or []
+
+
+def data_pixels(src: str) -> int:
+    """Pixels within a small distance of a data colour of the course's palette."""
+    return sum(count for count, (r, g, b) in _colours(src)
                if any(abs(r - R) + abs(g - G) + abs(b - B) < 40 for R, G, B in DATA_COLOURS))
+
+
+def coloured_pixels(src: str) -> int:
+    """Pixels with any colour at all: a figure drawn without the course's helper (plain
+    matplotlib) has data in some colour, while empty axes are black, grey and white."""
+    return sum(count for count, rgb in _colours(src) if max(rgb) - min(rgb) > 60)
 
 
 class KernelWatch:
@@ -295,6 +306,8 @@ def test_lesson_runs_in_a_browser_without_errors_and_draws_its_charts(path, serv
         _screenshot_whole_page(page, ARTIFACTS / f"lesson_{path.stem}.png")
         sources = [images.nth(i).get_attribute("src") for i in range(images.count())]
         with_data = [data_pixels(src) for src in sources]
+        blank = [i for i, src in enumerate(sources) if coloured_pixels(src) < DATA_PIXELS]
+        assert not blank, f"{path.name}: matplotlib image(s) {blank} (in page order) have no data on them"
         assert sum(n >= DATA_PIXELS for n in with_data) >= expected, (
             f"{path.name} draws {expected} chart(s) with posttrain/teach/charts.py, but the page shows "
             f"{len(sources)} image(s) with {with_data} data-coloured pixels (each needs {DATA_PIXELS}): an output "
