@@ -166,6 +166,7 @@ def _(GROUP_SIZES, K, bias_by_k, mo, true_grad, zero_var_by_k):
     mark(_ax, K, f"K = {K}")
     finish(bias_fig, _ax, "group size K (samples per prompt)", "expected ÷ true gradient",
            title="The bias: mean-only is (K − 1)/K")
+    _ax.get_legend().set_frame_on(True)  # a white box: the mark at K runs behind the legend's text
     zero_fig, _ax2 = figure(width=3.6, height=2.9)
     curves(_ax2, GROUP_SIZES, {"groups with all rewards equal": zero_var_by_k}, markers=True)
     mark(_ax2, K, f"K = {K}")
