@@ -11,9 +11,10 @@ def _():
     import marimo as mo
 
     from posttrain.teach.lesson_setup import torch_on_one_thread
+    from posttrain.teach.tables import markdown_table
 
     torch = torch_on_one_thread()
-    return mo, torch
+    return markdown_table, mo, torch
 
 
 @app.cell
@@ -48,7 +49,7 @@ def _(mo):
     The four corners are the whole of PPO's clip:
 
     | | $\rho < 1-\epsilon$ | inside | $\rho > 1+\epsilon$ |
-    |---|---|---|---|
+    |:---|:---|:---|:---|
     | $A > 0$ (make it likelier) | unclipped: keep pushing up | unclipped | **clipped**: enough |
     | $A < 0$ (make it rarer) | **clipped**: enough | unclipped | unclipped: keep pushing down |
 
@@ -92,16 +93,14 @@ def _(controls, torch):
 
 
 @app.cell
-def _(RATIOS, adv, cell, eps, mo, ratio, table):
+def _(RATIOS, adv, cell, eps, markdown_table, mo, ratio, table):
     def _fmt(c, here):
         text = f"{'clipped' if c['clipped'] else 'unclipped'} · {c['grad']:+.2f}"
         return f"**▶ {text}**" if here else text
 
-    _head = "| A | " + " | ".join(f"ρ = {r:g}" for r in RATIOS) + " |\n" + "|---" * (len(RATIOS) + 1) + "|\n"
-    _rows = "".join(
-        f"| {a:+g} | " + " | ".join(_fmt(table[(r, a)], abs(r - ratio) < 1e-9 and a == adv) for r in RATIOS) + " |\n"
-        for a in (1.0, -1.0)
-    )
+    _table = markdown_table(
+        ["A"] + [f"ρ = {r:g}" for r in RATIOS],
+        [[f"{a:+g}"] + [_fmt(table[(r, a)], abs(r - ratio) < 1e-9 and a == adv) for r in RATIOS] for a in (1.0, -1.0)])
     _branch = "the **clipped** branch: the gradient through this token is **zero**" if cell["clipped"] else \
         "the **unclipped** branch: the gradient is −A·ρ, pushing " + ("up" if adv > 0 else "down")
     mo.md(
@@ -114,14 +113,39 @@ def _(RATIOS, adv, cell, eps, mo, ratio, table):
     The full table at ε = {eps:.2f}: each cell is the active branch · ∂loss/∂log π (your setting
     marked ▶; move the ratio to another column):
 
-    {_head}{_rows}
+    {_table}
     """
     )
     return
 
 
 @app.cell
-def _(eps, mo, torch):
+def _(adv, clip_cell, eps, ratio):
+    from posttrain.teach.charts import curves, figure, finish, legend_right, mark, span
+
+    # The objective PPO maximises on one token, −loss from clipped_surrogate, across the ratio:
+    # the clip is the flat stretch where the min picks the constant branch. ε = 10^6 is the
+    # same call with no clip: ρ·A without PPO's pessimism, for comparison.
+    objective_ratios = [round(0.3 + 0.02 * i, 2) for i in range(71)]  # 0.3 .. 1.7
+    objective = {f"clipped, A = {a:+g}": [-clip_cell(r, a, eps)["loss"] for r in objective_ratios]
+                 for a in (1.0, -1.0)}
+    unclipped = {f"no clip, A = {a:+g}": [-clip_cell(r, a, 1e6)["loss"] for r in objective_ratios]
+                 for a in (1.0, -1.0)}
+    objective_fig, _ax = figure()
+    span(_ax, 1 - eps, 1 + eps, f"trust region, ε = {eps:.2f}")
+    curves(_ax, objective_ratios, objective)
+    curves(_ax, objective_ratios, unclipped, styles={k: ":" for k in unclipped})  # the same colours, dotted
+    mark(_ax, ratio, f"your token: ρ = {ratio:.2f}, A = {adv:+g}")
+    _ax.set_xlim(objective_ratios[0], objective_ratios[-1])
+    finish(objective_fig, _ax, "ratio ρ = π_θ / π_old (dimensionless)", "objective min(ρA, clip(ρ)A)",
+           title="Where the objective goes flat, the token's gradient is zero")
+    legend_right(objective_fig, _ax)
+    objective_fig
+    return objective, objective_fig, objective_ratios
+
+
+@app.cell
+def _(eps, markdown_table, mo, torch):
     from posttrain.algorithms.core import clipped_surrogate as _surrogate
 
     # Several epochs on ONE batch: a free (B, T, V) table of logits plays the policy, so the
@@ -142,8 +166,9 @@ def _(eps, mo, torch):
         (_grad,) = torch.autograd.grad(_loss, _logits)
         with torch.no_grad():
             _logits -= 5.0 * _grad  # plain SGD, big steps: the clip, not the step size, must hold it
-    _rows = "".join(f"| {i + 1} | {m['ratio_max']:.2f} | {m['approx_kl']:.4f} | {m['clipfrac']:.2f} |\n"
-                    for i, m in enumerate(epochs))
+    _table = markdown_table(["epoch", "ratio max", "approx_kl(π_old ‖ π_θ)", "clipfrac"],
+                            [[i + 1, f"{m['ratio_max']:.2f}", f"{m['approx_kl']:.4f}", f"{m['clipfrac']:.2f}"]
+                             for i, m in enumerate(epochs)])
     mo.md(
         f"""
     ### Eight epochs on one batch with ε = {eps:.2f}
@@ -151,16 +176,14 @@ def _(eps, mo, torch):
     8 rows × 4 tokens, advantage ±1 per row, plain SGD (lr 5) on `clipped_surrogate`, measured
     at the start of each epoch:
 
-    | epoch | ratio max | approx_kl(π_old ‖ π_θ) | clipfrac |
-    |---|---|---|---|
-    {_rows}
+    {_table}
     """
     )
     return (epochs,)
 
 
 @app.cell
-def _(mo, torch):
+def _(markdown_table, mo, torch):
     from posttrain.algorithms.ppo import gae, token_level_rewards
 
     # PPO's other patch, for one 5-token response with reward 1 at its end and a critic's guesses.
@@ -168,16 +191,16 @@ def _(mo, torch):
     _values = torch.tensor([[0.2, 0.3, 0.5, 0.6, 0.9]])  # V(s_t) from the critic at sampling time
     _rewards = token_level_rewards(torch.tensor([1.0]), _mask)  # (1, 5): the reward on the last token
     _adv, _ret = gae(_rewards, _values, _mask, gamma=1.0, lam=0.95)
+    _table = markdown_table(["t", "0", "1", "2", "3", "4"], [
+        ["token reward r_t"] + [f"{v:g}" for v in _rewards[0].tolist()],
+        ["critic V(s_t)"] + [f"{v:g}" for v in _values[0].tolist()],
+        ["advantage A_t"] + [f"{v:+.3f}" for v in _adv[0].tolist()],
+    ])
     mo.md(
         f"""
     ### The critic's part: GAE on one response (γ = 1, λ = 0.95)
 
-    | t | 0 | 1 | 2 | 3 | 4 |
-    |---|---|---|---|---|---|
-    | token reward r_t | {' | '.join(f'{v:g}' for v in _rewards[0].tolist())} |
-    | critic V(s_t) | {' | '.join(f'{v:g}' for v in _values[0].tolist())} |
-    | advantage A_t | {' | '.join(f'{v:+.3f}' for v in _adv[0].tolist())} |
-
+    {_table}
     Unlike REINFORCE's one number per sequence, each token gets its own advantage, built from
     how much the critic's estimate changed after it, $\\delta_t = r_t + \\gamma V(s_{{t+1}}) - V(s_t)$,
     smoothed over the following tokens by λ. The price is a second network to train

@@ -91,33 +91,47 @@ def _(K, itertools, torch):
     # Σ_i A_i ∇_θ log π(a_i) / K with each algorithm's advantages (θ = the two logits).
     pi = torch.tensor([0.3, 0.7])  # the policy is usually wrong on this prompt
     arm_reward = torch.tensor([1.0, 0.0])
-    _groups = torch.tensor(list(itertools.product([0, 1], repeat=K)))  # (2^K, K) arms
-    _prob = pi[_groups].prod(dim=1)  # (2^K,)
-    _rewards = arm_reward[_groups].reshape(-1)  # (2^K · K,)
-    _ids = torch.arange(len(_groups)).repeat_interleave(K)  # each enumerated group its own id
-    _score = torch.nn.functional.one_hot(_groups, 2).float() - pi  # (2^K, K, 2) ∇ log π(a)
-
-    def expected_grad(adv):
-        per_group = (adv.view(len(_groups), K, 1) * _score).mean(dim=1)  # (2^K, 2)
-        return (_prob[:, None] * per_group).sum(dim=0)[0].item()  # d/dθ_0, the right arm
-
     true_grad = (pi[0] * (1 - pi[0])).item()  # d/dθ_0 of E[r] = π_0 for a softmax over two logits
-    bias_rows = {
-        "GRPO (mean and std)": expected_grad(group_advantages(_rewards, _ids, "group", 1e-6)),
-        "GRPO mean only (= Dr. GRPO)": expected_grad(group_advantages(_rewards, _ids, "none", 1e-6)),
-        "RLOO (leave one out)": expected_grad(_rewards - leave_one_out_baseline(_rewards, _ids)),
-    }
-    # How often is a group uninformative? 4000 prompts with pass rates spread over [0, 1].
-    _gen = torch.Generator().manual_seed(0)
-    _p = torch.rand(4000, generator=_gen).repeat_interleave(K)
-    _r = (torch.rand(4000 * K, generator=_gen) < _p).float()
-    zero_var = zero_variance_group_fraction(_r, torch.arange(4000).repeat_interleave(K))
-    return bias_rows, pi, true_grad, zero_var
+
+    def bias_at(k: int) -> dict[str, float]:
+        """Each advantage's exact expected gradient on the right answer's logit, groups of k."""
+        groups = torch.tensor(list(itertools.product([0, 1], repeat=k)))  # (2^k, k) arms
+        prob = pi[groups].prod(dim=1)  # (2^k,)
+        rewards = arm_reward[groups].reshape(-1)  # (2^k · k,)
+        ids = torch.arange(len(groups)).repeat_interleave(k)  # each enumerated group its own id
+        score = torch.nn.functional.one_hot(groups, 2).float() - pi  # (2^k, k, 2) ∇ log π(a)
+
+        def expected_grad(adv):
+            per_group = (adv.view(len(groups), k, 1) * score).mean(dim=1)  # (2^k, 2)
+            return (prob[:, None] * per_group).sum(dim=0)[0].item()  # d/dθ_0, the right arm
+
+        return {
+            "GRPO (mean and std)": expected_grad(group_advantages(rewards, ids, "group", 1e-6)),
+            "GRPO mean only (= Dr. GRPO)": expected_grad(group_advantages(rewards, ids, "none", 1e-6)),
+            "RLOO (leave one out)": expected_grad(rewards - leave_one_out_baseline(rewards, ids)),
+        }
+
+    def zero_variance_at(k: int) -> float:
+        """How often is a group uninformative? 4000 prompts with pass rates spread over [0, 1]."""
+        gen = torch.Generator().manual_seed(0)
+        p = torch.rand(4000, generator=gen).repeat_interleave(k)
+        r = (torch.rand(4000 * k, generator=gen) < p).float()
+        return zero_variance_group_fraction(r, torch.arange(4000).repeat_interleave(k))
+
+    bias_rows, zero_var = bias_at(K), zero_variance_at(K)
+    # the same two computations at every group size the slider offers, for the chart
+    GROUP_SIZES = list(range(1, 9))
+    bias_by_k = [bias_at(k) for k in GROUP_SIZES]
+    zero_var_by_k = [zero_variance_at(k) for k in GROUP_SIZES]
+    return GROUP_SIZES, bias_by_k, bias_rows, pi, true_grad, zero_var, zero_var_by_k
 
 
 @app.cell
 def _(K, bias_rows, mo, pi, table, true_grad, zero_var):
-    _bias = "".join(f"| {name} | {g:+.4f} | {g / true_grad:.3f} |\n" for name, g in bias_rows.items())
+    from posttrain.teach.tables import markdown_table
+
+    _bias = markdown_table(["advantage", "expected gradient", "÷ true gradient"],
+                           [[name, f"{g:+.4f}", f"{g / true_grad:.3f}"] for name, g in bias_rows.items()])
     mo.md(
         f"""
     ### K = {K}: the same batch through the family
@@ -136,12 +150,30 @@ def _(K, bias_rows, mo, pi, table, true_grad, zero_var):
     A prompt the policy gets right with probability {pi[0]:.1f}. True gradient on the right
     answer's logit: {true_grad:+.4f}.
 
-    | advantage | expected gradient | ÷ true gradient |
-    |---|---|---|
     {_bias}
     """
     )
     return
+
+
+@app.cell
+def _(GROUP_SIZES, K, bias_by_k, mo, true_grad, zero_var_by_k):
+    from posttrain.teach.charts import curves, figure, finish, mark
+
+    bias_fig, _ax = figure(width=3.9, height=2.9)
+    curves(_ax, GROUP_SIZES, {name: [row[name] / true_grad for row in bias_by_k] for name in bias_by_k[0]},
+           markers=True)
+    mark(_ax, K, f"K = {K}")
+    finish(bias_fig, _ax, "group size K (samples per prompt)", "expected ÷ true gradient",
+           title="The bias: mean-only is (K − 1)/K")
+    _ax.get_legend().set_frame_on(True)  # a white box: the mark at K runs behind the legend's text
+    zero_fig, _ax2 = figure(width=3.6, height=2.9)
+    curves(_ax2, GROUP_SIZES, {"groups with all rewards equal": zero_var_by_k}, markers=True)
+    mark(_ax2, K, f"K = {K}")
+    finish(zero_fig, _ax2, "group size K (samples per prompt)", "share of groups (fraction)",
+           title="Groups that teach nothing", legend=False)
+    mo.hstack([bias_fig, zero_fig], justify="start")
+    return bias_fig, zero_fig
 
 
 @app.cell

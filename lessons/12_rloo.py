@@ -13,9 +13,10 @@ def _():
     import marimo as mo
 
     from posttrain.teach.lesson_setup import torch_on_one_thread
+    from posttrain.teach.tables import markdown_table
 
     torch = torch_on_one_thread()
-    return itertools, mo, torch
+    return itertools, markdown_table, mo, torch
 
 
 @app.cell
@@ -82,18 +83,16 @@ def _(controls, torch):
 
 
 @app.cell
-def _(K, centred, loo, mean, mo, r0, rewards, rloo_adv, scale, table):
-    _rows = "".join(
-        f"| {i} | {rewards[i]:g} | {mean[i]:.3f} | {loo[i]:.3f} | {centred[i]:+.3f} | {rloo_adv[i]:+.3f} | "
-        f"{(rloo_adv[i] / centred[i]).item() if abs(centred[i]) > 1e-9 else float('nan'):.3f} |\n"
-        for i in range(K)
-    )
+def _(K, centred, loo, markdown_table, mean, mo, r0, rewards, rloo_adv, scale, table):
+    _rows = markdown_table(
+        ["sample", "reward", "GRPO's baseline (mean of all)", "RLOO's baseline (mean of others)", "r − mean",
+         "RLOO advantage", "ratio"],
+        [[str(i), f"{rewards[i]:g}", f"{mean[i]:.3f}", f"{loo[i]:.3f}", f"{centred[i]:+.3f}", f"{rloo_adv[i]:+.3f}",
+          f"{(rloo_adv[i] / centred[i]).item() if abs(centred[i]) > 1e-9 else float('nan'):.3f}"] for i in range(K)])
     mo.md(
         f"""
     ### K = {K}, r₀ = {r0:g}
 
-    | sample | reward | GRPO's baseline (mean of all) | RLOO's baseline (mean of others) | r − mean | RLOO advantage | ratio |
-    |---|---|---|---|---|---|---|
     {_rows}
     Every ratio is K/(K−1) = **{scale:.3f}** (NaN where r − mean is 0). Move r₀: GRPO's baseline
     for sample 0 moves with its own reward; RLOO's baseline for sample 0 does not move at all.
@@ -109,15 +108,16 @@ def _(K, centred, loo, mean, mo, r0, rewards, rloo_adv, scale, table):
 
 
 @app.cell
-def _(itertools, mo, torch):
+def _(itertools, torch):
     from posttrain.algorithms.grpo import group_advantages as _group_advantages
     from posttrain.algorithms.rloo import leave_one_out_baseline as _loo
 
     # Exact expected gradient, as in lesson 11: all 2^K groups of a two-armed prompt.
     _pi, _arm_reward = torch.tensor([0.3, 0.7]), torch.tensor([1.0, 0.0])
     _true = (_pi[0] * (1 - _pi[0])).item()
-    _rows = []
-    for _K in range(2, 9):
+    UNBIASED_KS = list(range(2, 9))
+    unbiased = {"mean of all (GRPO without std)": [], "leave one out (RLOO)": []}  # ÷ true gradient, per K
+    for _K in UNBIASED_KS:
         _groups = torch.tensor(list(itertools.product([0, 1], repeat=_K)))  # (2^K, K)
         _prob = _pi[_groups].prod(dim=1)
         _r = _arm_reward[_groups].reshape(-1)
@@ -127,17 +127,24 @@ def _(itertools, mo, torch):
         def _expected(adv):
             return (_prob[:, None] * (adv.view(-1, _K, 1) * _score).mean(dim=1)).sum(dim=0)[0].item()
 
-        _rows.append(f"| {_K} | {_expected(_group_advantages(_r, _ids, 'none', 1e-6)) / _true:.3f} | "
-                     f"{_expected(_r - _loo(_r, _ids)) / _true:.3f} |\n")
-    mo.md(
-        """
-    ### Unbiased, exactly: expected gradient ÷ true gradient
+        unbiased["mean of all (GRPO without std)"].append(_expected(_group_advantages(_r, _ids, "none", 1e-6)) / _true)
+        unbiased["leave one out (RLOO)"].append(_expected(_r - _loo(_r, _ids)) / _true)
+    return UNBIASED_KS, unbiased
 
-    | K | mean of all (GRPO without std) | leave one out (RLOO) |
-    |---|---|---|
-    """ + "".join(_rows)
-    )
-    return
+
+@app.cell
+def _(K, UNBIASED_KS, markdown_table, mo, unbiased):
+    from posttrain.teach.charts import curves, figure, finish, mark
+
+    unbiased_fig, _ax = figure()
+    curves(_ax, UNBIASED_KS, unbiased, markers=True)
+    mark(_ax, K, f"K = {K}")
+    finish(unbiased_fig, _ax, "group size K (samples per prompt)", "expected ÷ true gradient",
+           title="Leave one out is unbiased at every K; the mean of all shrinks the step by (K − 1)/K")
+    _table = markdown_table(["K", *unbiased], [[str(k), *(f"{v[i]:.3f}" for v in unbiased.values())]
+                                               for i, k in enumerate(UNBIASED_KS)])
+    mo.vstack([mo.md("### Unbiased, exactly: expected gradient ÷ true gradient"), unbiased_fig, mo.md(_table)])
+    return (unbiased_fig,)
 
 
 @app.cell

@@ -27,7 +27,7 @@ def _(mo):
     signal. DAPO (Yu et al., 2025) is GRPO with the KL term dropped and one fix for each:
 
     | fix | the problem it answers | the change |
-    |---|---|---|
+    |:---|:---|:---|
     | **clip-higher** | a rare token can barely grow: $\rho \le 1+\epsilon$ lets $p = 0.01$ reach only $0.012$, so exploration dies and entropy collapses | $\epsilon_{\text{high}} = 0.28 > \epsilon_{\text{low}} = 0.2$ |
     | **dynamic sampling** | groups with all-equal rewards have advantage 0 but still fill the batch | drop them, sample more prompts until the batch is full of informative groups |
     | **token-level loss** | GRPO averages within each response first, so a token of a long response weighs less | average over all tokens of the batch (`token-mean`) |
@@ -125,6 +125,22 @@ def _(algo, batch, ceilings, label, mo, penalties, push_125, removed, results, s
     """
     )
     return
+
+
+@app.cell
+def _(batch, label, results):
+    from posttrain.teach.charts import figure, finish, grouped_bars, legend_right
+
+    _lengths = batch.response_lengths().int().tolist()
+    push_fig, _ax = figure(height=3.0)
+    grouped_bars(_ax, [f"g{int(batch.group_ids[b])}\nr={batch.rewards[b]:g}\n{_lengths[b]} tok"
+                       for b in range(batch.batch_size)],
+                 {name: push.tolist() for name, (_, push, _) in results.items()}, highlight=label)
+    finish(push_fig, _ax, "rows 0-11: group, reward, response tokens (an empty slot: dropped)",
+           "push −Σ_t ∂loss/∂log π", title="The push on each completion (> 0: made more likely)")
+    legend_right(push_fig, _ax)
+    push_fig
+    return (push_fig,)
 
 
 @app.cell

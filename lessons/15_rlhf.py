@@ -113,7 +113,7 @@ def _(mo):
 
 
 @app.cell
-def _(BETAS, PROMPT, controls, gold, heldout, ref_logp, sentiment_pairs, texts, torch):
+def _(BETAS, PROMPT, controls, gold, heldout, mo, ref_logp, sentiment_pairs, texts, torch):
     from posttrain.models.tokenizer import CharTokenizer
     from posttrain.rewards.reward_model import pairwise_accuracy, reward_of
     from posttrain.rewards.reward_model_training import train_reward_model
@@ -122,10 +122,12 @@ def _(BETAS, PROMPT, controls, gold, heldout, ref_logp, sentiment_pairs, texts, 
     n_pairs = controls.value["pairs"]
     beta = round(10 ** controls.value["log_beta"], 4)
     _train = sentiment_pairs(n_pairs, seed=0)
-    reward_model, history = train_reward_model(_train, steps=100, seed=0)  # the BT loss, 100 steps
-    train_acc = pairwise_accuracy(reward_model, _train[:300])
-    heldout_acc = pairwise_accuracy(reward_model, heldout)
-    proxy = reward_of(reward_model, CharTokenizer(), [PROMPT] * len(texts), texts, batch_size=512)  # (N,) r_φ
+    # a few seconds of training: say so while it runs, or the page looks frozen
+    with mo.status.spinner(title=f"Training the reward model on {n_pairs} pairs (100 steps)…"):
+        reward_model, history = train_reward_model(_train, steps=100, seed=0)  # the BT loss, 100 steps
+        train_acc = pairwise_accuracy(reward_model, _train[:300])
+        heldout_acc = pairwise_accuracy(reward_model, heldout)
+        proxy = reward_of(reward_model, CharTokenizer(), [PROMPT] * len(texts), texts, batch_size=512)  # (N,) r_φ
 
     def optimum(b: float) -> dict:
         """π*_β ∝ π_ref · exp(r_φ / β), and what it scores under the proxy and the gold."""
@@ -136,23 +138,30 @@ def _(BETAS, PROMPT, controls, gold, heldout, ref_logp, sentiment_pairs, texts, 
                 "distinct": torch.exp(-(pi * logp).sum()).item()}  # e^H: how many reviews it spreads over
 
     sweep = [optimum(b) for b in sorted(set(BETAS) | {beta}, reverse=True)]
+    # the same optimum across the slider's range, β = 1 down to 10^-2.5, for the chart: one softmax each
+    frontier = [optimum(10 ** (-i / 10)) for i in range(26)]
     chosen = next(row for row in sweep if row["beta"] == beta)
     start = {"proxy": (ref_logp.exp() * proxy).sum().item(), "gold": (ref_logp.exp() * gold).sum().item(),
              "distinct": torch.exp(-(ref_logp.exp() * ref_logp).sum()).item()}
-    return beta, chosen, heldout_acc, history, n_pairs, proxy, start, sweep, train_acc
+    return beta, chosen, frontier, heldout_acc, history, n_pairs, proxy, start, sweep, train_acc
 
 
 @app.cell
 def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, start, sweep, texts, torch,
       train_acc):
+    from posttrain.teach.tables import markdown_table
+
     _peak = max(sweep, key=lambda row: row["gold"])
-    _rows = "".join(
-        f"| {'**▶ ' if row is chosen else ''}{row['beta']:g}{'**' if row is chosen else ''} | {row['kl']:.2f} | "
-        f"{row['proxy']:+.2f} | {row['gold']:+.2f}{' ← gold peaks' if row is _peak else ''} | {row['distinct']:.1f} |\n"
-        for row in sweep)
+    _rows = markdown_table(
+        ["β", "KL(π\\* ‖ π_ref)", "proxy E[r_φ]", "gold E[lexicon]", "reviews it spreads over (e^H)"],
+        [[f"{'**▶ ' if row is chosen else ''}{row['beta']:g}{'**' if row is chosen else ''}", f"{row['kl']:.2f}",
+          f"{row['proxy']:+.2f}", f"{row['gold']:+.2f}{' ← gold peaks' if row is _peak else ''}", f"{row['distinct']:.1f}"]
+         for row in sweep], align="rrrrr")  # "← gold peaks" is a note on a number
     _top = torch.topk(chosen["logp"], 5).indices.tolist()
-    _reviews = "".join(f"| {texts[i]} | {ref_logp[i].exp():.4f} | {chosen['logp'][i].exp():.3f} | {proxy[i]:+.2f} | "
-                       f"{gold[i]:+.2f} |\n" for i in _top)
+    _reviews = markdown_table(
+        ["review", "π_ref", "π\\*_β", "proxy r_φ", "gold"],
+        [[texts[i], f"{ref_logp[i].exp():.4f}", f"{chosen['logp'][i].exp():.3f}", f"{proxy[i]:+.2f}", f"{gold[i]:+.2f}"]
+         for i in _top])
     mo.md(
         f"""
     ### The reward model: {n_pairs} pairs, 100 steps
@@ -166,17 +175,29 @@ def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, st
     The SFT policy scores {start['proxy']:+.2f} under the proxy and {start['gold']:+.2f} under the gold,
     spread over e^H = {start['distinct']:.0f} reviews.
 
-    | β | KL(π\\* ‖ π_ref) | proxy E[r_φ] | gold E[lexicon] | reviews it spreads over (e^H) |
-    |---|---|---|---|---|
     {_rows}
     ### What π\\* writes at β = {beta:g}: its five most likely reviews
 
-    | review | π_ref | π\\*_β | proxy r_φ | gold |
-    |---|---|---|---|---|
     {_reviews}
     """
     )
     return
+
+
+@app.cell
+def _(beta, chosen, frontier, start):
+    from posttrain.teach.charts import curves, figure, finish, legend_right, mark
+
+    overopt_fig, _ax = figure()
+    _kl = [0.0] + [row["kl"] for row in frontier]  # β → ∞ is π_ref itself: KL 0
+    curves(_ax, _kl, {"proxy E[r_φ], maximised": [start["proxy"]] + [row["proxy"] for row in frontier],
+                      "gold E[lexicon], the raters": [start["gold"]] + [row["gold"] for row in frontier]})
+    mark(_ax, chosen["kl"], f"β = {beta:g}: KL {chosen['kl']:.2f} nats")
+    finish(overopt_fig, _ax, "KL(π*_β ‖ π_ref) (nats): how far RL moved the policy", "expected reward (score)",
+           title="Over-optimisation: the proxy keeps rising, the gold turns over")
+    legend_right(overopt_fig, _ax)
+    overopt_fig
+    return (overopt_fig,)
 
 
 @app.cell

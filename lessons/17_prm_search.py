@@ -40,7 +40,7 @@ def _(mo):
     ## Four ways to spend a budget of B generated tokens
 
     | method | how it spends B | needs |
-    |---|---|---|
+    |:---|:---|:---|
     | greedy | one completion at temperature 0 | nothing |
     | best-of-N (ORM) | N = B / 28 whole samples, keep the one the ORM ranks first | an ORM |
     | best-of-N (PRM) | the same N samples, keep the one with the best worst step | a PRM |
@@ -67,10 +67,11 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.teach.widgets import tiny_policy
 
-    model, tok, env, sft_losses = tiny_policy(sft_steps=400, level=2, cot=True, demos=795)
+    with mo.status.spinner(title="Teaching a tiny model to add in steps (400 SFT steps, a few seconds)…"):
+        model, tok, env, sft_losses = tiny_policy(sft_steps=400, level=2, cot=True, demos=795)
     problems = env.fixed_set("dev", 40)
     MAX_NEW = 28  # the longest level-2 chain, "9+9=18,18+9=27\nFinal: 27", is 25 characters + EOS
     return MAX_NEW, env, model, problems, sft_losses, tok
@@ -89,7 +90,9 @@ def _(MAX_NEW, mo):
 
 
 @app.cell
-def _(MAX_NEW, controls, env, model, problems, tok, torch):
+def _(MAX_NEW, env, model, problems, tok, torch):
+    import functools
+
     from posttrain.config import SamplingParams
     from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format
     from posttrain.roles.engines import make_engine
@@ -106,13 +109,10 @@ def _(MAX_NEW, controls, env, model, problems, tok, torch):
         pick_highest,
     )
 
-    budget, noise = controls.value["budget"], controls.value["noise"]
     settings = SearchConfig()  # expansions, MCTS children, c_uct, step cap: what `posttrain search` uses
     engine = make_engine(model, tok, SamplingParams(temperature=0.5, max_new_tokens=MAX_NEW))
     fmt, separators = get_step_format("arithmetic"), SEPARATORS["arithmetic"]
     step_checker = OracleStepScorer(problems)
-    orm = NoisyScorer(OracleOutcomeScorer(problems, env.score), noise)
-    prm = NoisyScorer(step_checker, noise)
     prompts = [p.prompt for p in problems]
 
     def grade(answers, spent) -> dict:
@@ -126,39 +126,82 @@ def _(MAX_NEW, controls, env, model, problems, tok, torch):
     def spent_by(batch) -> int:
         return sum(p.budget.spent for p in batch)
 
-    rows = {}
-    _batch = Problem.of(problems, tok, MAX_NEW)
-    rows["greedy"] = grade(greedy(engine, _batch, MAX_NEW), spent_by(_batch))
+    @functools.lru_cache(maxsize=None)  # moving the budget back to a value already seen costs nothing
+    def search_rows(budget: int, noise: float) -> dict:
+        """Every method on the 40 problems at one budget and one scorer noise: {method: grade}."""
+        orm = NoisyScorer(OracleOutcomeScorer(problems, env.score), noise)
+        prm = NoisyScorer(step_checker, noise)
+        rows = {}
+        batch = Problem.of(problems, tok, MAX_NEW)
+        rows["greedy"] = grade(greedy(engine, batch, MAX_NEW), spent_by(batch))
+        n = budget // MAX_NEW
+        batch = Problem.of(problems, tok, budget)
+        drawn = sample_completions(engine, batch, n, MAX_NEW, torch.Generator().manual_seed(0))
+        spent = spent_by(batch)  # one set of N samples, three ways of choosing among them
+        rows[f"best-of-{n}, perfect verifier"] = grade(
+            [pick_highest(c, OracleOutcomeScorer(problems, env.score).score_outcomes([p] * len(c), [x.text for x in c]))
+             for p, c in zip(prompts, drawn)], spent)
+        rows[f"best-of-{n} (ORM)"] = grade(
+            [pick_highest(c, orm.score_outcomes([p] * len(c), [x.text for x in c])) for p, c in zip(prompts, drawn)], spent)
+        rows[f"best-of-{n} (PRM, min)"] = grade(
+            [pick_highest(c, [AGGREGATIONS["min"](s) for s in prm.score_steps([p] * len(c), [fmt.split(x.text) or [""] for x in c])])
+             for p, c in zip(prompts, drawn)], spent)
+        width = max(1, budget // (MAX_NEW * settings.expansions))
+        batch = Problem.of(problems, tok, budget)
+        rows[f"beam {width}×{settings.expansions} (PRM)"] = grade(
+            beam_search(engine, batch, prm, fmt, separators, width, settings.expansions, settings.step_tokens, MAX_NEW,
+                        torch.Generator().manual_seed(1)), spent_by(batch))
+        batch = Problem.of(problems, tok, budget)
+        rows["MCTS (PRM)"] = grade(
+            mcts(engine, batch, prm, fmt, separators, settings.mcts_children, settings.step_tokens, MAX_NEW,
+                 settings.c_uct, torch.Generator().manual_seed(2)), spent_by(batch))
+        return rows
+
+    return (search_rows,)
+
+
+@app.cell
+def _(MAX_NEW, controls, mo, search_rows):
+    budget, noise = controls.value["budget"], controls.value["noise"]
     n = budget // MAX_NEW
-    _batch = Problem.of(problems, tok, budget)
-    drawn = sample_completions(engine, _batch, n, MAX_NEW, torch.Generator().manual_seed(0))
-    _spent = spent_by(_batch)  # one set of N samples, three ways of choosing among them
-    rows[f"best-of-{n}, perfect verifier"] = grade(
-        [pick_highest(c, OracleOutcomeScorer(problems, env.score).score_outcomes([p] * len(c), [x.text for x in c]))
-         for p, c in zip(prompts, drawn)], _spent)
-    rows[f"best-of-{n} (ORM)"] = grade(
-        [pick_highest(c, orm.score_outcomes([p] * len(c), [x.text for x in c])) for p, c in zip(prompts, drawn)], _spent)
-    rows[f"best-of-{n} (PRM, min)"] = grade(
-        [pick_highest(c, [AGGREGATIONS["min"](s) for s in prm.score_steps([p] * len(c), [fmt.split(x.text) or [""] for x in c])])
-         for p, c in zip(prompts, drawn)], _spent)
-    width = max(1, budget // (MAX_NEW * settings.expansions))
-    _batch = Problem.of(problems, tok, budget)
-    rows[f"beam {width}×{settings.expansions} (PRM)"] = grade(
-        beam_search(engine, _batch, prm, fmt, separators, width, settings.expansions, settings.step_tokens, MAX_NEW,
-                    torch.Generator().manual_seed(1)), spent_by(_batch))
-    _batch = Problem.of(problems, tok, budget)
-    rows["MCTS (PRM)"] = grade(
-        mcts(engine, _batch, prm, fmt, separators, settings.mcts_children, settings.step_tokens, MAX_NEW,
-             settings.c_uct, torch.Generator().manual_seed(2)), spent_by(_batch))
-    return budget, drawn, n, noise, rows
+    BUDGETS = [k * MAX_NEW for k in (1, 2, 4, 8)]  # the slider's steps
+    # every budget at this noise, for the chart (each a few hundred ms to seconds of search)
+    with mo.status.spinner(title=f"Running five search methods at {len(BUDGETS)} budgets, noise {noise:g}…"):
+        by_budget = {b: search_rows(b, noise) for b in BUDGETS}
+    rows = by_budget[budget]
+    return BUDGETS, budget, by_budget, n, noise, rows
+
+
+@app.cell
+def _(BUDGETS, budget, by_budget, noise):
+    from posttrain.teach.charts import curves, figure, finish, legend_right, mark
+
+    # the methods in the order the table lists them; "N" in a name is budget ÷ 28 at each point
+    _methods = ["greedy", "best-of-N, perfect verifier", "best-of-N (ORM)", "best-of-N (PRM, min)", "beam (PRM)",
+                "MCTS (PRM)"]
+    _accuracy = {m: [list(by_budget[b].values())[i]["accuracy"] for b in BUDGETS] for i, m in enumerate(_methods)}
+    budget_fig, _ax = figure()
+    # at noise 0 the ORM is the perfect verifier: dashed, so that both lines show
+    curves(_ax, BUDGETS, _accuracy, markers=True, styles={"greedy": ":", "best-of-N (ORM)": "--"})
+    mark(_ax, budget, f"B = {budget} tokens")
+    _ax.set_xscale("log", base=2)
+    _ax.set_xticks(BUDGETS, [str(b) for b in BUDGETS])
+    finish(budget_fig, _ax, "budget B: generated tokens per problem (log scale)", "answer right (fraction of 40)",
+           title=f"Accuracy against token budget, scorer noise {noise:g}")
+    legend_right(budget_fig, _ax)
+    budget_fig
+    return (budget_fig,)
 
 
 @app.cell
 def _(budget, mo, n, noise, problems, rows, sft_losses):
+    from posttrain.teach.tables import markdown_table
+
     _greedy = rows["greedy"]["accuracy"]
-    _table = "".join(
-        f"| {name} | **{r['accuracy']:.3f}** | {r['accuracy'] - _greedy:+.3f} | {r['chain_right']:.3f} | {r['tokens']:.1f} |\n"
-        for name, r in rows.items())
+    _table = markdown_table(
+        ["method", "answer right", "vs greedy", "every step right", "tokens spent per problem"],
+        [[name, f"**{r['accuracy']:.3f}**", f"{r['accuracy'] - _greedy:+.3f}", f"{r['chain_right']:.3f}", f"{r['tokens']:.1f}"]
+         for name, r in rows.items()])
     mo.md(
         f"""
     ### B = {budget} tokens per problem (N = {n} whole samples), noise {noise:g}
@@ -166,8 +209,6 @@ def _(budget, mo, n, noise, problems, rows, sft_losses):
     SFT loss {sft_losses[0]:.2f} → {sft_losses[-1]:.3f}. {len(problems)} dev problems; "answer right" is the
     verifier's verdict, "every step right" the step checker's.
 
-    | method | answer right | vs greedy | every step right | tokens spent per problem |
-    |---|---|---|---|---|
     {_table}
     """
     )

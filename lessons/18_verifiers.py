@@ -35,7 +35,7 @@ def _(mo):
     ## Five archetypes
 
     | archetype | what it checks | in posttrain | what gets hacked | the defence here |
-    |---|---|---|---|---|
+    |:---|:---|:---|:---|:---|
     | **math** | the final answer equals the reference | `posttrain/verifiers/final_int.py` (one strict `Final: <int>` line), `posttrain/verifiers/math_answer.py` (math-verify equivalence, in a killable worker with a deadline) | lenient parsing: several answers, hedges, the last number anywhere, answers math-verify misreads (`\boxed{5 = 4}` once scored right for 4) | one strictly parsed answer line; versioned specs (`math/boxed-or-final-v2` refuses what v1 paid) |
     | **code** | the model's code passes the example's tests | `posttrain/verifiers/code.py` in `posttrain/guards/sandbox.py` | special-casing the tests, an object whose `__eq__` always says yes, rebinding builtins, forging the harness's report, reading the answer key | the sandbox only computes values; the trusted parent compares them (`tests/test_code_attacks.py`: 15 tricks that paid 1.0 now score 0) |
     | **tool use** | the final answer of a multi-turn episode with tool calls | `posttrain/envs/tool_env.py`, `posttrain/envs/tools.py`, `posttrain/rewards/agentic.py` | calling tools for their own sake, burning turns, malformed calls that crash an environment, training on the tool's output as if the model wrote it | every tool call returns a result and never raises; costs per call and per malformed call, never bonuses; tool tokens masked out (lesson 08) |
@@ -129,36 +129,56 @@ def _(paid_by, torch):
 
 @app.cell
 def _(STRATEGIES, curve, final_pi, html, inflation, mo, pack_rows, proxy):
+    from posttrain.teach.tables import markdown_table
+
     _short = lambda t: "<code>" + html.escape(t[:34].replace("\n", "⏎")).replace("|", "&#124;") + ("…" if len(t) > 34 else "") + "</code>"
     _kinds = {}
     for kind, spec, text, paid, honest in pack_rows:
         _kinds.setdefault((kind, spec), []).append((text, paid, honest))
-    _pack = "".join(f"| {kind} | `{spec}` | {_short(rows[0][0])} | **{sum(p for _, p, _ in rows):g} of {len(rows)}** | "
-                    f"{sum(h for _, _, h in rows):g} of {len(rows)} |\n" for (kind, spec), rows in _kinds.items())
+    _pack = markdown_table(
+        ["exploit", "written against", "example", f"paid by `{proxy.version}`", "paid by `final_int/cot-v1`"],
+        [[kind, f"`{spec}`", _short(rows[0][0]), f"**{sum(p for _, p, _ in rows):g} / {len(rows)}**",
+          f"{sum(h for _, _, h in rows):g} / {len(rows)}"] for (kind, spec), rows in _kinds.items()])
     _marks = {0, 4, 9, 14, 19, 29, 39}
-    _curve = "".join(f"| {c['step']} | " + " | ".join(f"{p:.2f}" for p in c["pi"]) + f" | {c['proxy']:.2f} | {c['gold']:.2f} |\n"
-                     for c in curve if c["step"] in _marks)
+    _curve = markdown_table(
+        ["step", "π(honest)", "π(numbers)", "π(Final lines)", "proxy reward", "gold reward"],
+        [[str(c["step"])] + [f"{p:.2f}" for p in c["pi"]] + [f"{c['proxy']:.2f}", f"{c['gold']:.2f}"]
+         for c in curve if c["step"] in _marks])
     mo.md(
         f"""
     ### Paid by `{proxy.version}`
 
     **The golden exploit pack** (every exploit kind, how many of its examples each spec pays):
 
-    | exploit | written against | example | paid by `{proxy.version}` | paid by `final_int/cot-v1` |
-    |---|---|---|---|---|
     {_pack}
     **A measurement, inflated.** The 100 frozen rollouts pass at **{inflation['proxy']:.2f}** under
     `{proxy.version}` and {inflation['gold']:.2f} under `final_int/cot-v1`: same completions, different instrument.
 
     **An optimiser on it** (the probability of each strategy, and the mean reward of that step's 128 samples):
 
-    | step | π(honest) | π(numbers) | π(Final lines) | proxy reward | gold reward |
-    |---|---|---|---|---|---|
     {_curve}
     After 40 steps: {", ".join(f"π({s}) = {p:.3f}" for s, p in zip(STRATEGIES, final_pi))}.
     """
     )
     return
+
+
+@app.cell
+def _(curve, proxy):
+    from posttrain.teach.charts import curves, figure, finish, legend_right
+
+    hacking_fig, _ax = figure()
+    curves(_ax, [c["step"] + 1 for c in curve], {
+        "proxy (pays, GRPO sees it)": [c["proxy"] for c in curve],
+        "gold (cot-v1, never seen)": [c["gold"] for c in curve],
+        "π(answer honestly)": [c["pi"][0] for c in curve],
+    }, styles={"π(answer honestly)": ":"})
+    _ax.set_ylim(-0.03, 1.03)
+    finish(hacking_fig, _ax, "GRPO step (16 problems × 8 samples)", "mean reward / probability",
+           title=f"Paid by {proxy.version}: proxy against gold")
+    legend_right(hacking_fig, _ax)
+    hacking_fig
+    return (hacking_fig,)
 
 
 @app.cell

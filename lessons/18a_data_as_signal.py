@@ -154,26 +154,52 @@ def _(BANDS, POOLS, controls, measured_pool, simulate):
 
 @app.cell
 def _(K, TRIES, band, mo, passes, rows):
-    _hist = "".join(
-        f"| {j}/{TRIES} | {passes.count(j)} | {j / TRIES * (1 - j / TRIES):.3f} | "
-        f"{1 - (j / TRIES) ** K - (1 - j / TRIES) ** K:.3f} |\n" for j in range(TRIES + 1))
+    from posttrain.teach.tables import markdown_table
+
+    # per measured pass count j of 8: how many prompts, the signal p(1 − p) at p = j/8, and the
+    # share of K-sample groups that disagree (a nonzero advantage somewhere)
+    by_count = [{"passed": j, "prompts": passes.count(j), "signal": j / TRIES * (1 - j / TRIES),
+                 "disagree": 1 - (j / TRIES) ** K - (1 - j / TRIES) ** K} for j in range(TRIES + 1)]
+    _hist = markdown_table(
+        ["passed", "prompts", "p(1 − p)", "share of groups that disagree, 1 − p^K − (1 − p)^K"],
+        [[f"{c['passed']}/{TRIES}", str(c["prompts"]), f"{c['signal']:.3f}", f"{c['disagree']:.3f}"] for c in by_count])
     _fmt = lambda b: "none" if b == (0.0, 1.0) else f"{b[0]:g}..{b[1]:g}"
-    _rows = "".join(
-        f"| {_fmt(r['band'])} | {r['weights']} | {r['prompts']} | {r['hopeless']:.2f} / {r['solved']:.2f} | "
-        f"**{r['share']:.3f}** | {r['share_formula']:.3f} | **{r['signal']:.4f}** | {r['signal_formula']:.4f} |\n"
-        for r in rows)
+    _rows = markdown_table(
+        ["band", "weights", "prompts drawn", "share of draws hopeless / solved", "groups with a nonzero advantage, measured",
+         "formula", "mean squared advantage (r − r̄)², measured", "formula (K − 1)/K · p(1 − p)"],
+        [[_fmt(r["band"]), r["weights"], str(r["prompts"]), f"{r['hopeless']:.2f} / {r['solved']:.2f}",
+          f"**{r['share']:.3f}**", f"{r['share_formula']:.3f}", f"**{r['signal']:.4f}**", f"{r['signal_formula']:.4f}"]
+         for r in rows])
     mo.md(f"""
     ### The pool's measured pass counts, and what each is worth at K = {K}
 
-    | passed | prompts | p(1 − p) | share of groups that disagree, 1 − p^K − (1 − p)^K |
-    |---|---|---|---|
     {_hist}
     ### Six ways to draw from it (band {_fmt(band)} where a row applies one)
 
-    | band | weights | prompts drawn | share of draws hopeless / solved | groups with a nonzero advantage, measured | formula | mean squared advantage (r − r̄)², measured | formula (K − 1)/K · p(1 − p) |
-    |---|---|---|---|---|---|---|---|
     {_rows}""")
-    return
+    return (by_count,)
+
+
+@app.cell
+def _(K, TRIES, band, by_count, passes):
+    from posttrain.teach.charts import bars, curves, figure, finish, legend_right, mark, span
+
+    signal_fig, _ax = figure()
+    _counts = [c["passed"] for c in by_count]
+    bars(_ax, [f"{j}/{TRIES}" for j in _counts], [c["prompts"] / len(passes) for c in by_count])
+    _ax.patches[0].set_label("share of the pool's prompts")  # the bars' legend entry
+    curves(_ax, _counts, {"signal p(1 − p)": [c["signal"] for c in by_count],
+                          f"groups of K = {K} that disagree": [c["disagree"] for c in by_count]}, markers=True)
+    _ax.lines[0].set_color("#D55E00")
+    _ax.lines[1].set_color("#009E73")
+    span(_ax, band[0] * TRIES - 0.5, band[1] * TRIES + 0.5, "kept by the band")
+    mark(_ax, band[0] * TRIES - 0.5, f"band {band[0]:g}..{band[1]:g}")
+    mark(_ax, band[1] * TRIES + 0.5, "_")  # the band's other edge: one legend entry for both
+    finish(signal_fig, _ax, f"passes out of {TRIES} measured tries (pass rate p = passes / {TRIES})", "fraction",
+           title="Where the signal is: p(1 − p) peaks at ½, the pool may not")
+    legend_right(signal_fig, _ax)
+    signal_fig
+    return (signal_fig,)
 
 
 @app.cell
@@ -271,7 +297,7 @@ def _(Example, K, band, difficulty, env, examples, held, mo, passes, pipeline_in
     _why_dropped = ", ".join(why for why, *_ in planted)
     _table = f"""
     | stage | the question | in posttrain | on these prompts |
-    |---|---|---|---|
+    |:---|:---|:---|:---|
     | 1 source | where do prompts come from? | `env.fixed_set("train", n, seed)`, `posttrain/envs/arithmetic.py`; JSONL tasks in `posttrain/envs/dataset_files.py` | {len(source)} rows: the pool's {len(examples)} and 4 planted ({_why_dropped}) |
     | 2 license | may we train on them? | *not in posttrain*: generated tasks need no licence; a real corpus would carry one per source and drop what it may not use | {len(licensed)} kept (all generated here) |
     | 3 verifier-check | can the verifier tell right from wrong on this row? | `env.score` (`posttrain/verifiers/final_int.py`): the reference answer paid, another integer not | {len(checked)} kept; dropped {len(licensed) - len(checked)}: an answer of "12.0" that no `Final:` line can match, a prompt that would read as hopeless forever |

@@ -116,39 +116,63 @@ def _(controls, corners, noise, normalised, rank, verifier_fidelity):
 
 @app.cell
 def _(controls, coverage, error, fidelity, mo, noise, point, ranking, recipes, winner):
-    _noise = " | ".join(f"{noise[k]:.2f}" for k in ("none", "critic", "group", "grpo"))
+    from posttrain.teach.tables import markdown_table
+
+    _noise = markdown_table(["REINFORCE, no baseline", "perfect critic", "group, leave-one-out",
+                             "GRPO, divided by the group std"],
+                            [[f"{noise[k]:.2f}" for k in ("none", "critic", "group", "grpo")]])
     _measured = f"""
     **Measured.** `{controls.value['spec']}` pays the golden correct pack and refuses the exploit
     pack for a fidelity of **{fidelity:.3f}**. Per-sample relative variance of the gradient
     estimate (lower is steadier):
 
-    | REINFORCE, no baseline | perfect critic | group, leave-one-out | GRPO, divided by the group std |
-    |---|---|---|---|
-    | {_noise} |
-    """
+    {_noise}    """
     if error is not None:
         _body = f"**The simulator refuses:** {error}"
     else:
-        _rows = "".join(
-            f"| {'**' + r['design'].recipe + '**' if i == 0 else r['design'].recipe} | {r['design'].name} | "
-            + " | ".join(f"{r['losses'][f]:.3f}" for f in ("signal", "estimator", "cost"))
-            + f" | {r['score']:.4f} |\n" for i, r in enumerate(ranking))
+        _rows = markdown_table(
+            ["recipe", "design", "signal loss", "estimator loss", "cost loss", "weighted score"],
+            [[f"**{r['design'].recipe}**" if i == 0 else r["design"].recipe, r["design"].name]
+             + [f"{r['losses'][f]:.3f}" for f in ("signal", "estimator", "cost")] + [f"{r['score']:.4f}"]
+             for i, r in enumerate(ranking)])
         _body = f"""
     **The point** (signal, estimator, cost) = ({point[0]:.2f}, {point[1]:.2f}, {point[2]:.2f}), with
     {coverage:.0%} of prompts checkable. **The winner: {winner.recipe}** ({winner.name}).
 
-    | recipe | design | signal loss | estimator loss | cost loss | weighted score |
-    |---|---|---|---|---|---|
     {_rows}"""
-    _corners = "".join(f"| {name} | {recipe} |\n" for name, recipe in recipes.items())
+    _corners = markdown_table(["slider setting", "the recipe it recovers"], list(recipes.items()))
     mo.md(_measured + _body + f"""
 
     **The corners, with this verifier** (recomputed from the same measured inputs):
 
-    | slider setting | the recipe it recovers |
-    |---|---|
     {_corners}""")
     return
+
+
+@app.cell
+def _(coverage, fidelity, noise, point, rank, winner):
+    from posttrain.teach.forces import DESIGNS
+    from posttrain.teach.charts import figure, finish, legend_right, mark_point, scatter, ternary, ternary_xy
+
+    # The simulator's verdict over the whole triangle (weights on a grid of twentieths), at this
+    # verifier and coverage: each region is where one recipe wins.
+    _grid = [(i / 20, j / 20, (20 - i - j) / 20) for i in range(21) for j in range(21 - i)]
+    _regions: dict[str, tuple[list[float], list[float]]] = {d.recipe: ([], []) for d in DESIGNS}  # fixed colours
+    for _shares in _grid:
+        _x, _y = ternary_xy(_shares)
+        _xs, _ys = _regions[rank(_shares, coverage, fidelity, noise)[0]["design"].recipe]
+        _xs.append(_x)
+        _ys.append(_y)
+    triangle_fig, _ax = figure(width=7.5, height=3.6)
+    ternary(_ax, ["signal", "estimator", "cost"])
+    scatter(_ax, _regions, size=22)
+    if point is not None:  # every weight at 0 has no point to mark
+        mark_point(_ax, *ternary_xy(point), f"you: {winner.recipe}")
+    finish(triangle_fig, _ax, "", "", title=f"Which recipe wins where, {coverage:.0%} of prompts checkable, "
+                                            f"verifier fidelity {fidelity:.2f}")
+    legend_right(triangle_fig, _ax)
+    triangle_fig
+    return (triangle_fig,)
 
 
 @app.cell

@@ -49,7 +49,7 @@ def _(mo):
     ## The per-role optimization menu
 
     | role | levers (each from a lesson) |
-    |---|---|
+    |:---|:---|
     | rollout | continuous batching, prefix caching, paged KV (21, 25); a length cap, packing, dynamic K (22b); speculative decoding; low-precision weights with the mismatch corrected (22b, 25); async overlap (22c) |
     | reference | share each group's prompt (`rl.update.share_prompt`); drop it when β = 0 and nothing logs the KL; compute ref log-probs in the engine |
     | train | leave out rows with no gradient (`rl.update.skip_inert_rows`); share the prompt; fewer epochs; LoRA (less optimizer work, not fewer FLOPs) |
@@ -136,10 +136,13 @@ def _(controls, dataclasses, runs):
 def _(STEPS, alone, before, budget, chosen, mo, report, source, times, topology):
     _terms = " · ".join(f"{role} {s:.2f} s" for role, s in times.as_dict().items())
     _after = chosen[-1].after_seconds if chosen else before
-    _spent = "".join(f"| {i + 1} | {g.lever.name} | {g.before_seconds:.2f} → {g.after_seconds:.2f} | "
-                     f"{g.saved_seconds:.2f} | {before / g.after_seconds:.2f}× | {g.lever.note} |\n"
-                     for i, g in enumerate(chosen))
-    _alone = "".join(f"| {g.lever.name} | {g.saved_seconds:.2f} |\n" for g in alone)
+    from posttrain.teach.tables import markdown_table as _markdown_table
+
+    _spent = _markdown_table(
+        ["#", "lever", "step (s)", "saved (s)", "speed-up so far", "why this factor"],
+        [[str(i + 1), g.lever.name, f"{g.before_seconds:.2f} → {g.after_seconds:.2f}", f"{g.saved_seconds:.2f}",
+          f"{before / g.after_seconds:.2f}×", g.lever.note] for i, g in enumerate(chosen)], align="rlrrrl")
+    _alone = _markdown_table(["lever", "saved alone (s)"], [[g.lever.name, f"{g.saved_seconds:.2f}"] for g in alone])
     _step1 = (f"**Step 1, wall-clock attribution** (`wallclock.where_time_goes` on its `metrics.jsonl`):\n\n{report}"
               if report else "**Step 1** for a planned job is the plan itself: the five terms at the devices' "
                              "derated ceilings (`posttrain systems`).")
@@ -153,14 +156,10 @@ def _(STEPS, alone, before, budget, chosen, mo, report, source, times, topology)
 
     #### A budget of {budget}: spent one lever at a time
 
-    | # | lever | step (s) | saved (s) | speed-up so far | why this factor |
-    |---|---|---|---|---|---|
     {_spent}
     **{before:.2f} → {_after:.2f} s a step, {before / _after:.2f}×.** Each lever *alone*, on the step as it
     is now (what a one-at-a-time ranking would tell you):
 
-    | lever | saved alone (s) |
-    |---|---|
     {_alone}
     """
     )
@@ -169,22 +168,20 @@ def _(STEPS, alone, before, budget, chosen, mo, report, source, times, topology)
 
 @app.cell
 def _(before, chosen):
-    import matplotlib.pyplot as plt
+    from posttrain.teach import charts as _charts  # two chart cells: a cell-private name in each
 
     _labels = ["as it is"] + [g.lever.name for g in chosen]
     _values = [before] + [g.after_seconds for g in chosen]
-    _fig, _ax = plt.subplots(figsize=(7.5, 0.5 + 0.4 * len(_values)))
-    _ax.barh(range(len(_values)), _values, color=["#7f8c8d"] + ["#2e86c1"] * len(chosen))
-    _ax.set_yticks(range(len(_values)), _labels, fontsize=8)
-    _ax.invert_yaxis()
-    _ax.set_xlabel("seconds a step, after each lever on top of the ones above")
-    _fig.tight_layout()
-    _fig
-    return
+    levers_fig, _ax = _charts.figure(height=0.9 + 0.3 * len(_values))
+    _charts.hbars(_ax, _labels, _values)
+    _charts.finish(levers_fig, _ax, "seconds a step, after each lever on top of the ones above (s)", "",
+           title=f"A budget of {len(chosen)}: {before:.2f} → {_values[-1]:.2f} s a step", legend=False)
+    levers_fig
+    return (levers_fig,)
 
 
 @app.cell
-def _(runs, torch):
+def _(mo, runs, torch):
     from posttrain.config import SamplingParams
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.roles.engines import make_engine
@@ -196,27 +193,36 @@ def _(runs, torch):
     # step 3: profile the binding role, our sampler, on make run's gpt_mini shape. The autograd
     # profiler records the same operator times as torch.profiler without starting its tracer
     # (measured here: 0.1 s of CPU against 3 s), and a lesson has 30 s
-    _model, _tok = make_run_policy()
-    _engine = make_engine(_model, _tok, SamplingParams(max_new_tokens=8))
-    _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
-    _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
-    with torch.autograd.profiler.profile() as _prof:
-        _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))
+    with mo.status.spinner(title="Profiling one call of the sampler…"):
+        _model, _tok = make_run_policy()
+        _engine = make_engine(_model, _tok, SamplingParams(max_new_tokens=8))
+        _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 2, seed=0)
+        _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))  # warm-up: first-call allocations
+        with torch.autograd.profiler.profile() as _prof:
+            _engine.generate(_prompts, 2, generator=torch.Generator().manual_seed(0))
     _ops = sorted(_prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
     _total = sum(e.self_cpu_time_total for e in _ops)
     profile_top = [(e.key, e.count, e.self_cpu_time_total / _total) for e in _ops[:6]]
     # step 6: the ratios and importance weights each step started from
-    health = {name: [(r["step"], r["ratio_max"], r["clipfrac"], r.get("staleness_max", 0), r.get("tis_weight_mean", 1.0),
-                      r.get("behaviour_kl", 0.0)) for r in rows if r.get("stage") == "rl"][-4:]
-              for name, (_, rows) in runs.items()}
-    return health, profile_top, sampling
+    # every RL step's logged ratio statistics; the table shows the last four, the chart all of them
+    ratio_steps = {name: [(r["step"], r["ratio_max"], r["clipfrac"], r.get("staleness_max", 0),
+                           r.get("tis_weight_mean", 1.0), r.get("behaviour_kl", 0.0))
+                          for r in rows if r.get("stage") == "rl"]
+                   for name, (_, rows) in runs.items()}
+    health = {name: steps[-4:] for name, steps in ratio_steps.items()}
+    return health, profile_top, ratio_steps, sampling
 
 
 @app.cell
 def _(health, mo, profile_top, sampling):
-    _ops = "".join(f"| `{key}` | {count} | {share:.0%} |\n" for key, count, share in profile_top)
-    _health = "".join(f"| {name} | {s} | {rmax:.4f} | {clip:.3f} | {stale} | {w:.4f} | {kl:.1e} |\n"
-                      for name, rows in health.items() for s, rmax, clip, stale, w, kl in rows)
+    from posttrain.teach.tables import markdown_table as _markdown_table
+
+    _ops = _markdown_table(["operation", "calls", "share of the CPU time"],
+                          [[f"`{key}`", str(count), f"{share:.0%}"] for key, count, share in profile_top])
+    _health = _markdown_table(
+        ["run", "step", "ratio max", "clipfrac", "staleness", "TIS weight mean", "behaviour KL"],
+        [[name, str(s), f"{rmax:.4f}", f"{clip:.3f}", str(stale), f"{w:.4f}", f"{kl:.1e}"]
+         for name, rows in health.items() for s, rmax, clip, stale, w, kl in rows])
     mo.md(
         f"""
     ## The other five steps, on the same runs
@@ -232,8 +238,6 @@ def _(health, mo, profile_top, sampling):
     run's gpt_mini shape, 2 prompts × 2 answers × ≤ 8 tokens), the operations with the most
     CPU time of their own:
 
-    | operation | calls | share of the CPU time |
-    |---|---|---|
     {_ops}
     The matrix multiplies themselves (`aten::mm`) take a quarter or so; the rest is spread over
     hundreds of small operations per token (views, transposes, concatenations, elementwise): at
@@ -254,8 +258,6 @@ def _(health, mo, profile_top, sampling):
     both runs, as logged: the largest ratio π_θ/π_old and the clipped share *at the first
     minibatch*, the staleness, and the async run's importance weights:
 
-    | run | step | ratio max | clipfrac | staleness | TIS weight mean | behaviour KL |
-    |---|---|---|---|---|---|---|
     {_health}
     Colocated, every step starts on-policy (ratio 1, nothing clipped). Async, every batch is one
     update stale, and the importance weights stay within a fraction of a percent of 1: the
@@ -264,6 +266,30 @@ def _(health, mo, profile_top, sampling):
     """
     )
     return
+
+
+@app.cell
+def _(ratio_steps):
+    from posttrain.teach import charts as _charts  # two chart cells: a cell-private name in each
+
+    # The runs log per-step statistics of ρ (its max, the clipped share, the TIS weights'
+    # mean), not every token's ratio: the chart draws those, every RL step of both runs.
+    _steps = [row[0] for row in ratio_steps["async"]]
+    if [row[0] for row in ratio_steps["colocated"]] != _steps:
+        raise ValueError("the two runs in lessons/data/28_runs logged different RL steps; "
+                         "the chart draws them on one step axis")
+    ratio_fig, _ax = _charts.figure()
+    _charts.curves(_ax, _steps, {"colocated: ratio max": [row[1] for row in ratio_steps["colocated"]],
+                         "async: ratio max": [row[1] for row in ratio_steps["async"]],
+                         "async: TIS weight mean": [row[4] for row in ratio_steps["async"]]},
+           markers=True, styles={"async: ratio max": "--"})
+    # on-policy is ρ = 1: a reference line, not data
+    _ax.axhline(1.0, color=_charts.REFERENCE, linewidth=0.8, linestyle=":").set_gid(_charts.DECORATION)
+    _charts.finish(ratio_fig, _ax, "RL step", "ratio π_θ / π_old (dimensionless)",
+           title="Step 6: the ratios each step started from, as logged")
+    _charts.legend_right(ratio_fig, _ax)
+    ratio_fig
+    return (ratio_fig,)
 
 
 @app.cell

@@ -21,6 +21,7 @@ import pytest
 import torch
 
 from posttrain.teach import lessons as lessons_cli
+from posttrain.teach.charts import points
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
@@ -75,6 +76,13 @@ def run_in_process(path: Path) -> dict:
     spec.loader.exec_module(module)
     _, defs = module.app.run()
     return defs
+
+
+def marked_at(fig) -> list[float]:
+    """Where a chart's mark() lines stand on the x axis: the widget's current setting."""
+    from posttrain.teach.charts import SETTING
+
+    return [float(line.get_xdata()[0]) for ax in fig.axes for line in ax.get_lines() if line.get_color() == SETTING]
 
 
 # --------------------------------------------------------------------------------------
@@ -289,6 +297,12 @@ def test_lesson_10_clip_table_corners(restore_threads, tmp_path):
     assert not table[(0.5, 1.0)]["clipped"] and not table[(1.5, -1.0)]["clipped"]  # the pessimistic corners
     assert table[(1.5, -1.0)]["grad"] == pytest.approx(1.5)  # −A·ρ, growing with ρ
     assert table[(0.9, 1.0)]["grad"] == pytest.approx(-0.9)
+    # the chart: the clipped objective is flat past 1 + ε for A > 0 and below 1 − ε for A < 0
+    ratios, objective = defs["objective_ratios"], defs["objective"]
+    assert points(defs["objective_fig"]) == 4 * len(ratios) and marked_at(defs["objective_fig"]) == [1.3]
+    assert {round(v, 6) for r, v in zip(ratios, objective["clipped, A = +1"]) if r >= 1.2} == {1.2}
+    assert {round(v, 6) for r, v in zip(ratios, objective["clipped, A = -1"]) if r <= 0.8} == {-0.8}
+    assert objective["clipped, A = +1"][ratios.index(1.0)] == pytest.approx(1.0)
     free = run_with_setting(path, "step=0.05, value=0.2, label=", "step=0.05, value=2.0, label=", tmp_path)
     assert free["epochs"][-1]["approx_kl"] > 5 * defs["epochs"][-1]["approx_kl"]
     assert free["epochs"][-1]["ratio_max"] > 3 > 1.5 > defs["epochs"][-1]["ratio_max"]
@@ -300,6 +314,12 @@ def test_lesson_11_bias_is_exactly_k_minus_1_over_k(restore_threads, tmp_path):
     K, rows, true = defs["K"], defs["bias_rows"], defs["true_grad"]
     assert rows["GRPO mean only (= Dr. GRPO)"] / true == pytest.approx((K - 1) / K, rel=1e-5)
     assert rows["RLOO (leave one out)"] / true == pytest.approx(1.0, rel=1e-5)
+    # the chart: the same enumeration at every K of the slider; mean-only is (K − 1)/K at each
+    for k, row in zip(defs["GROUP_SIZES"], defs["bias_by_k"]):
+        assert row["GRPO mean only (= Dr. GRPO)"] / true == pytest.approx((k - 1) / k, abs=1e-5), k
+    dead = defs["zero_var_by_k"]
+    assert dead[0] == 1.0 and all(a > b for a, b in zip(dead, dead[1:]))  # a bigger group is live more often
+    assert points(defs["bias_fig"]) == 3 * 8 and points(defs["zero_fig"]) == 8 and marked_at(defs["bias_fig"]) == [4]
     one = run_with_setting(path, "step=1, value=4, label=", "step=1, value=1, label=", tmp_path)
     assert one["zero_var"] == 1.0
     for name, (adv, push, _) in one["results"].items():
@@ -314,6 +334,10 @@ def test_lesson_12_rloo_is_grpo_without_std_times_k_over_k_minus_1(restore_threa
     K = defs["K"]
     torch.testing.assert_close(defs["rloo_adv"], defs["centred"] * K / (K - 1))
     assert defs["loo"][0] == pytest.approx(1 / 3)  # the others of sample 0: 1, 0, 0
+    # the chart: leave-one-out is unbiased at every K, the mean of all is (K − 1)/K of the truth
+    for k, biased, unbiased in zip(defs["UNBIASED_KS"], *defs["unbiased"].values()):
+        assert (biased, unbiased) == (pytest.approx((k - 1) / k, abs=1e-5), pytest.approx(1.0, abs=1e-5)), k
+    assert points(defs["unbiased_fig"]) == 14 and marked_at(defs["unbiased_fig"]) == [4]
 
 
 def test_lesson_13_each_ablation_changes_what_the_lesson_says(restore_threads, tmp_path):
@@ -322,6 +346,7 @@ def test_lesson_13_each_ablation_changes_what_the_lesson_says(restore_threads, t
     full, ablated = defs["results"]["dapo"], defs["results"][defs["label"]]
     assert full[2]["kept_rows"] == 8 and ablated[2]["kept_rows"] == 12
     assert ablated[1][4:].abs().sum() < full[1][4:].abs().sum()  # informative rows pushed less
+    assert points(defs["push_fig"]) == 3 * 12  # GRPO, DAPO and the ablation on each of 12 rows
     default = 'value="dynamic sampling (keep every group)",'
     overlong = run_with_setting(path, default, 'value="overlong shaping (no length penalty)",', tmp_path)
     adv = overlong["results"][overlong["label"]][0]
@@ -357,6 +382,13 @@ def test_lesson_15_the_proxy_only_rises_and_the_gold_peaks_then_falls(restore_th
     # and the fall is 1.79 -> 0.62 at β = 0.01: the lesson's text gives both.)
     assert peak["gold"] > 1 and min(past_peak) < peak["gold"] - 1
     assert defs["chosen"]["beta"] == 0.1 and defs["chosen"]["gold"] > peak["gold"] - 0.3  # the default sits near it
+    # the chart: the same optimum across the slider's β; the proxy only rises with KL, the gold turns over
+    frontier = defs["frontier"]
+    assert len(frontier) == 26 and frontier[-1]["beta"] == pytest.approx(10 ** -2.5)
+    assert all(a["kl"] < b["kl"] and a["proxy"] < b["proxy"] for a, b in zip(frontier, frontier[1:]))
+    top = max(range(26), key=lambda i: frontier[i]["gold"])
+    assert 0 < top < 25 and frontier[top]["gold"] > frontier[-1]["gold"] + 0.3
+    assert points(defs["overopt_fig"]) == 2 * 27 and marked_at(defs["overopt_fig"]) == [pytest.approx(defs["chosen"]["kl"])]
     hard = run_with_setting(path, "step=0.25, value=-1.0, label=", "step=0.25, value=-2.5, label=", tmp_path)
     assert hard["chosen"]["beta"] == pytest.approx(0.0032, abs=1e-4)
     assert hard["chosen"]["proxy"] > defs["chosen"]["proxy"] and hard["chosen"]["gold"] < peak["gold"] - 0.3
@@ -427,6 +459,12 @@ def test_lesson_17_search_pays_with_a_good_scorer_and_not_with_a_noisy_one(resto
     assert prm["chain_right"] > oracle["chain_right"]  # the outcome verifier pays right answers by wrong steps
     for name, row in rows.items():
         assert row["tokens"] <= defs["budget"] or name == "greedy", name  # budget.py never lets a method overspend
+    # the chart: every method at every budget of the slider; a perfect verifier only gains from more samples
+    by_budget = defs["by_budget"]
+    assert list(by_budget) == [28, 56, 112, 224] and by_budget[112] == rows
+    best = [list(r.values())[1]["accuracy"] for r in by_budget.values()]
+    assert best == sorted(best) and best[-1] > best[0] + 0.3
+    assert points(defs["budget_fig"]) == 6 * 4 and marked_at(defs["budget_fig"]) == [112]
     # a judge that scores at random (noise 1): at 0.8 how much of the gain survives depends on the
     # draw, 0.675 of 0.725 on an AMD EPYC with AVX-512, so the test asks the lesson's noise-1 claim
     noisy = _lesson_17(tmp_path, noise="1.0")["rows"]
@@ -458,6 +496,7 @@ def test_lesson_18_the_optimiser_finds_the_holes_that_pay(spec, restore_threads,
     else:
         assert honest > 0.99  # no exploit pays more than answering
     assert (inflation["proxy"] > inflation["gold"]) == (spec != "final_int/cot-v1")
+    assert points(defs["hacking_fig"]) == 3 * 40  # proxy, gold and π(honest) at every step
 
 
 def _close_to_formula(row: dict, groups: int) -> None:
@@ -494,6 +533,10 @@ def test_lesson_18a_signal_density_the_band_the_weights_and_the_pipeline(restore
     assert (pipeline["source"], pipeline["verifier-check"]) == (1028, 1027)
     assert (pipeline["decontaminated"], pipeline["deduplicated"], pipeline["screened"]) == (2, 1, 1024)
     assert pipeline["waiting"] == 868 and [len(v) for v in pipeline["strata"].values()] == [342, 341, 341]
+    # the chart: the pool's shares as bars, p(1 − p) and the live-group share as curves, the band's edges marked
+    assert [c["prompts"] for c in defs["by_count"]] == [passes.count(j) for j in range(9)]
+    assert max(defs["by_count"], key=lambda c: c["signal"])["passed"] == 4  # p(1 − p) peaks at p = ½
+    assert points(defs["signal_fig"]) == 9 + 2 * 9 and marked_at(defs["signal_fig"]) == [0.5, 7.5]
 
     # the knobs: K = 1 is no group, and a band of the hopeless has nothing to learn from
     one = run_with_setting(path, 'value=8, label="K', 'value=1, label="K', tmp_path)
@@ -540,6 +583,11 @@ def test_lesson_26_the_corners_recover_the_recipes_and_a_leaky_verifier_fools_it
     defs = _lesson_26(tmp_path)
     assert defs["point"] == (1.0, 0.0, 0.0) and defs["coverage"] == 1.0 and defs["fidelity"] == 1.0
     assert defs["winner"].recipe == "R1-Zero" and defs["error"] is None
+    # the chart: the winner at each of 231 points of the triangle, the weights' point starred at its corner
+    triangle = defs["triangle_fig"]
+    assert points(triangle) == 231
+    star = [line for line in triangle.axes[0].get_lines() if line.get_marker() == "*"]
+    assert len(star) == 1 and (star[0].get_xdata()[0], star[0].get_ydata()[0]) == (0.0, 0.0)
     assert defs["recipes"] == RECIPES_AT_THE_CORNERS
     noise = defs["noise"]  # the numbers the lesson's text quotes
     assert noise["none"] == pytest.approx(2.35, abs=0.1) and noise["critic"] == pytest.approx(0.77, abs=0.05)
@@ -729,6 +777,9 @@ def test_lesson_28_the_allocator_on_real_runs(restore_threads, tmp_path):
     assert all(abs(w - 1) < 5e-3 and stale == 1 for _, _, _, stale, w, _ in defs["health"]["async"])
     top = dict((key, share) for key, _, share in defs["profile_top"])
     assert "aten::mm" in top and top["aten::mm"] < 0.5  # the matmuls are not most of a tiny decode
+    # the charts: one bar per lever spent (and the step as it is), every logged RL step of both runs
+    assert points(defs["levers_fig"]) == len(chosen) + 1
+    assert [len(steps) for steps in defs["ratio_steps"].values()] == [12, 12] and points(defs["ratio_fig"]) == 3 * 12
     default = 'value="our colocated run (measured)", label'
     stretched = run_with_setting(path, default, 'value="our async run, 2 Ray workers (measured)", label', tmp_path)
     trainer_side = [g for g in stretched["alone"] if g.lever.factors and "rollout" not in g.lever.factors]

@@ -16,6 +16,7 @@ from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.sft import demonstration_episodes
 from posttrain.roles.trainer import Trainer, sft_loss
+from posttrain.teach.tables import markdown_table
 from posttrain.types import Episode, Example, PolicyOutputs, RolloutBatch
 
 # the generation budget the lessons' batches are measured against (Dr.GRPO's L_max, DAPO's):
@@ -117,8 +118,7 @@ def family_markdown(batch, results: dict, focus: str, base: str = "grpo") -> str
     compared = {n for n in names if n != base and (base == "grpo" or n == focus)}
 
     def table(k: int, fmt: str) -> str:
-        head = "| row | group | reward | tokens | " + " | ".join(
-            f"▶ {n}" if n == focus else n for n in names) + " |\n" + "|---" * (4 + len(names)) + "|\n"
+        header = ["row", "group", "reward", "tokens"] + [f"▶ {n}" if n == focus else n for n in names]
         rows = []
         for b in range(batch.batch_size):
             cells = []
@@ -132,9 +132,8 @@ def family_markdown(batch, results: dict, focus: str, base: str = "grpo") -> str
                 differs = n in compared and (reference != reference
                                              or abs(value - reference) > 1e-4 * max(1.0, abs(reference)))
                 cells.append(f"**{text}**" if differs else text)
-            rows.append(f"| {b} | {int(batch.group_ids[b])} | {batch.rewards[b]:g} | {lengths[b]} | "
-                        + " | ".join(cells) + " |\n")
-        return head + "".join(rows)
+            rows.append([str(b), str(int(batch.group_ids[b])), f"{batch.rewards[b]:g}", str(lengths[b])] + cells)
+        return markdown_table(header, rows, align="r" * len(header))  # every column a number ("dropped" too)
 
     return ("**Advantage** (first response token):\n\n" + table(0, "{:+.3f}")
             + "\n**Push** on the whole completion, −Σ_t ∂loss/∂log π (> 0: made more likely):\n\n"
