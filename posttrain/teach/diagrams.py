@@ -145,7 +145,7 @@ def course_map_svg(lessons: Mapping[str, tuple[str, str]]) -> str:
     col, gap, top, row = 176, 8, 58, 19
     w = len(PARTS) * (col + gap) - gap
     h = top + row * max(len(members) for members in grouped.values())
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="0 0 {w} {h}" role="img" '
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="100%" viewBox="-1 -1 {w + 2} {h + 2}" role="img" '
              'aria-label="the five parts of the course and their lessons" font-family="sans-serif">']
     for index, (part, name, _, covers) in enumerate(PARTS):
         x = index * (col + gap)
