@@ -43,6 +43,29 @@ def _(mo):
 
 @app.cell
 def _(mo):
+    from posttrain.teach.diagrams import PARTS, course_map_svg
+    from posttrain.teach.lessons import lesson_files, lesson_title
+
+    # Every lesson file in lessons/ with its title, read the way `posttrain lessons --list` reads
+    # them: a lesson added tomorrow joins the map without anyone editing it.
+    course = {number: (path.name, lesson_title(path)) for number, path in lesson_files().items()}
+    course_map = course_map_svg(course)
+    _parts = "\n".join(f"* **Part {part} · {name}**: {covers}." for part, name, _, covers in PARTS)
+    mo.vstack([mo.md(f"""
+    ## The map: five parts
+
+    After this orientation the course runs in five parts, each built on the one before.
+    Lessons with a letter (18a, 22a–22c) are inserted where they are needed.
+
+    {_parts}
+
+    Click a lesson to open it; hover for its full title.
+    """), mo.Html(course_map)])
+    return course, course_map
+
+
+@app.cell
+def _(mo):
     mo.md(r"""
     ## Six roles around one loss
 
@@ -76,16 +99,23 @@ def _(mo):
 
 @app.cell
 def _(forces_picture, mo):
-    mo.vstack([mo.md(r"""
+    from posttrain.teach.diagrams import FORCES
+
+    force_lines = [f"* **{force}**: {question}. Met in {lessons}; "
+                   "weighed against the other two in [lesson 26](?file=26_three_forces.py)."
+                   for force, question, lessons in FORCES]
+    _lines = "\n".join(force_lines)
+    mo.vstack([mo.md(f"""
     ## Three forces behind every design
 
-    Every choice in this course answers to three forces: the **signal** (how much the reward
-    tells the policy, and whether it can be trusted), the **estimator** (how noisy the gradient
-    built from it is) and the **cost** (samples, memory, wall time per update). A recipe is a
-    point between them; lesson 26 turns the triangle into a simulator that recovers R1, RLHF,
-    DPO and Tülu 3 from its corners. Hover a corner:
+    Every choice in this course answers to three forces, one line each:
+
+    {_lines}
+
+    A recipe is a point between them; lesson 26 turns the triangle into a simulator that recovers
+    R1, RLHF, DPO and Tülu 3 from its corners. Hover a corner:
     """), mo.Html(forces_picture)])
-    return
+    return (force_lines,)
 
 
 @app.cell
@@ -274,6 +304,8 @@ def _(mo):
     * `posttrain/search/best_of_n.py` — best-of-N
     * `posttrain/algorithms/grpo.py` — `group_advantages`
     * `posttrain/types.py` — the data between roles
+    * `posttrain/teach/diagrams.py` — the pictures: `course_map_svg` and its `PARTS`, the six roles, the three forces
+    * `posttrain/teach/lessons.py` — `lesson_files`, `lesson_title`: the lesson list the map is drawn from
 
     ## Exercises
 

@@ -56,8 +56,11 @@ def _(mo):
 
     This is `Controller.step` in `posttrain/roles/controller.py`, minus timing and checkpoints. Below,
     the notebook runs exactly these calls once, on a tiny `gpt_mini` (100 SFT steps first, as in
-    lesson 05), sampling at τ = 0.8. The slider walks through the seven stages; the dropdown
-    plants one of three real bugs in the loop.
+    lesson 05), sampling at τ = 0.8. The slider walks through the seven stages: the ring of six
+    roles (lesson 00's picture) lights up the role whose code runs at that stage, with the numbers
+    it produced beside it. Sync lights two: the trainer's weights reach the rollout's engine. The
+    controller itself lights up only at the log, the one step that is its own work; it called
+    every other. The dropdown plants one of three real bugs in the loop.
     """)
     return
 
@@ -147,8 +150,12 @@ def _(TAU, batch, bug, controls, episodes, json, kl_k3, masked_mean, metrics, mo
       zero_variance_group_fraction):
     import html
 
+    from posttrain.teach.diagrams import LOOP_STEPS, six_roles_svg
+
     stage = controls.value["stage"]
-    NAMES = ["sample", "score", "reference", "advantage", "update", "sync", "log"]
+    NAMES = [name for name, _ in LOOP_STEPS]  # the seven steps of Controller.step, in its order
+    running = LOOP_STEPS[stage - 1][1]  # the role(s) whose code runs at this step
+    diagram = six_roles_svg(highlight=running, caption=f"{stage} · {NAMES[stage - 1]}")
     strip = " → ".join(
         (f"**▶ {i + 1} {n}**" if i + 1 == stage else f"✓ {i + 1} {n}" if i + 1 < stage else f"· {i + 1} {n}")
         for i, n in enumerate(NAMES)
@@ -177,10 +184,13 @@ def _(TAU, batch, bug, controls, episodes, json, kl_k3, masked_mean, metrics, mo
            + "`<br>`samples.jsonl` gets one line per episode, e.g. `"
            + json.dumps(sample_row("rl", 0, episodes[0])) + "`",
     }
-    _body = "\n\n".join(f"#### {i} · {NAMES[i - 1]}{'  ◀ now' if i == stage else ''}\n\n{sections[i]}"
-                        for i in range(1, stage + 1))
-    mo.md(f"{strip}\n\nBug planted: **{bug}**. Sampling temperature τ = {TAU}.\n\n{_body}")
-    return
+    _now = (f"#### {stage} · {NAMES[stage - 1]} ◀ now\n\nRunning: **{' and '.join(running)}** "
+            f"(lit in the ring).\n\n{sections[stage]}")
+    _before = "\n\n".join(f"#### {i} · {NAMES[i - 1]}\n\n{sections[i]}" for i in range(1, stage))
+    mo.vstack([mo.md(f"{strip}\n\nBug planted: **{bug}**. Sampling temperature τ = {TAU}."),
+               mo.hstack([mo.Html(diagram), mo.md(_now)], widths=[1, 1], align="start", wrap=True),
+               mo.md(("**The steps before it, as they ran:**\n\n" + _before) if _before else "")])
+    return diagram, running, stage
 
 
 @app.cell
@@ -211,6 +221,7 @@ def _(mo):
     * `posttrain/roles/trainer.py` — `Trainer.update` (stage 5)
     * `posttrain/roles/weight_sync.py` — `InProcessWeightSync.push` (stage 6)
     * `posttrain/types.py` — `RolloutBatch.collate`, where the temperature is recorded
+    * `posttrain/teach/diagrams.py` — `six_roles_svg(highlight=...)` and `LOOP_STEPS`: which role runs at each stage
 
     ## Exercises
 

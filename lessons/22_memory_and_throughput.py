@@ -37,6 +37,19 @@ def _(mo):
     \text{bytes per GPU} = P\left(\frac{2}{s_3} + \frac{2}{s_2} + \frac{12}{s_1}\right),\qquad s_k = n \text{ if stage} \ge k \text{ else } 1.
     $$
 
+    ### 16 or 18?
+
+    The course's outline says **18 bytes a parameter** and gives no breakdown; the ZeRO paper counts
+    **16**. Both are the same mixed-precision AdamW, and they differ in one term: where the
+    gradients are kept. Above they are bf16, like the weights (2 bytes). Frameworks that
+    accumulate the bf16 gradients of several micro-batches in an **fp32 buffer** instead
+    (Megatron-LM's `main_grad`; the bf16 optimizer BLOOM was trained with), so that small
+    gradients are not rounded away as they are summed, keep 4 bytes there:
+    2 + **4** + 4 + 8 = **18**. `posttrain/systems/memory.py` has both (`MIXED_ADAMW`,
+    `MIXED_ADAMW_FP32_GRADS`), and the sizer below shows both side by side. The two extra
+    bytes are gradients, so ZeRO shards them from stage 2 on: at stage 2 or 3 over $n$ GPUs the
+    difference per GPU is $2P/n$, not $2P$.
+
     Activations are never sharded: each GPU keeps those of its own micro-batch, about
     $n_{\text{layers}}(4h + 3q + 2kv + 4i)$ numbers a token for a Llama block without
     checkpointing, one hidden vector per layer with it (the forward runs again in backward).
@@ -80,7 +93,7 @@ def _(mo):
 @app.cell
 def _(knobs):
     from posttrain.systems.hardware import GB, device_named
-    from posttrain.systems.memory import MIXED_ADAMW, activation_bytes, training_state_bytes
+    from posttrain.systems.memory import MIXED_ADAMW, MIXED_ADAMW_FP32_GRADS, activation_bytes, training_state_bytes
     from posttrain.systems.roofline import crossover_rows, decode_step
     from posttrain.systems.shapes import PRESETS, parameter_count
 
@@ -89,17 +102,22 @@ def _(knobs):
     P = parameter_count(shape)
     zero, rows, context = knobs.value["zero"], knobs.value["rows"], knobs.value["context"]
 
-    state = training_state_bytes(P, MIXED_ADAMW, zero, 8)
+    state = training_state_bytes(P, MIXED_ADAMW, zero, 8)  # the 16-byte count: bf16 gradients
+    state_fp32_grads = training_state_bytes(P, MIXED_ADAMW_FP32_GRADS, zero, 8)  # the outline's 18: fp32 gradients
+    extra_bytes_per_parameter = MIXED_ADAMW_FP32_GRADS.bytes_per_parameter - MIXED_ADAMW.bytes_per_parameter
     acts = activation_bytes(shape, 1, 4096, 2)
     acts_ckpt = activation_bytes(shape, 1, 4096, 2, checkpointing=True)
     per_gpu = state.total + acts_ckpt
+    per_gpu_fp32_grads = state_fp32_grads.total + acts_ckpt
     fits = per_gpu <= 0.9 * H100.memory_bytes
+    fits_fp32_grads = per_gpu_fp32_grads <= 0.9 * H100.memory_bytes
 
     step = decode_step(shape, H100, rows, context, 2, 2)
     tokens_per_second = rows / step.seconds
     crossover = crossover_rows(shape, H100, context, 2, 2)
-    return (GB, H100, P, acts, acts_ckpt, context, crossover, decode_step, fits, per_gpu, rows, shape, state, step,
-            tokens_per_second, zero)
+    return (GB, H100, MIXED_ADAMW, MIXED_ADAMW_FP32_GRADS, P, acts, acts_ckpt, context, crossover, decode_step,
+            extra_bytes_per_parameter, fits, fits_fp32_grads, per_gpu, per_gpu_fp32_grads, rows, shape, state,
+            state_fp32_grads, step, tokens_per_second, zero)
 
 
 @app.cell
@@ -129,20 +147,26 @@ def _(torch):
 
 
 @app.cell
-def _(GB, H100, P, acts, acts_ckpt, context, crossover, fits, held, held_formula, mo, per_gpu, rows, saved,
-      saved_formula, shape, state, step, tokens_per_second, trained, zero):
+def _(GB, H100, MIXED_ADAMW, MIXED_ADAMW_FP32_GRADS, P, acts, acts_ckpt, context, crossover, extra_bytes_per_parameter,
+      fits, fits_fp32_grads, held, held_formula, mo, per_gpu, per_gpu_fp32_grads, rows, saved, saved_formula, shape,
+      state, state_fp32_grads, step, tokens_per_second, trained, zero):
+    _fit = lambda ok: "fits" if ok else "**does not fit**"  # noqa: E731
     _cross = "never (the cache's reads grow as fast as the FLOPs)" if crossover == float("inf") else f"{crossover:.0f} rows"
     mo.md(
         f"""
     ### {shape.name}: {P / 1e9:.2f} B parameters, ZeRO stage {zero} over 8 H100s
 
-    | per GPU | GB |
-    |---|---|
-    | weights | {state.weights / GB:.1f} |
-    | gradients | {state.grads / GB:.1f} |
-    | master copy + Adam moments | {state.optimizer / GB:.1f} |
-    | activations, one 4096-token row (checkpointed; {acts / GB:.1f} GB without) | {acts_ckpt / GB:.1f} |
-    | **total** | **{per_gpu / GB:.1f}** — {"fits" if fits else "**does not fit**"} in 90% of 80 GB |
+    | per GPU, GB | {MIXED_ADAMW.bytes_per_parameter:.0f} B a parameter (bf16 gradients) | {MIXED_ADAMW_FP32_GRADS.bytes_per_parameter:.0f} B (fp32 gradients) |
+    |---|---|---|
+    | weights | {state.weights / GB:.1f} | {state_fp32_grads.weights / GB:.1f} |
+    | gradients | {state.grads / GB:.1f} | {state_fp32_grads.grads / GB:.1f} |
+    | master copy + Adam moments | {state.optimizer / GB:.1f} | {state_fp32_grads.optimizer / GB:.1f} |
+    | activations, one 4096-token row (checkpointed; {acts / GB:.1f} GB without) | {acts_ckpt / GB:.1f} | {acts_ckpt / GB:.1f} |
+    | **total** | **{per_gpu / GB:.1f}** — {_fit(fits)} in 90% of 80 GB | **{per_gpu_fp32_grads / GB:.1f}** — {_fit(fits_fp32_grads)} |
+
+    The outline's 18 bytes cost {extra_bytes_per_parameter:g} more a parameter, all of it gradients:
+    **{(state_fp32_grads.total - state.total) / GB:.1f} GB** more per GPU at ZeRO stage {zero}
+    ({"sharded over the 8 GPUs" if zero >= 2 else "every GPU holds all of it"}).
 
     ### One decode step: {rows} rows at {context} tokens of context
 
@@ -195,8 +219,10 @@ def _(mo):
     ## Find the knob that breaks it
 
     * **ZeRO stage 0 with Qwen2.5-7B.** Every GPU holds all 16 bytes of every parameter: 122 GB
-      of training state before an activation. Stage 1 alone brings it to 42 GB: the optimizer's
-      12 bytes are three quarters of the state.
+      of training state before an activation (137 GB in the 18-byte count). Stage 1 alone brings
+      it to 42 GB: the optimizer's 12 bytes are three quarters of the state. In the 18-byte count
+      stage 1 leaves 57 GB, because the fp32 gradients stay whole on every GPU; stage 2 shards
+      them, and the two counts close to within 2 GB.
     * **Llama-3-70B.** Even fully sharded (stage 3) the state is 141 GB per GPU on 8 GPUs:
       no stage fixes it, only more GPUs (or LoRA, lesson 24).
     * **Decode batch 1.** About 240 tokens a second for a 7B model: the H100 reads 15 GB of
@@ -212,7 +238,8 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/systems/memory.py` — `training_state_bytes` (ZeRO), `activation_bytes`, `MIXED_ADAMW`, `FP32_ADAMW`
+    * `posttrain/systems/memory.py` — `training_state_bytes` (ZeRO), `activation_bytes`, `MIXED_ADAMW` (16 bytes),
+      `MIXED_ADAMW_FP32_GRADS` (18), `FP32_ADAMW`
     * `posttrain/systems/roofline.py` — `decode_step`, `crossover_rows`, `Roofline`
     * `posttrain/systems/hardware.py` — `device_named`: the H100's published ceilings
     * `posttrain/roles/trainer.py` — `Trainer`: the AdamW whose state is measured

@@ -31,8 +31,10 @@ def _(mo):
 
     The recipe catalogue in `recipes/` writes five famous ones (R1-Zero, R1, Kimi k1.5, Qwen3,
     Tülu 3) as posttrain config files at a size this machine trains in minutes, each with its
-    five choices in its header (`docs/guides/recipes.md` has the table and what the toy versions leave
-    out), beside the course's two capstones written the same way. Line them up and the surprise is how little of the difference is the optimiser: R1
+    five choices in its header (`docs/guides/recipes.md` has the table and what the toy versions
+    leave out), beside the course's two capstones; below the panel, six published recipes
+    (InstructGPT, R1-Zero, R1, Tülu 3, Qwen2.5, the o-series) sit on the same axes at full
+    scale. Line them up and the surprise is how little of the difference is the optimiser: R1
     and R1-Zero both run SFT then GRPO on the same reward, and differ in one data setting
     (whether the demonstrations show their working), the length of that SFT and the KL
     coefficient.
@@ -100,6 +102,7 @@ def _(mo):
 @app.cell
 def _(AXES):
     import re
+    import tomllib
 
     from posttrain.config import ConfigError, TrainConfig
     from posttrain.config.files import from_dict, load_file, to_dict
@@ -160,8 +163,11 @@ def _(AXES):
 
     RECIPES = {p.stem: flatten(load_file(str(p))) for p in sorted(RECIPES_DIR.glob("*.toml"))}
     STATED = {p.stem: header_axes(p.read_text(encoding="utf-8")) for p in sorted(RECIPES_DIR.glob("*.toml"))}
+    # the papers behind the files, at full scale: what each source states, apart from what is only assumed
+    with open(RECIPES_DIR.parent / "lessons" / "data" / "23_published_recipes.toml", "rb") as _file:
+        published = tomllib.load(_file)["recipe"]
     return (ConfigError, NOT_AN_AXIS, NOT_A_CHANGE, RECIPES, STATED, TrainConfig, axis_of, check_config,
-            differing_keys, from_dict, to_dict, unflatten)
+            differing_keys, from_dict, published, to_dict, unflatten)
 
 
 @app.cell
@@ -182,7 +188,7 @@ def _(ConfigError, NOT_A_CHANGE, RECIPES, TrainConfig, axis_of, check_config, co
 
 
 @app.cell
-def _(axis, changed, donor, mo, moved, recipe, refused, STATED):
+def _(AXES, axis, changed, donor, mo, moved, published, recipe, refused, STATED):
     _stated = "".join(f"| {a} | {STATED[recipe].get(a, '')} | {STATED[donor].get(a, '')} |\n"
                       for a in ("data", "algorithm", "reward", "system", "scale"))
     _moved = ", ".join(f"`{k} = {v!r}`" for k, v in moved.items()) or "nothing (it leaves this axis at the defaults)"
@@ -193,6 +199,10 @@ def _(axis, changed, donor, mo, moved, recipe, refused, STATED):
     {_rows}""" if changed else f"\n    **No setting changes**: {recipe} and {donor} make the same {axis} choice here.\n")
     _verdict = (f"**The pre-run checks refuse the hybrid:** {refused}" if refused
                 else "**The pre-run checks pass the hybrid:** `posttrain run` would train it.")
+    _cell = lambda axis: axis["known"] + (f"; *speculated:* {axis['speculated']}" if "speculated" in axis else "")  # noqa: E731
+    _published = "\n".join(f"| **{r['name']}**{' ◀ the panel' if r['toy'] == f'recipes/{recipe}.toml' else ''}<br>"
+                            f"{r['source']} | " + " | ".join(_cell(r[a]) for a in AXES) + f" | {r['toy'] or 'none'} |"
+                            for r in published)
     mo.md(f"""
     ### {recipe} and {donor}, as their files state them
 
@@ -205,6 +215,15 @@ def _(axis, changed, donor, mo, moved, recipe, refused, STATED):
     **{len(changed)}** setting(s):
     {_diff}
     {_verdict}
+
+    ### The published recipes on the same five axes
+
+    Six recipes as their papers state them, at full scale (the files above are toy versions);
+    where a source is silent, the cell says so, and guesswork is marked *speculated*.
+
+    | recipe | data | algorithm | reward | system | scale | runs here as |
+    |---|---|---|---|---|---|---|
+    {_published}
     """)
     return
 
@@ -356,6 +375,7 @@ def _(mo):
     * `posttrain/runs/lineage.py` — `flatten` and `differing_keys`, the config diff `--parent` records
     * `posttrain/pipelines/checks.py` — `check_config`, the pre-run checks that refuse a hybrid
     * `docs/guides/recipes.md` and `tests/test_recipes.py` — the catalogue and the checks every recipe passes
+    * `lessons/data/23_published_recipes.toml` — the six published recipes, known and speculated apart
     * `posttrain/runs/monitors.py` — `check_all`, `MonitorConfig` and the seven monitors
     * `posttrain/pipelines/rl.py` — where a training run calls the monitors and acts on `rl.alerts.action`
 
