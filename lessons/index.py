@@ -18,7 +18,7 @@ def _():
     # (file, title, one line); tests/test_lessons.py checks it names every lesson file here.
     LESSONS = [
         ("00_orientation.py", "Orientation",
-         "the six roles, the three loops (evaluate, select, learn), and the question “which loop am I in?”"),
+         "a map of the course's five parts, the six roles, the three loops, and the question “which loop am I in?”"),
         ("01_what_is_post_training_rl.py", "What is post-training RL?",
          "why SFT is not enough, and how a reward becomes a gradient: REINFORCE on a bandit, baseline slider"),
         ("02_rollout_and_pi_old.py", "Rollout and π_old",
@@ -32,7 +32,7 @@ def _():
         ("06_weight_sync.py", "Weight sync",
          "push the trainer's weights to the sampler every N steps, or never: staleness, ratio drift, clipfrac"),
         ("07_controller.py", "Controller",
-         "step through one RL iteration role by role, and plant three real bugs in the loop"),
+         "step through one RL iteration with each role lit as it runs, and plant three real bugs in the loop"),
         ("08_agentic_tool_masking.py", "Agentic RL and tool masking",
          "a two-turn trajectory with a real sandboxed tool call: why tool output gets response_mask 0"),
         ("09_reinforce.py", "REINFORCE",
@@ -64,11 +64,11 @@ def _():
         ("19_system_topology.py", "System topology",
          "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
         ("20_kv_cache.py", "The KV cache and PagedAttention",
-         "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, and our sampler's cache measured"),
+         "bytes per token by MHA/GQA/MQA, contiguous vs paged vs prefix tree, the bandwidth bound on decode, our sampler's cache"),
         ("21_scheduling_tricks.py", "Scheduling tricks",
          "continuous batching, prefix caching, chunked prefill, speculative decoding: gains that compose, and one that loses"),
         ("22_memory_and_throughput.py", "Memory and throughput math",
-         "16 bytes a parameter and ZeRO's stages; the decode roofline and why long contexts never turn compute-bound"),
+         "16 or 18 bytes a parameter and ZeRO's stages; the decode roofline and why long contexts never turn compute-bound"),
         ("22a_throughput_equation.py", "The throughput equation",
          "an RL step's five terms, summed or maxed by topology: which one binds, and where a speed-up pays"),
     ]
@@ -88,7 +88,7 @@ def _():
     # ---- end of lessons 22b-28 ----
     LESSONS += [  # lesson 23 (Part IV)
         ("23_recipes_and_failure_modes.py", "Famous recipes and failure modes",
-         "five recipe files on five axes: swap one and diff the configs; a symptom → monitor → lesson map, live"),
+         "six published recipes on five axes (the o-series: known vs speculated), five recipe files to diff, a symptom map"),
     ]
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
     return LESSONS, Path, mo
