@@ -138,7 +138,7 @@ class PreferenceConfig:
     # the policy; "" = off, as it samples rl.preference.diagnostic_prompts problems per temperature twice
     eval_temperatures: str = ""
     # an out-of-distribution check, start and trained policy on a shifted task: arithmetic's held-out
-    # problems at this level (4: two-digit terms, 5: minus signs; the module docstring's table); 0 = off
+    # problems at this level (4: two-digit terms, 5: minus signs; posttrain/envs/arithmetic.py); 0 = off
     ood_level: int = 0
     # ... or, for a file task (env jsonl, math, code, gsm8k), a file of problems in env.path's format, every
     # row held out; "" = off
