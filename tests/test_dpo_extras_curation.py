@@ -179,6 +179,7 @@ def config(**preference):
     ({"ood_level": 4, "ood_path": "x.jsonl"}, r"rl.preference.ood_path='x.jsonl'.*one out-of-distribution set"),
     ({"ood_level": 9}, "level"),
     ({"diagnostic_prompts": 0}, "rl.preference.diagnostic_prompts"),
+    ({"ood_level": 3}, r"ood_level=3 is a level the run trains on \(3\)"),
 ])
 def test_bad_diagnostics_settings_are_refused(preference, message):
     with pytest.raises(ConfigError, match=message):

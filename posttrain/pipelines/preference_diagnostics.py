@@ -45,6 +45,10 @@ def ood_environment(cfg: TrainConfig) -> Environment | None:
         if cfg.env.name not in LEVELLED_ENVS:
             raise ValueError(f"rl.preference.ood_level={pref.ood_level} shifts an arithmetic task's level, and "
                              f"env.name={cfg.env.name!r} has none: for a file task give rl.preference.ood_path")
+        trained_on = kwargs.get("levels") or str(cfg.env.arithmetic_level())
+        if str(pref.ood_level) in trained_on.replace(" ", "").split(","):
+            raise ValueError(f"rl.preference.ood_level={pref.ood_level} is a level the run trains on ({trained_on}), "
+                             "so its problems are not out of distribution: pick another level (1-5)")
         kwargs = {k: v for k, v in kwargs.items() if k != "levels"}  # one level: the shifted one
         return make_env(cfg.env.name, **{**kwargs, "level": pref.ood_level})
     if pref.ood_path:
