@@ -196,7 +196,7 @@ PREFERENCE_LOSS_NAMES = ("dpo", "ipo", "kto", "orpo", "simpo")
 ON_ALERT = ("warn", "stop", "rollback")  # what rl.alerts.action can name (posttrain/pipelines/rl.py)
 # the monitors rl.alerts.monitors can name: posttrain/runs/monitors.py's, a test keeps the two equal
 MONITORS = ("proxy_gold_divergence", "kl_explosion", "length_blowup", "entropy_collapse", "entropy_blowup",
-            "truncation", "no_learning_signal", "sampler_mismatch", "chosen_likelihood_collapse")
+            "truncation", "no_learning_signal", "sampler_mismatch", "chosen_likelihood_collapse", "template_mimicry")
 
 
 @dataclass

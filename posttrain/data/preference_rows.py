@@ -108,7 +108,8 @@ def pairs_from_verifier(
 
     Deterministic: repeated completion texts are kept once (the first occurrence), then pairs
     are listed by prompt in input order, then by the chosen's and the rejected's position in
-    the group. Each pair carries both rewards as its scores, and the example id in meta.
+    the group. Each pair carries both rewards as its scores, and in meta the example's id and its
+    difficulty label (meta difficulty or level) when it has one.
     """
     groups = episodes_by_prompt.values() if isinstance(episodes_by_prompt, Mapping) else episodes_by_prompt
     pairs = []
@@ -133,12 +134,14 @@ def pairs_from_verifier(
             worst = min(candidates, key=lambda e: e.reward)
             candidates = [best, worst]
         turns = group[0].example.meta.get(PROMPT_MESSAGES)  # a conversation keeps its chat template in training
+        # the prompt's difficulty label, if it has one, for pair balancing by topic (data/pair_balance.py)
+        label = {k: group[0].example.meta[k] for k in ("difficulty", "level") if k in group[0].example.meta}
         group_pairs = [
             PreferencePair(
                 prompt,
                 better.completion,
                 worse.completion,
-                {"id": better.example.id, **({PROMPT_MESSAGES: turns} if turns else {})},
+                {"id": better.example.id, **label, **({PROMPT_MESSAGES: turns} if turns else {})},
                 score_chosen=better.reward,
                 score_rejected=worse.reward,
             )

@@ -43,6 +43,7 @@ from posttrain.pipelines.build import is_preference, make_algorithm, reward_stac
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,
                                                 check_search, check_think, check_winrate)
 from posttrain.pipelines.data_checks import check_data, check_multi_turn
+from posttrain.pipelines.preference_diagnostics import ood_environment
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.engines import ENGINES
@@ -280,6 +281,7 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
         env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     check_multi_turn(cfg, env)
     check_implicit_prm(cfg)
+    check_preference_diagnostics(cfg)
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
@@ -297,6 +299,18 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
     return start + check_data(cfg, env)
+
+
+def check_preference_diagnostics(cfg: TrainConfig) -> None:
+    """rl.preference's checks after training (pipelines/preference_diagnostics.py) need a preference
+    loss, and a shifted task the environment can build (its level, or its held-out file)."""
+    pref = cfg.rl.preference
+    on = [f"rl.preference.{name}" for name in ("eval_temperatures", "ood_level", "ood_path") if getattr(pref, name)]
+    if not on:
+        return
+    check(is_preference(cfg.rl), on[0], getattr(pref, on[0].rpartition(".")[2]),
+          f"unset unless rl.algo is a preference loss (rl.algo={cfg.rl.algo!r}): the checks run after a preference stage")
+    ood_environment(cfg)  # ValueError naming the setting: a level for a task without levels, a missing file
 
 
 def check_stages(cfg: TrainConfig, env: Environment | None = None) -> list[str]:

@@ -5,8 +5,8 @@ pairs from the current policy.
     preference_stage        the stage: one preference step at a time, through the step loop,
                             checkpoints and alerts the RL stage uses (pipelines/rl.py)
     PreferenceEvaluation    what it measures every rl.eval_every steps: dev pass@1, the
-                            policy's own samples (KL to π_ref, length, reward, entropy), and
-                            the loss on held-out pairs
+                            policy's own samples (KL to π_ref, length, reward, entropy, the
+                            share opening alike), and the loss on held-out pairs
 
 The rounds — which pairs a step trains on, and against which reference — are
 pipelines/preference_rounds.py; one step's batch and update are pipelines/preference_train.py.
@@ -27,6 +27,7 @@ from posttrain.data.preference import load_preference_jsonl, save_preference_jso
 from posttrain.eval.evaluate import evaluate_pass_at_1
 from posttrain.pipelines.alerts import AlertPolicy
 from posttrain.pipelines.build import pair_ranker, sampling_params, trainer_settings
+from posttrain.pipelines.preference_diagnostics import PreferenceDiagnostics
 from posttrain.pipelines.preference_rounds import PreferenceRounds, stage_file, verifier_pairs
 from posttrain.pipelines.preference_train import evaluate_preference, preference_batch
 from posttrain.roles.controller import rollout_metrics
@@ -34,6 +35,7 @@ from posttrain.roles.environment import score_episodes
 from posttrain.roles.reference import Reference, make_reference
 from posttrain.roles.engines import make_engine
 from posttrain.roles.trainer import Trainer
+from posttrain.runs.preference_monitors import template_share
 from posttrain.runs.rundir import RunDir
 from posttrain.runs.stage import run_stage
 from posttrain.seeds import generator_for
@@ -80,6 +82,8 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer:
     trainer = Trainer(policy, **trainer_settings(cfg.rl))
     rounds = PreferenceRounds(cfg, run, stage, env, tokenizer, policy, reference, loss, rank_by)
     evaluation = PreferenceEvaluation(cfg, run, stage, env, tokenizer, policy, reference)
+    # temperature sensitivity and out of distribution, when asked: the start's now, before any step
+    diagnostics = PreferenceDiagnostics(cfg, run, stage, env, tokenizer, policy)
     alerts = AlertPolicy(cfg.rl, run, stage, policy, tokenizer)
 
     def pref_step(step: int) -> dict[str, float]:
@@ -99,6 +103,7 @@ def preference_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer:
     run_stage(run, stage, alerts.last_step(cfg.rl.steps), pref_step, policy, tokenizer, trainer,
               cfg.checkpoint_every, stop_after=alerts.should_stop, checkpoint_also=rounds.ends_at,
               show=lambda m: f"loss {m['loss']:.3f}  acc {m['accuracy']:.2f}")
+    diagnostics.after_training()
 
 
 class PreferenceEvaluation:
@@ -119,7 +124,7 @@ class PreferenceEvaluation:
         self.params = dataclasses.replace(sampling_params(cfg), temperature=1.0)
 
     def measure(self, step: int) -> dict[str, float]:
-        """dev pass@1; KL(π ‖ π_ref), length, reward and entropy on the policy's own samples;
+        """dev pass@1; KL(π ‖ π_ref), length, reward, entropy and template_share on the policy's own samples;
         the loss's metrics on the held-out pairs (dev_pref_*)."""
         cfg, policy, tokenizer, reference, params = self.cfg, self.policy, self.tokenizer, self.reference, self.params
         engine = make_engine(policy, tokenizer, params, shares_weights=True)
@@ -134,6 +139,8 @@ class PreferenceEvaluation:
         # the mean −log π of the sampled tokens (at T = 1 its expectation is the entropy); DPO off
         # its pairs' distribution can collapse it (every answer the same) or blow it up (babble)
         metrics["entropy"] = masked_mean(-batch.old_logp, batch.response_mask).item()
+        # template mimicry (runs/preference_monitors.py): the share of these samples that open alike
+        metrics["template_share"] = template_share([e.completion for e in episodes])
         if self.pairs:
             held_out = evaluate_preference(policy, self.pairs, cfg.rl.algo, cfg.rl.algo_params, tokenizer,
                                            reference.model)

@@ -24,6 +24,7 @@ import torch
 from posttrain.algorithms.preference import PreferenceLoss
 from posttrain.config import TrainConfig
 from posttrain.data.preference import load_preference_data, load_preference_jsonl, save_preference_jsonl
+from posttrain.data.pair_balance import balance_lines, balance_pairs
 from posttrain.data.preference_rows import group_by_prompt, pair_gaps, pairs_from_verifier, preference_episodes
 from posttrain.eval.ranker_agreement import ranker_agreement
 from posttrain.models import load_checkpoint_model
@@ -173,10 +174,26 @@ class PreferenceRounds:
         stats = (self.run.read_json(self.record_file) or {}).get(str(r))
         if name.exists() and stats is not None:
             return load_preference_jsonl(name), stats
-        pairs, stats = self.build_pairs(r)
+        pairs, stats = self.balance(r, *self.build_pairs(r))
         save_preference_jsonl(pairs, name)
         self.run.write_json(self.record_file, {**(self.run.read_json(self.record_file) or {}), str(r): stats})
         return pairs, stats
+
+    def balance(self, r: int, pairs: list, stats: dict) -> tuple[list, dict]:
+        """Round r's pairs after rl.preference.balance_lengths / balance_topics (data/pair_balance.py),
+        what each dropped printed and kept in <stage>_pair_balance.json before any step trains on
+        them; as they were when neither is on, or when the round reuses the last round's pairs
+        (balanced already)."""
+        pref = self.cfg.rl.preference
+        if not (pref.balance_lengths or pref.balance_topics) or "reused_round" in stats:
+            return pairs, stats
+        kept, report = balance_pairs(pairs, pref.balance_lengths, pref.balance_topics,
+                                     derive_seed(self.cfg.seed, "pair-balance", r))
+        console.print(f"round {r}: balancing kept {len(kept)} of {len(pairs)} pairs; "
+                      + "; ".join(balance_lines(report)), highlight=False, markup=False)
+        record_file = f"{self.stage}_pair_balance.json"
+        self.run.write_json(record_file, {**(self.run.read_json(record_file) or {}), str(r): report})
+        return kept, {**stats, "pairs": len(kept), "pairs_before_balance": len(pairs)}
 
     def build_pairs(self, r: int) -> tuple[list, dict]:
         """Round r's pairs from rl.preference.pairs, or from the current policy's samples ranked by the

@@ -40,13 +40,12 @@ from posttrain.runs.monitors import (RUN_MONITORS, TERM_PREFIX, TRUNCATION_MAX, 
                                      proxy_gold_divergence, term_keys, truncation)
 from posttrain.verifiers.reasoning_gym_answer import EXACT_SPECS
 
-# the verifiers' reasons for "the answer is not where I read it" (verifiers/*.py REASONS), for a
-# verifier whose details carry no format_ok
+# the verifiers' reasons for "the answer is not where I read it" (verifiers/*.py REASONS), without format_ok
 NO_FORMAT = frozenset({"no_answer", "no_final_line", "missing_int", "no_integer", "unclosed_think", "no_code", "empty"})
 # the causes in the order they are reported
 CAUSES = ("truncation", "format_never_matched", "partial_credit", "no_variance", "term_silent", "term_collapse",
           "reward_up_heldout_down", "kl_runaway", "entropy_runaway", "length_blowup", "entropy_collapse",
-          "sampler_mismatch", "chosen_likelihood_collapse")
+          "sampler_mismatch", "chosen_likelihood_collapse", "template_mimicry")
 # the monitors whose alerts are findings as they are: monitor -> (cause, the setting to change)
 FROM_MONITORS = {
     "kl_explosion": ("kl_runaway", "--{algo}.kl_coef (raise it, e.g. 0.04; or hold KL at --rl.kl.target) or "
@@ -56,6 +55,7 @@ FROM_MONITORS = {
     "entropy_collapse": ("entropy_collapse", "rl.sampling.temperature (raise it), or --{algo}.clip_eps_high 0.28"),
     "sampler_mismatch": ("sampler_mismatch", "rl.sampling.weights or --dtype (float32), or rl.mismatch"),
     "chosen_likelihood_collapse": ("chosen_likelihood_collapse", "--{algo}.beta (raise it) or --dpo.nll_coef"),
+    "template_mimicry": ("template_mimicry", "--{algo}.beta (raise it) or rl.preference.balance_topics"),
 }
 
 

@@ -35,6 +35,8 @@ The monitors, each the signature of a failure seen in RL post-training:
     chosen_likelihood_collapse
                            a preference loss is lowering the likelihood of the chosen answers
                            on held-out pairs: it wins pairs by making both sides unlikely
+    template_mimicry       the policy's samples open alike, whatever the prompt: it copies a
+                           template (the last two: runs/preference_monitors.py)
 
 They detect; they do not diagnose. runs/diagnosis.py reads their alerts with the samples
 and names the cause and the setting to change (`posttrain doctor RUN`).
@@ -45,35 +47,12 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
-Alert = dict[str, Any]  # {"monitor", "step", "message", "value", "threshold"}
+from posttrain.runs.metric_series import Alert, make_alert, metric_series, onsets
+from posttrain.runs.preference_monitors import chosen_likelihood_collapse, template_mimicry
 
 TRUNCATION_MAX = 0.25  # the share of samples cut above which the budget decides the rewards (MonitorConfig)
-
-
-def _series(rows: list[dict[str, Any]], key: str) -> list[tuple[int, float]]:
-    """(step, value) for every row that has `key` with a number (None counts as missing)."""
-    out = []
-    for index, row in enumerate(rows):
-        value = row.get(key)
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            out.append((row.get("step", index), float(value)))
-    return out
-
-
-def _onsets(flags: Iterable[tuple[int, bool, Any]]) -> list[tuple[int, Any]]:
-    """The (step, payload) of each False -> True transition (a True first flag counts)."""
-    onsets, previous = [], False
-    for step, flag, payload in flags:
-        if flag and not previous:
-            onsets.append((step, payload))
-        previous = flag
-    return onsets
-
-
-def _alert(monitor: str, step: int, message: str, value: float, threshold: float) -> Alert:
-    return {"monitor": monitor, "step": step, "message": message, "value": value, "threshold": threshold}
 
 
 # ---------------------------------------------------------------------------------------
@@ -99,7 +78,7 @@ def proxy_gold_divergence(
     i.e. the held-out metric lost at least `min_gold_drop` since its peak while the
     reward the optimiser sees is at least what it was at that peak. (A reward that fell
     together with the gold metric is a collapse, not hacking, and does not fire.)"""
-    rewards = sorted(_series(rows, reward_key), key=lambda sv: sv[0])
+    rewards = sorted(metric_series(rows, reward_key), key=lambda sv: sv[0])
     if not rewards:
         return []
     reward_steps = [step for step, _ in rewards]
@@ -114,7 +93,7 @@ def proxy_gold_divergence(
 
     flags = []
     best_gold, best_step = -math.inf, None
-    for step, gold in _series(rows, gold_key):
+    for step, gold in metric_series(rows, gold_key):
         if gold > best_gold:
             best_gold, best_step = gold, step
         reward_now, reward_at_best = smoothed_reward(step), smoothed_reward(best_step)
@@ -126,7 +105,7 @@ def proxy_gold_divergence(
         )
         flags.append((step, fired, (gold, best_gold, best_step, reward_now, reward_at_best)))
     return [
-        _alert(
+        make_alert(
             "proxy_gold_divergence", step,
             f"{gold_key} fell to {gold:.3f} from its best {best:.3f} (step {best_step}) while "
             f"{reward_key} (mean of last {window}) is {r_now:.3f}, not below its {r_best:.3f} "
@@ -134,21 +113,21 @@ def proxy_gold_divergence(
             "not; read this step's samples for an exploit",
             gold, best - min_gold_drop,
         )  # fmt: skip
-        for step, (gold, best, best_step, r_now, r_best) in _onsets(flags)
+        for step, (gold, best, best_step, r_now, r_best) in onsets(flags)
     ]
 
 
 def kl_explosion(rows: list[dict[str, Any]], kl_key: str = "kl_ref", kl_max: float = 0.5) -> list[Alert]:
     """KL to the reference above `kl_max`. Fires where KL first exceeds it (see module)."""
-    flags = [(step, not kl <= kl_max, kl) for step, kl in _series(rows, kl_key)]
+    flags = [(step, not kl <= kl_max, kl) for step, kl in metric_series(rows, kl_key)]
     return [
-        _alert(
+        make_alert(
             "kl_explosion", step,
             f"{kl_key} = {kl:.3g} exceeds {kl_max:g}: the policy has drifted far from the "
             "reference; raise the KL coefficient, lower the learning rate, or check for an exploit",
             kl, kl_max,
         )  # fmt: skip
-        for step, kl in _onsets(flags)
+        for step, kl in onsets(flags)
     ]
 
 
@@ -157,21 +136,21 @@ def length_blowup(
 ) -> list[Alert]:
     """Mean response length above `factor` × the baseline, the mean of the first
     `baseline_steps` rows that log a length. Only rows after the baseline are checked."""
-    lengths = _series(rows, length_key)
+    lengths = metric_series(rows, length_key)
     if len(lengths) <= baseline_steps:
         return []
     baseline = sum(value for _, value in lengths[:baseline_steps]) / baseline_steps
     limit = factor * baseline
     flags = [(step, not length <= limit, length) for step, length in lengths[baseline_steps:]]
     return [
-        _alert(
+        make_alert(
             "length_blowup", step,
             f"{length_key} = {length:.1f} is more than {factor:g}x the baseline {baseline:.1f} "
             f"(mean of the first {baseline_steps} steps): look for padding, repetition, or a "
             "length-correlated reward being farmed",
             length, limit,
         )  # fmt: skip
-        for step, length in _onsets(flags)
+        for step, length in onsets(flags)
     ]
 
 
@@ -179,16 +158,16 @@ def entropy_collapse(
     rows: list[dict[str, Any]], entropy_key: str = "entropy", entropy_floor: float = 0.05
 ) -> list[Alert]:
     """Mean token entropy below `entropy_floor` (nats/token)."""
-    flags = [(step, not entropy >= entropy_floor, entropy) for step, entropy in _series(rows, entropy_key)]
+    flags = [(step, not entropy >= entropy_floor, entropy) for step, entropy in metric_series(rows, entropy_key)]
     return [
-        _alert(
+        make_alert(
             "entropy_collapse", step,
             f"{entropy_key} = {entropy:.3g} nats/token is below {entropy_floor:g}: the policy is "
             "nearly deterministic, so the K samples of a prompt agree and GRPO gets no signal; "
             "consider clip-higher, an entropy bonus, or a higher sampling temperature",
             entropy, entropy_floor,
         )  # fmt: skip
-        for step, entropy in _onsets(flags)
+        for step, entropy in onsets(flags)
     ]
 
 
@@ -197,31 +176,31 @@ def entropy_blowup(rows: list[dict[str, Any]], entropy_key: str = "entropy", bas
     """Mean token entropy more than `max_rise` nats/token above the baseline, the mean of the
     first `baseline_steps` rows that log it. A rise, not a ratio: an SFT policy starts near 0
     (make run: 0.017), where any ratio is noise."""
-    series = _series(rows, entropy_key)
+    series = metric_series(rows, entropy_key)
     if len(series) <= baseline_steps:
         return []
     baseline = sum(value for _, value in series[:baseline_steps]) / baseline_steps
     flags = [(step, not entropy <= baseline + max_rise, entropy) for step, entropy in series[baseline_steps:]]
-    return [_alert("entropy_blowup", step, f"{entropy_key} = {entropy:.3g} nats/token is more than {max_rise:g} "
+    return [make_alert("entropy_blowup", step, f"{entropy_key} = {entropy:.3g} nats/token is more than {max_rise:g} "
                    f"above its baseline {baseline:.3g} (mean of the first {baseline_steps} steps): the policy spreads "
                    "its probability over more tokens at every position, the way a run diverges; lower "
                    "rl.optim.lr, or add a KL term (--<algo>.kl_coef)", entropy, baseline + max_rise)
-            for step, entropy in _onsets(flags)]
+            for step, entropy in onsets(flags)]
 
 
 def truncation(rows: list[dict[str, Any]], key: str = "truncated_fraction", window: int = 5,
                max_fraction: float = TRUNCATION_MAX) -> list[Alert]:
     """The share of samples cut at the generation budget, averaged over the last `window`
     rows that log it (one small batch is noisy), above `max_fraction`."""
-    series = _series(rows, key)
+    series = metric_series(rows, key)
     means = [sum(v for _, v in series[i + 1 - window:i + 1]) / window for i in range(window - 1, len(series))]
     flags = [(step, not mean <= max_fraction, mean) for (step, _), mean in zip(series[window - 1:], means)]
-    return [_alert("truncation", step, f"{100 * mean:.0f}% of the samples of the last {window} steps were cut at "
+    return [make_alert("truncation", step, f"{100 * mean:.0f}% of the samples of the last {window} steps were cut at "
                    f"the generation budget ({key}): the verifier scores unfinished text, so a right answer that did "
                    "not fit scores as wrong; raise rl.sampling.max_new_tokens (posttrain train ... --dry_run true "
                    "names the length the demonstrations need), or, if lengths grew during the run, see length_blowup",
                    mean, max_fraction)
-            for step, mean in _onsets(flags)]
+            for step, mean in onsets(flags)]
 
 
 def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert]:
@@ -236,7 +215,7 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
         quiet = quiet + 1 if flat == 1.0 or grad_norm == 0.0 else 0
         flags.append((row.get("step", index), quiet >= steps, row))
     alerts = []
-    for step, row in _onsets(flags):
+    for step, row in onsets(flags):
         cut = row.get("truncated_fraction", 0.0)
         if row.get("zero_variance_groups") == 1.0 and cut > TRUNCATION_MAX:
             cause = (f"every group's samples got the same reward, and {100 * cut:.0f}% of them were cut at the "
@@ -254,7 +233,7 @@ def no_learning_signal(rows: list[dict[str, Any]], steps: int = 5) -> list[Alert
         else:
             cause, fix = "the gradient was exactly 0", ("check that the loss reaches the trainable weights "
                                                         "(with LoRA: the adapter's) and that the rewards vary")
-        alerts.append(_alert(
+        alerts.append(make_alert(
             "no_learning_signal", step,
             f"{steps} steps in a row without a learning signal: {cause}. The run is learning nothing; {fix}",
             1.0, 1.0,
@@ -269,37 +248,15 @@ def sampler_mismatch(rows: list[dict[str, Any]], mismatch_max: float | None = 0.
                      masked_max: float | None = 0.1) -> list[Alert]:
     """Mean |log π_sampler − log π_trainer| per token above `mismatch_max`, or more than
     `masked_max` of the trained tokens masked out of the gradient (roles/mismatch.py)."""
-    lines = [(next((k for k in MISMATCH_KEYS if _series(rows, k)), MISMATCH_KEYS[0]), mismatch_max, "nats/token: the "
+    lines = [(next((k for k in MISMATCH_KEYS if metric_series(rows, k)), MISMATCH_KEYS[0]), mismatch_max, "nats/token: the "
               "sampler is another policy than the one trained, and the weights correcting for it bias the update"),
              ("mismatch/masked_fraction", masked_max, "of the trained tokens: masked, they teach the update nothing")]
-    return sorted((_alert("sampler_mismatch", step, f"{name} = {value:.3g} exceeds {line:g} {why}; sample as the "
+    return sorted((make_alert("sampler_mismatch", step, f"{name} = {value:.3g} exceeds {line:g} {why}; sample as the "
                           "trainer does (--rl.sampling.weights float32, --dtype float32, --dist.max_staleness 1) or "
                           "change rl.mismatch (its mode, cap, lower)", value, line)
                    for name, line, why in lines if line is not None
-                   for step, value in _onsets((s, not v <= line, v) for s, v in _series(rows, name))),
+                   for step, value in onsets((s, not v <= line, v) for s, v in metric_series(rows, name))),
                   key=lambda alert: alert["step"])
-
-
-def chosen_likelihood_collapse(rows: list[dict[str, Any]], key: str = "dev_pref_logps_chosen_per_token",
-                               max_drop: float = 0.5) -> list[Alert]:
-    """The held-out chosen answers' log-likelihood per token more than `max_drop` nats below
-    its first logged value (pipelines/preference_train.py, preference_health)."""
-    series = _series(rows, key)
-    if not series:
-        return []
-    start = series[0][1]
-    flags = [(step, not start - value <= max_drop, value) for step, value in series]
-    return [
-        _alert(
-            "chosen_likelihood_collapse", step,
-            f"{key} = {value:.3f} nats/token is more than {max_drop:g} below its first value {start:.3f}: "
-            "the loss is winning pairs by making the chosen answers unlikely too (a held-out accuracy that "
-            "rises while pass@1 falls is the same failure); raise beta, add --dpo.nll_coef, use IPO, or "
-            "lower the learning rate",
-            value, start - max_drop,
-        )  # fmt: skip
-        for step, value in _onsets(flags)
-    ]
 
 
 # ---------------------------------------------------------------------------------------
@@ -355,6 +312,10 @@ class MonitorConfig:
     # past the drift of a healthy preference run, and the first sign of the likelihood
     # collapse DPO shows on chains of thought (docs/algorithms/dpo.md)
     chosen_drop_max: float | None = 0.5
+    # 0.3 of the dev samples more opening alike than at the first evaluation: on 64 samples a share's
+    # standard error is at most 0.06, so 0.3 is five of them; arithmetic's openings carry the prompt's
+    # numbers, so a healthy policy's share stays near 1/64
+    template_rise_max: float | None = 0.3
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.baseline_steps < 1:
@@ -383,6 +344,8 @@ def check_all(rows: list[dict[str, Any]], config: MonitorConfig | None = None) -
     alerts += sampler_mismatch(rows, c.mismatch_max, c.mismatch_masked_max)  # each line None = off
     if c.chosen_drop_max is not None:
         alerts += chosen_likelihood_collapse(rows, max_drop=c.chosen_drop_max)
+    if c.template_rise_max is not None:
+        alerts += template_mimicry(rows, max_rise=c.template_rise_max)
     return sorted(alerts, key=lambda a: (a["step"], a["monitor"]))
 
 

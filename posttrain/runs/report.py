@@ -6,6 +6,7 @@ import math
 
 from posttrain.runs.diagnosis import Finding, diagnose, step_samples
 from posttrain.runs.monitors import RUN_MONITORS, TERM_PREFIX, check_all
+from posttrain.runs.preference_report import preference_section
 from posttrain.runs.rundir import RunDir
 
 # the curves that teach: is reward rising, is the held-out metric following it, is the
@@ -138,6 +139,9 @@ def write_summary(run: RunDir, results: dict, cfg, spec_version: str, start: str
     curation = run.read_json("curation.json")  # rl.curation's record (pipelines/curation.py)
     if curation is not None:
         lines += curation_lines(curation)
+    preference_lines, preference_record = preference_section(run, final)  # pair balance, temperatures, OOD
+    lines += preference_lines
+    summary.update(preference_record)
     warnings = collapse_warnings(rows)
     if warnings:
         summary["warnings"] = warnings

@@ -1,0 +1,138 @@
+"""Pair curation before a preference loss trains: take away the shortcuts a set of pairs
+offers, so the loss has to learn the preference itself.
+
+A sequence-level loss learns whatever separates chosen from rejected. When the chosen
+response is usually the longer one, "be longer" lowers the loss as well as "be right", and
+DPO's known failure is to learn exactly that (verbosity). When one topic supplies most of
+the pairs, the loss mostly learns that topic's preference. Balancing removes both cues by
+subsampling, never by reweighting, so every kept pair is trained on as an ordinary pair.
+
+    length_bucket(pair)            "chosen longer", "chosen shorter" or "same length"
+    topic_of(record)               the topic key a record is balanced by (the rule below)
+    balance_pairs(records, ...)    (kept records in their original order, report: counts per bucket)
+
+The rules:
+
+    lengths   a pair whose lengths (characters) differ by at most SAME_LENGTH_TOLERANCE of
+              the longer one is "same length": it carries no length cue and is always kept.
+              Of the others, the larger of "chosen longer" / "chosen shorter" is subsampled
+              to the size of the smaller, so on the kept pairs the longer response wins
+              exactly half of the pairs that have a longer response.
+    topics    a record's topic is meta["topic"] (a `topic` column of a pairs file), else its
+              difficulty label (meta["difficulty"], else meta["level"]: arithmetic's level,
+              which verifier-built pairs carry), else the first word of its prompt. Each
+              topic with more records than the median topic is subsampled to the median
+              (rounded up): the largest topics lose most, and one rare topic cannot shrink
+              the whole set to its own size, as an equal-counts rule would.
+
+Topics are balanced first, lengths second, each draw seeded (seeds.py), so the same pairs
+and seed always keep the same records.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Callable, Sequence, TypeVar
+
+from posttrain.types import PreferencePair, UnpairedExample
+
+Record = PreferencePair | UnpairedExample
+T = TypeVar("T")
+
+# lengths within 5% of each other count as the same: an arithmetic chain of thought whose one
+# wrong sum has a digit more or fewer (~40 characters) is not a length preference
+SAME_LENGTH_TOLERANCE = 0.05
+LONGER, SHORTER, SAME = "chosen longer", "chosen shorter", "same length"
+
+
+def length_bucket(pair: PreferencePair, tolerance: float = SAME_LENGTH_TOLERANCE) -> str:
+    """Which way the pair's length gap points: len(chosen) − len(rejected) in characters."""
+    gap = len(pair.chosen) - len(pair.rejected)
+    if abs(gap) <= tolerance * max(len(pair.chosen), len(pair.rejected)):
+        return SAME
+    return LONGER if gap > 0 else SHORTER
+
+
+def topic_of(record: PreferencePair | UnpairedExample) -> str:
+    """The topic a record is balanced by: meta topic, else its difficulty label, else the
+    first word of its prompt ("" for an empty prompt)."""
+    if record.meta.get("topic") is not None:
+        return str(record.meta["topic"])
+    for label in ("difficulty", "level"):  # named, so a report reads "level 2", not "2"
+        if record.meta.get(label) is not None:
+            return f"{label} {record.meta[label]}"
+    words = record.prompt.split()
+    return words[0] if words else ""
+
+
+def subsample(indices_by_bucket: dict[str, list[int]], caps: dict[str, int], rng: random.Random) -> set[int]:
+    """The indices kept: every bucket's, cut to its cap by a seeded draw."""
+    kept: set[int] = set()
+    for bucket, indices in indices_by_bucket.items():
+        cap = caps.get(bucket, len(indices))
+        kept |= set(indices if len(indices) <= cap else rng.sample(indices, cap))
+    return kept
+
+
+def balance_by(records: Sequence[T], key: Callable[[T], str], caps_for: Callable[[dict[str, int]], dict[str, int]],
+               rng: random.Random) -> tuple[list[T], dict[str, dict[str, int]]]:
+    """Records kept after capping each key's bucket (caps_for: bucket sizes -> caps), in
+    their original order, and {bucket: {"before", "kept"}}."""
+    by_bucket: dict[str, list[int]] = {}
+    for i, record in enumerate(records):
+        by_bucket.setdefault(key(record), []).append(i)
+    kept = subsample(by_bucket, caps_for({b: len(ix) for b, ix in by_bucket.items()}), rng)
+    report = {b: {"before": len(ix), "kept": sum(i in kept for i in ix)} for b, ix in sorted(by_bucket.items())}
+    return [r for i, r in enumerate(records) if i in kept], report
+
+
+def median_caps(sizes: dict[str, int]) -> dict[str, int]:
+    """Every topic capped at the median topic's size, rounded up."""
+    counts = sorted(sizes.values())
+    middle = len(counts) // 2
+    median = counts[middle] if len(counts) % 2 else math.ceil((counts[middle - 1] + counts[middle]) / 2)
+    return {topic: median for topic in sizes}
+
+
+def equal_length_caps(sizes: dict[str, int]) -> dict[str, int]:
+    """"chosen longer" and "chosen shorter" both capped at the smaller of the two."""
+    both = min(sizes.get(LONGER, 0), sizes.get(SHORTER, 0))
+    return {LONGER: both, SHORTER: both}
+
+
+def balance_pairs(records: Sequence[Record], lengths: bool, topics: bool,
+                  seed: int) -> tuple[list[Record], dict[str, dict[str, dict[str, int]]]]:
+    """The records kept by topic and length balancing (the module's rules), in their
+    original order, and a report {"topics": {topic: {"before", "kept"}}, "lengths": {bucket:
+    {"before", "kept"}}} (a part only when its balancing is on; lengths counted after topics).
+
+    Raises ValueError when length balancing is asked of unpaired examples (they have no
+    length gap), or when nothing is left (every pair's chosen response longer, or every one
+    shorter, is a length cue balancing can only remove by removing the pairs)."""
+    rng = random.Random(seed)
+    kept, report = list(records), {}
+    if topics:
+        kept, report["topics"] = balance_by(kept, topic_of, median_caps, rng)
+    if lengths:
+        unpaired = next((i for i, r in enumerate(records) if not isinstance(r, PreferencePair)), None)
+        if unpaired is not None:
+            raise ValueError(f"record {unpaired} is an unpaired example, and length balancing compares a pair's "
+                             "chosen and rejected lengths: give pairs, or set rl.preference.balance_lengths false")
+        pairs = [r for r in kept if isinstance(r, PreferencePair)]  # all of them: checked above
+        balanced, report["lengths"] = balance_by(pairs, length_bucket, equal_length_caps, rng)
+        kept = [*balanced]
+        if not kept:
+            counts = Counter(length_bucket(p) for p in pairs)
+            raise ValueError(f"length balancing left no pairs: of {len(pairs)} pairs {counts[LONGER]} have the "
+                             f"longer chosen response and {counts[SHORTER]} the shorter one, so length alone tells "
+                             "them apart and balancing removes them all; set rl.preference.balance_lengths false, "
+                             "or add pairs whose chosen response is the shorter one")
+    return kept, report
+
+
+def balance_lines(report: dict[str, dict[str, dict[str, int]]]) -> list[str]:
+    """One line per balanced part: "lengths: chosen longer 40 → 12, chosen shorter 12 → 12, ..."."""
+    return [f"{part}: " + ", ".join(f"{bucket} {n['before']} → {n['kept']}" for bucket, n in buckets.items())
+            for part, buckets in report.items()]
