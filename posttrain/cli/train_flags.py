@@ -33,6 +33,7 @@ from posttrain.cli.flags import (
     parse_flags,
     value_of,
 )
+from posttrain.cli.section_schema import committed_schema, stand_in_sections
 from posttrain.cli.help_view import (
     HELP_ALL,
     env_fields_unread,
@@ -171,8 +172,12 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     text = description(summary, sections)
     settings = [config_flag(), *extra, ("settings", Annotated[TrainConfig, tyro.conf.arg(name="")], base)]
     where = f"config file {value_of(argv, '--config')!r}"
+    # the sections' stand-ins (cli/section_schema.py): their flags without torch; None while
+    # the schema is stale or a --config file's rl.algo_params need the classes to say what is wrong
+    schema = committed_schema()
+    stand_ins = stand_in_sections(schema, base.rl) if schema else None
     if any(token in ("-h", "--help") for token in argv):  # one parser: the help lists settings and sections
-        algorithms = section_defaults(base.rl, where)
+        algorithms = stand_ins or section_defaults(base.rl, where)
         registry, shown = BOOLEANS, algorithms
         if not asks_all:
             chosen = [name for name in algorithms if reads_algorithms and name in chosen_algorithms(argv, base)]
@@ -186,7 +191,9 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     # their types and values, as check_config begins (checked() checks again, with what only the library knows)
     check_types(args.settings)
     args.settings.validate()
-    algorithms = section_defaults(base.rl, where)  # torch from here on
+    if stand_ins:  # a typo'd flag or a wrongly typed value of a section, refused as the classes would, before torch
+        parse_flags(sections_argv, prog, text, section_fields(stand_ins))
+    algorithms = section_defaults(base.rl, where)  # torch from here on: the classes check their own ranges
     parsed_sections = parse_flags(sections_argv, prog, text, section_fields(algorithms)).algorithms
     return ParsedTrain(args.settings, args, parsed_sections, argv, defaults, file, algorithms)
 
