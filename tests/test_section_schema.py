@@ -10,17 +10,16 @@ import pytest
 
 from posttrain.cli import main
 from posttrain.cli import section_schema, train_flags
+from posttrain.cli import write_section_schema
 from posttrain.cli.section_schema import (
     SCHEMA_PATH,
     WRITE_COMMAND,
     committed_schema,
-    live_schema,
-    schema_text,
-    section_entry,
     stale_sources,
     stand_in_class,
     stand_in_sections,
 )
+from posttrain.cli.write_section_schema import live_schema, schema_text, section_entry
 from posttrain.cli.train_flags import section_defaults
 from posttrain.config import RLConfig
 from posttrain.config.sections import SamplingParams
@@ -35,8 +34,8 @@ def fixed_width(monkeypatch):
 def classes_only(monkeypatch):
     """Call it to have the command line read the classes, as it does with no schema or a stale one."""
     def use() -> None:
-        for module in (section_schema, train_flags):
-            monkeypatch.setattr(module, "committed_schema", lambda: None)
+        monkeypatch.setattr(section_schema, "schema_file", lambda: None)  # environments, demos
+        monkeypatch.setattr(train_flags, "committed_schema", lambda: None)  # sections
     return use
 
 
@@ -102,15 +101,16 @@ def test_a_stale_schema_is_not_read_and_the_classes_answer_the_same(capsys, monk
     stale.write_text(json.dumps(schema))
     assert stale_sources(schema) == ["posttrain/algorithms/grpo.py"]
     monkeypatch.setattr(section_schema, "SCHEMA_PATH", stale)
-    committed_schema.cache_clear()
+    section_schema.schema_file.cache_clear()
     try:
         assert committed_schema() is None
         status, _, err = answer(capsys, ["train", "--grpo.kl_coeff", "0.1"])
         assert status == 2 and "--grpo.kl_coef FLOAT" in err
-        assert section_schema.main(["--check"]) == 1
+        monkeypatch.setattr(write_section_schema, "SCHEMA_PATH", stale)
+        assert write_section_schema.main(["--check"]) == 1
         assert f"is stale: rewrite it with `{WRITE_COMMAND}`" in capsys.readouterr().err
     finally:
-        committed_schema.cache_clear()
+        section_schema.schema_file.cache_clear()
 
 
 def test_a_literal_and_an_optional_field_keep_their_choices_and_none(capsys):
