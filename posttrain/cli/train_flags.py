@@ -36,7 +36,6 @@ from posttrain.cli.flags import (
     parse_flags,
     value_of,
 )
-from posttrain.cli.section_schema import committed_schema, stand_in_sections
 from posttrain.cli.help_view import (
     HELP_ALL,
     env_fields_unread,
@@ -45,6 +44,7 @@ from posttrain.cli.help_view import (
     hidden_sections,
     shown_sections,
 )
+from posttrain.cli.section_schema import committed_schema, stand_in_sections
 from posttrain.config import ConfigError, EnvConfig, RLConfig, TrainConfig, parse_stages
 from posttrain.config.rl import PREFERENCE_LOSS_NAMES, RL_ALGORITHM_NAMES
 from posttrain.config.type_checks import check_types
