@@ -47,9 +47,10 @@ def answer(capsys, argv: list[str]) -> tuple[int, str, str]:
 
 def test_the_committed_schema_is_what_the_classes_say():
     changed = stale_sources(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+    why = f"{', '.join(changed)} changed since it was written" if changed else "it differs from the classes"
     assert SCHEMA_PATH.read_text(encoding="utf-8") == schema_text(live_schema()), (
-        f"{SCHEMA_PATH.name} is stale (changed since it was written: {changed or 'the classes'}): rewrite it with "
-        f"`{WRITE_COMMAND}` and commit it (after merging branches that touched algorithms/ or envs/, rerun it)")
+        f"posttrain/cli/{SCHEMA_PATH.name} is stale ({why}): rewrite it with `{WRITE_COMMAND}` and commit it; "
+        "after merging branches that touched algorithms/, envs/ or the demos, rerun it")
     assert committed_schema() is not None  # and the command line reads it
 
 
