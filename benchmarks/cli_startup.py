@@ -3,7 +3,9 @@
 answer that loads torch costs at least) and, with --against DIR, the same commands run from
 another checkout (the main branch before a change, say).
 
-Target (issue #39, item 7): a typo'd flag or a bad value answered in under 2 s.
+Target (issue #39, item 7): `--help`, a typo'd flag and a bad value answered in under 2 s.
+A value of the right type outside an algorithm's range is its class's to refuse, after torch:
+that row is timed, not held to the target.
 
     python benchmarks/cli_startup.py [--repeats 5] [--against ../main]
 
@@ -37,9 +39,13 @@ CASES = [
     ("a value of the wrong type", ["train", "--rl.steps", "x"], 2, True),
     ("a value out of range", ["train", "--rl.steps", "-1"], 2, True),
     ("an unknown algorithm", ["train", "--algo", "grop"], 2, True),
-    ("a typo'd flag of an algorithm's section", ["train", "--grpo.kl_coeff", "0.1"], 2, False),
-    ("train --help", ["train", "--help"], 0, False),
-    ("eval --help", ["eval", "--help"], 0, False),
+    ("a typo'd flag of an algorithm's section", ["train", "--grpo.kl_coeff", "0.1"], 2, True),
+    ("a value of the wrong type in an algorithm's section", ["train", "--grpo.kl_coef", "x"], 2, True),
+    ("a value out of an algorithm's range", ["train", "--grpo.clip_eps_low", "2"], 2, False),
+    ("train --help", ["train", "--help"], 0, True),
+    ("train --algo grpo --help", ["train", "--algo", "grpo", "--help"], 0, True),
+    ("rlhf --help", ["rlhf", "--help"], 0, True),
+    ("eval --help", ["eval", "--help"], 0, True),
 ]
 
 
@@ -110,7 +116,7 @@ def main() -> None:
             cells.append(f"{row[names[0]]['median_s'] / row[names[1]]['median_s']:.2f}×" if names[1] in row else "–")
         print(f"| {row['what']} | `{row['command']}` | " + " | ".join(cells) + " |")
     misses = [row["what"] for row in rows if row["targeted"] and row["this checkout"]["median_s"] >= TARGET_SECONDS]
-    print(f"\ntarget: a typo'd flag or a bad value answered in under {TARGET_SECONDS:.0f} s (median): "
+    print(f"\ntarget: --help, a typo'd flag or a bad value answered in under {TARGET_SECONDS:.0f} s (median): "
           + ("met by every targeted row" if not misses else f"MISSED by {', '.join(misses)}"))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"cpu": cpu_name(), "repeats": args.repeats, "rows": rows}, indent=2))

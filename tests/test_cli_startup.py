@@ -1,8 +1,10 @@
-"""A command line that answers at once: a training command's typo'd flag, misspelt algorithm
-section, value of the wrong type or out of range, and unknown algorithm are refused before
-torch is imported (the algorithms' sections need it, about two seconds); the algorithm names
-the command line reads without torch are the registries' own. How fast is measured, not
-tested: benchmarks/cli_startup.py."""
+"""A command line that answers at once: `--help` of every command, and a training command's
+typo'd flag, misspelt algorithm section, typo'd or wrongly typed flag inside a section, value
+of the wrong type or out of range, and unknown algorithm, are answered before torch is
+imported (the algorithms import it, about two seconds): the settings are parsed first, and
+the sections from cli/section_schema.json (test_section_schema.py holds it to the classes).
+The algorithm names the command line reads without torch are the registries' own. How fast
+is measured, not tested: benchmarks/cli_startup.py."""
 
 import dataclasses
 import json
@@ -33,6 +35,32 @@ REFUSED_WITHOUT_TORCH = [
     (["rlhf", "--rl.optim.lr", "nan"], ["rl.optim.lr=nan is not allowed", "a finite number"]),
     (["train", "--algo", "grop"], ["rl.algo='grop' is not allowed: expected one of", "'grpo'", "'dpo'"]),
     (["star", "--threads", "100000"], ["threads=100000 is not allowed"]),
+    # inside a section: the flag it meant, with its help, as the class's own parser suggested it
+    (["train", "--grpo.kl_coeff", "0.1"], ["Unrecognized options: --grpo.kl_coeff", "Perhaps you meant:",
+                                           "--grpo.kl_coef FLOAT", "GRPO uses β = 0.04 (Sec. 4.2)", "(default: 0.0)"]),
+    (["train", "--grpo.clip_eps", "abc"], ["Unrecognized options: --grpo.clip_eps", "--grpo.clip_eps_low FLOAT",
+                                           "--grpo.clip_eps_high FLOAT"]),
+    (["train", "--grpo.kl_coef", "x"], ["Error parsing --grpo.kl_coef", "'x'", "--grpo.kl_coef FLOAT"]),
+    (["train", "--grpo.overlong_filter", "maybe"], ["invalid choice 'maybe' for argument '--grpo.overlong_filter'"]),
+    (["rlhf", "--ppo.kl_coeff", "0.1"], ["Unrecognized options: --ppo.kl_coeff", "--ppo.kl_coef FLOAT"]),
+    (["train", "--algo", "dpo", "--dpo.bta", "0.3"], ["Unrecognized options: --dpo.bta", "--dpo.beta FLOAT"]),
+]
+
+# (argv, a line its help must hold); every one answered with exit status 0
+HELP_WITHOUT_TORCH = [
+    (["--help"], "posttrain train --algo NAME"),
+    (["train", "--help"], "--grpo.kl_coef FLOAT"),
+    (["train", "--algo", "grpo", "--help"], "--grpo.clip_eps_high FLOAT"),
+    (["train", "--algo", "dpo", "--help"], "--dpo.beta FLOAT"),
+    (["train", "--env.name", "jsonl", "--help"], "--env.path STR"),
+    (["train", "--help-all"], "--simpo.gamma FLOAT"),
+    (["run", "--help"], "--grpo.kl_coef FLOAT"),
+    (["rlhf", "--help"], "--ppo.kl_coef FLOAT"),
+    (["compare", "--algos", "grpo,dapo", "--help"], "--dapo.overlong_cache INT"),
+    (["star", "--help"], "--star.iterations INT"),
+    *[([command, "--help"], f"posttrain {command}") for command in
+      ("eval", "bon", "search", "verify", "think", "winrate", "prm", "diff", "doctor", "export", "systems", "demo",
+       "lessons")],
 ]
 
 
@@ -58,13 +86,41 @@ def test_a_typo_or_a_bad_value_is_refused_before_torch_is_imported():
             assert needle in flat, f"{argv}: {needle!r} not in {flat!r}"
 
 
-def test_an_algorithm_sections_own_typo_is_still_refused_with_the_flag_it_meant(capsys):
-    # a flag of a known section is the section's parser's (it needs the algorithm: torch), which suggests
-    assert main(["train", "--grpo.kl_coeff", "0.1"]) == 2
+def test_help_is_answered_before_torch_is_imported():
+    code = ("import contextlib, io, json, sys\n"
+            "from posttrain.cli import main\n"
+            "answers = []\n"
+            f"for argv in {json.dumps([argv for argv, _ in HELP_WITHOUT_TORCH])}:\n"
+            "    out = io.StringIO()\n"
+            "    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):\n"
+            "        status = main(argv)\n"
+            "    answers.append([status, out.getvalue(), 'torch' in sys.modules])\n"
+            "print(json.dumps(answers))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "200"})
+    for (argv, needle), (status, out, torch_loaded) in zip(HELP_WITHOUT_TORCH, json.loads(done.stdout)):
+        assert status == 0, (argv, out[-500:])
+        assert not torch_loaded, f"{argv} imported torch to answer"
+        assert needle in " ".join(out.replace("│", " ").split()), (argv, needle)
+
+
+@pytest.mark.parametrize("argv", [["train", "--algo", "grpo", "--help"], ["train", "--grpo.kl_coeff", "0.1"]])
+def test_python_importtime_lists_no_torch(argv):
+    # the acceptance check as a user would run it: every module the process imported, no torch among them
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "posttrain", *argv], capture_output=True,
+                          text=True, env={**os.environ, "COLUMNS": "200"})
+    imported = [line.rsplit("|", 1)[-1].strip() for line in done.stderr.splitlines()
+                if line.startswith("import time:") and "|" in line]
+    assert "posttrain.cli.train_flags" in imported and "tyro" in imported  # the log is what it says
+    assert done.returncode == (0 if "--help" in argv else 2)
+    assert not [name for name in imported if name == "torch" or name.startswith("torch.")]
+
+
+def test_a_sections_range_is_still_checked_by_its_class(capsys):
+    # a value of the right type out of the algorithm's range is its class's to refuse (__post_init__), with torch
+    assert main(["train", "--grpo.clip_eps_low", "2"]) == 2
     err = " ".join(capsys.readouterr().err.replace("│", " ").split())
-    assert "Unrecognized options: --grpo.kl_coeff" in err and "--grpo.kl_coef FLOAT" in err
-    assert main(["train", "--grpo.kl_coef", "x"]) == 2
-    assert "Error parsing --grpo.kl_coef" in " ".join(capsys.readouterr().err.replace("│", " ").split())
+    assert "GRPO.clip_eps_low=2.0 is invalid; allowed: 0 <= value < 1" in err
 
 
 def test_the_names_read_without_torch_are_the_registries():

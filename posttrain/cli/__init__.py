@@ -50,6 +50,7 @@ from typing import Callable
 
 from posttrain.cli.doctor import cmd_doctor
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
+from posttrain.cli.section_schema import demo_names
 from posttrain.cli.systems import cmd_systems
 from posttrain.cli.training import cmd_compare, cmd_prm, cmd_rlhf, cmd_star, cmd_train
 from posttrain.files import DISK_FULL, DiskFullError
@@ -87,12 +88,12 @@ def cmd_export(argv: list[str]) -> int:
 
 
 def cmd_demo(argv: list[str]) -> int:
-    # imported here for start-up time: the demos load torch
-    from posttrain.teach.demos import DEMOS, run_demo
-
-    if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage: posttrain demo NAME [options]; demos: {', '.join(DEMOS)} (NAME --help for options)")
+    if not argv or argv[0] in ("-h", "--help"):  # the names as cli/section_schema.json keeps them: no torch
+        print(f"usage: posttrain demo NAME [options]; demos: {', '.join(demo_names())} (NAME --help for options)")
         return 0
+    # imported here for start-up time: the demos load torch
+    from posttrain.teach.demos import run_demo
+
     return run_demo(argv[0], argv[1:])
 
 

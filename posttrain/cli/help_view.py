@@ -21,12 +21,12 @@ other concerns, and the sections a choice turns on (`rl.preference` with a prefe
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import typing
 from typing import Any
 
 import tyro
 
+from posttrain.cli.section_schema import environment_parameters
 from posttrain.config import EnvConfig
 
 HELP_ALL = ("--help-all", "--help_all")
@@ -65,20 +65,15 @@ def hidden_sections(cls: type, shown: set[str], prefix: str = "") -> tuple[dict[
 
 def env_fields_unread(env_name: str) -> list[str]:
     """The settings of env's top (path, columns, cot, ...) that the environment `env_name` does
-    not take, read from its class as make_env reads it; none for a name it does not know (the
-    run refuses it) or a class that takes any setting."""
-    # imported here for start-up time: only a training command's --help reads the registry
-    from posttrain.envs import ENVIRONMENTS, env_family
-
-    env_class = ENVIRONMENTS.get(env_family(env_name))
-    if env_class is None:
-        return []
-    parameters = inspect.signature(env_class).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+    not take, read from the parameters of its class as make_env passes them (kept in
+    cli/section_schema.json, so that --help needs no torch); none for a name it does not know
+    (the run refuses it) or a class that takes any setting."""
+    taken = environment_parameters().get(env_name.partition(":")[0], None)  # the family: env_family's rule
+    if taken is None:
         return []
     hints = typing.get_type_hints(EnvConfig)
     return [f.name for f in dataclasses.fields(EnvConfig)
-            if not dataclasses.is_dataclass(hints[f.name]) and f.name not in parameters and f.name != "name"]
+            if not dataclasses.is_dataclass(hints[f.name]) and f.name not in taken and f.name != "name"]
 
 
 def help_registry(hidden: dict[type, set[str]], primitive_rules: list[Any]) -> tyro.constructors.ConstructorRegistry:

@@ -10,8 +10,11 @@ there become rl.algo_params.
 
 The settings are parsed, and their values checked, before the sections are built: the
 algorithms import torch (about two seconds), and a typo'd flag, a bad value or an unknown
-section is answered without it. `--help` builds one parser of both, the chosen algorithms'
-sections only (cli/help_view.py).
+section is answered without it. The sections' flags are then parsed against torch-free
+stand-ins of the classes (cli/section_schema.py), so a typo'd or wrongly typed section flag is
+answered without it too, and again against the classes, which check their ranges. `--help`
+builds one parser of both, the chosen algorithms' sections only (cli/help_view.py), from the
+stand-ins.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from posttrain.cli.help_view import (
     hidden_sections,
     shown_sections,
 )
+from posttrain.cli.section_schema import committed_schema, stand_in_sections
 from posttrain.config import ConfigError, EnvConfig, RLConfig, TrainConfig, parse_stages
 from posttrain.config.rl import PREFERENCE_LOSS_NAMES, RL_ALGORITHM_NAMES
 from posttrain.config.type_checks import check_types
@@ -65,6 +69,14 @@ def section_defaults(rl: RLConfig, where: str = "--config") -> dict[str, Any]:
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from None
     return defaults
+
+
+def torch_free_sections(rl: RLConfig) -> dict[str, Any] | None:
+    """section_defaults without torch: each section's default instance of a stand-in class
+    (cli/section_schema.py), whose flags, help and type errors are its class's. None while the
+    schema is stale or rl.algo_params hold what only the classes can say is wrong."""
+    schema = committed_schema()
+    return stand_in_sections(schema, rl) if schema else None
 
 
 def section_fields(defaults: dict[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -163,7 +175,8 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     reads_algorithms False: its --help shows no algorithm section.
 
     The settings are parsed and their values checked before the algorithm sections are built:
-    the algorithms import torch (seconds), and a typo'd flag or a bad value is answered at once."""
+    the algorithms import torch (seconds), and a typo'd flag or a bad value is answered at once;
+    so is one of a section, read first from the stand-ins (torch_free_sections)."""
     argv = expand_short_flags(argv)
     asks_all = any(token in HELP_ALL for token in argv)
     argv = ["--help" if token in HELP_ALL else token for token in argv]
@@ -172,7 +185,7 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     settings = [config_flag(), *extra, ("settings", Annotated[TrainConfig, tyro.conf.arg(name="")], base)]
     where = f"config file {value_of(argv, '--config')!r}"
     if any(token in ("-h", "--help") for token in argv):  # one parser: the help lists settings and sections
-        algorithms = section_defaults(base.rl, where)
+        algorithms = torch_free_sections(base.rl) or section_defaults(base.rl, where)
         registry, shown = BOOLEANS, algorithms
         if not asks_all:
             chosen = [name for name in algorithms if reads_algorithms and name in chosen_algorithms(argv, base)]
@@ -186,7 +199,10 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     # their types and values, as check_config begins (checked() checks again, with what only the library knows)
     check_types(args.settings)
     args.settings.validate()
-    algorithms = section_defaults(base.rl, where)  # torch from here on
+    if sections_argv and (stand_ins := torch_free_sections(base.rl)):
+        # a typo'd flag or a wrongly typed value of a section, refused as the classes would, before torch
+        parse_flags(sections_argv, prog, text, section_fields(stand_ins))
+    algorithms = section_defaults(base.rl, where)  # torch from here on: the classes check their own ranges
     parsed_sections = parse_flags(sections_argv, prog, text, section_fields(algorithms)).algorithms
     return ParsedTrain(args.settings, args, parsed_sections, argv, defaults, file, algorithms)
 
