@@ -32,12 +32,15 @@ from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import is_pretrained, policy_context
 from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import is_preference, make_algorithm, mismatch_correction
+from posttrain.envs.tool_env import ToolEnvironment
+from posttrain.pipelines.build import REWARD_PRESETS, is_preference, make_algorithm, mismatch_correction
 from posttrain.pipelines.command_checks import fixed_set
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
+from posttrain.rewards.agentic import AGENTIC_PRESETS, TOOL_TERMS
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
+from posttrain.rewards.user_function import parse_reward
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.roles.mismatch import SamplerIsTrainer
@@ -268,18 +271,28 @@ def check_vocabulary(tokenizer: Tokenizer, examples: list[Example], solutions: l
 
 
 def check_multi_turn(cfg: TrainConfig, env: Environment) -> None:
-    """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
-    refuse the reward settings that would otherwise be ignored."""
+    """The agent loop stacks rl.reward.terms on a multi-turn episode's verdict (roles/agent.py): refuse
+    what cannot read an episode, and agentic terms (rewards/agentic.py) without a tool environment."""
+    # the presets name the terms; "rm" would load a reward model, and is no tool term
+    terms = parse_reward(cfg.rl.reward.terms, {**REWARD_PRESETS, **AGENTIC_PRESETS, "rm": lambda: []})
+    tools = [term.name for _, term in terms if isinstance(term, TOOL_TERMS)]
+    check(not tools or isinstance(env, ToolEnvironment), "rl.reward.terms", cfg.rl.reward.terms,
+          f"terms without {tools} for env.name={cfg.env.name!r}: they read the tool calls a multi-turn tool "
+          "environment records (env.name tool_arithmetic or search_qa), and this one records none")
     if not is_multi_turn(env):
         return
-    check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo,
-          f"an RL algorithm for the multi-turn environment {cfg.env.name!r}: the preference losses train on "
-          "pairs of single completions, and a multi-turn episode is not one yet")
-    check(cfg.rl.reward.terms == "accuracy" and not cfg.rl.rm.path and cfg.rl.reward.length_penalty == 0
-          and cfg.rl.reward.length_reward == 0, "rl.reward.terms", cfg.rl.reward.terms,
-          f"'accuracy', with no rl.rm.path, rl.reward.length_penalty or rl.reward.length_reward, for the multi-turn "
-          f"environment {cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
-          "one completion's text would be ignored; put the terms in the environment's step instead")
+    where = f"for the multi-turn environment {cfg.env.name!r}"
+    check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo, f"an RL algorithm {where}: the preference losses train "
+          "on pairs of single completions, and a multi-turn episode is not one yet")
+    check(not cfg.rl.rm.path, "rl.rm.path", cfg.rl.rm.path,
+          f"'' {where}: a reward model learned from single completions (posttrain rlhf), and an episode's "
+          "transcript, tool observations and all, is not what it was trained to score; stack rl.reward.terms on the "
+          "environment's verdict instead (e.g. 'accuracy + 0.2*tool_validity + 0.1*rubric')")
+    check(cfg.rl.reward.length_penalty == 0 and cfg.rl.reward.length_reward == 0, "rl.reward.length_penalty",
+          f"{cfg.rl.reward.length_penalty:g} (rl.reward.length_reward {cfg.rl.reward.length_reward:g})",
+          f"0, and rl.reward.length_reward 0, {where}: the length terms price the tokens the policy writes, and an "
+          "episode's response holds the environment's observations too (Kimi's length reward reads the response "
+          "ids, tool results included); charge steps with --rl.reward.terms 'accuracy + 0.05*call_cost' instead")
     thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
     if thinking != "keep_all":
         check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,

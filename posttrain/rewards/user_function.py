@@ -328,3 +328,22 @@ def stack_scorer(stack: RewardStack, scorer: Callable[[Example, str], Scored]) -
 
     score.version = wrapped.version  # type: ignore[attr-defined]
     return score
+
+
+class StackOnVerdict:
+    """`stack` on a verdict already given: (example, completion, scored) -> {reward, details},
+    each user function's None and extra details recorded as stack_scorer records them. What
+    the agent loop applies to a finished multi-turn episode (roles/agent.py::EpisodeReward),
+    whose verdict its environment gave along the way. A class, not a closure: the loop is
+    pickled to rollout workers."""
+
+    def __init__(self, stack: RewardStack) -> None:
+        self.stack = stack
+        self.version = stack.version
+        self.functions = [term for _, term in stack.terms if isinstance(term, UserFunction)]
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
+        result = self.stack(example, completion, scored)
+        for function in self.functions:
+            function.record(result["details"])
+        return result
