@@ -13,7 +13,8 @@ environment's own rules.
                               longer than the budget; the dry run lists them, a run prints them
     check_self_judge(...)     the self-judge's labels, prompt and demonstrations fit the model
     check_vocabulary(...)     gpt_mini's character tokenizer can read every prompt and solution
-    check_multi_turn(cfg, env) the reward and algorithm settings a multi-turn environment accepts
+    check_multi_turn(cfg, env) the reward and algorithm settings a multi-turn environment accepts,
+                              and the agentic reward terms only with a tool environment
 
 They are apart from checks.py, which judges the settings themselves, because these need the
 environment built and the tokenizer loaded (the slow part of the checks), and what they

@@ -7,7 +7,8 @@
                                               START->END@STEPS: linear from START at step 0
                                               to END at step STEPS, then END (stack.Schedule)
     source  := a preset ("accuracy", "r1",     the verifier's 1/0; accuracy + 0.2 × format;
-                         "rubric")             rule-based criteria (rewards/rubric.py)
+                         "rubric", ...)        rule-based criteria (rewards/rubric.py); the agentic
+                                               terms of a tool environment (rewards/agentic.py)
              | MODULE:FUNCTION                 imported like `python -m` would: the current
                                                directory first, then sys.path
              | PATH.py:FUNCTION                a file (relative to the current directory)
