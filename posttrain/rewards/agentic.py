@@ -28,7 +28,8 @@ final model turn as `completion` and the environment's details (a tool environme
                       bonus for calling (the same for every sample that calls cleanly or not at all)
     call_cost         −(call attempts): a price per step, as step_cost above
     used_tool_result  1 when a number in the final answer appears in a successful call's output,
-                      else 0. It pays for grounding, and it is the term a policy hacks: an answer
+                      else 0. Unlike the two above it is a bonus, wrong answers included: it pays
+                      for grounding, and it is the term a policy hacks: an answer
                       copied from a search snippet uses a tool result whether or not it is the
                       answer (envs/search_qa.py), so keep it below the verifier's weight
     transcript_rubric the rule-based rubric (rewards/rubric.py) on the whole transcript, model
