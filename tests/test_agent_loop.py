@@ -245,12 +245,14 @@ def test_one_grpo_step_runs_end_to_end_on_the_multi_turn_env():
 
 def test_reward_settings_that_a_multi_turn_episode_would_ignore_are_refused():
     from posttrain.config import TrainConfig
-    from posttrain.pipelines.data_checks import check_multi_turn
+    from posttrain.pipelines.turn_checks import check_multi_turn
 
     cfg = TrainConfig()
     check_multi_turn(cfg, FixedToolEnv())  # the environment's own reward: allowed
-    cfg.rl.reward.terms = "r1"
-    with pytest.raises(ConfigError, match="its reward is the one its last turn gives"):
+    cfg.rl.reward.terms = "r1"  # stacked on the environment's verdict by the agent loop (test_joint_rewards.py)
+    check_multi_turn(cfg, FixedToolEnv())
+    cfg.rl.reward.length_penalty = 0.01
+    with pytest.raises(ConfigError, match="an episode's response holds the environment's observations too"):
         check_multi_turn(cfg, FixedToolEnv())
 
 

@@ -13,7 +13,7 @@ from posttrain.roles.rollout import ColocatedRollout, RolloutRequest
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.data_checks import check_multi_turn
+from posttrain.pipelines.turn_checks import check_multi_turn
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, StepSettings
 from posttrain.roles.engines import RolloutEngine
@@ -184,8 +184,10 @@ def test_algorithms_that_read_a_row_as_a_whole_episode_are_refused():
     check_multi_turn(cfg, ToolArithmeticEnv(thinking="drop"))  # grpo: allowed
     for algo in ("ppo", "reinforce_pp", "gspo", "dapo"):  # a critic, reward-to-go, a sequence ratio, overlong
         cfg.rl.algo = algo
-        with pytest.raises(ConfigError, match="one row per model turn"):
+        with pytest.raises(ConfigError, match="one row per model turn") as refused:
             check_multi_turn(cfg, ToolArithmeticEnv(thinking="drop"))
+        # the message names the registry's turn-row algorithms, new ones included
+        assert "grpo, dr_grpo, lite_ppo, cispo, sapo, dppo_tv, dppo_kl, or dapo with" in str(refused.value)
         check_multi_turn(cfg, ToolArithmeticEnv())  # keep_all: one row, any algorithm
     assert not make_algorithm("dapo", max_len=48).accepts_turn_rows
     assert make_algorithm("dapo", overlong_cache=0).accepts_turn_rows

@@ -11,6 +11,8 @@
                  (Qwen3's thinking-mode fusion): <think>steps</think> then the answer, or the answer
     tool_arithmetic  3-digit products with a calculator tool: a multi-turn task (reset/step,
                  envs/tool_env.py) for the agent loop
+    search_qa    questions about invented towns: a search tool over a bundled corpus (BM25), then a
+                 calculator; the web archetype of tool use, offline (envs/search_qa.py)
 
 Every environment takes its settings as keyword arguments and offers the same methods
 (`sample`, `fixed_set`, `solution`, `score`), so the registry is a plain dict and
@@ -27,6 +29,7 @@ from posttrain.envs.gsm8k import Gsm8kEnv
 from posttrain.envs.humaneval import HumanEvalEnv
 from posttrain.envs.jsonl_file import CodeEnv, JsonlEnv, MathEnv
 from posttrain.envs.reasoning_gym_tasks import ReasoningGymEnv
+from posttrain.envs.search_qa import SearchQAEnv
 from posttrain.envs.thinking_modes import ThinkingModesEnv
 from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
 from posttrain.types import Environment
@@ -36,7 +39,8 @@ from posttrain.types import Environment
 ENVIRONMENTS: dict[str, type] = {"arithmetic": ArithmeticEnv, "jsonl": JsonlEnv, "math": MathEnv, "code": CodeEnv,
                                  "gsm8k": Gsm8kEnv,
                                  "reasoning_gym": ReasoningGymEnv, "humaneval": HumanEvalEnv,
-                                 "tool_arithmetic": ToolArithmeticEnv, "arithmetic_think": ThinkingModesEnv}
+                                 "tool_arithmetic": ToolArithmeticEnv, "arithmetic_think": ThinkingModesEnv,
+                                 "search_qa": SearchQAEnv}
 
 
 def env_family(name: str) -> str:

@@ -30,8 +30,8 @@ observation the model can react to, always with a reason in the details (END_REA
     timed out               "continue" (an error observation) or "end" (reason "tool_failed")
     a call in the last turn done, reward 0, reason "max_turns": its result could never be used
 
-The final details: reason, turns, tool_calls (name, arguments, ok, reason, error, seconds
-of each), malformed (reason, message, text of each), and the scorer's own details under
+The final details: reason, turns, tool_calls (name, arguments, ok, reason, error, seconds,
+output of each), malformed (reason, message, text of each), and the scorer's own details under
 "answer". max_total_tokens is for the loop, which counts tokens; this class counts turns.
 
 A tool-use task in a few lines (tests/test_tool_env.py runs this very text; imports:
@@ -147,7 +147,9 @@ class ToolEnvironment:
         parsed = parse_turn(model_turn, self.tools, self.call_format)
         if not parsed.has_calls:
             scored = self.score(state.example, parsed.answer)
-            return self._end(state, "answered", float(scored["reward"]), answer=scored["details"])
+            # format_ok on top, where a stacked format term reads a scorer's (rewards/stack.py::Format)
+            return self._end(state, "answered", float(scored["reward"]), answer=scored["details"],
+                             format_ok=bool(scored["details"].get("format_ok")))
         malformed = list(parsed.malformed)
         calls = parsed.calls[: self.max_calls_per_turn]
         if len(parsed.calls) > len(calls):
@@ -166,12 +168,14 @@ class ToolEnvironment:
         observation = []
         for call in calls:
             result = self.tools.call(call)
-            state.tool_calls.append({"arguments": call.arguments, **result.details()})
+            # the output too: an agentic reward term reads whether the answer used it (rewards/agentic.py)
+            state.tool_calls.append({"arguments": call.arguments, **result.details(), "output": result.output})
             if result.ends_episode:
                 return self._end(state, "tool_failed", 0.0, failed_tool=result.name, error=result.error)
             observation.append(self.format_result(result))
         observation += [self.format_error(m) for m in malformed]
-        return TurnResult("".join(observation), done=False, details={"turn": state.turns})
+        # the record so far: the agent loop keeps it on an episode that a budget then ends
+        return TurnResult("".join(observation), done=False, details={"turn": state.turns, **self.record(state)})
 
     # --- how results read (override for another convention) -----------------------------------
 
@@ -237,7 +241,11 @@ class ToolEnvironment:
         reward, parts = self.agentic_reward(accuracy, len(state.tool_calls), state.n_malformed)
         # solved = the answer's own verdict, whatever the step costs (pass@1 counts it: verifiers/contract.py)
         details = {"reason": reason, "correct": parts["accuracy"] >= 1.0, "turns": state.turns,
-                   "n_tool_calls": len(state.tool_calls),
-                   "n_malformed": state.n_malformed, "reward_parts": parts, "tool_calls": state.tool_calls,
-                   "malformed": state.malformed, **extra}
+                   "reward_parts": parts, **self.record(state), **extra}
         return TurnResult("", done=True, reward=reward, details=details)
+
+    @staticmethod
+    def record(state: ToolEpisode) -> dict[str, Any]:
+        """The calls of the episode so far: what the agentic reward terms read (rewards/agentic.py)."""
+        return {"n_tool_calls": len(state.tool_calls), "n_malformed": state.n_malformed,
+                "tool_calls": state.tool_calls, "malformed": state.malformed}

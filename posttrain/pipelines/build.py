@@ -38,6 +38,7 @@ from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
 from posttrain.models.policy import Policy
 from posttrain.models.value_head import ValueHead
+from posttrain.rewards.agentic import AGENTIC_PRESETS
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
 from posttrain.rewards.ensemble import LearnedReward
@@ -46,7 +47,7 @@ from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
 from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
 from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule, deepseek_r1_terms
-from posttrain.rewards.user_function import parse_reward, stack_scorer
+from posttrain.rewards.user_function import StackOnVerdict, parse_reward, stack_scorer
 from posttrain.roles.agent import AgentLoop
 from posttrain.roles.controller import Controller, Scorer, StepSettings
 from posttrain.roles.environment import is_multi_turn
@@ -88,7 +89,9 @@ REWARD_PRESETS: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]] = {
 def reward_terms(rl: RLConfig) -> list[tuple[float | Schedule, RewardTerm]]:
     """The (weight, term) pairs rl.reward.terms names, its functions imported; ValueError naming
     the term that cannot be used."""
-    return parse_reward(rl.reward.terms, {**REWARD_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]},
+    # the agentic presets (rewards/agentic.py) read a tool environment's calls: data_checks refuses them elsewhere
+    presets = {**REWARD_PRESETS, **AGENTIC_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]}
+    return parse_reward(rl.reward.terms, presets,
                         timeout=rl.reward.timeout, rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
 
 
@@ -186,8 +189,11 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
     # a multi-turn environment is sampled by the agent loop (roles/agent.py), every other one turn at a time
     prompts = StepPrompts(env, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.seed, pool)
+    stack = reward_stack(cfg.rl)
+    # the agent loop stacks rl.reward.terms on each finished episode's verdict (Kimi K2's joint reward)
+    sampler = AgentLoop(env, reward=StackOnVerdict(stack) if stack else None) if is_multi_turn(env) else single_turn
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), prompts, horizon=cfg.rl.steps,
-                           sampler=AgentLoop(env) if is_multi_turn(env) else single_turn, mismatch=cfg.rl.mismatch)
+                           sampler=sampler, mismatch=cfg.rl.mismatch)
     prm_settings = algo.implicit_prm_settings()  # PRIME's implicit PRM, or None
     # the reference scores every row when something besides the KL log reads ref_logp: a KL term
     # in the loss (which an adaptive KL controller always has) or an implicit PRM
@@ -208,7 +214,6 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
                       "tokens: a run was killed for memory at 11.7 GB). With --rl.update.micro_batch_size 8 a "
                       "whole SmolLM2 GRPO step peaked at 3.4 GB; with a per-sequence loss (GRPO's) the "
                       "update is the same")
-    stack = reward_stack(cfg.rl)
     hooks = [  # in the order the step calls them (roles/hooks.py)
         # terms that score a sample against its group (rl.reward.length_reward), and weights that depend on
         # the step (rl.reward.terms's START->END@STEPS), apply once a group is scored

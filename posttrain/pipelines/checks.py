@@ -42,7 +42,8 @@ from posttrain.pipelines.algorithm_settings import algorithm_settings
 from posttrain.pipelines.build import is_preference, make_algorithm, reward_stack
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,
                                                 check_search, check_think, check_winrate)
-from posttrain.pipelines.data_checks import check_data, check_multi_turn
+from posttrain.pipelines.data_checks import check_data
+from posttrain.pipelines.turn_checks import check_multi_turn
 from posttrain.pipelines.preference_diagnostics import ood_environment
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir

@@ -13,7 +13,6 @@ environment's own rules.
                               longer than the budget; the dry run lists them, a run prints them
     check_self_judge(...)     the self-judge's labels, prompt and demonstrations fit the model
     check_vocabulary(...)     gpt_mini's character tokenizer can read every prompt and solution
-    check_multi_turn(cfg, env) the reward and algorithm settings a multi-turn environment accepts
 
 They are apart from checks.py, which judges the settings themselves, because these need the
 environment built and the tokenizer loaded (the slow part of the checks), and what they
@@ -32,7 +31,7 @@ from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import is_pretrained, policy_context
 from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import is_preference, make_algorithm, mismatch_correction
+from posttrain.pipelines.build import is_preference, mismatch_correction
 from posttrain.pipelines.command_checks import fixed_set
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
@@ -265,29 +264,6 @@ def check_vocabulary(tokenizer: Tokenizer, examples: list[Example], solutions: l
                               f"({', '.join(map(repr, unknown[:8]))}) in {text[:80]!r}: a character-level model "
                               "reads printable ASCII and newlines only; choose another task, or a pretrained model "
                               "(--model.name smollm2-135m)")
-
-
-def check_multi_turn(cfg: TrainConfig, env: Environment) -> None:
-    """A multi-turn environment's episodes come back scored by the environment (roles/agent.py):
-    refuse the reward settings that would otherwise be ignored."""
-    if not is_multi_turn(env):
-        return
-    check(not is_preference(cfg.rl), "rl.algo", cfg.rl.algo,
-          f"an RL algorithm for the multi-turn environment {cfg.env.name!r}: the preference losses train on "
-          "pairs of single completions, and a multi-turn episode is not one yet")
-    check(cfg.rl.reward.terms == "accuracy" and not cfg.rl.rm.path and cfg.rl.reward.length_penalty == 0
-          and cfg.rl.reward.length_reward == 0, "rl.reward.terms", cfg.rl.reward.terms,
-          f"'accuracy', with no rl.rm.path, rl.reward.length_penalty or rl.reward.length_reward, for the multi-turn "
-          f"environment {cfg.env.name!r}: its reward is the one its last turn gives (TurnResult.reward), so a reward stacked on "
-          "one completion's text would be ignored; put the terms in the environment's step instead")
-    thinking = getattr(env, "thinking", "keep_all")  # the protocol's optional setting (roles/agent.py)
-    if thinking != "keep_all":
-        check(make_algorithm(cfg.rl).accepts_turn_rows, "rl.algo", cfg.rl.algo,
-              f"an algorithm that trains an episode as one row per model turn, for "
-              f"env.tool_arithmetic.thinking={thinking!r} (grpo, dr_grpo, cispo, rloo, reinforce, or dapo with --dapo.overlong_cache 0): under {thinking} each "
-              "turn is sampled in its own context, and this algorithm's advantages or loss read a row as a whole "
-              "episode (a critic's returns, reward-to-go, a length penalty, a sequence ratio); or use "
-              "--env.tool_arithmetic.thinking keep_all")
 
 
 def unread_mismatch(cfg: TrainConfig) -> str | None:

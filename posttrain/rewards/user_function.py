@@ -7,7 +7,8 @@
                                               START->END@STEPS: linear from START at step 0
                                               to END at step STEPS, then END (stack.Schedule)
     source  := a preset ("accuracy", "r1",     the verifier's 1/0; accuracy + 0.2 × format;
-                         "rubric")             rule-based criteria (rewards/rubric.py)
+                         "rubric", ...)        rule-based criteria (rewards/rubric.py); the agentic
+                                               terms of a tool environment (rewards/agentic.py)
              | MODULE:FUNCTION                 imported like `python -m` would: the current
                                                directory first, then sys.path
              | PATH.py:FUNCTION                a file (relative to the current directory)
@@ -328,3 +329,22 @@ def stack_scorer(stack: RewardStack, scorer: Callable[[Example, str], Scored]) -
 
     score.version = wrapped.version  # type: ignore[attr-defined]
     return score
+
+
+class StackOnVerdict:
+    """`stack` on a verdict already given: (example, completion, scored) -> {reward, details},
+    each user function's None and extra details recorded as stack_scorer records them. What
+    the agent loop applies to a finished multi-turn episode (roles/agent.py::EpisodeReward),
+    whose verdict its environment gave along the way. A class, not a closure: the loop is
+    pickled to rollout workers."""
+
+    def __init__(self, stack: RewardStack) -> None:
+        self.stack = stack
+        self.version = stack.version
+        self.functions = [term for _, term in stack.terms if isinstance(term, UserFunction)]
+
+    def __call__(self, example: Example, completion: str, scored: Scored) -> Scored:
+        result = self.stack(example, completion, scored)
+        for function in self.functions:
+            function.record(result["details"])
+        return result

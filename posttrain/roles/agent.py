@@ -41,12 +41,20 @@ trainer reads the whole row; under keep_last / drop, the next turn's context) en
 turn is an error (a setting to fix). Episodes come back grouped exactly like
 `generate`'s (the K samples of example i share group_id first_group + i), so GRPO and the
 rest of the RL step read them unchanged; RolloutBatch.collate masks the environment's tokens.
+An episode a budget ends keeps what its environment last reported along the way (a tool
+environment's calls so far), so a reward that reads the calls sees them on it too.
+
+A reward stacked on the environment's verdict (`reward`, rewards/stack.py's RewardStack:
+Kimi K2's joint reward of verifiable, rubric and agentic terms) is applied to each finished
+episode here: its terms read the final model turn as the completion, the environment's
+reward and details as the scorer's result, and the whole transcript (model turns and
+observations in order) under scored[TRANSCRIPT].
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -61,6 +69,14 @@ from posttrain.types import ENVIRONMENT_TURN, MODEL_TURN, Episode, Example, Toke
 # why an episode ended, in its details["ended_by"]
 DONE, MAX_TURNS, MAX_TOTAL_TOKENS, MAX_SEQ_LEN = "done", "max_turns", "max_total_tokens", "max_seq_len"
 _MARK = "\x00posttrain-observation\x00"  # stands in for the observation when the template is rendered
+TRANSCRIPT = "transcript"  # the key of the whole episode's text in what a stacked reward's terms read
+
+
+class EpisodeReward(Protocol):
+    """A reward on top of a finished episode's verdict: (example, the final model turn,
+    {"reward", "details", TRANSCRIPT}) -> {"reward", "details"}. A RewardStack is one."""
+
+    def __call__(self, example: Example, completion: str, scored: dict[str, Any]) -> dict[str, Any]: ...
 
 
 def chat_observation_ids(tokenizer: HFTokenizer, observation: str, role: str, after_end_of_turn: bool) -> list[int]:
@@ -106,6 +122,8 @@ class _Running:
     response_tokens: int = 0  # model and observation tokens so far
     result: TurnResult | None = None  # set when the episode ends
     ended_by: str = ""
+    # the details of the environment's last answer: an episode a budget ends keeps them (its tool calls so far)
+    progress: dict[str, Any] = field(default_factory=dict)
 
     @property
     def trajectory(self) -> list[int]:
@@ -137,7 +155,7 @@ class _Running:
     def end(self, reason: str, result: TurnResult | None = None) -> None:
         """Stop here: with the environment's final result, or a budget's reward 0."""
         self.ended_by = reason
-        self.result = result or TurnResult(done=True, reward=0.0, details={"reason": reason})
+        self.result = result or TurnResult(done=True, reward=0.0, details={**self.progress, "reason": reason})
 
     def episode(self, weight_version: int) -> Episode:
         assert self.result is not None and self.result.reward is not None, "an episode is read once it has ended"
@@ -163,10 +181,12 @@ class AgentLoop:
     thinking          which earlier <think>…</think> the model reads when it writes its next
                       turn: keep_all, keep_last or drop (roles/thinking.py); None takes the
                       environment's `thinking` setting, keep_all when it has none
+    reward            a reward stacked on each finished episode's verdict (EpisodeReward);
+                      None: the environment's own reward (the last TurnResult's)
     """
 
     def __init__(self, env: MultiTurnEnvironment, stop_strings: tuple[str, ...] = (), observation_role: str = "user",
-                 thinking: str | None = None):
+                 thinking: str | None = None, reward: EpisodeReward | None = None):
         for budget, value in (("max_turns", env.max_turns), ("max_total_tokens", env.max_total_tokens)):
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{type(env).__name__}.{budget} is {value!r}: a multi-turn environment needs a "
@@ -178,6 +198,7 @@ class AgentLoop:
         check_thinking_policy(thinking)
         self.env, self.stop_strings, self.observation_role = env, tuple(stop_strings), observation_role
         self.thinking = thinking
+        self.reward = reward
 
     def __call__(self, engine: Engine, examples: list[Example], samples_per_prompt: int = 1,
                  generator: torch.Generator | None = None, params: SamplingParams | None = None,
@@ -218,7 +239,11 @@ class AgentLoop:
                 context_ids = context if len(context) != len(r.prompt_ids) + r.response_tokens else None
                 self.take_turn(r, turn, budget < params.max_new_tokens, tok, engine.max_seq_len,
                                context_ids)
-        return [r.episode(engine.weight_version) for r in running]
+        episodes = [r.episode(engine.weight_version) for r in running]
+        if self.reward is not None:
+            for r, episode in zip(running, episodes):
+                stack_reward(self.reward, r, episode)
+        return episodes
 
     def take_turn(self, r: _Running, turn: Continuation, cut_by_episode_budget: bool, tok: Tokenizer, max_seq_len: int,
                   context_ids: list[int] | None = None) -> None:
@@ -232,6 +257,7 @@ class AgentLoop:
             r.end(MAX_TOTAL_TOKENS if r.response_tokens >= self.env.max_total_tokens else MAX_SEQ_LEN)
             return
         result = self.env.step(r.state, turn.text)
+        r.progress = result.details
         if result.done:
             if result.reward is None:
                 raise ValueError(f"{type(self.env).__name__}.step ended an episode (done=True) without a reward: "
@@ -251,3 +277,12 @@ class AgentLoop:
         r.turns.append(Turn(ENVIRONMENT_TURN, ids, None, result.observation))
         r.thinking_masks.append(None)
         r.response_tokens += len(ids)
+
+
+def stack_reward(reward: EpisodeReward, r: _Running, episode: Episode) -> None:
+    """`reward` on one finished episode, in place: its terms read the final model turn (the
+    answer the environment scored), the environment's verdict, and the transcript."""
+    answer = next((turn.text for turn in reversed(r.turns) if turn.source == MODEL_TURN), "")
+    scored = reward(episode.example, answer,
+                    {"reward": episode.reward, "details": episode.details, TRANSCRIPT: episode.completion})
+    episode.reward, episode.details = float(scored["reward"]), scored["details"]
