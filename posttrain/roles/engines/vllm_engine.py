@@ -131,7 +131,7 @@ class VLLMEngine:
         # in this process: load_weights passes the state dict to vLLM's worker as objects (with
         # multiprocessing they would be pickled, a second copy of the weights per sync)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")  # its INFO lines would bury the run's console
+        os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its INFO and warning lines would bury the run's console
         from vllm import LLM  # deferred: importing vLLM takes ~20 s, and only this engine needs it
 
         self.tokenizer = tokenizer
