@@ -9,12 +9,14 @@ There, on a tiny gpt_mini (head_dim 32: vLLM's CPU attention takes head sizes fr
   both sides: equal to ~1e-5), rows stop where the contract says, the same generator draws
   the same rows;
 - a weight sync moves the samples to the new policy's (the issue's acceptance test);
-- a transformers policy (HFPolicy, whose state dict keeps its model under `hf.`) loads too;
+- a transformers policy (HFPolicy, whose state dict keeps its model under `hf.`) loads too, and
+  a LoRA one with its adapters merged (checked against peft's own merge without vLLM);
 - a GRPO run through `posttrain train --rl.sampling.engine vllm` trains and logs mismatch/*.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 
@@ -94,6 +96,34 @@ def test_an_hf_state_dict_is_renamed_to_llama_names_and_stop_strings_cut_at_the_
     ids = tokenizer.encode("ab</t>cd")
     assert vllm_engine.cut_at_stop_string(tokenizer, ids, ("</t>",)) == 6  # "ab</t>": one token a character
     assert vllm_engine.cut_at_stop_string(tokenizer, ids, ("zz",)) is None
+
+
+def tiny_lora_policy(directory):
+    """A tiny transformers Llama with rank-4 adapters whose B is not zero: a policy the adapters change."""
+    from posttrain.models.hf import HFPolicy
+
+    gpt, tokenizer = tiny_policy(seed=2)
+    gpt.save_pretrained(directory, tokenizer)  # a Llama directory transformers reads
+    policy, hf_tokenizer = HFPolicy.load(directory)
+    policy.add_lora(4)
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(std=0.2)
+    return policy, hf_tokenizer
+
+
+def test_lora_adapters_are_merged_as_peft_merges_them(tmp_path):
+    policy, _ = tiny_lora_policy(tmp_path)
+    assert vllm_engine.lora_scale(policy) == 2.0  # add_lora's α = 2r
+    merged = dict(vllm_engine.llama_weights(policy.state_dict(), vllm_engine.lora_scale(policy)))
+    # peft's own merge, an independent implementation of W + (α/r)·B A
+    expected = copy.deepcopy(policy.hf).merge_and_unload().state_dict()
+    assert sorted(merged) == sorted(expected)
+    assert max((merged[k] - expected[k]).abs().max().item() for k in expected) < 1e-6
+    q = "model.layers.0.self_attn.q_proj.weight"
+    base = dict(vllm_engine.llama_weights(policy.state_dict(), lora_scale=0.0))  # the adapters left out
+    assert (merged[q] - base[q]).abs().max() > 1e-3  # they moved it
 
 
 # ---- with vLLM ----------------------------------------------------------------------------------
@@ -176,6 +206,16 @@ def test_a_transformers_policy_loads_under_llama_names(tmp_path):
     engine = make_engine(policy, hf_tokenizer, SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, engine="vllm"))
     episodes = engine.generate(EXAMPLES[:2], 2, torch.Generator().manual_seed(0))
     assert largest_gap(policy, episodes) < 1e-4
+
+
+@needs_vllm
+def test_a_lora_policy_is_sampled_with_its_adapters_merged(tmp_path):
+    policy, tokenizer = tiny_lora_policy(tmp_path)
+    engine = make_engine(policy, tokenizer, SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, engine="vllm"))
+    episodes = engine.generate(EXAMPLES[:2], 2, torch.Generator().manual_seed(0))
+    assert largest_gap(policy, episodes) < 1e-4  # the adapted policy's log-probs
+    with policy.adapter_disabled():
+        assert largest_gap(policy, episodes) > 1e-3  # not the base model's
 
 
 @needs_vllm

@@ -16,6 +16,8 @@ How it is built, once:
   (models/llama_format.py), a transformers policy's own config (SmolLM2 is a Llama already);
 - `load_format="dummy"`: vLLM reads no weight file, it starts from random weights and takes
   the policy's through `load_weights`, the same path every later sync takes;
+- a LoRA policy's adapters are merged into their base weights at every sync (llama_weights):
+  vLLM gets a plain Llama, the whole state dict each time;
 - `skip_tokenizer_init=True`: prompts go in as token ids (encode_prompt, the layout every
   engine samples from) and completions come out as ids, decoded by posttrain's tokenizer, so
   gpt_mini's character tokenizer needs no transformers twin.
@@ -92,19 +94,41 @@ def llama_config_dict(policy: Policy, tokenizer: Tokenizer) -> dict[str, Any]:
     """The config.json vLLM builds the policy's architecture from."""
     if isinstance(policy, GPTMini):
         return llama_config(policy.config, tokenizer)
-    if isinstance(policy, HFPolicy):
-        if policy.config.lora_r:
-            raise ValueError(f"the vllm engine cannot sample a LoRA policy yet (model.lora_r={policy.config.lora_r}): "
-                             "train every weight (model.lora_r 0) or sample with rl.sampling.engine torch")
-        return policy.hf.config.to_dict()
+    if isinstance(policy, HFPolicy):  # a LoRA policy's peft model holds the transformers model
+        return (policy.hf.get_base_model() if policy.config.lora_r else policy.hf).config.to_dict()
     raise ValueError(f"the vllm engine samples gpt_mini and transformers policies; got a {type(policy).__name__}: "
                      "sample it with rl.sampling.engine torch")
 
 
-def llama_weights(state: Mapping[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
+def lora_scale(policy: Policy) -> float:
+    """α/r of a LoRA policy's adapters (peft's scaling, models/hf.py::add_lora); 0 without adapters."""
+    if not isinstance(policy, HFPolicy) or not policy.config.lora_r:
+        return 0.0
+    lora = policy.hf.peft_config["default"]
+    if lora.use_rslora:  # rank-stabilised LoRA scales by α/√r: not what the merge below computes
+        raise ValueError("the vllm engine merges adapters with peft's α/r scaling; this policy uses rsLoRA (α/√r)")
+    return lora.lora_alpha / lora.r
+
+
+def llama_weights(state: Mapping[str, torch.Tensor], lora_scale: float = 0.0) -> list[tuple[str, torch.Tensor]]:
     """The state dict under the names of a transformers Llama checkpoint, which vLLM's
-    `load_weights` reads: gpt_mini's names already are; an HFPolicy keeps its model under `hf.`."""
-    return [(name.removeprefix("hf."), tensor) for name, tensor in state.items()]
+    `load_weights` reads. gpt_mini's names already are; an HFPolicy keeps its model under
+    `hf.`, and a LoRA one under `hf.base_model.model.`, each adapted Linear as `base_layer`
+    beside its `lora_A` (r, in) and `lora_B` (out, r): those are merged, W + (α/r)·B A
+    (Hu et al. 2021, eq. 3), so vLLM samples exactly the adapted policy with no LoRA code."""
+    renamed = {name.removeprefix("hf.").removeprefix("base_model.model.").replace(".base_layer.", "."): tensor
+               for name, tensor in state.items()}
+    lora_A = {name.partition(".lora_A.")[0]: t for name, t in renamed.items() if ".lora_A." in name}
+    lora_B = {name.partition(".lora_B.")[0]: t for name, t in renamed.items() if ".lora_B." in name}
+    weights = []
+    for name, tensor in renamed.items():
+        if ".lora_A." in name or ".lora_B." in name:
+            continue
+        module = name.removesuffix(".weight")
+        if module in lora_A:
+            tensor = tensor + lora_scale * (lora_B[module] @ lora_A[module])  # (out, in) + (out, r) @ (r, in)
+        weights.append((name, tensor))
+    return weights
 
 
 def cut_at_stop_string(tokenizer: Tokenizer, token_ids: list[int], stop_strings: tuple[str, ...]) -> int | None:
@@ -139,6 +163,7 @@ class VLLMEngine:
         self.shares_weights = False  # vLLM holds its own copy, whatever the caller offered (module docstring)
         self.weight_version = 0
         self._max_seq_len = int(policy.config.max_seq_len)
+        self._lora_scale = lora_scale(policy)  # every sync merges the adapters it brings at this scale
         self.load_seconds = 0.0
         # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and
         # sets one thread; the trainer shares this process, so both are put back (--threads)
@@ -166,7 +191,7 @@ class VLLMEngine:
         """Copy the trainer's weights into vLLM's model, in place, and forget every cached
         prompt: a prefix's keys and values computed with the old weights are not the new policy's."""
         start = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(llama_weights(state))})
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(llama_weights(state, self._lora_scale))})
         self.llm.reset_prefix_cache()
         self.load_seconds = time.perf_counter() - start
 
