@@ -79,11 +79,13 @@ def test_choosing_vllm_where_it_is_not_installed_names_the_environment_to_use(mo
         make_engine(policy, tokenizer, vllm_config().rl.sampling)
 
 
-def test_top_p_and_int8_weights_are_refused_with_the_vllm_engine(monkeypatch):
+def test_top_p_compile_and_int8_weights_are_refused_with_the_vllm_engine(monkeypatch):
     monkeypatch.setattr(vllm_engine, "vllm_installed", lambda: True)
     with pytest.raises(ConfigError, match=r"rl\.sampling\.top_p=0\.9 is not allowed with rl\.sampling\.engine='vllm'.*"
                                           r"renormalised nucleus"):
         check_config(vllm_config(top_p=0.9))
+    with pytest.raises(ConfigError, match=r"rl\.sampling\.compile=True is not allowed with .*engine='vllm'"):
+        check_engine(SamplingParams(engine="vllm", compile=True))
     with pytest.raises(ConfigError, match=r"rl\.sampling\.weights='int8' is not allowed with .*engine='vllm'"):
         check_engine(SamplingParams(engine="vllm", weights="int8"))
     check_engine(SamplingParams(engine="torch", top_p=0.9))  # the torch engine takes top-p: nothing raised

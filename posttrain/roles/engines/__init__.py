@@ -29,7 +29,7 @@ ENGINES: dict[str, EngineClass] = {
 # the settings an engine cannot honour, refused by pipelines/checks.py before any model loads
 # (an engine without an entry takes every setting SamplingParams.validate allows)
 ENGINE_CHECKS: dict[str, Callable[[SamplingParams, str], None]] = {
-    "vllm": check_vllm_settings,  # vllm installed; top_p 1 (its log-probs); float32 weights
+    "vllm": check_vllm_settings,  # vllm installed; top_p 1 (its log-probs); no compile; float32 weights
 }
 
 

@@ -32,8 +32,13 @@ log-probs under top-p are those of the renormalised nucleus.
 
 Stop strings (the agent loop's continue_rows): without a tokenizer vLLM cannot match text, so
 a row runs to its stop token or budget and is cut after the first token whose decoded text
-holds a stop string. The tokens kept are exactly as drawn; the ones after the cut cost time
-but change nothing (a row's draws never depend on what comes after them).
+holds a stop string. The tokens kept are exactly as drawn (each one drawn from what came
+before it, never from what follows); the ones after the cut cost time and are dropped.
+
+In-process has two side effects on the trainer's process, both undone or bounded here: vLLM's
+CPU worker replaces torch.set_num_threads with a no-op and sets one thread (both put back after
+vLLM starts, so --threads holds for the trainer), and it reserves its KV cache up front
+(KV_CACHE_BYTES).
 """
 
 from __future__ import annotations
@@ -85,6 +90,10 @@ def check_vllm_settings(params: SamplingParams, prefix: str = "rl.sampling") -> 
                           "vLLM reports the log-probs of the renormalised nucleus under top-p, and the update needs "
                           "those of the temperature-scaled distribution before truncation (engines/contract.py); "
                           "keep top_p at 1 or sample with engine 'torch'")
+    if params.compile:
+        raise ConfigError(f"{prefix}.compile=True is not allowed with {prefix}.engine='vllm': expected false. It "
+                          "compiles the torch engine's decode step; vLLM runs eagerly here (enforce_eager), its own "
+                          "compiled graphs untested on this CPU")
     if params.weights != "float32":
         raise ConfigError(f"{prefix}.weights={params.weights!r} is not allowed with {prefix}.engine='vllm': expected "
                           "'float32' (int8 weights are the torch engine's models/int8.py); choose one of the two")
@@ -165,8 +174,7 @@ class VLLMEngine:
         self._max_seq_len = int(policy.config.max_seq_len)
         self._lora_scale = lora_scale(policy)  # every sync merges the adapters it brings at this scale
         self.load_seconds = 0.0
-        # vLLM's CPU worker replaces torch.set_num_threads with a no-op for the whole process and
-        # sets one thread; the trainer shares this process, so both are put back (--threads)
+        # the trainer shares this process: its thread count and setter are put back (module docstring)
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         dtype = "bfloat16" if policy.compute_dtype == torch.bfloat16 else "float32"  # the trainer's precision
         with tempfile.TemporaryDirectory(prefix="posttrain-vllm-") as directory:
@@ -175,7 +183,7 @@ class VLLMEngine:
                 self.llm = LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                                max_model_len=self._max_seq_len, logprobs_mode="processed_logprobs",
                                generation_config="vllm",  # sample with our settings, never a generation_config.json's
-                               enforce_eager=not params.compile,  # compile: vLLM's torch.compile'd graphs
+                               enforce_eager=True,  # eager: vLLM's torch.compile'd graphs are untested here (check_vllm_settings)
                                kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0)
             finally:
                 torch.set_num_threads = set_num_threads
