@@ -10,7 +10,8 @@ There, on a tiny gpt_mini (head_dim 32: vLLM's CPU attention takes head sizes fr
   the same rows;
 - a weight sync moves the samples to the new policy's (the issue's acceptance test);
 - a transformers policy (HFPolicy, whose state dict keeps its model under `hf.`) loads too, and
-  a LoRA one with its adapters merged (checked against peft's own merge without vLLM);
+  a LoRA one syncs its adapters alone after the first load (the files checked against peft's
+  own without vLLM);
 - a GRPO run through `posttrain train --rl.sampling.engine vllm` trains and logs mismatch/*.
 """
 
@@ -115,17 +116,23 @@ def tiny_lora_policy(directory):
     return policy, hf_tokenizer
 
 
-def test_lora_adapters_are_merged_as_peft_merges_them(tmp_path):
+def test_a_lora_policy_splits_into_llama_base_weights_and_peft_adapters(tmp_path):
+    from peft import get_peft_model_state_dict
+
     policy, _ = tiny_lora_policy(tmp_path)
-    assert vllm_engine.lora_scale(policy) == 2.0  # add_lora's α = 2r
-    merged = dict(vllm_engine.llama_weights(policy.state_dict(), vllm_engine.lora_scale(policy)))
-    # peft's own merge, an independent implementation of W + (α/r)·B A
-    expected = copy.deepcopy(policy.hf).merge_and_unload().state_dict()
-    assert sorted(merged) == sorted(expected)
-    assert max((merged[k] - expected[k]).abs().max().item() for k in expected) < 1e-6
-    q = "model.layers.0.self_attn.q_proj.weight"
-    base = dict(vllm_engine.llama_weights(policy.state_dict(), lora_scale=0.0))  # the adapters left out
-    assert (merged[q] - base[q]).abs().max() > 1e-3  # they moved it
+    state = policy.state_dict()
+    config = vllm_engine.adapter_config(policy)
+    assert (config["r"], config["lora_alpha"], len(config["target_modules"])) == (4, 8, 7)  # add_lora: α = 2r
+    # the adapters under the names and values peft itself saves
+    expected = get_peft_model_state_dict(policy.hf)
+    adapters = vllm_engine.peft_adapters(state)
+    assert sorted(adapters) == sorted(expected) and len(adapters) == 2 * 7 * 2  # A and B, 7 projections, 2 layers
+    assert all(torch.equal(adapters[k], expected[k]) for k in expected)
+    # the base weights under the names of the transformers model underneath
+    base = dict(vllm_engine.llama_weights(state))
+    underneath = copy.deepcopy(policy.hf).unload().state_dict()  # the adapters removed, not merged
+    assert sorted(base) == sorted(underneath) and all(torch.equal(base[k], underneath[k]) for k in underneath)
+    assert vllm_engine.megabytes(adapters.values()) < vllm_engine.megabytes(base.values()) / 5
 
 
 # ---- with vLLM ----------------------------------------------------------------------------------
@@ -211,13 +218,24 @@ def test_a_transformers_policy_loads_under_llama_names(tmp_path):
 
 
 @needs_vllm
-def test_a_lora_policy_is_sampled_with_its_adapters_merged(tmp_path):
+def test_a_lora_policy_syncs_its_adapters_alone(tmp_path):
     policy, tokenizer = tiny_lora_policy(tmp_path)
     engine = make_engine(policy, tokenizer, SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, engine="vllm"))
+    first_sync = engine.metrics()[vllm_engine.LOAD_MB]
     episodes = engine.generate(EXAMPLES[:2], 2, torch.Generator().manual_seed(0))
     assert largest_gap(policy, episodes) < 1e-4  # the adapted policy's log-probs
     with policy.adapter_disabled():
         assert largest_gap(policy, episodes) > 1e-3  # not the base model's
+    with torch.no_grad():  # an update: only adapters train under LoRA
+        for name, p in policy.named_parameters():
+            if "lora_" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    engine.load_weights(policy.state_dict())
+    assert engine.metrics()[vllm_engine.LOAD_MB] == pytest.approx(
+        vllm_engine.megabytes(vllm_engine.peft_adapters(policy.state_dict()).values()))  # the adapters alone
+    assert engine.metrics()[vllm_engine.LOAD_MB] < first_sync / 5
+    after = engine.generate(EXAMPLES[:2], 2, torch.Generator().manual_seed(0))
+    assert largest_gap(policy, after) < 1e-4  # the new adapters' policy
 
 
 @needs_vllm

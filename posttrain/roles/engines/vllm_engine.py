@@ -16,8 +16,10 @@ How it is built, once:
   (models/llama_format.py), a transformers policy's own config (SmolLM2 is a Llama already);
 - `load_format="dummy"`: vLLM reads no weight file, it starts from random weights and takes
   the policy's through `load_weights`, the same path every later sync takes;
-- a LoRA policy's adapters are merged into their base weights at every sync (llama_weights):
-  vLLM gets a plain Llama, the whole state dict each time;
+- a LoRA policy (model.lora_r) is sampled with vLLM's own LoRA support: the frozen base
+  weights are loaded once, and every sync after that sends the adapters alone, written as a
+  peft adapter directory that vLLM loads under a new adapter id (`LoRARequest`): r·(in+out)
+  numbers a projection instead of in·out (issue #40 item 3);
 - `skip_tokenizer_init=True`: prompts go in as token ids (encode_prompt, the layout every
   engine samples from) and completions come out as ids, decoded by posttrain's tokenizer, so
   gpt_mini's character tokenizer needs no transformers twin.
@@ -46,12 +48,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+from safetensors.torch import save_file
 
 from posttrain.config import ConfigError, SamplingParams
 from posttrain.models.gpt_mini import GPTMini
@@ -72,8 +76,10 @@ VLLM_SETUP = ("make vllm-test, which creates .venv-vllm (torch 2.13 CPU, vllm-cp
 # than fits is queued by vLLM, not refused
 KV_CACHE_BYTES = 1 << 30
 
-# the metric this engine adds to a step's log: what the last load_weights cost
-LOAD_SECONDS = "vllm/load_weights_seconds"
+# the metrics this engine adds to a step's log: what the last load_weights cost, and how much it sent
+LOAD_SECONDS, LOAD_MB = "vllm/load_weights_seconds", "vllm/load_weights_mb"
+
+MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's max_lora_rank takes
 
 
 def vllm_installed() -> bool:
@@ -110,35 +116,39 @@ def llama_config_dict(policy: Policy, tokenizer: Tokenizer) -> dict[str, Any]:
                      "sample it with rl.sampling.engine torch")
 
 
-def lora_scale(policy: Policy) -> float:
-    """α/r of a LoRA policy's adapters (peft's scaling, models/hf.py::add_lora); 0 without adapters."""
+def adapter_config(policy: Policy) -> dict[str, Any] | None:
+    """A LoRA policy's adapter_config.json, what vLLM reads to apply its adapters (None without
+    LoRA): rank r, α (the scale is α/r: Hu et al. 2021, https://arxiv.org/abs/2106.09685) and
+    the projections adapted (models/hf.py::add_lora)."""
     if not isinstance(policy, HFPolicy) or not policy.config.lora_r:
-        return 0.0
+        return None
     lora = policy.hf.peft_config["default"]
-    if lora.use_rslora:  # rank-stabilised LoRA scales by α/√r: not what the merge below computes
-        raise ValueError("the vllm engine merges adapters with peft's α/r scaling; this policy uses rsLoRA (α/√r)")
-    return lora.lora_alpha / lora.r
+    return {"peft_type": "LORA", "r": lora.r, "lora_alpha": lora.lora_alpha, "use_rslora": lora.use_rslora,
+            "target_modules": sorted(lora.target_modules), "bias": "none", "lora_dropout": 0.0}
 
 
-def llama_weights(state: Mapping[str, torch.Tensor], lora_scale: float = 0.0) -> list[tuple[str, torch.Tensor]]:
+def is_adapter(name: str) -> bool:
+    return ".lora_A." in name or ".lora_B." in name
+
+
+def llama_weights(state: Mapping[str, torch.Tensor]) -> list[tuple[str, torch.Tensor]]:
     """The state dict under the names of a transformers Llama checkpoint, which vLLM's
     `load_weights` reads. gpt_mini's names already are; an HFPolicy keeps its model under
-    `hf.`, and a LoRA one under `hf.base_model.model.`, each adapted Linear as `base_layer`
-    beside its `lora_A` (r, in) and `lora_B` (out, r): those are merged, W + (α/r)·B A
-    (Hu et al. 2021, eq. 3), so vLLM samples exactly the adapted policy with no LoRA code."""
-    renamed = {name.removeprefix("hf.").removeprefix("base_model.model.").replace(".base_layer.", "."): tensor
-               for name, tensor in state.items()}
-    lora_A = {name.partition(".lora_A.")[0]: t for name, t in renamed.items() if ".lora_A." in name}
-    lora_B = {name.partition(".lora_B.")[0]: t for name, t in renamed.items() if ".lora_B." in name}
-    weights = []
-    for name, tensor in renamed.items():
-        if ".lora_A." in name or ".lora_B." in name:
-            continue
-        module = name.removesuffix(".weight")
-        if module in lora_A:
-            tensor = tensor + lora_scale * (lora_B[module] @ lora_A[module])  # (out, in) + (out, r) @ (r, in)
-        weights.append((name, tensor))
-    return weights
+    `hf.`, and a LoRA one under `hf.base_model.model.`, each adapted Linear's weight as
+    `base_layer`: the base weights, renamed; the adapters are left to `peft_adapters`."""
+    return [(name.removeprefix("hf.").removeprefix("base_model.model.").replace(".base_layer.", "."), tensor)
+            for name, tensor in state.items() if not is_adapter(name)]
+
+
+def peft_adapters(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A LoRA policy's adapters, lora_A (r, in) and lora_B (out, r) of each adapted projection,
+    under the names of peft's adapter_model.safetensors (its adapter name, "default", left out)."""
+    return {name.removeprefix("hf.").replace(".default.", "."): tensor.detach().contiguous()
+            for name, tensor in state.items() if is_adapter(name)}
+
+
+def megabytes(tensors) -> float:
+    return sum(t.numel() * t.element_size() for t in tensors) / 1e6
 
 
 def cut_at_stop_string(tokenizer: Tokenizer, token_ids: list[int], stop_strings: tuple[str, ...]) -> int | None:
@@ -173,7 +183,13 @@ class VLLMEngine:
         self.shares_weights = False  # vLLM holds its own copy, whatever the caller offered (module docstring)
         self.weight_version = 0
         self._max_seq_len = int(policy.config.max_seq_len)
-        self._lora_scale = lora_scale(policy)  # every sync merges the adapters it brings at this scale
+        self._adapter_config = adapter_config(policy)
+        self._adapters = tempfile.TemporaryDirectory(prefix="posttrain-lora-")  # one directory a version
+        self._lora: Any = None  # the LoRARequest of the adapters synced last (a LoRA policy's); None before
+        self._base_loaded = False  # a LoRA policy's base is frozen (add_lora): loaded once, at the first sync
+        self.load_mb = 0.0
+        lora_args = {} if self._adapter_config is None else dict(
+            enable_lora=True, max_loras=1, max_lora_rank=min(k for k in MAX_LORA_RANKS if k >= self._adapter_config["r"]))
         self.load_seconds = 0.0
         # the trainer shares this process: its thread count and setter are put back (module docstring)
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
@@ -185,7 +201,7 @@ class VLLMEngine:
                                max_model_len=self._max_seq_len, logprobs_mode="processed_logprobs",
                                generation_config="vllm",  # sample with our settings, never a generation_config.json's
                                enforce_eager=True,  # eager: vLLM's torch.compile'd graphs are untested here (check_vllm_settings)
-                               kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0)
+                               kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0, **lora_args)
             finally:
                 torch.set_num_threads = set_num_threads
                 torch.set_num_threads(threads)
@@ -198,15 +214,39 @@ class VLLMEngine:
     @torch.no_grad()
     def load_weights(self, state: Mapping[str, torch.Tensor]) -> None:
         """Copy the trainer's weights into vLLM's model, in place, and forget every cached
-        prompt: a prefix's keys and values computed with the old weights are not the new policy's."""
+        prompt: a prefix's keys and values computed with the old weights are not the new
+        policy's. A LoRA policy's base weights go once; every later sync is its adapters alone."""
         start = time.perf_counter()
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(llama_weights(state, self._lora_scale))})
+        self.load_mb = 0.0
+        if self._adapter_config is None or not self._base_loaded:
+            weights = llama_weights(state)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            self.load_mb, self._base_loaded = megabytes(t for _, t in weights), True
+        if self._adapter_config is not None:
+            self.load_mb += self._load_adapters(peft_adapters(state))
         self.llm.reset_prefix_cache()
         self.load_seconds = time.perf_counter() - start
 
+    def _load_adapters(self, adapters: dict[str, torch.Tensor]) -> float:
+        """Write `adapters` as the next version's peft directory and sample with it from now on
+        (a new adapter id: vLLM loads it on the next request, and the old one is dropped)."""
+        from vllm.lora.request import LoRARequest
+
+        version = 1 if self._lora is None else self._lora.lora_int_id + 1
+        directory = Path(self._adapters.name) / f"v{version}"
+        directory.mkdir()
+        save_file(adapters, str(directory / "adapter_model.safetensors"))
+        (directory / "adapter_config.json").write_text(json.dumps(self._adapter_config), encoding="utf-8")
+        if self._lora is not None:
+            self.llm.llm_engine.remove_lora(self._lora.lora_int_id)
+            shutil.rmtree(self._lora.lora_path)
+        self._lora = LoRARequest(f"policy-v{version}", version, str(directory))
+        return megabytes(adapters.values())
+
     def metrics(self) -> dict[str, float]:
-        """The last load_weights' cost: the price of a sync into a copy the trainer does not share."""
-        return {LOAD_SECONDS: self.load_seconds}
+        """The last load_weights' cost, in time and in what it sent: the price of a sync into a
+        copy the trainer does not share."""
+        return {LOAD_SECONDS: self.load_seconds, LOAD_MB: self.load_mb}
 
     def generate(self, examples: list[Example], samples_per_prompt: int = 1,
                  generator: torch.Generator | None = None, params: SamplingParams | None = None) -> list[Episode]:
@@ -265,7 +305,7 @@ class VLLMEngine:
                                        stop_token_ids=stop_ids, detokenize=False)
                     for budget, seed in zip(budgets, seeds)]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=list(c)) for c in contexts], requests,
-                                    use_tqdm=False)
+                                    use_tqdm=False, lora_request=self._lora)
         rows = []
         for output in outputs:  # in the order of the requests
             drawn = output.outputs[0]
