@@ -148,7 +148,9 @@ def peft_adapters(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def megabytes(tensors) -> float:
-    return sum(t.numel() * t.element_size() for t in tensors) / 1e6
+    """The size of `tensors`, a tensor held twice counted once (tied embeddings: lm_head is embed_tokens)."""
+    unique = {t.data_ptr(): t for t in tensors}
+    return sum(t.numel() * t.element_size() for t in unique.values()) / 1e6
 
 
 def cut_at_stop_string(tokenizer: Tokenizer, token_ids: list[int], stop_strings: tuple[str, ...]) -> int | None:
