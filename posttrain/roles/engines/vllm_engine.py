@@ -178,21 +178,23 @@ class VLLMEngine:
         # multiprocessing they would be pickled, a second copy of the weights per sync)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its INFO and warning lines would bury the run's console
-        from vllm import LLM  # deferred: importing vLLM takes ~20 s, and only this engine needs it
+        from vllm import LLM  # deferred: importing vLLM takes 20-30 s here, and only this engine needs it
 
         self.tokenizer = tokenizer
         self.params = params
         self.shares_weights = False  # vLLM holds its own copy, whatever the caller offered (module docstring)
         self.weight_version = 0
         self._max_seq_len = int(policy.config.max_seq_len)
+        self.load_seconds, self.load_mb = 0.0, 0.0  # the last sync's (metrics)
+        # LoRA: the base is frozen (models/hf.py::add_lora), so it is loaded once, at the first sync;
+        # each sync's adapters go to a directory of their own under _adapters, _lora its LoRARequest
         self._adapter_config = adapter_config(policy)
-        self._adapters = tempfile.TemporaryDirectory(prefix="posttrain-lora-")  # one directory a version
-        self._lora: Any = None  # the LoRARequest of the adapters synced last (a LoRA policy's); None before
-        self._base_loaded = False  # a LoRA policy's base is frozen (add_lora): loaded once, at the first sync
-        self.load_mb = 0.0
-        lora_args = {} if self._adapter_config is None else dict(
-            enable_lora=True, max_loras=1, max_lora_rank=min(k for k in MAX_LORA_RANKS if k >= self._adapter_config["r"]))
-        self.load_seconds = 0.0
+        self._adapters = tempfile.TemporaryDirectory(prefix="posttrain-lora-")
+        self._lora: Any = None
+        self._base_loaded = False
+        rank = self._adapter_config["r"] if self._adapter_config else 0
+        lora_args = {} if not rank else dict(  # vLLM's rank limit: the smallest it takes that holds r
+            enable_lora=True, max_loras=1, max_lora_rank=min(k for k in MAX_LORA_RANKS if k >= rank))
         # the trainer shares this process: its thread count and setter are put back (module docstring)
         set_num_threads, threads = torch.set_num_threads, torch.get_num_threads()
         dtype = "bfloat16" if policy.compute_dtype == torch.bfloat16 else "float32"  # the trainer's precision
@@ -202,7 +204,7 @@ class VLLMEngine:
                 self.llm = LLM(model=directory, load_format="dummy", skip_tokenizer_init=True, dtype=dtype,
                                max_model_len=self._max_seq_len, logprobs_mode="processed_logprobs",
                                generation_config="vllm",  # sample with our settings, never a generation_config.json's
-                               enforce_eager=True,  # eager: vLLM's torch.compile'd graphs are untested here (check_vllm_settings)
+                               enforce_eager=True,  # vLLM's compiled graphs are untested here (check_vllm_settings)
                                kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0, **lora_args)
             finally:
                 torch.set_num_threads = set_num_threads
