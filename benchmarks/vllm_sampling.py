@@ -2,6 +2,7 @@
 
     .venv-vllm/bin/python benchmarks/vllm_sampling.py gpt_mini 4
     .venv-vllm/bin/python benchmarks/vllm_sampling.py smollm2 3
+    .venv-vllm/bin/python benchmarks/vllm_sampling.py sync 3
 
 Needs vllm: run it with .venv-vllm's Python (`make vllm-test` creates it). One process, one
 policy, both engines built on it; each repeat samples the same 8 prompts × 8 completions
@@ -12,6 +13,10 @@ default shape, untrained (random weights: its speed is representative, its answe
 SmolLM2-135M-Instruct is the converted one (models/smollm2.py). Prints each repeat, the
 medians, and the largest |log π_vllm − log π_trainer| over every token vllm drew, the
 trainer's from its own float32 forward: what the update's mismatch correction sees.
+
+`sync`: what a weight sync into the vllm engine costs for SmolLM2-135M, every weight trained
+against LoRA rank 16 (adapter-only: the base goes once, at the engine's first load), each
+after a small change to a trained weight: `vllm/load_weights_seconds` and `_mb`.
 """
 
 from __future__ import annotations
@@ -78,5 +83,25 @@ def main(name: str, repeats: int) -> None:
     print("max |logp_vllm - logp_trainer|", gap)
 
 
+def sync_cost(repeats: int) -> None:
+    from posttrain.models.hf import HFPolicy
+
+    torch.set_num_threads(1)
+    for rank in (0, 16):
+        policy, tokenizer = HFPolicy.load("smollm2-135m")
+        if rank:
+            policy.add_lora(rank)
+        engine = make_engine(policy, tokenizer, SamplingParams(max_new_tokens=8, engine="vllm"))
+        print(f"lora_r {rank} first load", engine.metrics(), flush=True)
+        trained = next(p for p in policy.parameters() if p.requires_grad)  # an update moves a trained weight
+        for r in range(repeats):
+            with torch.no_grad():
+                trained.add_(torch.randn_like(trained) * 1e-3)
+            engine.load_weights(policy.state_dict())
+            print(f"lora_r {rank} sync {r}", engine.metrics(), flush=True)
+        del engine
+
+
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "gpt_mini", int(sys.argv[2]) if len(sys.argv) > 2 else 3)
+    what, repeats = (sys.argv[1] if len(sys.argv) > 1 else "gpt_mini"), int(sys.argv[2]) if len(sys.argv) > 2 else 3
+    sync_cost(repeats) if what == "sync" else main(what, repeats)
