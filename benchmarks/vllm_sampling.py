@@ -104,4 +104,7 @@ def sync_cost(repeats: int) -> None:
 
 if __name__ == "__main__":
     what, repeats = (sys.argv[1] if len(sys.argv) > 1 else "gpt_mini"), int(sys.argv[2]) if len(sys.argv) > 2 else 3
-    sync_cost(repeats) if what == "sync" else main(what, repeats)
+    if what == "sync":
+        sync_cost(repeats)
+    else:
+        main(what, repeats)
