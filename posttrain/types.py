@@ -197,6 +197,10 @@ class RolloutBatch:
     returns: torch.Tensor | None = None  # (B, T) float, value targets (PPO)
     values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
     process_rewards: torch.Tensor | None = None  # (B, T) float, per-token rewards of an implicit PRM (PRIME)
+    # a frozen teacher's scores of the same tokens (roles/teacher.py; on-policy distillation, OPD):
+    teacher_logp: torch.Tensor | None = None  # (B, T) float, log π_teacher(token | prefix); 0 off the response
+    teacher_topk_logp: torch.Tensor | None = None  # (B, T, k) float, the teacher's k likeliest next tokens' log-probs
+    teacher_topk_ids: torch.Tensor | None = None  # (B, T, k) long, which tokens those are; 0 off the response
     # (B,) bool, False on rows the update may leave out (Algorithm.rows_with_gradient); None = train all
     rows_with_gradient: torch.Tensor | None = None
     # (B,) float, 1 / the rows its episode became (Episode.training_rows): the weight a group
@@ -237,8 +241,8 @@ class RolloutBatch:
         if width == self.tokens.shape[1]:
             return self
         per_token = {f.name: getattr(self, f.name) for f in fields(self)}
-        cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()
-                               if isinstance(value, torch.Tensor) and value.dim() == 2}
+        cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()  # (B, T) and (B, T, k)
+                               if isinstance(value, torch.Tensor) and value.dim() >= 2}
         return replace(self, **cut)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -322,6 +326,9 @@ class PolicyOutputs:
     logp: torch.Tensor  # (B, T) log π_θ(token | prefix), differentiable
     entropy: torch.Tensor  # (B, T) entropy of π_θ(· | prefix) at each position
     values: torch.Tensor | None = None  # (B, T) V_φ(prefix), only for algorithms with a critic
+    # (B, T, k) log π_θ of the teacher's top-k tokens at each position, differentiable: only
+    # when the batch carries batch.teacher_topk_ids (OPD's top-k forward KL)
+    teacher_topk_logp: torch.Tensor | None = None
 
 
 # ---- the collaborators every band names ----------------------------------------------------

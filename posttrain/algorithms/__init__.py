@@ -18,6 +18,7 @@ from posttrain.algorithms.grpo import GRPO
 from posttrain.algorithms.gspo import GSPO
 from posttrain.algorithms.kimi import Kimi
 from posttrain.algorithms.lite_ppo import LitePPO
+from posttrain.algorithms.opd import OPD
 from posttrain.algorithms.ppo import PPO
 from posttrain.algorithms.prime import PRIME
 from posttrain.algorithms.reinforce import REINFORCE
@@ -38,6 +39,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "dapo": DAPO,  # GRPO + clip-higher, token-mean, overlong shaping, dynamic sampling
     "gspo": GSPO,  # GRPO with a sequence-level ratio
     "cispo": CISPO,  # GRPO's advantages, clipped stop-gradient IS weight instead of the clip
+    "opd": OPD,  # GRPO's loss on a frozen teacher's per-token reverse KL as the advantage (or its top-k forward KL)
 }
 
 
@@ -65,6 +67,7 @@ __all__ = [
     "GSPO",
     "Kimi",
     "LitePPO",
+    "OPD",
     "PPO",
     "PRIME",
     "REINFORCE",
