@@ -97,6 +97,11 @@ class OPD(GRPO):
     """On-policy distillation: the teacher's per-token log-probs as the student's signal."""
 
     name: ClassVar[str] = "opd"
+    # the teacher gives nearly every token an advantage of its own, so a row of zeros is rare (a
+    # teacher equal to the student), and under "topk" the KL pulls on every row whatever its advantage
+    zero_advantage_rows_are_inert: ClassVar[bool] = False
+    # advantages run along the row, token by token, not one episode number copied onto each turn's row
+    accepts_turn_rows: ClassVar[bool] = False
 
     # the teacher: a checkpoint directory (runs/<id>/checkpoints/<stage>/step_N), a run directory
     # (its last checkpoint) or a model name, with the student's tokenizer. Required: empty is
@@ -119,12 +124,6 @@ class OPD(GRPO):
     def needs_groups(self) -> bool:  # type: ignore[override]
         """A group baseline only for the task reward's share of the advantage."""
         return self.reward_weight > 0 and super().needs_groups
-
-    @property
-    def zero_advantage_rows_are_inert(self) -> bool:  # type: ignore[override]
-        """Under "k1"/"k3" the loss is the clipped surrogate, a multiple of A; the top-k KL
-        pulls on every row whatever its advantage."""
-        return self.divergence != "topk"
 
     def __post_init__(self) -> None:
         super().__post_init__()
