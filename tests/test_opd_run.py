@@ -49,7 +49,7 @@ def test_a_run_distils_from_the_teacher_and_logs_its_kl(teacher_run, tmp_path):
     rl_rows = [r for r in rows if r["stage"] == "rl"]
     assert [r["step"] for r in rl_rows] == [0, 1]
     for r in rl_rows:  # the KL from the student's samples to the teacher: > 0 (another model) and finite
-        assert 0 < r["teacher_kl"] < math.inf and math.isfinite(r["teacher_kl_k1"]) and r["time/teacher"] > 0
+        assert 0 < r["teacher_kl"] < math.inf and math.isfinite(r["teacher_kl_k1"]) and r["time/reference"] > 0
         # A_t = −k1_t on every sampled token: the advantages' mean is minus the logged k1 mean
         assert r["adv_mean"] == pytest.approx(-r["teacher_kl_k1"], rel=1e-4, abs=1e-7)
 

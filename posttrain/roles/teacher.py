@@ -36,7 +36,9 @@ from posttrain.types import RolloutBatch, Tokenizer
 class TeacherScores(StepHook):
     """The teacher's scores of every sampled token, on the batch before its advantages."""
 
-    timing = "teacher"  # its forward pass counted apart from the reference's: time/teacher
+    # a frozen model's forward over the batch, as the reference's is: counted in time/reference, where
+    # the step's time equation (systems/throughput.py) reads the frozen passes
+    timing = "reference"
 
     def __init__(self, teacher: Reference, topk: int = 0):
         self.teacher = teacher
