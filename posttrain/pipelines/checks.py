@@ -48,6 +48,7 @@ from posttrain.pipelines.data_checks import check_data, check_multi_turn
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.engines import ENGINES
+from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.teacher import check_same_tokenizer
 from posttrain.runs.trackers import check_trackers
 from posttrain.algorithms.contract import Algorithm
@@ -226,15 +227,22 @@ def check_implicit_prm(cfg: TrainConfig) -> None:
 
 
 def check_teacher(cfg: TrainConfig) -> list[str]:
-    """An algorithm with a teacher (OPD) names one that loads, with the student's tokenizer:
-    the teacher scores the student's token ids. What it found, for --dry_run."""
-    settings = None if is_preference(cfg.rl) else make_algorithm(cfg.rl).teacher_settings()
-    if settings is None:
-        return []
-    setting, name = f"rl.algo_params.teacher (--{cfg.rl.algo}.teacher)", settings["teacher"]
-    check(bool(name), setting, name, f"a teacher for rl.algo={cfg.rl.algo!r}: a checkpoint directory "
-          "(runs/<id>/checkpoints/<stage>/step_N), a run directory (its last checkpoint) or a model name, with the "
-          "student's tokenizer")
+    """A teacher the run reads (OPD's, algorithm_params.teacher; R1's distillation stage's,
+    sft.teacher) loads, with the student's tokenizer: it scores or writes the student's token
+    ids. What was found, for --dry_run."""
+    settings = None if is_preference(cfg.rl) or not cfg.rl.steps else make_algorithm(cfg.rl).teacher_settings()
+    found = []
+    if settings is not None:
+        found.append(teacher_found(cfg, f"rl.algo_params.teacher (--{cfg.rl.algo}.teacher)", settings["teacher"],
+                                   f"a teacher for rl.algo={cfg.rl.algo!r}"))
+    if cfg.sft.teacher and cfg.sft.steps:
+        found.append(teacher_found(cfg, "sft.teacher", cfg.sft.teacher, "a teacher"))
+    return found
+
+
+def teacher_found(cfg: TrainConfig, setting: str, name: str, what: str) -> str:
+    check(bool(name), setting, name, f"{what}: a checkpoint directory (runs/<id>/checkpoints/<stage>/step_N), a run "
+          "directory (its last checkpoint) or a model name, with the student's tokenizer")
     try:
         directory = teacher_directory(name)
         teacher_tokenizer = load_tokenizer(directory)
@@ -243,7 +251,7 @@ def check_teacher(cfg: TrainConfig) -> list[str]:
     context = policy_context(cfg.model, cfg.init)  # None: a known model not yet converted, checked when it is
     if context is not None:
         check_same_tokenizer(context[1], teacher_tokenizer, setting, name)
-    return [f"teacher: {name!r} is {directory}"]
+    return f"teacher: {name!r} is {directory}"
 
 
 def check_int8_sampling(cfg: TrainConfig) -> None:
@@ -274,6 +282,8 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
         env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     check_multi_turn(cfg, env)
     check_implicit_prm(cfg)
+    check(not (cfg.sft.teacher and cfg.sft.steps and is_multi_turn(env)), "sft.teacher", cfg.sft.teacher,
+          f"'' for the multi-turn environment {cfg.env.name!r}: the teacher's samples are single completions")
     teacher = check_teacher(cfg)
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
