@@ -108,9 +108,11 @@ def _(rewards_text, torch):
     # Stand-ins for the roles this lesson does not run: the reference equals the sampler
     # (KL 0), PPO's critic is untrained (V = 0 everywhere), and PRIME's implicit PRM has not
     # moved from the reference (every process reward 0: PRIME's advantages are RLOO's, whitened).
+    # OPD's teacher agrees with the sampler on every token: its per-token advantages are all 0.
     batch.ref_logp = batch.old_logp.clone()
     batch.values = torch.zeros_like(batch.old_logp)
     batch.process_rewards = torch.zeros_like(batch.old_logp)
+    batch.teacher_logp = batch.old_logp.clone()
     return batch, groups, parse_error
 
 

@@ -179,8 +179,7 @@ class Episode:
         return any(turn.source != MODEL_TURN for turn in self.turns or [])
 
 
-# the (B, K) fields of a RolloutBatch: one column per reward term, not per token position
-PER_TERM_FIELDS = ("reward_terms", "reward_term_weights")
+PER_TERM_FIELDS = ("reward_terms", "reward_term_weights")  # a RolloutBatch's (B, K): a column per term, not token
 
 
 @dataclass
@@ -201,13 +200,16 @@ class RolloutBatch:
     returns: torch.Tensor | None = None  # (B, T) float, value targets (PPO)
     values: torch.Tensor | None = None  # (B, T) float, V(prefix) at sampling time (PPO)
     process_rewards: torch.Tensor | None = None  # (B, T) float, per-token rewards of an implicit PRM (PRIME)
+    # a frozen teacher's scores of the same tokens (roles/teacher.py; on-policy distillation, OPD):
+    teacher_logp: torch.Tensor | None = None  # (B, T) float, log π_teacher(token | prefix); 0 off the response
+    teacher_topk_logp: torch.Tensor | None = None  # (B, T, k) float, the teacher's k likeliest next tokens' log-probs
+    teacher_topk_ids: torch.Tensor | None = None  # (B, T, k) long, which tokens those are; 0 off the response
     # (B,) bool, False on rows the update may leave out (Algorithm.rows_with_gradient); None = train all
     rows_with_gradient: torch.Tensor | None = None
     # (B,) float, 1 / the rows its episode became (Episode.training_rows): the weight a group
     # statistic gives the row, so an episode cut into one row per model turn counts once. None: 1
     row_weights: torch.Tensor | None = None
-    # (B,) bool, True on rows the generation budget cut off before a stop token (not
-    # Episode.finished): what overlong filtering drops from the loss. None: not recorded
+    # (B,) bool, rows the budget cut off before a stop token (not Episode.finished): overlong filtering drops them
     truncated: torch.Tensor | None = None
     # (B,) float, a preference row's pair weight in the loss (DPO's gap weighting: a function
     # of its pair's score gap, mean 1 over the step's pairs; both rows of a pair hold it). None: 1
@@ -245,8 +247,8 @@ class RolloutBatch:
         if width == self.tokens.shape[1]:
             return self
         per_token = {f.name: getattr(self, f.name) for f in fields(self)}
-        cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()
-                               if isinstance(value, torch.Tensor) and value.dim() == 2 and name not in PER_TERM_FIELDS}
+        cut: dict[str, Any] = {name: value[:, :width] for name, value in per_token.items()  # (B, T) and (B, T, k)
+                               if isinstance(value, torch.Tensor) and value.dim() >= 2 and name not in PER_TERM_FIELDS}
         return replace(self, **cut)
 
     def to(self, device: torch.device | str) -> RolloutBatch:
@@ -330,6 +332,9 @@ class PolicyOutputs:
     logp: torch.Tensor  # (B, T) log π_θ(token | prefix), differentiable
     entropy: torch.Tensor  # (B, T) entropy of π_θ(· | prefix) at each position
     values: torch.Tensor | None = None  # (B, T) V_φ(prefix), only for algorithms with a critic
+    # (B, T, k) log π_θ of the teacher's top-k tokens at each position, differentiable: only
+    # when the batch carries batch.teacher_topk_ids (OPD's top-k forward KL)
+    teacher_topk_logp: torch.Tensor | None = None
 
 
 # ---- the collaborators every band names ----------------------------------------------------

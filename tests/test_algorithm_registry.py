@@ -23,7 +23,7 @@ POINTER = re.compile(r"`(posttrain/[\w/]+\.py)::([\w.]+)`")
 
 def random_batch(seed=0, B=6, T=9, K=3):
     """B rows in groups of K; prompts of 2-3 tokens, responses of 2-5, right padding;
-    ref_logp, values and process_rewards filled. Rewards in {0, 1} with every group mixed."""
+    ref_logp, values, process_rewards and teacher_logp filled. Rewards in {0, 1} with every group mixed."""
     gen = torch.Generator().manual_seed(seed)
     response_mask = torch.zeros(B, T)
     attention_mask = torch.zeros(B, T)
@@ -47,6 +47,7 @@ def random_batch(seed=0, B=6, T=9, K=3):
         ref_logp=ref_logp,
         values=values,
         process_rewards=torch.where(on, 0.05 * torch.randn(B, T, generator=gen), 0.0),  # an implicit PRM's (PRIME)
+        teacher_logp=torch.where(on, old_logp - 0.3 * torch.rand(B, T, generator=gen), 0.0),  # a teacher's (OPD)
     )
 
 
@@ -124,6 +125,7 @@ def sgd_step_on_categorical(algo, rewards, group_ids, tokens_sampled):
         ref_logp=old_logp.clone(),
         values=torch.zeros(B, 2),
         process_rewards=torch.zeros(B, 2),
+        teacher_logp=old_logp.clone(),  # a teacher that agrees with the policy: no signal of its own
     )
     batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
     log_probs = torch.log_softmax(logits, -1)  # (V,)
@@ -141,7 +143,8 @@ def sgd_step_on_categorical(algo, rewards, group_ids, tokens_sampled):
 @pytest.mark.parametrize("name", sorted(ALGORITHMS))
 def test_one_sgd_step_raises_the_rewarded_token_and_lowers_the_other(name):
     # one group of two: token 3 got reward 1 (advantage > 0), token 1 got 0 (advantage < 0)
-    params = {"baseline": "group_mean"} if name == "reinforce" else {}
+    # REINFORCE's default has no baseline; OPD's signal is the teacher's, the reward only when weighted in
+    params = {"reinforce": {"baseline": "group_mean"}, "opd": {"reward_weight": 1.0}}.get(name, {})
     before, after = sgd_step_on_categorical(make_algorithm(name, budget=BUDGET, **params), [1.0, 0.0], [0, 0], [3, 1])
     assert after[3] > before[3] and after[1] < before[1]
     before, after = sgd_step_on_categorical(make_algorithm(name, budget=BUDGET, **params), [0.0, 1.0], [0, 0], [3, 1])

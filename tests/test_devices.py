@@ -196,6 +196,7 @@ def synthetic_batch() -> RolloutBatch:
     batch.ref_logp = batch.old_logp - 0.1 * batch.response_mask
     batch.values = 0.3 * batch.response_mask
     batch.process_rewards = 0.01 * batch.response_mask
+    batch.teacher_logp = batch.old_logp - 0.2 * batch.response_mask  # a teacher's (OPD)
     return batch
 
 

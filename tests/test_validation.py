@@ -169,7 +169,8 @@ def test_declared_group_baselines_are_the_ones_whose_advantages_vanish_with_one_
     declared = {name: make_algorithm(name, budget=16).needs_groups for name in ALGORITHMS}
     assert declared == {"reinforce": False, "rloo": True, "ppo": False, "reinforce_pp": False, "grpo": True,
                         "dr_grpo": True, "prime": True, "dapo": True, "gspo": True, "cispo": True, "kimi": True,
-                        "lite_ppo": True, "sapo": True, "gmpo": True, "dppo_tv": True, "dppo_kl": True}
+                        "lite_ppo": True, "sapo": True, "gmpo": True, "dppo_tv": True, "dppo_kl": True,
+                        "opd": False}
     algos = [make_algorithm(name, budget=16) for name in ALGORITHMS] + [make_algorithm("reinforce", baseline="group_mean"),
                                                                          make_algorithm("grpo", adv_norm="batch-mean-batch-std")]
     assert algos[-2].needs_groups and not algos[-1].needs_groups

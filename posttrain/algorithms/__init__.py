@@ -20,6 +20,7 @@ from posttrain.algorithms.grpo import GRPO
 from posttrain.algorithms.gspo import GSPO
 from posttrain.algorithms.kimi import Kimi
 from posttrain.algorithms.lite_ppo import LitePPO
+from posttrain.algorithms.opd import OPD
 from posttrain.algorithms.ppo import PPO
 from posttrain.algorithms.prime import PRIME
 from posttrain.algorithms.reinforce import REINFORCE
@@ -45,6 +46,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
     "gmpo": GMPO,  # GSPO's geometric mean of token ratios, each clipped in log space before the mean
     "dppo_tv": DPPOBinaryTV,  # CISPO's loss, tokens whose probability moved > δ (total variation) masked out
     "dppo_kl": DPPOBinaryKL,  # DPPO-TV with the binary KL as the divergence
+    "opd": OPD,  # GRPO's loss on a frozen teacher's per-token reverse KL as the advantage (or its top-k forward KL)
 }
 
 
@@ -75,6 +77,7 @@ __all__ = [
     "GSPO",
     "Kimi",
     "LitePPO",
+    "OPD",
     "PPO",
     "PRIME",
     "REINFORCE",

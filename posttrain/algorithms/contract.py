@@ -85,6 +85,7 @@ class Algorithm:
 
         batch = algo.filter_batch(batch)          # which groups to train on (DAPO drops flat ones)
         batch.process_rewards = prm(batch)        # only with implicit_prm_settings(): PRIME
+        batch.teacher_logp = teacher(batch)       # only with teacher_settings(): OPD
         batch = dataclasses.replace(batch, **algo.compute_advantages(batch))
         batch.rows_with_gradient = algo.rows_with_gradient(batch)  # rl.update.skip_inert_rows
         trainer.update(batch, algo)               # algo.compute_loss on each micro-batch
@@ -148,6 +149,14 @@ class Algorithm:
         beside the policy (PRIME: rewards/implicit_prm.py::ImplicitPRM's keyword arguments
         beta, lr, update). The controller then has it fill `batch.process_rewards` (B, T)
         before compute_advantages, and update itself online on each batch."""
+        return None
+
+    def teacher_settings(self) -> dict | None:
+        """None, or the frozen teacher the pipeline loads beside the policy (OPD: `teacher`,
+        a checkpoint, run directory or model name, and `topk`, the teacher's likeliest tokens
+        per position to keep; roles/teacher.py). The controller then has it fill
+        `batch.teacher_logp` (B, T), and with topk > 0 `teacher_topk_logp` and
+        `teacher_topk_ids` (B, T, k), before compute_advantages."""
         return None
 
     def rows_with_gradient(self, batch: RolloutBatch) -> torch.Tensor | None:

@@ -191,7 +191,7 @@ class MismatchConfig:
 # and the command line reads the names before it loads torch: each is a section of flags (--grpo.kl_coef 0.04),
 # and a typo'd flag or algorithm name is refused at once (cli/train_flags.py)
 RL_ALGORITHM_NAMES = ("reinforce", "rloo", "kimi", "ppo", "prime", "reinforce_pp", "grpo", "dr_grpo", "lite_ppo",
-                      "dapo", "gspo", "cispo", "sapo", "gmpo", "dppo_tv", "dppo_kl")
+                      "dapo", "gspo", "cispo", "sapo", "gmpo", "dppo_tv", "dppo_kl", "opd")
 PREFERENCE_LOSS_NAMES = ("dpo", "ipo", "kto", "orpo", "simpo")
 ON_ALERT = ("warn", "stop", "rollback")  # what rl.alerts.action can name (posttrain/pipelines/rl.py)
 # the monitors rl.alerts.monitors can name: posttrain/runs/monitors.py's, a test keeps the two equal

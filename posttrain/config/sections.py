@@ -255,9 +255,17 @@ class SFTConfig:
     # chance to AUROC ~0.7 against the verifier (docs/guides/preference.md, "Self-rewarding rounds").
     # 0 = none: plain SFT
     judge_demos: int = 0
+    # R1's distillation stage (DeepSeek-R1, arXiv:2501.12948, Sec. 2.4: SFT of smaller models on a
+    # stronger one's verified samples): a teacher (a checkpoint, a run directory or a model name,
+    # with the policy's tokenizer) samples sft.teacher_samples completions of each of the
+    # sft.num_examples training problems, and SFT trains on those the verifier passes, each
+    # distinct one once, instead of the environment's worked solutions (pipelines/distill.py).
+    # "" = the worked solutions
+    teacher: str = ""
+    teacher_samples: int = 4  # completions per problem: a problem the teacher solves half the time keeps one 15 times in 16
 
     def validate(self, prefix: str = "sft") -> None:
-        check_positive(self, prefix, "num_examples", "batch_size")
+        check_positive(self, prefix, "num_examples", "batch_size", "teacher_samples")
         check_non_negative(self, prefix, "judge_demos")
         check(self.steps >= 0, f"{prefix}.steps", self.steps, "an integer >= 0 (0 skips SFT)")
         check(self.lr > 0, f"{prefix}.lr", self.lr, "a positive number")

@@ -8,6 +8,10 @@ reference and the preference losses read.
     response_logp(model, batch)       the same from a model and a batch, each shared prompt
                                       computed once: the reference's call
     sequence_logps(model, batch)      log π(y | x) of whole responses (the DPO family)
+    response_logp_at(hidden, ...)     log π of given tokens (k per position) at response positions:
+                                      the student's side of a top-k distillation loss
+    response_topk(model, batch, k)    a frozen model's sampled-token log-probs and its k likeliest
+                                      next tokens at each response position: the teacher's side
 
 Position t of every (B, T) result holds log π(tokens[t] | tokens[<t]), predicted from
 position t − 1; position 0 has no prediction and holds 0.
@@ -157,3 +161,66 @@ def response_logp(model: Policy, batch: RolloutBatch, share_prompt: bool = True)
 def sequence_logps(model: Policy, batch: RolloutBatch) -> torch.Tensor:
     """log π(y | x) of every row, (B,): the response tokens' log-probs summed (EOS included)."""
     return response_logp(model, batch).sum(dim=1)  # exactly 0 off the response
+
+
+def response_logp_at(hidden: torch.Tensor, lm_head: torch.nn.Linear, ids: torch.Tensor, response_mask: torch.Tensor,
+                     temperature: float = 1.0, logits_budget: int = LOGITS_BUDGET) -> torch.Tensor:
+    """log softmax(z / temperature)[ids] at every response position, (B, T, k) float32, exactly
+    0 off the response; z is predicted from hidden[:, t-1] as in `response_logp_and_entropy`.
+
+    ids (B, T, k) long are the tokens to read at each position (a teacher's top k). It runs
+    the output layer over the response positions a second time (the trainer's forward has
+    already run it once for logp and entropy): k log-probs out of V, chunked and, under
+    gradients, recomputed in backward like `response_logp_and_entropy`, so peak memory is one
+    chunk's logits."""
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    B, T, _ = hidden.shape
+    k = ids.shape[-1]
+    rows, cols = response_mask[:, 1:].nonzero(as_tuple=True)  # cols + 1 are the predicted positions
+    states, wanted = hidden[rows, cols], ids[rows, cols + 1]  # (n, D), (n, k)
+
+    def logp_at(h: torch.Tensor, want: torch.Tensor) -> torch.Tensor:
+        z = lm_head_float32(lm_head, h) / temperature  # (c, V)
+        return z.gather(-1, want) - torch.logsumexp(z, dim=-1, keepdim=True)  # (c, k)
+
+    chunk = max(1, logits_budget // lm_head.weight.shape[0])
+    chunked = len(states) > chunk and torch.is_grad_enabled()
+    parts = [torch.utils.checkpoint.checkpoint(logp_at, states[i : i + chunk], wanted[i : i + chunk],
+                                               use_reentrant=False) if chunked
+             else logp_at(states[i : i + chunk], wanted[i : i + chunk])
+             for i in range(0, len(states), chunk)]
+    # no response token at all: an empty (0, k) piece that keeps the graph (see response_logp_and_entropy)
+    picked = torch.cat(parts) if parts else logp_at(hidden[:1, 0], ids[:1, 0])[:0]  # (n, k)
+    return hidden.new_zeros(B, T, k, dtype=torch.float32).index_put((rows, cols + 1), picked.float())
+
+
+@torch.no_grad()
+def response_topk(model: Policy, batch: RolloutBatch, k: int,
+                  share_prompt: bool = True) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """From one forward pass of a frozen `model` over the batch: (logp (B, T), the log-probs
+    of the sampled tokens as `response_logp` gives them; topk_logp (B, T, k), the log-probs
+    of its k likeliest next tokens, largest first; topk_ids (B, T, k) long, those tokens).
+    All three are 0 off the response. k is at most the vocabulary size."""
+    batch = batch.to(model_device(model))
+    B, T = batch.tokens.shape
+    with autocast(model):
+        hidden = batch_hidden_states(model, batch, share_prompt)  # (B, T, D)
+        logp, _ = response_logp_and_entropy(hidden, model.lm_head, batch.tokens, batch.response_mask,
+                                            batch.temperature)
+        rows, cols = batch.response_mask[:, 1:].nonzero(as_tuple=True)
+        states = hidden[rows, cols]  # (n, D)
+        chunk = max(1, LOGITS_BUDGET // model.lm_head.weight.shape[0])
+        values, indices = [], []
+        for i in range(0, len(states), chunk):
+            z = lm_head_float32(model.lm_head, states[i : i + chunk]) / batch.temperature  # (c, V)
+            top = torch.topk(torch.log_softmax(z, dim=-1), k, dim=-1)  # (c, k) each, largest first
+            values.append(top.values)
+            indices.append(top.indices)
+    index = (rows, cols + 1)
+    topk_logp = torch.zeros(B, T, k, device=hidden.device)
+    topk_ids = torch.zeros(B, T, k, dtype=torch.long, device=hidden.device)
+    if values:
+        topk_logp = topk_logp.index_put(index, torch.cat(values).float())
+        topk_ids = topk_ids.index_put(index, torch.cat(indices))
+    return logp, topk_logp, topk_ids

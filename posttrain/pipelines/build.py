@@ -9,13 +9,14 @@ this runs is checked by pipelines/checks.py.)
     pair_ranker(rl, ...)      what ranks a preference stage's samples into pairs: the policy
                               judging itself, a reward model, or the verifier
     sampling_params(cfg)      the rollout's sampling settings
+    teacher_directory(name)   OPD's teacher: a checkpoint, a run's last one, or a model's directory
     make_rollout(dist, ...)   the rollout role: in this process, or on Ray workers
     build_controller(cfg, ..) the RL step loop with its roles: rollout (in this process or on
                               Ray workers), reference, trainer (one process or data-parallel),
                               reward, and the step hooks some runs add: group reward terms,
                               each reward term's mean beside the sum, each term's values for GDPO, the curated
                               prompt pool, the critic, PRIME's implicit PRM, adaptive KL and entropy
-                              coefficients (roles/hooks.py)
+                              coefficients (roles/hooks.py), OPD's teacher (roles/teacher.py)
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from posttrain.distributed.async_rollout import AsyncRayRollout
 from posttrain.distributed.data_parallel import make_trainer
 from posttrain.distributed.rollout_workers import RayRollout
 from posttrain.models import is_transformers_policy
+from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import Policy
 from posttrain.models.value_head import ValueHead
 from posttrain.rewards.agentic import AGENTIC_PRESETS
@@ -56,6 +58,8 @@ from posttrain.roles.hooks import (AdaptiveEntropy, AdaptiveKL, CriticValues, Cu
 from posttrain.roles.mismatch import Correction, MismatchCorrection, SamplerIsTrainer, sampler_is_trainer
 from posttrain.roles.reference import NoReference, make_reference
 from posttrain.roles.rollout import ColocatedRollout, Rollout, RolloutRequest, Sampler, StepPrompts, single_turn
+from posttrain.roles.teacher import make_teacher
+from posttrain.runs.checkpoints import final_checkpoint
 from posttrain.runs.console import console
 from posttrain.types import Environment, Tokenizer
 
@@ -143,6 +147,16 @@ def sampling_params(cfg: TrainConfig) -> SamplingParams:
     return dataclasses.replace(cfg.rl.sampling, stop_at_newline=cfg.rl.sampling.stop_at_newline or not cfg.env.cot)
 
 
+def teacher_directory(name: str) -> Path:
+    """The directory of OPD's teacher `name` (its `teacher` field): a checkpoint directory as
+    given; a run directory's or a stage folder's last checkpoint (runs/checkpoints.py); else a
+    model name (models/model_dirs.py: a known name, or one in the local Hugging Face cache).
+    FileNotFoundError or ValueError saying what `name` is when it names no model."""
+    if Path(name).is_dir():
+        return final_checkpoint(name)[0]
+    return resolve_model_dir(name)
+
+
 def trainer_settings(rl: RLConfig) -> dict:
     """The RL and preference stages' optimisation settings, as Trainer arguments."""
     return dict(lr=rl.optim.lr, total_steps=rl.steps, warmup_steps=rl.optim.warmup_steps,
@@ -225,6 +239,9 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
         *([CuratedPrompts(pool)] if pool is not None else []),
         *([CriticValues(trainer)] if algo.uses_critic else []),
         *([ProcessRewards(process_reward)] if process_reward is not None else []),
+        # OPD's frozen teacher scores the sampled tokens before the advantages read them
+        *([make_teacher(policy, teacher_directory(teacher["teacher"]), teacher["topk"], cfg.rl.update.share_prompt)]
+          if (teacher := algo.teacher_settings()) is not None else []),
         *([AdaptiveKL(AdaptiveKLController(algo.kl_coef, cfg.rl.kl.target, cfg.rl.kl.horizon), algo)]
           if cfg.rl.kl.target else []),
         *([AdaptiveEntropy(AdaptiveEntropyController(algo.entropy_coef, cfg.rl.entropy.target, cfg.rl.entropy.delta,

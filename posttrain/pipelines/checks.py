@@ -33,13 +33,15 @@ from posttrain.models import (
     check_checkpoint_shape,
     is_pretrained,
     is_transformers_policy,
+    load_tokenizer,
+    policy_context,
     read_model_dir,
 )
 from posttrain.models.device import resolve_device
 from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.smollm2 import KNOWN_MODELS
 from posttrain.pipelines.algorithm_settings import algorithm_settings
-from posttrain.pipelines.build import is_preference, make_algorithm, reward_stack
+from posttrain.pipelines.build import is_preference, make_algorithm, reward_stack, teacher_directory
 from posttrain.pipelines.command_checks import (check_bon, check_env, check_eval, check_placement, check_prm,
                                                 check_search, check_think, check_winrate)
 from posttrain.pipelines.data_checks import check_data
@@ -48,6 +50,8 @@ from posttrain.pipelines.preference_diagnostics import ood_environment
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.rewards.reward_model import check_reward_model_dir
 from posttrain.roles.engines import ENGINES, check_engine
+from posttrain.roles.environment import is_multi_turn
+from posttrain.roles.teacher import check_same_tokenizer
 from posttrain.runs.trackers import check_trackers
 from posttrain.algorithms.contract import Algorithm
 from posttrain.types import Environment, PreferencePair
@@ -255,6 +259,34 @@ def check_implicit_prm(cfg: TrainConfig) -> None:
           f"{algo}: its implicit PRM learns p(correct) from the reward, so the reward must be an outcome label in [0, 1]")
 
 
+def check_teacher(cfg: TrainConfig) -> list[str]:
+    """A teacher the run reads (OPD's, algorithm_params.teacher; R1's distillation stage's,
+    sft.teacher) loads, with the student's tokenizer: it scores or writes the student's token
+    ids. What was found, for --dry_run."""
+    settings = None if is_preference(cfg.rl) or not cfg.rl.steps else make_algorithm(cfg.rl).teacher_settings()
+    found = []
+    if settings is not None:
+        found.append(teacher_found(cfg, f"rl.algo_params.teacher (--{cfg.rl.algo}.teacher)", settings["teacher"],
+                                   f"a teacher for rl.algo={cfg.rl.algo!r}"))
+    if cfg.sft.teacher and cfg.sft.steps:
+        found.append(teacher_found(cfg, "sft.teacher", cfg.sft.teacher, "a teacher"))
+    return found
+
+
+def teacher_found(cfg: TrainConfig, setting: str, name: str, what: str) -> str:
+    check(bool(name), setting, name, f"{what}: a checkpoint directory (runs/<id>/checkpoints/<stage>/step_N), a run "
+          "directory (its last checkpoint) or a model name, with the student's tokenizer")
+    try:
+        directory = teacher_directory(name)
+        teacher_tokenizer = load_tokenizer(directory)
+    except (OSError, ValueError) as error:
+        raise ConfigError(f"{setting}={name!r} is not allowed: it does not load as a teacher ({error})") from None
+    context = policy_context(cfg.model, cfg.init)  # None: a known model not yet converted, checked when it is
+    if context is not None:
+        check_same_tokenizer(context[1], teacher_tokenizer, setting, name)
+    return f"teacher: {name!r} is {directory}"
+
+
 def check_int8_sampling(cfg: TrainConfig) -> None:
     """torch's int8 kernels run on the CPU and quantise float32 weights (models/int8.py)."""
     if cfg.rl.sampling.weights != "int8":
@@ -284,6 +316,9 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     check_multi_turn(cfg, env)
     check_implicit_prm(cfg)
     check_preference_diagnostics(cfg)
+    check(not (cfg.sft.teacher and cfg.sft.steps and is_multi_turn(env)), "sft.teacher", cfg.sft.teacher,
+          f"'' for the multi-turn environment {cfg.env.name!r}: the teacher's samples are single completions")
+    teacher = check_teacher(cfg)
     if is_preference(cfg.rl):
         check(cfg.dist.trainer_ranks == 1, "dist.trainer_ranks", cfg.dist.trainer_ranks,
               f"1 with a preference loss (rl.algo={cfg.rl.algo!r} trains in one process; only RL algorithms run "
@@ -300,7 +335,7 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     start = [f"start: init={cfg.init!r} is {init}"] if cfg.init else []
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
-    return start + check_data(cfg, env)
+    return start + teacher + check_data(cfg, env)
 
 
 def check_preference_diagnostics(cfg: TrainConfig) -> None:

@@ -22,6 +22,7 @@ from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import SavablePolicy
 from posttrain.pipelines.build import is_preference, sampling_params
 from posttrain.pipelines.data_checks import run_warnings
+from posttrain.pipelines.distill import distill_stage
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.sft import sft_stage
@@ -102,7 +103,8 @@ def starting_policy(cfg: TrainConfig, run: RunDir, env: Environment) -> tuple[Sa
         # RL starts from (and the reference is) the SFT result; with sft.steps=0 the model as
         # built: a pretrained one from its own directory, gpt_mini's random init from a copy
         if cfg.sft.steps:  # without SFT no demonstrations are drawn: a task needs no solutions
-            sft_stage(cfg, run, env, tokenizer, policy)
+            # on the environment's worked solutions, or on sft.teacher's verified samples (R1's distillation)
+            (distill_stage if cfg.sft.teacher else sft_stage)(cfg, run, env, tokenizer, policy)
             start = latest_checkpoint(run, "sft")
             policy.load_state_dict(load_checkpoint_weights(start, policy.config).state_dict())
         elif is_pretrained(cfg.model):

@@ -40,6 +40,7 @@ from posttrain.models.policy import SavablePolicy
 from posttrain.envs import make_env
 from posttrain.eval.stats import paired_bootstrap_diff
 from posttrain.pipelines.build import is_preference, sampling_params
+from posttrain.pipelines.distill import distill_stage
 from posttrain.pipelines.preference import preference_stage
 from posttrain.pipelines.rl import rl_stage
 from posttrain.pipelines.run import evaluate_and_log, print_warnings, starting_policy
@@ -115,8 +116,9 @@ def train_stage(stage: Stage, run: RunDir, env: Environment, tokenizer: Tokenize
         return start
     last = latest_checkpoint(run, stage.name)
     if last is None or last.name != f"step_{stage.steps - 1:06d}":
-        if stage.kind == SFT:
-            sft_stage(stage.cfg, run, env, tokenizer, policy, stage=stage.name)
+        if stage.kind == SFT:  # on the worked solutions, or on sft.teacher's verified samples (R1's distillation)
+            (distill_stage if stage.cfg.sft.teacher else sft_stage)(stage.cfg, run, env, tokenizer, policy,
+                                                                      stage=stage.name)
         elif is_preference(stage.cfg.rl):
             preference_stage(stage.cfg, run, env, tokenizer, policy, start, stage=stage.name)
         else:

@@ -31,7 +31,7 @@ import torch
 from posttrain.algorithms.contract import Loss, ModelLoss
 from posttrain.algorithms.core import masked_mean, micro_batch_share
 from posttrain.models.device import autocast, model_device
-from posttrain.models.logprobs import response_logp_and_entropy
+from posttrain.models.logprobs import response_logp_and_entropy, response_logp_at
 from posttrain.models.policy import Policy, Trainable
 from posttrain.models.shared_prefix import batch_hidden_states
 from posttrain.types import PolicyOutputs, RolloutBatch
@@ -165,7 +165,11 @@ class Trainer(Generic[ModelT]):
                                                       batch.response_mask, batch.temperature)  # (B, T) each
             # the critic's values in float32 too: the value loss squares their differences from the returns
             values = self.critic(hidden).float() * batch.response_mask if self.critic is not None else None  # (B, T)
-        return PolicyOutputs(logp=logp, entropy=entropy, values=values)
+            # log π_θ of a teacher's top-k tokens, for a loss that reads them (OPD's top-k forward KL)
+            teacher_topk = (None if batch.teacher_topk_ids is None else
+                            response_logp_at(hidden, self.model.lm_head, batch.teacher_topk_ids, batch.response_mask,
+                                             batch.temperature))  # (B, T, k)
+        return PolicyOutputs(logp=logp, entropy=entropy, values=values, teacher_topk_logp=teacher_topk)
 
     @torch.no_grad()
     def values(self: Trainer[Policy], batch: RolloutBatch) -> torch.Tensor:
