@@ -286,6 +286,8 @@ def _(mo):
     * **Noise 0, budget 112 or more.** With perfect scorers, selection pays: best-of-N climbs
       well above greedy, and beam search gets much of that gain while spending fewer tokens,
       because it abandons a chain at its first wrong step instead of paying for the rest of it.
+      Every method's gain over greedy there has a paired CI that excludes 0: the chart's bars
+      all clear greedy's dotted line.
     * **Noise 1.** The same samples, a judge that scores at random: best-of-N by the ORM keeps
       little of its gain, and the PRM-guided methods fall to about greedy's level (their CIs
       include 0). More candidates only help a scorer that can tell them apart; with a bad one,
@@ -314,6 +316,7 @@ def _(mo):
     * `posttrain/search/methods.py` — `greedy`, `pick_highest`, `beam_search`, `OracleStepScorer`, `OracleOutcomeScorer`, `NoisyScorer`
     * `posttrain/search/mcts.py` — `mcts`, UCT selection and backup
     * `posttrain/search/compare.py` — `posttrain search`, every method at every budget with CIs
+    * `posttrain/eval/stats.py` — `paired_bootstrap_diff`, the CI of each gain over greedy
     * `posttrain/verifiers/steps.py` — `split_steps`, `check_arithmetic_steps` (the step labels)
     * `posttrain/rewards/process_reward_model.py` — trained PRMs and ORMs, `AGGREGATIONS`
     * `posttrain/teach/widgets.py` — `tiny_policy`

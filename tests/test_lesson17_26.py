@@ -89,6 +89,8 @@ def test_lesson_17_every_gain_carries_a_paired_ci_outside_the_noise_at_the_defau
         # the ordering the lesson teaches, outside the noise: every method above greedy
         assert row["verdict"] == "real" and row["gain_low"] > 0, (name, row["gain_low"])
     assert d["inside"] == {} and d["needed"] == {}
+    for name, row in d["by_budget"][224].items():  # "budget 112 or more", the prose says
+        assert name == "greedy" or row["gain_low"] > 0, (name, row["gain_low"])
     # the chart: the same CI, one error bar per method and budget, drawn from greedy's point
     axes = d["budget_fig"].axes[0]
     assert len(axes.containers) == len(rows) - 1
