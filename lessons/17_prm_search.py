@@ -10,15 +10,28 @@ app = marimo.App(width="medium")
 def _():
     import marimo as mo
 
+    from posttrain.config.scoring import SearchConfig
+    from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.teach.lesson_setup import torch_on_one_thread
 
     torch = torch_on_one_thread()
-    return mo, torch
+    # Every number the page states about the set-up is one of these (the prose is an f-string of them)
+    SFT_STEPS = 400  # enough for the chain's format; greedy still misses about half: room for search to pay
+    DEMOS = 795  # every level-2 problem of the train split
+    TEMPERATURE = 0.5  # every sampled method; greedy is temperature 0
+    MAX_NEW = 28  # the longest level-2 chain, "9+9=18,18+9=27\nFinal: 27", is 25 characters + EOS
+    settings = SearchConfig()  # expansions, MCTS children, c_uct, step cap: what `posttrain search` uses
+    env = ArithmeticEnv(level=2, cot=True)
+    # every level-2 problem the policy never trained on (dev and held-out): a set of 40 left each
+    # method's gain over greedy inside its own CI; all 205 separate them, and the search is batched,
+    # so five times the problems cost about 1.5 times the CPU
+    problems = env.fixed_set("dev", 102) + env.fixed_set("heldout", 103)
+    return DEMOS, MAX_NEW, SFT_STEPS, TEMPERATURE, env, mo, problems, settings, torch
 
 
 @app.cell
-def _(mo):
-    mo.md(r"""
+def _(DEMOS, MAX_NEW, SFT_STEPS, TEMPERATURE, mo, problems, settings):
+    intro = mo.md(rf"""
     # 17 · Process rewards, outcome rewards and search
 
     ## Why spend compute at test time
@@ -31,21 +44,25 @@ def _(mo):
     ## Outcome and process reward models
 
     * An **ORM** reads a finished completion and says how likely it is to be right:
-      $p(\text{correct} \mid x, y)$. It can only rank whole answers.
-    * A **PRM** scores every step of a chain of thought: $p(\text{step}_k \text{ right} \mid x, \text{steps}_{\le k})$.
+      $p(\text{{correct}} \mid x, y)$. It can only rank whole answers.
+    * A **PRM** scores every step of a chain of thought: $p(\text{{step}}_k \text{{ right}} \mid x, \text{{steps}}_{{\le k}})$.
       A completion's score aggregates them (here the minimum: a chain is as good as its
       worst step). Because a PRM can score a *partial* solution, it can steer generation
       while it happens.
 
-    ## Four ways to spend a budget of B generated tokens
+    ## Five ways to spend a budget of B generated tokens, and a ceiling
 
     | method | how it spends B | needs |
     |:---|:---|:---|
     | greedy | one completion at temperature 0 | nothing |
-    | best-of-N (ORM) | N = B / 28 whole samples, keep the one the ORM ranks first | an ORM |
+    | best-of-N (ORM) | N = B / {MAX_NEW} whole samples, keep the one the ORM ranks first | an ORM |
     | best-of-N (PRM) | the same N samples, keep the one with the best worst step | a PRM |
-    | beam search (PRM) | grow B / 56 partial solutions one step at a time; each samples 2 next steps, the PRM keeps the best | a PRM on prefixes |
-    | MCTS (PRM) | a tree over steps; each expansion samples 3 next steps and rolls each out to the end; the PRM's score of the rollout is the node's value (UCT picks where to expand) | a PRM, and budget for rollouts |
+    | beam search (PRM) | grow B / {MAX_NEW * settings.expansions} partial solutions one step at a time; each samples {settings.expansions} next steps, the PRM keeps the best | a PRM on prefixes |
+    | MCTS (PRM) | a tree over steps; each expansion samples {settings.mcts_children} next steps and rolls each out to the end; the PRM's score of the rollout is the node's value (UCT picks where to expand) | a PRM, and budget for rollouts |
+
+    The ceiling is best-of-N by a *perfect verifier*: the same N samples, keep one the task's
+    verifier passes. Its accuracy is pass@N, the most any way of choosing among those samples
+    can reach; no real method has the answer key, so the table below lists it as a reference.
 
     Every token is counted by `posttrain/search/budget.py`: a method asks for tokens only
     through it, and it caps every sampled row so that a problem can never spend more than B.
@@ -55,26 +72,29 @@ def _(mo):
     ## The stand-ins
 
     The policy is a tiny `gpt_mini` taught level-2 sums with a chain of thought
-    (`"Q: 9+5+2"` → `"9+5=14,14+2=16\nFinal: 16"`, 250 SFT steps), sampled at temperature 0.7.
+    (`"Q: 9+5+2"` → `"9+5=14,14+2=16\nFinal: 16"`, {SFT_STEPS} SFT steps on the {DEMOS} problems of the
+    train split), sampled at temperature {TEMPERATURE:g}.
     The **ORM** is the task's verifier itself (`OracleOutcomeScorer`: 1 if the answer is right),
     the **PRM** the arithmetic step checker (`OracleStepScorer`: 1 while every step so far holds
     and follows the problem). Both are perfect, so the *noise* knob makes them worse on purpose:
     `NoisyScorer` mixes each score with a uniform draw, score ← (1 − noise)·score + noise·u,
     where u is a fixed hash of the text, so a prefix is always misjudged the same way, as a
-    trained model would misjudge it. All five methods run on the same 40 held-out (dev) problems.
+    trained model would misjudge it. Every method, and the ceiling, runs on the same
+    {len(problems)} problems: every level-2 problem the policy never trained on (the dev and
+    held-out splits). Each method's gain over greedy carries a paired 95% CI: the methods answer
+    the same problems, so a problem's difficulty cancels in the difference (`paired_bootstrap_diff`).
     """)
-    return
+    intro
+    return (intro,)
 
 
 @app.cell
-def _(mo):
+def _(DEMOS, SFT_STEPS, mo):
     from posttrain.teach.widgets import tiny_policy
 
-    with mo.status.spinner(title="Teaching a tiny model to add in steps (400 SFT steps, a few seconds)…"):
-        model, tok, env, sft_losses = tiny_policy(sft_steps=400, level=2, cot=True, demos=795)
-    problems = env.fixed_set("dev", 40)
-    MAX_NEW = 28  # the longest level-2 chain, "9+9=18,18+9=27\nFinal: 27", is 25 characters + EOS
-    return MAX_NEW, env, model, problems, sft_losses, tok
+    with mo.status.spinner(title=f"Teaching a tiny model to add in steps ({SFT_STEPS} SFT steps, a few seconds)…"):
+        model, tok, _env, sft_losses = tiny_policy(sft_steps=SFT_STEPS, level=2, cot=True, demos=DEMOS)
+    return model, sft_losses, tok
 
 
 @app.cell
@@ -90,13 +110,13 @@ def _(MAX_NEW, mo):
 
 
 @app.cell
-def _(MAX_NEW, env, model, problems, tok, torch):
+def _(MAX_NEW, TEMPERATURE, env, model, problems, settings, tok, torch):
     import functools
 
     from posttrain.config import SamplingParams
+    from posttrain.eval.stats import paired_bootstrap_diff
     from posttrain.rewards.process_reward_model import AGGREGATIONS, get_step_format
     from posttrain.roles.engines import make_engine
-    from posttrain.config.scoring import SearchConfig
     from posttrain.search.budget import Problem, sample_completions
     from posttrain.search.compare import SEPARATORS
     from posttrain.search.mcts import mcts
@@ -109,55 +129,63 @@ def _(MAX_NEW, env, model, problems, tok, torch):
         pick_highest,
     )
 
-    settings = SearchConfig()  # expansions, MCTS children, c_uct, step cap: what `posttrain search` uses
-    engine = make_engine(model, tok, SamplingParams(temperature=0.5, max_new_tokens=MAX_NEW))
+    sampling = SamplingParams(temperature=TEMPERATURE, max_new_tokens=MAX_NEW)
+    engine = make_engine(model, tok, sampling)
     fmt, separators = get_step_format("arithmetic"), SEPARATORS["arithmetic"]
     step_checker = OracleStepScorer(problems)
     prompts = [p.prompt for p in problems]
 
-    def grade(answers, spent) -> dict:
-        """The verifier's verdict (the answer) and the step checker's (every step), per method."""
+    def grade(answers, spent, greedy_right=None) -> dict:
+        """The verifier's verdict (the answer) and the step checker's (every step), per method;
+        against greedy's verdicts on the same problems, the gain with its paired 95% CI."""
         right = [float(a is not None and a.done and env.score(e, a.text)["reward"] >= 1.0) for e, a in zip(problems, answers)]
         steps_ok = [float(a is not None and a.done and step_checker.score_outcomes([e.prompt], [a.text])[0] == 1.0)
                     for e, a in zip(problems, answers)]
-        return {"accuracy": sum(right) / len(right), "chain_right": sum(steps_ok) / len(steps_ok),
-                "tokens": spent / len(problems)}
+        row = {"accuracy": sum(right) / len(right), "chain_right": sum(steps_ok) / len(steps_ok),
+               "tokens": spent / len(problems), "right": right}
+        if greedy_right is not None:
+            gain = paired_bootstrap_diff(right, greedy_right)
+            row.update(gain=gain["mean_diff"], gain_low=gain["ci_low"], gain_high=gain["ci_high"],
+                       verdict=gain["verdict"])
+        return row
 
     def spent_by(batch) -> int:
         return sum(p.budget.spent for p in batch)
 
     @functools.lru_cache(maxsize=None)  # moving the budget back to a value already seen costs nothing
     def search_rows(budget: int, noise: float) -> dict:
-        """Every method on the 40 problems at one budget and one scorer noise: {method: grade}."""
+        """Every method on every problem at one budget and one scorer noise: {method: grade}."""
         orm = NoisyScorer(OracleOutcomeScorer(problems, env.score), noise)
         prm = NoisyScorer(step_checker, noise)
         rows = {}
         batch = Problem.of(problems, tok, MAX_NEW)
         rows["greedy"] = grade(greedy(engine, batch, MAX_NEW), spent_by(batch))
+        base = rows["greedy"]["right"]
         n = budget // MAX_NEW
         batch = Problem.of(problems, tok, budget)
         drawn = sample_completions(engine, batch, n, MAX_NEW, torch.Generator().manual_seed(0))
         spent = spent_by(batch)  # one set of N samples, three ways of choosing among them
         rows[f"best-of-{n}, perfect verifier"] = grade(
             [pick_highest(c, OracleOutcomeScorer(problems, env.score).score_outcomes([p] * len(c), [x.text for x in c]))
-             for p, c in zip(prompts, drawn)], spent)
+             for p, c in zip(prompts, drawn)], spent, base)
         rows[f"best-of-{n} (ORM)"] = grade(
-            [pick_highest(c, orm.score_outcomes([p] * len(c), [x.text for x in c])) for p, c in zip(prompts, drawn)], spent)
+            [pick_highest(c, orm.score_outcomes([p] * len(c), [x.text for x in c])) for p, c in zip(prompts, drawn)],
+            spent, base)
         rows[f"best-of-{n} (PRM, min)"] = grade(
             [pick_highest(c, [AGGREGATIONS["min"](s) for s in prm.score_steps([p] * len(c), [fmt.split(x.text) or [""] for x in c])])
-             for p, c in zip(prompts, drawn)], spent)
+             for p, c in zip(prompts, drawn)], spent, base)
         width = max(1, budget // (MAX_NEW * settings.expansions))
         batch = Problem.of(problems, tok, budget)
         rows[f"beam {width}×{settings.expansions} (PRM)"] = grade(
             beam_search(engine, batch, prm, fmt, separators, width, settings.expansions, settings.step_tokens, MAX_NEW,
-                        torch.Generator().manual_seed(1)), spent_by(batch))
+                        torch.Generator().manual_seed(1)), spent_by(batch), base)
         batch = Problem.of(problems, tok, budget)
         rows["MCTS (PRM)"] = grade(
             mcts(engine, batch, prm, fmt, separators, settings.mcts_children, settings.step_tokens, MAX_NEW,
-                 settings.c_uct, torch.Generator().manual_seed(2)), spent_by(batch))
+                 settings.c_uct, torch.Generator().manual_seed(2)), spent_by(batch), base)
         return rows
 
-    return (search_rows,)
+    return sampling, search_rows
 
 
 @app.cell
@@ -165,29 +193,41 @@ def _(MAX_NEW, controls, mo, search_rows):
     budget, noise = controls.value["budget"], controls.value["noise"]
     n = budget // MAX_NEW
     BUDGETS = [k * MAX_NEW for k in (1, 2, 4, 8)]  # the slider's steps
-    # every budget at this noise, for the chart (each a few hundred ms to seconds of search)
-    with mo.status.spinner(title=f"Running five search methods at {len(BUDGETS)} budgets, noise {noise:g}…"):
+    # every budget at this noise, for the chart (each a second or two of search)
+    with mo.status.spinner(title=f"Running every method at {len(BUDGETS)} budgets, noise {noise:g}…"):
         by_budget = {b: search_rows(b, noise) for b in BUDGETS}
     rows = by_budget[budget]
     return BUDGETS, budget, by_budget, n, noise, rows
 
 
 @app.cell
-def _(BUDGETS, budget, by_budget, noise):
-    from posttrain.teach.charts import curves, figure, finish, legend_right, mark
+def _(BUDGETS, MAX_NEW, budget, by_budget, noise, problems):
+    from posttrain.teach.charts import PALETTE, curves, figure, finish, legend_right, mark
 
-    # the methods in the order the table lists them; "N" in a name is budget ÷ 28 at each point
+    # the methods in the order the table lists them; "N" in a name is budget ÷ MAX_NEW at each point
     _methods = ["greedy", "best-of-N, perfect verifier", "best-of-N (ORM)", "best-of-N (PRM, min)", "beam (PRM)",
                 "MCTS (PRM)"]
-    _accuracy = {m: [list(by_budget[b].values())[i]["accuracy"] for b in BUDGETS] for i, m in enumerate(_methods)}
+    _rows = {m: [list(by_budget[b].values())[i] for b in BUDGETS] for i, m in enumerate(_methods)}
+    _greedy = [r["accuracy"] for r in _rows["greedy"]]
     budget_fig, _ax = figure()
     # at noise 0 the ORM is the perfect verifier: dashed, so that both lines show
-    curves(_ax, BUDGETS, _accuracy, markers=True, styles={"greedy": ":", "best-of-N (ORM)": "--"})
+    curves(_ax, BUDGETS, {m: [r["accuracy"] for r in rs] for m, rs in _rows.items()}, markers=True,
+           styles={"greedy": ":", "best-of-N (ORM)": "--"})
+    # each gain's paired 95% CI, drawn from greedy's point: greedy + [low, high]. A bar that clears
+    # greedy's dotted line is a gain outside the noise. Nudged sideways so that bars do not overlap.
+    for _i, _m in enumerate(_methods[1:], start=1):
+        _xs = [b * 2 ** (0.04 * (_i - 3)) for b in BUDGETS]
+        _ys = [r["accuracy"] for r in _rows[_m]]
+        _below = [max(0.0, y - (g + r["gain_low"])) for y, g, r in zip(_ys, _greedy, _rows[_m])]
+        _above = [max(0.0, g + r["gain_high"] - y) for y, g, r in zip(_ys, _greedy, _rows[_m])]
+        _ax.errorbar(_xs, _ys, yerr=[_below, _above], fmt="none", ecolor=PALETTE[_i % len(PALETTE)], capsize=2,
+                     linewidth=0.9)
     mark(_ax, budget, f"B = {budget} tokens")
     _ax.set_xscale("log", base=2)
     _ax.set_xticks(BUDGETS, [str(b) for b in BUDGETS])
-    finish(budget_fig, _ax, "budget B: generated tokens per problem (log scale)", "answer right (fraction of 40)",
-           title=f"Accuracy against token budget, scorer noise {noise:g}")
+    finish(budget_fig, _ax, "budget B: generated tokens per problem (log scale)",
+           f"answer right (fraction of {len(problems)})",
+           title=f"Scorer noise {noise:g} · bars: paired 95% CI of each gain over greedy")
     legend_right(budget_fig, _ax)
     budget_fig
     return (budget_fig,)
@@ -197,22 +237,41 @@ def _(BUDGETS, budget, by_budget, noise):
 def _(budget, mo, n, noise, problems, rows, sft_losses):
     from posttrain.teach.tables import markdown_table
 
-    _greedy = rows["greedy"]["accuracy"]
-    _table = markdown_table(
-        ["method", "answer right", "vs greedy", "every step right", "tokens spent per problem"],
-        [[name, f"**{r['accuracy']:.3f}**", f"{r['accuracy'] - _greedy:+.3f}", f"{r['chain_right']:.3f}", f"{r['tokens']:.1f}"]
+    def _gain(r) -> str:
+        return "—" if "gain" not in r else f"{r['gain']:+.3f} [{r['gain_low']:+.3f}, {r['gain_high']:+.3f}]"
+
+    results_table = markdown_table(
+        ["method", "answer right", "vs greedy [paired 95% CI]", "every step right", "tokens spent per problem"],
+        [[name, f"**{r['accuracy']:.3f}**", _gain(r), f"{r['chain_right']:.3f}", f"{r['tokens']:.1f}"]
          for name, r in rows.items()])
+    # the gains whose CI includes 0, and how many problems would separate each from greedy: the CI's
+    # half-width shrinks as 1/√(problems), so it reaches |gain| at problems × (half-width / gain)²
+    inside = {name: r for name, r in rows.items() if r.get("verdict") == "within noise"}
+    needed = {name: (None if r["gain"] == 0 else
+                     round(len(problems) * ((r["gain_high"] - r["gain_low"]) / 2 / abs(r["gain"])) ** 2))
+              for name, r in inside.items()}
+    if not inside:
+        _noise_line = (f"Every gain's CI excludes 0: at B = {budget} and noise {noise:g} each method's gain over "
+                       f"greedy is outside the noise of {len(problems)} problems.")
+    else:
+        _sizes = "; ".join(f"{name}: " + ("no gain to separate" if k is None else f"about {k} problems")
+                           for name, k in needed.items())
+        _noise_line = (f"**Inside the noise:** {', '.join(inside)} (the CI includes 0). At the gain measured here, "
+                       f"the problems a CI would need to exclude 0: {_sizes} (level 2 has {len(problems)} unseen).")
     mo.md(
         f"""
     ### B = {budget} tokens per problem (N = {n} whole samples), noise {noise:g}
 
-    SFT loss {sft_losses[0]:.2f} → {sft_losses[-1]:.3f}. {len(problems)} dev problems; "answer right" is the
-    verifier's verdict, "every step right" the step checker's.
+    SFT loss {sft_losses[0]:.2f} → {sft_losses[-1]:.3f}. {len(problems)} problems; "answer right" is the
+    verifier's verdict, "every step right" the step checker's, "vs greedy" the gain in answer right with
+    its paired bootstrap 95% CI.
 
-    {_table}
+    {results_table}
+
+    {_noise_line}
     """
     )
-    return
+    return inside, needed, results_table
 
 
 @app.cell
@@ -227,13 +286,14 @@ def _(mo):
     * **Noise 0, budget 112 or more.** With perfect scorers, selection pays: best-of-N climbs
       well above greedy, and beam search gets much of that gain while spending fewer tokens,
       because it abandons a chain at its first wrong step instead of paying for the rest of it.
+      Every method's gain over greedy there has a paired CI that excludes 0: the chart's bars
+      all clear greedy's dotted line.
     * **Noise 1.** The same samples, a judge that scores at random: best-of-N by the ORM keeps
-      little of its gain, and the PRM-guided methods fall to about greedy's level. More
-      candidates only help a scorer that can tell them apart; with a bad one, more candidates
-      mean more wrong ones it likes (`docs/guides/search.md` measures exactly this with a trained PRM).
-      Between 0 and 1 the gain fades: how much of it survives at 0.8 depends on the draw (with
-      40 problems, an AMD EPYC with AVX-512 kept 0.675 of the verifier's 0.725, the machines
-      this lesson was first measured on lost more than 0.1), the noise the section below warns of.
+      little of its gain, and the PRM-guided methods fall to about greedy's level (their CIs
+      include 0). More candidates only help a scorer that can tell them apart; with a bad one,
+      more candidates mean more wrong ones it likes (`docs/guides/search.md` measures exactly
+      this with a trained PRM). Between 0 and 1 the gain fades; at which noise a method's CI
+      first includes 0 is what the table's CI column shows as you move the slider.
     * **Read "every step right".** Best-of-N by the verifier often picks a right answer reached
       by wrong steps (a tiny model sometimes knows the sum without the chain), while the
       PRM-guided methods pick chains whose every step holds. An outcome reward cannot tell
@@ -248,8 +308,7 @@ def _(mo):
     [from 75% to 82.5%](../docs/guides/search.md#test-time-search-at-one-token-budget), beam search guided by the step checker reaches
     [81.5% with 38% fewer tokens](../docs/guides/search.md#test-time-search-at-one-token-budget), and best-of-N with the trained ORM or PRM *falls*
     ([74.5% → 70.0% and 68.5%](../docs/guides/search.md#test-time-search-at-one-token-budget)) as N grows: their AUROC is [0.66–0.74](../docs/guides/search.md#test-time-search-at-one-token-budget), and
-    selection finds their mistakes. The numbers there carry CIs; here, with 40 problems, a
-    difference under ~0.15 is noise.
+    selection finds their mistakes. The numbers there carry CIs, as the table above does.
 
     ## Source files used here
 
@@ -257,6 +316,7 @@ def _(mo):
     * `posttrain/search/methods.py` — `greedy`, `pick_highest`, `beam_search`, `OracleStepScorer`, `OracleOutcomeScorer`, `NoisyScorer`
     * `posttrain/search/mcts.py` — `mcts`, UCT selection and backup
     * `posttrain/search/compare.py` — `posttrain search`, every method at every budget with CIs
+    * `posttrain/eval/stats.py` — `paired_bootstrap_diff`, the CI of each gain over greedy
     * `posttrain/verifiers/steps.py` — `split_steps`, `check_arithmetic_steps` (the step labels)
     * `posttrain/rewards/process_reward_model.py` — trained PRMs and ORMs, `AGGREGATIONS`
     * `posttrain/teach/widgets.py` — `tiny_policy`

@@ -465,12 +465,16 @@ def test_lesson_17_search_pays_with_a_good_scorer_and_not_with_a_noisy_one(resto
     best = [list(r.values())[1]["accuracy"] for r in by_budget.values()]
     assert best == sorted(best) and best[-1] > best[0] + 0.3
     assert points(defs["budget_fig"]) == 6 * 4 and marked_at(defs["budget_fig"]) == [112]
-    # a judge that scores at random (noise 1): at 0.8 how much of the gain survives depends on the
-    # draw, 0.675 of 0.725 on an AMD EPYC with AVX-512, so the test asks the lesson's noise-1 claim
-    noisy = _lesson_17(tmp_path, noise="1.0")["rows"]
+    # a judge that scores at random (noise 1): the ORM keeps little of the verifier's gain, and the
+    # PRM-guided methods' gains fall inside their paired CIs (the page names them, with the problems
+    # a CI would need to exclude 0)
+    noisy_defs = _lesson_17(tmp_path, noise="1.0")
+    noisy = noisy_defs["rows"]
     assert noisy["best-of-4 (ORM)"]["accuracy"] < oracle["accuracy"] - 0.1
     for name in ("best-of-4 (PRM, min)", "beam 2×2 (PRM)", "MCTS (PRM)"):
         assert noisy[name]["accuracy"] <= greedy["accuracy"] + 0.05, name
+        assert noisy[name]["verdict"] == "within noise" and name in noisy_defs["inside"], name
+    assert noisy["best-of-4, perfect verifier"]["verdict"] == "real"  # the verifier is no scorer: noise spares it
     poor = _lesson_17(tmp_path, budget="MAX_NEW")
     assert poor["n"] == 1
     assert poor["rows"]["beam 1×2 (PRM)"]["accuracy"] == 0 and poor["rows"]["MCTS (PRM)"]["accuracy"] == 0
