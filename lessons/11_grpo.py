@@ -189,20 +189,70 @@ def _(mo):
       usually is (both wrong). The expected-gradient table shows the mean-only estimator at
       exactly (K−1)/K = 0.5 of the true gradient.
     * Larger K shrinks both problems; the price is K times the rollout compute per prompt.
+    """)
+    return
 
+
+@app.cell
+def _(mo):
+    from posttrain.models.value_head import ValueHead as _ValueHead
+    from posttrain.systems.memory import MIXED_ADAMW as _MIXED_ADAMW
+    from posttrain.systems.rl_memory import rl_memory as _rl_memory
+    from posttrain.systems.shapes import PRESETS as _PRESETS
+    from posttrain.systems.shapes import parameter_count as _parameter_count
+    from posttrain.teach.sampler_mismatch import make_run_policy as _make_run_policy
+    from posttrain.teach.tables import markdown_table as _markdown_table
+
+    # the "four copies" of PPO-based RLHF against GRPO with a verifier, per GPU on one GPU, in
+    # mixed precision (bf16 weights and gradients, fp32 master and Adam moments: 16 bytes a
+    # trained parameter, 2 a frozen one; lesson 22)
+    _model = "llama-3-8b"  # every copy scales with the policy's size, so the share saved is any model's
+    _shape = _PRESETS[_model]
+    _n_params = _parameter_count(_shape)
+    ppo_memory = _rl_memory("ppo", _n_params, _MIXED_ADAMW)
+    grpo_memory = _rl_memory("grpo", _n_params, _MIXED_ADAMW)
+    critic_saving = 1 - grpo_memory.total_bytes / ppo_memory.total_bytes
+    _rows = {copy.role: [f"{copy.bytes_per_gpu / 1e9:,.1f}", "—"] for copy in ppo_memory.copies}
+    for _copy in grpo_memory.copies:
+        _rows[_copy.role][1] = f"{_copy.bytes_per_gpu / 1e9:,.1f}"
+    _table = _markdown_table(["copy", "PPO (GB)", "GRPO (GB)"],
+                            [[role, *cells] for role, cells in _rows.items()]
+                            + [["total", f"{ppo_memory.total_bytes / 1e9:,.1f}", f"{grpo_memory.total_bytes / 1e9:,.1f}"]])
+    # posttrain's own PPO shares the policy's trunk: its critic is one linear layer (value_head.py)
+    _policy, _ = _make_run_policy()
+    head_params = sum(p.numel() for p in _ValueHead(_policy.config.dim).parameters())
+    policy_params = sum(p.numel() for p in _policy.parameters())
+    mo.md(f"""
     ## What GRPO saves
 
-    No critic: no second network, no value loss, no GAE. In `posttrain` PPO's critic is a single
-    linear layer on the shared trunk (`posttrain/models/value_head.py`), so the saving here is
-    small; with the separate critic model of a typical RLHF setup it is a whole second copy of
-    the model's weights, gradients and optimizer state.
+    No critic: no second network, no value loss, no GAE. With the separate critic of PPO-based
+    RLHF (as large as the policy, and trained: weights, gradients and AdamW state), dropping it
+    and the learned reward model for a verifier takes **{_model}**'s job from
+    {ppo_memory.total_bytes / 1e9:,.1f} GB to {grpo_memory.total_bytes / 1e9:,.1f} GB unsharded,
+    **{critic_saving:.0%} less** (`posttrain/systems/rl_memory.py::rl_memory`, activations and the
+    KV cache left out, the same for both):
 
+    {_table}
+
+    The critic alone is the largest piece after the policy: a trained copy costs 16 bytes a
+    parameter where a frozen one costs 2. In `posttrain` PPO's critic is a single linear layer on
+    the shared trunk (`posttrain/models/value_head.py`): {head_params:,} parameters beside
+    make run's gpt_mini's {policy_params:,}, {head_params / policy_params:.2%}, so the saving there
+    is nothing; the shared trunk is the laptop's way around the second model.
+    """)
+    return critic_saving, grpo_memory, head_params, policy_params, ppo_memory
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
     ## Source files used here
 
     * `posttrain/algorithms/grpo.py` — `group_advantages`, `GRPO.compute_loss`
     * `posttrain/algorithms/core.py` — `group_mean_std`, `zero_variance_group_fraction`, `clipped_surrogate`
     * `posttrain/algorithms/rloo.py` — `leave_one_out_baseline` (for the bias table)
     * `posttrain/teach/widgets.py` — `synthetic_batch`, `family_comparison`, `family_markdown`
+    * `posttrain/systems/rl_memory.py` — `rl_memory` (the copies each algorithm holds)
     * `tests/test_grpo.py` — numbers worked by hand, and the shift invariance
 
     ## Exercises

@@ -8,6 +8,7 @@ default text replaced in a copy of the notebook):
     20  the bandwidth half of the sizer: bytes a decode step reads and the time they bound
     22  16 and 18 bytes a parameter side by side, the difference computed by systems/memory.py
     23  InstructGPT, Qwen2.5 and the o-series on the five axes, known apart from speculated
+    11  the critic's memory saving computed: PPO's four copies against GRPO's, and the value head
 """
 
 from __future__ import annotations
@@ -206,3 +207,19 @@ def test_lesson_23_shows_the_catalogue_and_marks_the_panels_recipe(restore_threa
         assert f"<strong>{name}</strong>" in page
     assert "<strong>DeepSeek-R1</strong> ◀ the panel" in page  # the panel's recipe, r1, is the paper's toy
     assert page.count("<em>speculated:</em>") == 3
+
+
+# ---- lesson 11: what dropping the critic saves -------------------------------------------
+
+
+def test_lesson_11_computes_what_dropping_the_critic_saves(restore_threads):  # noqa: F811
+    """PPO-based RLHF holds a trained policy and critic (16 B/param each in mixed precision),
+    a frozen reference, reward model and rollout copy (2 each): 38 B/param; GRPO with a
+    verifier 16 + 2 + 2 = 20, so 1 − 20/38 = 47% less, whatever the model; posttrain's own
+    critic is one linear layer on the trunk (dim + 1 parameters)."""
+    text, defs = page_text(LESSONS / "11_grpo.py")
+    assert defs["critic_saving"] == pytest.approx(1 - 20 / 38, rel=1e-9)
+    assert "<strong>47% less</strong>" in text and "llama-3-8b" in text
+    roles = {copy.role for copy in defs["ppo_memory"].copies} - {copy.role for copy in defs["grpo_memory"].copies}
+    assert roles == {"critic", "reward model"}
+    assert defs["head_params"] == 128 + 1 and defs["policy_params"] > 800_000
