@@ -73,7 +73,7 @@ def _(mo):
     same six boxes. In `posttrain` each is one file you can read in a sitting:
 
     | role | what it does | produces | file |
-    |---|---|---|---|
+    |:---|:---|:---|:---|
     | rollout | samples K completions per prompt from the current policy | tokens, `old_logp` | `posttrain/roles/rollout.py` |
     | environment | grades each completion (text in, number out) | reward, reason | `posttrain/roles/environment.py` |
     | reference | a frozen copy of the starting model | `ref_logp` | `posttrain/roles/reference.py` |
@@ -211,19 +211,16 @@ def _(
 ):
     import html
 
+    from posttrain.teach.tables import markdown_table
+
     def code(text: str) -> str:
         """Text as inline code a markdown table cannot misread: whitespace made visible
         (␣ space, ⏎ newline), HTML escaped, and "|" kept out of the table syntax."""
         return "<code>" + html.escape(show(text)).replace("|", "&#124;") + "</code>"
 
     def _table(rows):
-        head = "| # | completion | " + " | ".join(rows[0][2].keys()) + " |\n"
-        head += "|---" * (2 + len(rows[0][2])) + "|\n"
-        body = "".join(
-            f"| {i} | {code(text)} | " + " | ".join(str(v) for v in cols.values()) + " |\n"
-            for i, text, cols in rows
-        )
-        return head + body
+        return markdown_table(["#", "completion", *rows[0][2].keys()],
+                              [[i, code(text), *cols.values()] for i, text, cols in rows])
 
     if loop.value.startswith("A · evaluate with"):
         _spec = get_spec("hackable/last-number")
@@ -291,7 +288,7 @@ def _(mo):
     ## What comes next
 
     | lesson | question |
-    |---|---|
+    |---:|:---|
     | 01 | why RL at all, and how a reward turns into a gradient |
     | 02 | what sampling produces, and why `old_logp` is recorded at that moment |
     | 03 | where the reward comes from, and what the frozen reference is for |

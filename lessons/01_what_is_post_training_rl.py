@@ -57,7 +57,7 @@ def _(mo):
     ## Five words that are not synonyms
 
     | word | what it is | in this lesson |
-    |---|---|---|
+    |:---|:---|:---|
     | **reward** $r$ | the number the environment returns for one action | 1 if the arm paid, else 0 |
     | **return** $G$ | the sum of rewards along a trajectory | the same as $r$: one step only |
     | **objective** $J(\theta)$ | expected return under the policy, *for this scorer* | $\sum_a \pi_\theta(a)\,p(a)$ |
@@ -132,7 +132,7 @@ def _(K, baseline, lr, mo, probs_true, reinforce_step, torch):
     advantage **A = r − b = {_adv.item():+.2f}**, learning rate {lr}.
 
     | arm | π before | π after | change |
-    |---|---|---|---|
+    |:---|---:|---:|---:|
     {_rows}
     Autograd's ascent direction −∇θ loss = `{[round(v, 3) for v in (-_grad[0]).tolist()]}`,
     which is A · (onehot(a) − π).

@@ -146,14 +146,14 @@ def _(K, batch, episodes, gap, gap_wrong_tau, mo, temperature, tf_logp, tf_logp_
     ### K = {K} samples at τ = {temperature.value:.1f}
 
     | # | completion | tokens | reward | reason | Σ old_logp |
-    |---|---|---|---|---|---|
+    |---:|:---|---:|---:|:---|---:|
     {_rows}
     {len(set(e.completion for e in episodes))} distinct completions out of {K}.
 
     ### Sample 0, token by token
 
     | t | token | old_logp (at sampling) | teacher-forced, same τ | teacher-forced, τ = 1 | π_old(token) |
-    |---|---|---|---|---|---|
+    |---:|:---|---:|---:|---:|---:|
     {_tok_rows}
     Largest |teacher-forced − old_logp| over all {int(batch.response_mask.sum())} response tokens:
     **{gap:.1e}** with the sampling temperature — floating-point noise, so ρ = 1 before the update.

@@ -102,7 +102,7 @@ def _(REASONS, SPECS, completion, env, example, mo):
     ### The same text under every scorer version
 
     | spec | reward | reason | |
-    |---|---|---|---|
+    |:---|---:|:---|:---|
     {_spec_rows}
     """
     )
@@ -167,10 +167,10 @@ def _(SPECS, answer, code, env, example, mo, text, torch):
     mo.md(
         f"""
     | # | candidate | reward | π_ref |
-    |---|---|---|---|
+    |---:|:---|---:|---:|
     {_cands}
     | β | π*(yours) | π*(#1, correct) | E_π*[r] | KL(π* ‖ π_ref) | E[k1] | E[k3] | mass on junk if trained on `{hack}` |
-    |---|---|---|---|---|---|---|---|
+    |---:|---:|---:|---:|---:|---:|---:|---:|
     {_rows}
     At β = 5 the policy is close to the reference (E[r] = {(ref_logp.exp() * rewards).sum():.3f} there);
     at β = 0.05 nearly all mass sits on reward-1 candidates, paid for in KL.

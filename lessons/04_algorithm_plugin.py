@@ -124,6 +124,7 @@ def _(batch, dataclasses, groups, mo, parse_error, torch):
     from posttrain.teach.widgets import BUDGET
     from posttrain.algorithms.core import zero_variance_group_fraction
     from posttrain.types import PolicyOutputs
+    from posttrain.teach.tables import markdown_table
 
     _first = int(batch.response_mask.argmax(dim=1)[0])  # the first response column (prompts share a length)
     adv_cols, push_cols, traits = {}, {}, {}
@@ -142,14 +143,12 @@ def _(batch, dataclasses, groups, mo, parse_error, torch):
 
     _names = list(ALGORITHMS)
     _lengths = batch.response_lengths().int().tolist()
-    _head = "| row | group | reward | tokens | " + " | ".join(_names) + " |\n" + "|---" * (4 + len(_names)) + "|\n"
 
     def _table(cols, fmt):
-        return _head + "".join(
-            f"| {b} | {int(batch.group_ids[b])} | {batch.rewards[b]:g} | {_lengths[b]} | "
-            + " | ".join(fmt.format(cols[n][b].item()) for n in _names) + " |\n"
-            for b in range(batch.batch_size)
-        )
+        return markdown_table(
+            ["row", "group", "reward", "tokens", *_names],
+            [[b, int(batch.group_ids[b]), f"{batch.rewards[b]:g}", _lengths[b],
+              *(fmt.format(cols[n][b].item()) for n in _names)] for b in range(batch.batch_size)])
 
     _traits = "".join(f"| `{n}` | {ref} | {critic} | {k} |\n" for n, (ref, critic, k) in traits.items())
     _warn = f"**Could not read the rewards:** {html.escape(parse_error)} (showing `1, 0, 0, 1` instead)\n\n" if parse_error else ""
@@ -173,7 +172,7 @@ def _(batch, dataclasses, groups, mo, parse_error, torch):
     ### The same two functions, whatever is inside
 
     | algorithm | needs reference | needs critic | metrics logged |
-    |---|---|---|---|
+    |:---|:---|:---|---:|
     {_traits}
     """
     )

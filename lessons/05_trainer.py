@@ -142,18 +142,17 @@ def _(make_engine, copy, env, heldout, model, params, policy, tok):
 
 @app.cell
 def _(delta_right, delta_wrong, error, lr, mo, pass_after, pass_before, steps):
+    from posttrain.teach.tables import markdown_table
+
     _keys = ("pg_loss", "kl", "grad_norm", "ratio_mean", "ratio_max", "clipfrac", "entropy", "lr")
-    _head = "| step | " + " | ".join(_keys) + " |\n" + "|---" * (len(_keys) + 1) + "|\n"
-    _rows = "".join(
-        f"| {i + 1} | " + " | ".join(f"{m.get(k, float('nan')):.4g}" for k in _keys) + " |\n"
-        for i, m in enumerate(steps)
-    )
+    _table = markdown_table(["step", *_keys], [[i + 1, *(f"{m.get(k, float('nan')):.4g}" for k in _keys)]
+                                                for i, m in enumerate(steps)])
     _err = f"\n**The trainer stopped:** {error}\n" if error else ""
     mo.md(
         f"""
     ### Four `trainer.update(batch, grpo)` calls at η = {lr:.2g}
 
-    {_head}{_rows}
+    {_table}
     {_err}
     Step 1 sees ratio 1 everywhere (the weights are those that sampled); from step 2 on the same
     batch is slightly off-policy, and the clip starts to bite (`clipfrac`). `grad_norm` is

@@ -140,7 +140,7 @@ def _(STEPS, log, mo, sync, sync_every):
     current policy against the `old_logp` the engine recorded.
 
     | step | episodes sampled by version | staleness | reward mean | ratio mean | ratio max | outside [0.8, 1.2] | clipfrac | approx_kl | after the update |
-    |---|---|---|---|---|---|---|---|---|---|
+    |---:|---:|---:|---:|---:|---:|---:|---:|---:|:---|
     {_rows}
     Worst staleness: **{max(r['staleness'] for r in log)}** updates; largest approx_kl at the
     start of a step: **{max(r['approx_kl'] for r in log):.4f}**; tokens starting a step outside the

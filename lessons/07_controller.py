@@ -32,7 +32,7 @@ def _(mo):
     something specific breaks without it:
 
     | # | role | reads | writes | if it ran out of order |
-    |---|---|---|---|---|
+    |---:|:---|:---|:---|:---|
     | 1 | sample (rollout) | prompts, engine weights | tokens, `old_logp`, `weight_version` | — |
     | 2 | score (environment) | completion text | `reward`, `details` | advantages of all-zero rewards |
     | 3 | reference | tokens | `ref_logp` | KL against nothing |
@@ -151,6 +151,7 @@ def _(TAU, batch, bug, controls, episodes, json, kl_k3, masked_mean, metrics, mo
     import html
 
     from posttrain.teach.diagrams import LOOP_STEPS, six_roles_svg
+    from posttrain.teach.tables import markdown_table
 
     stage = controls.value["stage"]
     NAMES = [name for name, _ in LOOP_STEPS]  # the seven steps of Controller.step, in its order
@@ -164,20 +165,19 @@ def _(TAU, batch, bug, controls, episodes, json, kl_k3, masked_mean, metrics, mo
     _kl_rows = masked_mean(kl_k3(batch.old_logp, batch.ref_logp), batch.response_mask, dim=1)  # (B,)
     _code = lambda s: "<code>" + html.escape(repr(s)).replace("|", "&#124;") + "</code>"
     sections = {
-        1: "| group | prompt | completion | sampled by version | Σ old_logp |\n|---|---|---|---|---|\n" + "".join(
-            f"| {r['group']} | {_code(r['prompt'])} | {_code(r['completion'])} | {r['version']} | {r['logp']:.2f} |\n"
-            for r in out["sample"]),
-        2: "| row | reward | reason |\n|---|---|---|\n" + "".join(
-            f"| {i} | {r:g} | {why} |\n" for i, (r, why) in enumerate(out["score"])),
+        1: markdown_table(["group", "prompt", "completion", "sampled by version", "Σ old_logp"],
+                          [[r["group"], _code(r["prompt"]), _code(r["completion"]), r["version"], f"{r['logp']:.2f}"]
+                           for r in out["sample"]]),
+        2: markdown_table(["row", "reward", "reason"],
+                          [[i, f"{r:g}", why] for i, (r, why) in enumerate(out["score"])], align="rrl"),
         3: f"`ref_logp` from the frozen reference; per-row KL(π_old ‖ π_ref), k3: "
            f"`{[round(v, 4) for v in _kl_rows.tolist()]}` (0 on the first step: nothing has moved yet). "
            f"The reference scores the tokens at the batch's recorded τ = {batch.temperature:g}.",
         4: f"GRPO advantages (first response token of each row): "
            f"`{[round(v, 3) for v in batch.advantages[:, _first].tolist()]}`; groups with zero reward variance: "
            f"{zero_variance_group_fraction(batch.rewards, batch.group_ids):.2f}.",
-        5: "| metric | value |\n|---|---|\n" + "".join(
-            f"| {k} | {v:.4g} |\n" for k, v in metrics.items()
-            if k in ("pg_loss", "kl", "grad_norm", "ratio_mean", "ratio_max", "clipfrac", "approx_kl", "entropy")),
+        5: markdown_table(["metric", "value"], [[k, f"{v:.4g}"] for k, v in metrics.items()
+                          if k in ("pg_loss", "kl", "grad_norm", "ratio_mean", "ratio_max", "clipfrac", "approx_kl", "entropy")]),
         6: f"Largest weight difference trainer − engine: {out['sync_gap_before']:.2e} before the push, "
            f"**{out['sync_gap_after']:.2e}** after; engine version now **{out['engine_version']}**.",
         7: "`metrics.jsonl` gets `" + json.dumps({k: round(v, 4) for k, v in rollout_metrics(batch, batch.episodes).items()})

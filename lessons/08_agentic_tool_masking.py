@@ -191,7 +191,7 @@ def _(batch, delta, episodes, grad_0, loss_0, loss_delta, loss_nan, mo, segment_
             f"**Row {_b}** — calculator `{_calls[0]['arguments']['expression']}` → {_calls[0]['reason']} in "
             f"{_calls[0]['seconds'] * 1e3:.2f} ms, reward **{_e.reward:g}**\n\n"
             "| turn | who wrote it | tokens | response_mask | advantage (mean) | Σ ∂loss/∂log π |\n"
-            "|---|---|---|---|---|---|\n" + _rows
+            "|:---|:---|---:|---:|---:|---:|\n" + _rows
         )
     _same = math.isclose(loss_0, loss_delta, rel_tol=0, abs_tol=1e-7)
     _verdict = ("**unchanged** — the masked positions cannot reach the loss" if _same else
@@ -201,7 +201,7 @@ def _(batch, delta, episodes, grad_0, loss_0, loss_delta, loss_nan, mo, segment_
     ### The perturbation check (response_mask on tool tokens = {tool_value:g})
 
     | log π on tool tokens | GRPO loss |
-    |---|---|
+    |:---|---:|
     | as computed | {loss_0:+.6f} |
     | + δ = {delta:+.1f} | {loss_delta:+.6f} |
     | NaN | {loss_nan:+.6f} |

@@ -147,7 +147,7 @@ def _(B, baseline, example_batch, grad_mean, grad_std, mo, offset, p_best_final,
     The first rows of one batch (the advantage is copied onto both tokens):
 
     | a1 | a2 | reward (+ c) | advantage A = R − b |
-    |---|---|---|---|
+    |---:|---:|---:|---:|
     {_rows}
     """
     )

@@ -98,7 +98,7 @@ def _(L, mo, per_token, std_rows, table):
     **Push per token** on the two wrong answers (rows 1 and 2, lengths {L} and 8):
 
     | | row 1 ({L} tokens) | row 2 (8 tokens) | row 1 ÷ row 2 |
-    |---|---|---|---|
+    |:---|---:|---:|---:|
     | GRPO | {_g[1]:+.5f} | {_g[2]:+.5f} | **{_g[1] / _g[2]:.2f}** |
     | Dr. GRPO | {_d[1]:+.5f} | {_d[2]:+.5f} | **{_d[1] / _d[2]:.2f}** |
 
@@ -110,7 +110,7 @@ def _(L, mo, per_token, std_rows, table):
     Advantage of one correct answer in a group of 8, by how many of the 8 were correct:
 
     | correct | GRPO (÷ std) | Dr. GRPO | GRPO ÷ Dr. GRPO |
-    |---|---|---|---|
+    |:---|---:|---:|---:|
     {_std}
     The std is smallest for prompts at the extremes (1 or 7 of 8 correct), so GRPO scales their
     advantages up by 2.83 against 1.87 for the balanced prompt: nearly-always-wrong and

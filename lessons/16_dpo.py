@@ -142,7 +142,7 @@ def _(ANSWERS, beta, best_wrong, bt_of_rewards, dpo_at_optimum, math, mo, tables
         diff = (t["implicit"][c] - t["implicit"][w]).item()
         return (f"**{t['example'].prompt.strip()}** (the 19 answers hold {t['mass']:.1%} of π_ref's probability) · "
                 f"log Z(x) = {t['log_z']:.4f}\n\n"
-                "| y | π_ref(y) | r(y) | π\\*(y) | β log π\\*/π_ref | β log Z(x) | sum |\n|---|---|---|---|---|---|---|\n"
+                "| y | π_ref(y) | r(y) | π\\*(y) | β log π\\*/π_ref | β log Z(x) | sum |\n|:---|---:|---:|---:|---:|---:|---:|\n"
                 + rows + f"\nRight minus likeliest wrong: β log-ratio difference = **{diff:+.4f}** = "
                 f"r(y_c) − r(y_r) = {t['r'][c] - t['r'][w]:+g}; β log Z(x) was {beta * t['log_z']:+.4f} on both sides.\n")
 
@@ -223,7 +223,7 @@ def _(LOSSES, beta, heldout_pairs, mo, pairs, pass_before, results):
     pairs come from prompts never trained on); KL is per token, exact, on the held-out answers.
 
     | loss | pass@1 after | Δ log π(chosen) | Δ log π(rejected) | train pairs ranked | held-out pairs ranked | KL to π_ref | hyperparameters |
-    |---|---|---|---|---|---|---|---|
+    |:---|---:|---:|---:|---:|---:|---:|:---|
     {_rows}
     """
     )
@@ -269,7 +269,7 @@ def _(mo):
     ## The family, and when each wins
 
     | loss | data | reference | the change from DPO | wins when |
-    |---|---|---|---|---|
+    |:---|:---|:---|:---|:---|
     | DPO | pairs | yes | — | pairs are clean and come from (near) the policy being trained, e.g. refreshed each round (online DPO) |
     | IPO | pairs | yes | squared loss to a finite margin 1/(2β) | preferences are near-certain and data is small: DPO's margin has no target and grows without bound |
     | KTO | thumbs up / down, unpaired | yes | each answer against a KL reference point | you have binary feedback, not comparisons, or far more of one kind than the other |

@@ -135,13 +135,13 @@ def _(fits, idle, mo, per_gpu_gb, samplers, step, times, trainers, where):
     ### {where}: {_gpus}
 
     | role | seconds per step |
-    |---|---|
+    |:---|---:|
     {_t}
     **Step: {step:.1f} s**, idle **{idle:.0f} GPU-seconds** per step
     ({idle / (8 * step):.0%} of the node's time).
 
     | memory per GPU | |
-    |---|---|
+    |:---|---:|
     {_mem}
     {"Fits in 90% of an 80 GB H100." if fits else "**Does not fit** in 90% of an 80 GB H100: this placement cannot run."}
 

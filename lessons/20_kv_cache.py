@@ -161,7 +161,7 @@ def _(GB, alloc, block, device, formula_bytes, in_flight_contiguous, in_flight_p
     ({truncated:.1%} of responses hit the budget of {max_new} tokens).
 
     | allocation | bytes | holds no token | sequences in flight on one {device.name} |
-    |---|---|---|---|
+    |:---|---:|---:|---:|
     | contiguous, prompt + {max_new} reserved | {alloc.contiguous_bytes / GB:.1f} GB | **{alloc.contiguous_waste:.0%}** | {in_flight_contiguous} |
     | paged, blocks of {block} | {alloc.paged_bytes / GB:.1f} GB | **{alloc.paged_waste:.1%}** | {in_flight_paged} |
     | paged + prefix tree (the 8 samples share their prompt) | {shared.shared_bytes / GB:.1f} GB | | |
@@ -231,7 +231,7 @@ def _(GB, context, decode_contiguous, decode_paged, decode_step, device, in_flig
     {device.bytes_per_second / 1e12:.2f} TB/s.
 
     | allocation | rows in flight | GB read a step (weights + caches) | time at full bandwidth | bound | tokens a second |
-    |---|---|---|---|---|---|
+    |:---|---:|---:|---:|:---|---:|
     {_table}
 
     Paging makes decoding **{paged_rate / contiguous_rate if contiguous_rate else float("inf"):.1f}×** faster here,

@@ -25,7 +25,7 @@ def _(mo):
     terms, and each acts on one of them:
 
     | trick | acts on | decode or prefill becomes |
-    |---|---|---|
+    |:---|:---|:---|
     | continuous batching (Orca) | decode | × mean length / longest: a finished row's slot takes the next request at once |
     | prefix caching (RadixAttention) | prefill | × (S + G·P) / (G·K·(S + P)): the K samples of a prompt prefill it once |
     | chunked prefill (Sarathi) | prefill | hidden in decode's idle compute: decode steps wait on memory |
@@ -113,7 +113,7 @@ def _(alpha, compute_fraction, gamma, longest, mo, per_pass, rows, spec_factor, 
     ### {rows} rows, the longest response ≈ {longest:,.0f} tokens; α = {alpha:.2f}, γ = {gamma}
 
     | after | prefill s | decode s | rollout s | this trick's speed-up |
-    |---|---|---|---|---|
+    |:---|---:|---:|---:|---:|
     {_rows}
     Total: **{steps[0].time.total / steps[-1].time.total:.1f}×**. Each target pass yields
     {per_pass:.2f} tokens for {1 + gamma * 0.05:.2f} steps' cost: decode × {spec_factor:.2f}

@@ -157,7 +157,7 @@ def _(GB, H100, MIXED_ADAMW, MIXED_ADAMW_FP32_GRADS, P, acts, acts_ckpt, context
     ### {shape.name}: {P / 1e9:.2f} B parameters, ZeRO stage {zero} over 8 H100s
 
     | per GPU, GB | {MIXED_ADAMW.bytes_per_parameter:.0f} B a parameter (bf16 gradients) | {MIXED_ADAMW_FP32_GRADS.bytes_per_parameter:.0f} B (fp32 gradients) |
-    |---|---|---|
+    |:---|---:|---:|
     | weights | {state.weights / GB:.1f} | {state_fp32_grads.weights / GB:.1f} |
     | gradients | {state.grads / GB:.1f} | {state_fp32_grads.grads / GB:.1f} |
     | master copy + Adam moments | {state.optimizer / GB:.1f} | {state_fp32_grads.optimizer / GB:.1f} |
@@ -171,7 +171,7 @@ def _(GB, H100, MIXED_ADAMW, MIXED_ADAMW_FP32_GRADS, P, acts, acts_ckpt, context
     ### One decode step: {rows} rows at {context} tokens of context
 
     | | |
-    |---|---|
+    |:---|:---|
     | FLOPs | {step.flops:.3g} → {step.compute_seconds * 1e3:.2f} ms at {H100.flops_per_second / 1e12:.0f} TFLOP/s |
     | bytes (weights once + every row's cache) | {step.bytes / GB:.2f} GB → {step.memory_seconds * 1e3:.2f} ms at {H100.bytes_per_second / 1e12:.2f} TB/s |
     | bound | **{step.bound}**, {step.flops_per_byte:.0f} FLOPs a byte (the H100's ridge: {H100.balance_flops_per_byte:.0f}) |

@@ -98,7 +98,7 @@ def _(binding, decode_share, mo, rollout_share, step, times, tokens_per_second, 
     ### {topology}: τ_step = {_side} = **{step:.1f} s**
 
     | term | seconds | of the step |
-    |---|---|---|
+    |:---|---:|---:|
     {_rows}
     The bottleneck — the term whose speed-up shortens the step most — is **{binding}**.
     The rollout is {rollout_share:.0%} of the five terms' time but only {decode_share:.0%} of the step's FLOPs.

@@ -140,7 +140,7 @@ def _(MEAN, cap, cv, expected_longest, kept_mean, keep, launched, mo, monte_carl
     (Monte Carlo over 300 batches: {monte_carlo:.2f}×).
 
     | after the patch | decode steps the batch waits for | seconds | × faster than the row above | × faster than none |
-    |---|---|---|---|---|
+    |:---|---:|---:|---:|---:|
     {_rows}
     (Decode steps of a typical batch: its longest row, a quantile a little below E[max].)
 
@@ -221,7 +221,7 @@ def _(float_mismatch, float_worst, int8_mismatch, int8_worst, mo, speedups, toke
     **What it costs**, on {tokens_compared} sampled tokens of 4 prompts × 8 samples:
 
     | sampler | mean \|log π_trainer − log π_sampler\| | worst token | KL(sampler ‖ trainer), k3 | importance weights kept (ESS) |
-    |---|---|---|---|---|
+    |:---|---:|---:|---:|---:|
     | float32 (the trainer's own kernels) | {float_mismatch.mean_abs_logp_diff:.1e} | {float_worst:.1e} | {float_mismatch.kl_k3:.1e} | {float_mismatch.effective_sample_fraction:.6f} |
     | int8 weights | {int8_mismatch.mean_abs_logp_diff:.1e} | {int8_worst:.1e} | {int8_mismatch.kl_k3:.1e} | {int8_mismatch.effective_sample_fraction:.6f} |
 

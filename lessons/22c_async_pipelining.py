@@ -152,7 +152,7 @@ def _(STEPS, chart, k, lockstep, mo, predicted, rollout_seconds, topology, wall)
     **The freshness wall** for these times: seconds a step and mean staleness against k.
 
     | k | seconds a step | mean staleness |
-    |---|---|---|
+    |---:|---:|---:|
     {_wall_rows}
     """
     )
@@ -216,7 +216,7 @@ def _(across_nodes, bubbles, mo, sync_steps):
     the step entirely when the rollout binds.
 
     | | all-gather | cast | broadcast | reshard | total |
-    |---|---|---|---|---|---|
+    |:---|---:|---:|---:|---:|---:|
     {_sync_rows}
     Over NVLink a whole 8B model moves in about a seventh of a second: against a rollout of a
     minute, sync is rarely the term to fight. It becomes one when the weights cross nodes

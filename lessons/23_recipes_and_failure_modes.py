@@ -195,7 +195,7 @@ def _(AXES, axis, changed, donor, mo, moved, published, recipe, refused, STATED)
     _rows = "".join(f"| `{k}` | `{a!r}` | `{b!r}` |\n" for k, (a, b) in changed.items())
     _diff = (f"""
     | setting | {recipe} | {recipe} with {donor}'s {axis} |
-    |---|---|---|
+    |:---|:---|:---|
     {_rows}""" if changed else f"\n    **No setting changes**: {recipe} and {donor} make the same {axis} choice here.\n")
     _verdict = (f"**The pre-run checks refuse the hybrid:** {refused}" if refused
                 else "**The pre-run checks pass the hybrid:** `posttrain run` would train it.")
@@ -207,7 +207,7 @@ def _(AXES, axis, changed, donor, mo, moved, published, recipe, refused, STATED)
     ### {recipe} and {donor}, as their files state them
 
     | axis | {recipe} | {donor} |
-    |---|---|---|
+    |:---|:---|:---|
     {_stated}
     ### {recipe} with {donor}'s {axis}
 
@@ -222,7 +222,7 @@ def _(AXES, axis, changed, donor, mo, moved, published, recipe, refused, STATED)
     where a source is silent, the cell says so, and guesswork is marked *speculated*.
 
     | recipe | data | algorithm | reward | system | scale | runs here as |
-    |---|---|---|---|---|---|---|
+    |:---|:---|:---|:---|:---|:---|:---|
     {_published}
     """)
     return
@@ -315,7 +315,7 @@ def _(MonitorConfig, SYMPTOMS, STEPS, alerts, config, failure_map, k, mo, sympto
     _alerts = "".join(f"| {a['step']} | `{a['monitor']}` | {a['message']} |\n" for a in alerts)
     _result = (f"""
     | step | monitor | what it says |
-    |---|---|---|
+    |---:|:---|:---|
     {_alerts}""" if alerts else f"\n    **No monitor fires** in {STEPS} steps.\n")
     mo.md(f"""
     ### The symptom → monitor → lesson map
@@ -325,7 +325,7 @@ def _(MonitorConfig, SYMPTOMS, STEPS, alerts, config, failure_map, k, mo, sympto
     never fires at all.
 
     | symptom | the monitor (its line) | fires at step | hidden from | the lesson that explains it |
-    |---|---|---|---|---|
+    |:---|:---|---:|:---|:---|
     {_map}
     ### Your run: {symptom}, {_line}
     {_result}""")

@@ -24,7 +24,7 @@ def _(mo):
     data pipeline that must agree on every token. The engineer who owns it owns five layers:
 
     | layer | the question it answers | where it lives in posttrain |
-    |---|---|---|
+    |:---|:---|:---|
     | **framework** | which role runs when, on what, with which weights | `posttrain/roles/controller.py`, `posttrain/distributed/` |
     | **environment** | what is a prompt, how is an answer scored, what may untrusted code do | `posttrain/envs/`, `posttrain/verifiers/`, `posttrain/guards/sandbox.py` |
     | **performance** | where the time and the memory go, and what to change first | `posttrain/systems/`, `benchmarks/`, `posttrain/models/int8.py` |
@@ -123,7 +123,7 @@ def _(architecture, cluster, job, mo, model, placement, placements):
             rows += f"| KV cache (paged, every row at full length) | | | {m.kv_cache_bytes / GB:.1f} |\n"
         verdict = ("fits" if pool.fit.fits else "**does not fit**")
         return (f"**{pool.name}: {pool.gpus} GPUs** — {m.total_bytes / GB:.1f} of {pool.fit.usable_bytes / GB:.0f} GB "
-                f"usable per GPU: {verdict}\n\n| copy | parameters | trained | GB per GPU |\n|---|---|---|---|\n{rows}")
+                f"usable per GPU: {verdict}\n\n| copy | parameters | trained | GB per GPU |\n|:---|---:|:---|---:|\n{rows}")
 
     _paths = "".join(f"| {p.name} | {p.source} → {p.destination} | {p.wire} | {p.bytes / GB:,.3f} | "
                      f"{p.seconds * 1e3:,.1f} |\n" for p in placement.paths)
@@ -141,14 +141,14 @@ def _(architecture, cluster, job, mo, model, placement, placements):
     #### Which path each byte takes (per step; collectives per trainer GPU)
 
     | path | from → to | wire | GB | ms at the wire's bandwidth |
-    |---|---|---|---|---|
+    |:---|:---|:---|---:|---:|
     {_paths}
     #### What the step costs
 
     {_times}: the step is {_compose}, **{placement.step_seconds:.1f} s**.
 
     | architecture | everything fits | seconds a step | staleness |
-    |---|---|---|---|
+    |:---|:---|---:|---:|
     {_compare}
     """
     )

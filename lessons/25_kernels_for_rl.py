@@ -28,7 +28,7 @@ def _(mo):
     its own way of being slow and its own way of being wrong:
 
     | surface | what runs there | slow when | wrong when | in posttrain |
-    |---|---|---|---|---|
+    |:---|:---|:---|:---|:---|
     | **rollout / inference** | decode attention over the KV cache, sampling | bandwidth-bound at small batches; waits for stragglers | the sampled token's log-prob is not the one recorded | `posttrain/roles/engines/torch_engine.py` |
     | **log-prob matching** | the trainer's log π of the sampled tokens: a log-softmax over the vocabulary | the (rows, tokens, vocab) logits do not fit | it differs from the sampler's (below) | `posttrain/models/logprobs.py` |
     | **training** | forward, backward, optimizer, the loss | small micro-batches; the prompt recomputed K times | masked tokens leak into the loss | `posttrain/roles/trainer.py`, `posttrain/models/shared_prefix.py` |
@@ -84,7 +84,7 @@ def _(cache, decode_share, mo, roi, shared, step_plan):
     For Llama-3-8B, 64 prompts × 8 answers (`posttrain/systems/kv_cache.py`):
 
     | allocation | KV cache | share holding no token |
-    |---|---|---|
+    |:---|---:|---:|
     | contiguous: prompt + the 16,384-token budget reserved per row | {cache.contiguous_bytes / GB:,.0f} GB | {cache.contiguous_waste:.0%} |
     | paged, 16-token blocks | {cache.paged_bytes / GB:,.0f} GB | {cache.paged_waste:.1%} |
     | paged, each prompt's blocks shared by its 8 rows | {shared.shared_bytes / GB:,.0f} GB | {shared.saved_fraction:.0%} less again |
@@ -98,7 +98,7 @@ def _(cache, decode_share, mo, roi, shared, step_plan):
     role, alone:
 
     | kernel | seconds saved a step | step speed-up |
-    |---|---|---|
+    |:---|---:|---:|
     {_roi}
     So the order is decode first (paged attention with prefix sharing, then low-precision
     weights and speculative decoding), then the update's kernels, the reference's, and weight
@@ -180,7 +180,7 @@ def _(batch, mo, precision, start_ratio, stats, tok, trainer_logp, worst):
     ### Sampler in {precision}, trainer in float32: {int(batch.response_mask.sum())} tokens compared
 
     | | value |
-    |---|---|
+    |:---|:---|
     | mean \\|log π_trainer − log π_sampler\\| per token | {stats.mean_abs_logp_diff:.2e} nats |
     | worst token | {worst:.2e} nats — {_verdict} |
     | KL(sampler ‖ trainer), k3 estimate | {stats.kl_k3:.2e} |
@@ -190,7 +190,7 @@ def _(batch, mo, precision, start_ratio, stats, tok, trainer_logp, worst):
     Answer 0, its first tokens:
 
     | t | token | old_logp (sampler) | trainer | difference |
-    |---|---|---|---|---|
+    |---:|:---|---:|---:|---:|
     {_tokens}
     """
     )

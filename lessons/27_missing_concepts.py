@@ -130,7 +130,7 @@ def _(CONCEPTS, mo):
     (KV-cache offload, on-policy distillation) are plain gaps.
 
     | concept | after lesson | what it is | in posttrain |
-    |---|---|---|---|
+    |:---|---:|:---|:---|
     {_rows}
     ## One of them, live: off-policy correction
 
@@ -207,7 +207,7 @@ def _(drift, ess, mo, pi_b_right, results, true_value):
     **{ess:.2f}** (1 when on-policy: the batch of 32 is worth about {ess * 32:.0f} on-policy samples).
 
     | estimator | mean estimate | bias | std | RMSE | largest weight |
-    |---|---|---|---|---|---|
+    |:---|---:|---:|---:|---:|---:|
     {_rows}
     """
     )

@@ -110,7 +110,7 @@ def _(LESSONS, mo):
     source files it used, so you can read what you just played with.
 
     | # | lesson | what you will do | file |
-    |---|---|---|---|
+    |---:|:---|:---|:---|
     {_rows}
     Lessons 00–08 are the framework (the six roles around the loss); 09–14 are the algorithms,
     each a small patch on its predecessor; 15–18 are where the reward comes from when there is
