@@ -44,6 +44,9 @@ def test_the_two_arithmetic_checkers_by_hand():
     assert truth.check(Proof.of(EXAMPLE, GARBAGE)).reasons == ("step 1 'hello': not 'a+b=c' or 'Final: n'",)
     empty = truth.check(Proof.of(EXAMPLE, ""))
     assert not empty.valid and empty.reasons == ("no steps: an empty completion proves nothing",)
+    huge = "1" * 5000 + "+1=2"  # past int()'s digit limit: a reason, not a crash
+    assert truth.check(Proof.of(EXAMPLE, huge)).reasons == (f"step 1 {huge!r}: not 'a+b=c' or 'Final: n'",)
+    assert lenient.check(Proof.of(EXAMPLE, "12-15=-2")).reasons == ("step 1 '12-15=-2': 12-15 is -3, not -2",)
     right_steps_wrong_answer = truth.check(Proof.of(EXAMPLE, "7+5=12,12+9=21,21+3=24\nFinal: 25"))
     assert right_steps_wrong_answer.reasons == ("step 4 'Final: 25': not the last step's result",)
 

@@ -38,6 +38,7 @@ of a proof into Lean statements (the spec's Lean4Translator), which does not exi
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 from dataclasses import dataclass
 from typing import Protocol
@@ -46,6 +47,7 @@ from posttrain.types import Example
 from posttrain.verifiers.steps import StepVerdict, check_arithmetic_steps, split_steps
 
 _STEP_NOT_PARSED = "not 'a+b=c' or 'Final: n'"
+_CHAIN_STEP = re.compile(r"(-?[0-9]{1,40})([+-])([0-9]{1,40})=(-?[0-9]{1,40})")
 
 
 @dataclass(frozen=True)
@@ -89,14 +91,15 @@ def _verdict(step_valid: list[bool], reasons: list[str]) -> ProofVerdict:
 
 
 def _sum_of(step: str) -> str:
-    """'12+9=20' -> '12+9 is 21, not 20'; '' when the step is not a chain step."""
-    left, _, written = step.partition("=")
-    for op in "+-":
-        a, found, b = left.rpartition(op) if op == "-" else left.partition(op)
-        if found and a.lstrip("-").isdigit() and b.isdigit() and written.lstrip("-").isdigit():
-            true = int(a) + int(b) if op == "+" else int(a) - int(b)
-            return f"{left} is {true}, not {written}"
-    return ""
+    """'12+9=20' -> '12+9 is 21, not 20'; '' when the step is not a chain step. The pattern is
+    steps.py's (ASCII digits, at most 40): model output is untrusted, and int() refuses a
+    string of more than 4,300 digits."""
+    match = _CHAIN_STEP.fullmatch(step)
+    if match is None:
+        return ""
+    a, op, b, written = match.groups()
+    true = int(a) + int(b) if op == "+" else int(a) - int(b)
+    return f"{a}{op}{b} is {true}, not {written}"
 
 
 def _does_not_hold(step: str) -> str:
