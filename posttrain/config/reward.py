@@ -16,10 +16,11 @@ class RewardConfig:
 
     # a sum of [WEIGHT*]TERM joined by "+": TERM is "accuracy" (the verifier's 1/0), "r1"
     # (accuracy + 0.2 × format, DeepSeek-R1-Zero-style), "rubric" (rule-based criteria in [0, 1]:
-    # a Final: line, no loops, <= 512 chars), or your function, MODULE:FUNCTION or PATH.py:FUNCTION,
-    # with a TRL (prompts, completions, **columns), verl (data_source, solution_str, ground_truth,
-    # extra_info) or posttrain (example, completion) signature, called once per completion; e.g.
-    # "accuracy + 0.1*my_rewards:brevity"
+    # a Final: line, no loops, <= 512 chars), "meta_verified" (arithmetic: 1 when a lenient step
+    # verifier passes the chain and the step checker confirms it, rewards/meta_verifier.py), or
+    # your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
+    # **columns), verl (data_source, solution_str, ground_truth, extra_info) or posttrain (example,
+    # completion) signature, called once per completion; e.g. "accuracy + 0.1*my_rewards:brevity"
     terms: str = "accuracy"
     # seconds a user's reward function may take on one completion before the run stops with
     # its name and the sample (a hung function must not hang training); rule-based rewards

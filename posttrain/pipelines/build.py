@@ -47,6 +47,7 @@ from posttrain.rewards.ensemble import LearnedReward
 from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
+from posttrain.rewards.meta_verifier import META_VERIFIER_PRESETS, audits
 from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
 from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule, deepseek_r1_terms
 from posttrain.rewards.user_function import StackOnVerdict, parse_reward, stack_scorer
@@ -87,6 +88,7 @@ REWARD_PRESETS: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]] = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
     "r1": deepseek_r1_terms,  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
     "rubric": lambda: [(1.0, rule_based_rubric())],  # answer line, no loops, length budget; in [0, 1]
+    **META_VERIFIER_PRESETS,  # a step verifier's verdict, paid when the ground truth confirms it
 }
 
 
@@ -234,6 +236,8 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
         *([GroupTerms(stack.score_groups)] if stack is not None and stack.needs_groups else []),
         # each term's mean per sample beside the sum, once the group terms and the step's weights are in
         *([RewardTerms(stack.term_means)] if stack is not None else []),
+        # a meta_verified term's audit: the verifier's false positives against the ground truth, per round
+        *(audits(stack.terms) if stack is not None else []),
         # each term's value and weight on the batch, for an advantage that normalises each term apart (GDPO)
         *([RewardTermTable(stack.term_table)] if stack is not None and cfg.rl.reward.normalize == "per_term" else []),
         *([CuratedPrompts(pool)] if pool is not None else []),

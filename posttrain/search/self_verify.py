@@ -24,6 +24,11 @@ Step verifiers (`STEP_VERIFIERS` in compare-style runs, search/compare.py):
     prm      a trained process reward model's probability that the step is right
     oracle   the step checker itself: FP = FN = 0, the ceiling of what revision can buy
              with this policy's regrowths
+
+This loop audits after the fact, at test time. The same meta-verifier acts during training as
+a reward term (rewards/meta_verifier.py, `--rl.reward.terms "accuracy + 0.5*meta_verified"`):
+a step verifier's pass is paid only when the step checker confirms it, and the verifier's
+false-positive rate is logged every step.
 """
 
 from __future__ import annotations
