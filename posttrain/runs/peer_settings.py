@@ -66,7 +66,8 @@ class RunSettings:
 
     def switched_off(self, *names: str) -> None:
         """Algorithm switches that are off (false) here: a peer without them does the same."""
-        self.agrees(*(f"{self.algo}.{name}" for name in names if self.has_field(name) and not self.field(name)))
+        keys = [f"{self.algo}.{name}" for name in names]
+        self.agrees(*(key for key in keys if key in self.values and not self.values[key]))
 
     def agrees(self, *keys: str) -> None:
         """Keys the mapping accounted for without a peer setting: the peer's fixed behaviour is

@@ -1,6 +1,6 @@
 """A run's settings as TRL's: the keywords of `trl.GRPOConfig` (grpo, dr_grpo, dapo, gspo),
 `trl.RLOOConfig` (rloo) or `trl.DPOConfig` (dpo), and a Python snippet that trains with them.
-Written against TRL 1.16; tests/test_export_config.py builds each config class from the
+Written against TRL 1.16.0; tests/test_export_config.py builds each config class from the
 keywords where TRL is installed (`make peers-test`).
 
 How posttrain's names become TRL's (facts of TRL's documented options):
@@ -116,12 +116,15 @@ def rloo_keywords(settings: RunSettings) -> dict[str, Any]:
 
 
 def dpo_keywords(settings: RunSettings) -> dict[str, Any]:
-    """DPOConfig: the sigmoid loss with β, label smoothing and the NLL term (RPO's α)."""
+    """DPOConfig: the sigmoid loss with β and label smoothing; DPO + NLL (Pang et al.'s α) is
+    TRL's combination of the sigmoid and sft losses, weighted 1 and α."""
     for name, off in (("length_normalize", False), ("gap_weighting", "none"), ("kl_coef", 0.0)):
         if settings.field(name) != off:
             raise settings.refuse(f"dpo.{name}", "TRL's DPOConfig has no counterpart", f"set --dpo.{name} {off}")
-    return {"loss_type": "sigmoid", "beta": settings.field("beta"),
-            "label_smoothing": settings.field("label_smoothing"), "rpo_alpha": settings.field("nll_coef") or None}
+    nll = settings.field("nll_coef")
+    losses: dict[str, Any] = ({"loss_type": ["sigmoid", "sft"], "loss_weights": [1.0, nll]} if nll else
+                              {"loss_type": ["sigmoid"]})
+    return {**losses, "beta": settings.field("beta"), "label_smoothing": settings.field("label_smoothing")}
 
 
 def to_trl(cfg: TrainConfig, settings: RunSettings) -> PeerConfig:
