@@ -17,7 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -221,3 +224,16 @@ def test_export_reads_a_runs_config_json(capsys, tmp_path):
         from posttrain.runs.peer_configs import export_config
 
         export_config(TrainConfig(stages="sft,grpo"), {}, "verl")
+
+
+def test_help_is_answered_without_torch():
+    # the flags come from the torch-free section schema, as `posttrain train --help`'s do
+    code = ("import contextlib, io, sys\n"
+            "from posttrain.cli import main\n"
+            "out = io.StringIO()\n"
+            "with contextlib.redirect_stdout(out):\n"
+            "    status = main(['export-config', '--help'])\n"
+            "print(status, 'torch' in sys.modules, '--to' in out.getvalue())\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.stdout.split() == ["0", "False", "True"]

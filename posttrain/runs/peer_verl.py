@@ -112,7 +112,9 @@ def optimizer_overrides(settings: RunSettings) -> dict[str, Any]:
     return {f"{optim}.lr": settings["rl.optim.lr"], f"{optim}.lr_warmup_steps": settings["rl.optim.warmup_steps"],
             f"{optim}.lr_scheduler_type": "cosine", f"{optim}.min_lr_ratio": settings["rl.optim.final_lr_fraction"],
             f"{optim}.betas": [0.9, settings["rl.optim.adam_beta2"]],
-            f"{optim}.weight_decay": settings["rl.optim.weight_decay"], f"{ACTOR}.grad_clip": settings["rl.optim.grad_clip"]}
+            f"{optim}.weight_decay": settings["rl.optim.weight_decay"],
+            # the legacy FSDP actor clips by actor.grad_clip, the newer engine workers by optim.clip_grad: both
+            f"{ACTOR}.grad_clip": settings["rl.optim.grad_clip"], f"{optim}.clip_grad": settings["rl.optim.grad_clip"]}
 
 
 def to_verl(cfg: TrainConfig, settings: RunSettings) -> PeerConfig:
