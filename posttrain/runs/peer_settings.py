@@ -26,9 +26,10 @@ def flatten(data: dict[str, Any], prefix: str = "") -> dict[str, Any]:
     return flat
 
 
-# What only says where the run is written or how it is logged: a peer writes and logs its own way,
-# so these are neither mapped nor listed (runs/lineage.py draws the same line for --parent)
-BOOKKEEPING = ("name", "out_dir", "report_to", "checkpoint_every", "threads")
+# What only says where the run is written, how it is logged or which local device runs it: a peer
+# writes, logs and places its work its own way (its launcher picks the GPUs), so these are neither
+# mapped nor listed (runs/lineage.py draws the same line for --parent)
+BOOKKEEPING = ("name", "out_dir", "report_to", "checkpoint_every", "threads", "device")
 
 
 class RunSettings:

@@ -36,7 +36,7 @@ def optimizer_keywords(settings: RunSettings, steps_key: str) -> dict[str, Any]:
             **schedule, "adam_beta2": settings["rl.optim.adam_beta2"],
             "weight_decay": settings["rl.optim.weight_decay"], "max_grad_norm": settings["rl.optim.grad_clip"],
             "max_steps": settings[steps_key], "seed": settings["seed"],
-            "bf16": settings["dtype"] == "bfloat16", "use_cpu": settings["device"] == "cpu"}
+            "bf16": settings["dtype"] == "bfloat16"}
 
 
 def batch_keywords(settings: RunSettings) -> dict[str, Any]:
