@@ -10,13 +10,15 @@ BENCH_VENV := .venv-bench
 BENCH_STAMP := $(BENCH_VENV)/.installed
 VLLM_VENV := .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+PEERS_VENV := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
 # tests run in this many pytest-xdist processes, whole files each (a module's fixtures,
 # such as a trained checkpoint or a Ray cluster, are built once); 2 halves the suite here
 TEST_WORKERS ?= 2
 # NO_MKDOCS_2_WARNING: Material prints a notice about its successor on every build; this says we read it
 DOCS_ENV := NO_MKDOCS_2_WARNING=1
 
-.PHONY: run test test-all bench clean docs docs-serve vllm-test
+.PHONY: run test test-all bench clean docs docs-serve vllm-test peers-test
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +90,18 @@ $(VLLM_STAMP): pyproject.toml
 vllm-test: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
 
+# TRL 1.16 beside posttrain, so that tests/test_export_config.py builds trl.GRPOConfig, RLOOConfig and DPOConfig
+# from what `posttrain export-config --to trl` writes (those tests skip in the main venv, which has no TRL)
+$(PEERS_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(PEERS_VENV)/bin/python -m pip install -q $(TORCH)
+	$(PEERS_VENV)/bin/python -m pip install -q -e '.[dev]' trl==1.16.0
+	touch $(PEERS_STAMP)
+
+peers-test: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python -m pytest -q tests/test_export_config.py
+
 # The documentation site (mkdocs.yml): `make docs` builds it into site/ with every lesson's static rendering
 # (each notebook runs once, a few minutes on 2 cores; later builds render only the lessons whose notebook or
 # library changed, from .cache/lessons/); `make docs-serve` serves it on http://127.0.0.1:8000 and rebuilds on
@@ -99,4 +113,4 @@ docs-serve: $(STAMP)
 	POSTTRAIN_DOCS_LESSONS=all $(DOCS_ENV) $(BIN)/mkdocs serve
 
 clean:
-	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) runs site
+	rm -rf $(VENV) $(BENCH_VENV) $(VLLM_VENV) $(PEERS_VENV) runs site

@@ -26,6 +26,8 @@
     posttrain diff RUN_A RUN_B         paired bootstrap: is the difference real or noise?
     posttrain doctor RUN               why a run is not learning: each cause, the setting to change, the numbers
     posttrain export RUN_OR_CKPT OUT   a plain transformers model (LoRA merged, system prompt in the chat template)
+    posttrain export-config --to verl --config runs/ID/config.json
+                                       a run's settings as TRL's config, OpenRLHF's command or verl's overrides
     posttrain systems [--model M --gpus N --gpu h100-80gb] [--run RUN_DIR]
                                        does model M fit on the cluster for an RL job, where will a step's time
                                        go; with --run, where a run's time went (time/* metrics)
@@ -49,6 +51,7 @@ import sys
 from typing import Callable
 
 from posttrain.cli.doctor import cmd_doctor
+from posttrain.cli.export_config import cmd_export_config
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
 from posttrain.cli.section_schema import demo_names
 from posttrain.cli.systems import cmd_systems
@@ -127,6 +130,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "diff": cmd_diff,
     "doctor": cmd_doctor,
     "export": cmd_export,
+    "export-config": cmd_export_config,
     "systems": cmd_systems,
     "demo": cmd_demo,
     "lessons": cmd_lessons,
