@@ -53,3 +53,43 @@ def test_macro_view_has_one_ratio_per_completion_and_it_moves_less_than_the_toke
     # a geometric mean lies within its terms, so the rows' ratios sit inside the tokens' range
     assert token_low <= seq_low and seq_high <= token_high
     assert mm["token_clipped"] > 0.0 and mm["seq_clipped"] == 0.0
+
+
+def test_the_family_tree_places_every_registered_algorithm_once(restore_threads):
+    from posttrain.algorithms import ALGORITHMS
+
+    tree = run_in_process(LESSONS / "09_reinforce.py")["family_tree"]
+    placed = [name for names in tree.values() for name in names]
+    assert sorted(placed) == sorted(ALGORITHMS) and len(placed) == len(set(placed))
+    branches = dict(zip(("value", "policy", "actor-critic", "model"), tree.values()))
+    assert branches["actor-critic"] == ["ppo"]  # the one registered algorithm with a critic
+    assert branches["value"] == [] and branches["model"] == []  # named, not covered
+    assert branches["policy"][0] == "reinforce" and "grpo" in branches["policy"]
+
+
+def test_the_goodhart_regime_starts_where_the_gold_peaks(restore_threads):
+    defs = run_in_process(LESSONS / "15_rlhf.py")
+    kl = [0.0] + [row["kl"] for row in defs["frontier"]]
+    gold = [defs["start"]["gold"]] + [row["gold"] for row in defs["frontier"]]
+    proxy = [defs["start"]["proxy"]] + [row["proxy"] for row in defs["frontier"]]
+    peak = max(range(len(gold)), key=gold.__getitem__)
+    assert defs["hacking_from"] == kl[peak] and 0 < peak < len(kl) - 1  # the regime is inside the sweep
+    assert defs["hacking_from"] == pytest.approx(2.39, abs=0.05)  # measured on the lesson's reviews
+    # in the regime the proxy only rises while the gold stays below its peak
+    assert all(b >= a - 1e-9 for a, b in zip(proxy[peak:], proxy[peak + 1:]))
+    assert all(g < gold[peak] for g in gold[peak + 1:]) and min(gold[peak:]) < gold[peak] - 1.0
+    fig = defs["overopt_fig"]
+    labels = [text.get_text() for ax in fig.axes for legend in [ax.get_legend()] if legend for text in legend.get_texts()]
+    assert any(label.startswith("reward-hacking regime") for label in labels)
+
+
+def test_test_time_compute_keeps_measured_and_speculated_apart(restore_threads):
+    defs = run_in_process(LESSONS / "17_prm_search.py")
+    known, budgets = defs["test_time_known"], defs["BUDGETS"]
+    high = defs["by_budget"][budgets[-1]]
+    assert known["greedy"] == high["greedy"]["accuracy"]
+    assert known["best_accuracy"] == max(r["accuracy"] for r in list(high.values())[2:])
+    assert known["ceiling_high"] > known["ceiling_low"] and known["best_gain_low"] > 0  # budget bought accuracy
+    text = (LESSONS / "17_prm_search.py").read_text(encoding="utf-8")
+    for label in ("**Measured here**", "**Published, with numbers, not reproducible here.**", "**Speculated.**"):
+        assert text.count(label) == 1, label
