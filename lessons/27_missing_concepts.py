@@ -382,6 +382,51 @@ def _(clip_eps, mo, ppo_policy, rl_batch, torch):
 
 @app.cell
 def _(mo):
+    from posttrain.envs.tool_arithmetic import ToolArithmeticEnv
+
+    # State vs observation: one demonstration episode of the calculator task, step by step.
+    # At each of the model's decisions, what is in its context, and what only the environment holds
+    _env = ToolArithmeticEnv()
+    _example = _env.fixed_set("train", 1)[0]
+    _state, _context, decisions = _env.reset(_example), _example.prompt, []
+    for _turn in _env.demonstration_turns(_example):
+        _hidden = {"the expected answer": _example.expected_answer, "the example's id": _example.id,
+                   "its split": _example.meta["split"],
+                   "each call's latency": ", ".join(f"{c['seconds']:g} s" for c in _state.tool_calls) or None}
+        decisions.append({"turn": _state.turns + 1, "context_chars": len(_context),
+                          "turns_left": _env.max_turns - _state.turns,
+                          "in_context": {k: v in _context for k, v in _hidden.items() if v}})
+        _result = _env.step(_state, _turn)
+        _context += _turn + (_result.observation or "")
+    _rows = "".join(f"| {d['turn']} | {d['context_chars']} | {d['turns_left']} | "
+                    + ", ".join(f"{k}: {'seen' if seen else '**hidden**'}" for k, seen in d["in_context"].items())
+                    + " |\n" for d in decisions)
+    mo.md(
+        f"""
+    ## State vs observation, in a tool episode
+
+    The clean mental model calls the prompt the state. At the token level the state the
+    policy acts on is its whole context: the prompt, its own tokens so far, and whatever the
+    environment wrote back. The environment's state is larger, and the policy never sees the
+    rest: its *observation* is the context. Here is `ToolArithmeticEnv`'s demonstration of
+    `{_example.prompt.strip()}`, decision by decision (`ToolEpisode` is the environment's state):
+
+    | model turn | context (characters) | turns the environment still allows | the environment's state, in the context? |
+    |---|---|---|---|
+    {_rows}
+    The expected answer is hidden at the first decision and in the context at the second:
+    the tool's result revealed it, which is the point of calling a tool. The turn budget is
+    never written down: a call in the last allowed turn ends the episode with reward 0, by a
+    rule the policy can only learn from rewards. A policy that must act on part of the state
+    is acting in a partially observed problem, and what the environment writes back is
+    observation, not action, which is why lesson 08 masks it out of the loss.
+    """
+    )
+    return (decisions,)
+
+
+@app.cell
+def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it
 
@@ -422,6 +467,8 @@ def _(mo):
     * `posttrain/models/int8.py` — the int8 sampler whose log-probs differ from the trainer's
     * `posttrain/teach/trust_region.py` — `trpo_step`, `ppo_step`, `conjugate_gradient`, `mean_kl` (the TRPO demo);
       `posttrain/algorithms/gspo.py` — `sequence_log_ratio` (macro vs micro)
+    * `posttrain/envs/tool_env.py` — `ToolEpisode`, the environment's state; `posttrain/envs/tool_arithmetic.py` —
+      `ToolArithmeticEnv`, the episode of the state-vs-observation table
     * every file in the table above; `tests/test_lessons.py` checks each exists and defines the name listed
 
     ## Exercises

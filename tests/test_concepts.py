@@ -93,3 +93,14 @@ def test_test_time_compute_keeps_measured_and_speculated_apart(restore_threads):
     text = (LESSONS / "17_prm_search.py").read_text(encoding="utf-8")
     for label in ("**Measured here**", "**Published, with numbers, not reproducible here.**", "**Speculated.**"):
         assert text.count(label) == 1, label
+
+
+def test_the_tool_episode_shows_the_policy_less_than_the_environment_holds(lesson_27):
+    first, second = lesson_27["decisions"]
+    assert (first["turn"], second["turn"]) == (1, 2) and (first["turns_left"], second["turns_left"]) == (3, 2)
+    assert first["in_context"]["the expected answer"] is False  # hidden before the tool runs
+    assert second["in_context"]["the expected answer"] is True  # the tool's result revealed it
+    assert second["context_chars"] > first["context_chars"] == len("Q: 964*494\n")  # the context is the prefix
+    for decision in (first, second):  # bookkeeping the environment never writes back
+        assert not any(seen for name, seen in decision["in_context"].items() if name != "the expected answer")
+    assert "each call's latency" in second["in_context"]
