@@ -265,7 +265,7 @@ def _(controls, results, true_value):
 @app.cell
 def _(mo):
     mo.md(r"""
-    ## Two more, live: TRPO, the trust region PPO's clip replaced
+    ## Another, live: TRPO, the trust region PPO's clip replaced
 
     Plain policy gradient takes one step along the gradient of the surrogate
     L(θ) = mean_t ρ_t · A_t (ρ_t = π_θ(token) / π_old(token)), and nothing says how far the

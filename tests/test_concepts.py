@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from posttrain.teach.trust_region import conjugate_gradient
-from tests.test_lessons import LESSONS, restore_threads, run_in_process  # noqa: F401  (a fixture)
+from tests.test_lessons import LESSONS, restore_threads, run_in_process, run_with_settings  # noqa: F401  (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,13 @@ def test_the_tool_episode_shows_the_policy_less_than_the_environment_holds(lesso
     for decision in (first, second):  # bookkeeping the environment never writes back
         assert not any(seen for name, seen in decision["in_context"].items() if name != "the expected answer")
     assert "each call's latency" in second["in_context"]
+
+
+def test_a_wider_trust_region_takes_the_whole_step(restore_threads, tmp_path):  # noqa: F811
+    wide = run_with_settings(LESSONS / "27_missing_concepts.py",
+                             {"step=0.001, value=0.01,": "step=0.001, value=0.05,",
+                              "step=0.05, value=0.2,": "step=0.05, value=1.0,"}, tmp_path)
+    assert wide["max_kl"] == 0.05 and wide["clip_eps"] == 1.0
+    trpo, ppo = wide["trpo"], wide["ppo"]
+    assert trpo["step_fraction"] == 1.0 and trpo["kl"] == pytest.approx(0.047, abs=0.005) and trpo["kl"] <= 0.05
+    assert ppo["kl"] == pytest.approx(0.032, abs=0.005)  # ε = 1 barely clips: the KL is the learning rate's
