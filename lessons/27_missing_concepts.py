@@ -430,6 +430,8 @@ def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it
 
+    The sampler's distance, for off-policy correction:
+
     * **0**: the sampler is the trainer; every weight is exactly 1 and the three rows agree.
     * **1** (the default): the sampler puts 0.20 on the right answer, and ignoring the
       mismatch estimates about 0.20 for a true 0.40. Full importance sampling is unbiased, at
@@ -444,6 +446,9 @@ def _(mo):
       fresher rollouts, a tighter staleness bound (lesson 22c), which is why
       `posttrain/roles/off_policy.py` also refuses batches staler than allowed
       (`staleness_stats`).
+
+
+    The two trust regions:
 
     * **δ** (TRPO): the KL reached never exceeds it; that is the constraint, checked on the
       real KL after the step, not on its quadratic model. At δ = 0.01 the full step's KL

@@ -47,7 +47,9 @@ def surrogate(dist: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
     methods improve. The batch's advantages must be filled in (GRPO's, say)."""
     taken = dist.gather(-1, batch.tokens[:, 1:, None])[..., 0]  # (B, T-1) log π_θ(token)
     ratio = (taken - batch.old_logp[:, 1:]).exp()  # (B, T-1)
-    assert batch.advantages is not None, "compute the batch's advantages before the surrogate"
+    if batch.advantages is None:
+        raise ValueError("the batch has no advantages: fill them first, e.g. with "
+                         "dataclasses.replace(batch, **make_algorithm('grpo').compute_advantages(batch))")
     return masked_mean(ratio * batch.advantages[:, 1:], batch.response_mask[:, 1:])
 
 
@@ -135,7 +137,9 @@ def ppo_step(model: torch.nn.Module, batch: RolloutBatch, clip_eps: float, epoch
         old_dist = response_log_probs(policy, batch)
         gain_old = surrogate(old_dist, batch).item()
     optimizer = torch.optim.Adam(policy.parameters(), lr=lr)
-    assert batch.advantages is not None, "compute the batch's advantages before the PPO step"
+    if batch.advantages is None:
+        raise ValueError("the batch has no advantages: fill them before the PPO step, e.g. with GRPO's "
+                         "compute_advantages")
     mask = batch.response_mask[:, 1:]
     clip: dict[str, float] = {}
     for _ in range(epochs):
