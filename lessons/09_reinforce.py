@@ -174,6 +174,52 @@ def _(baseline, grad_mean, offset, one_batch_grads, wrong_sign):
 
 @app.cell
 def _(mo):
+    from posttrain.algorithms import ALGORITHMS, make_algorithm
+    from posttrain.teach.widgets import BUDGET
+
+    # The RL family tree, drawn from the registry so it cannot drift from the code: a branch
+    # is whether the algorithm trains a critic; "builds on" is the registered class it
+    # subclasses (a small diff on its parent), blank where it starts from the contract itself
+    _registered = {name: cls for name, cls in ALGORITHMS.items()}
+    _parent = {name: next((p for p, k in _registered.items() if k is cls.__mro__[1]), "")
+               for name, cls in _registered.items()}
+    family_tree = {
+        "value-based (learn Q(s, a), act greedily: Q-learning, DQN)": [],
+        "policy gradient, no critic (REINFORCE and its descendants)": [],
+        "actor-critic (a policy and a learned value V(s))": [],
+        "model-based (learn the environment, plan in it: MuZero, Dreamer)": [],
+    }
+    for _name in _registered:
+        _critic = make_algorithm(_name, budget=BUDGET).uses_critic
+        family_tree[list(family_tree)[2 if _critic else 1]].append(_name)
+    _rows = "".join(
+        f"| {branch} | {len(names)} | "
+        + (", ".join(f"`{n}`" + (f" (on `{_parent[n]}`)" if _parent[n] else "") for n in names)
+           or "*none: not covered*") + " |\n"
+        for branch, names in family_tree.items())
+    mo.md(
+        f"""
+    ## Where REINFORCE sits: the RL family tree
+
+    RL is a family, not one method. **Value-based** methods learn how good each action is
+    and act greedily on it; **policy-gradient** methods, REINFORCE first, push up the
+    log-probability of what scored well; **actor-critic** methods do both, a learned value
+    as the baseline (PPO, lesson 10); **model-based** methods learn the environment and plan.
+    Language-model post-training lives almost entirely on the policy-gradient side: the
+    action space is a vocabulary per token and a combinatorial space per completion, where
+    a Q-table or a planner's model has nothing to hold on to, and the verifier is the
+    environment. posttrain's {len(_registered)} registered algorithms, placed by their own code:
+
+    | branch | algorithms | posttrain's (on = the class it extends) |
+    |---|---|---|
+    {_rows}
+    """
+    )
+    return (family_tree,)
+
+
+@app.cell
+def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it
 
@@ -195,6 +241,7 @@ def _(mo):
     * `posttrain/algorithms/core.py` — `policy_gradient_loss`, `agg_loss`
     * `posttrain/teach/demos/two_step_mdp.py` — `TwoStepPolicy`, `REWARD`, `as_rollout_batch` (also `posttrain demo two_step_mdp`)
     * `posttrain/types.py` — `RolloutBatch`, `PolicyOutputs`
+    * `posttrain/algorithms/__init__.py` — `ALGORITHMS`, the registry the family tree is drawn from
 
     ## Exercises
 

@@ -186,18 +186,23 @@ def _(beta, chosen, gold, heldout_acc, history, mo, n_pairs, proxy, ref_logp, st
 
 @app.cell
 def _(beta, chosen, frontier, start):
-    from posttrain.teach.charts import curves, figure, finish, legend_right, mark
+    from posttrain.teach.charts import curves, figure, finish, legend_right, mark, span
 
     overopt_fig, _ax = figure()
     _kl = [0.0] + [row["kl"] for row in frontier]  # β → ∞ is π_ref itself: KL 0
+    _gold = [start["gold"]] + [row["gold"] for row in frontier]
     curves(_ax, _kl, {"proxy E[r_φ], maximised": [start["proxy"]] + [row["proxy"] for row in frontier],
-                      "gold E[lexicon], the raters": [start["gold"]] + [row["gold"] for row in frontier]})
+                      "gold E[lexicon], the raters": _gold})
+    # Goodhart's regime, read off the curve: from the gold's peak on, more proxy buys less gold
+    hacking_from = _kl[max(range(len(_gold)), key=_gold.__getitem__)]
+    if hacking_from < _kl[-1]:
+        span(_ax, hacking_from, _kl[-1], "reward-hacking regime: the proxy still rises, the gold is past its peak")
     mark(_ax, chosen["kl"], f"β = {beta:g}: KL {chosen['kl']:.2f} nats")
     finish(overopt_fig, _ax, "KL(π*_β ‖ π_ref) (nats): how far RL moved the policy", "expected reward (score)",
            title="Over-optimisation: the proxy keeps rising, the gold turns over")
     legend_right(overopt_fig, _ax)
     overopt_fig
-    return (overopt_fig,)
+    return hacking_from, overopt_fig
 
 
 @app.cell

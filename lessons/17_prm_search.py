@@ -275,6 +275,48 @@ def _(budget, mo, n, noise, problems, rows, sft_losses):
 
 
 @app.cell
+def _(BUDGETS, by_budget, mo, noise, problems):
+    # What this page measured about spending tokens at test time, at every budget of the chart:
+    # the claim the "known" column below is allowed to make
+    _low, _high = by_budget[BUDGETS[0]], by_budget[BUDGETS[-1]]
+    _best = max(list(_high)[2:], key=lambda name: _high[name]["accuracy"])  # the best method using the page's scorers
+    test_time_known = {"greedy": _high["greedy"]["accuracy"],
+                       "ceiling_low": list(_low.values())[1]["accuracy"], "ceiling_high": list(_high.values())[1]["accuracy"],
+                       "best": _best, "best_accuracy": _high[_best]["accuracy"], "best_tokens": _high[_best]["tokens"],
+                       "best_gain_low": _high[_best]["gain_low"]}
+    mo.md(
+        f"""
+    ## Test-time compute: what is known, and what is speculated
+
+    o1, o3 and their kin are said to "think longer" at test time. Part of that is measured,
+    part published with numbers, part guessed. Keep the three apart.
+
+    **Measured here** (noise {noise:g}, {len(problems)} problems): greedy answers
+    {test_time_known['greedy']:.3f}; with a perfect verifier, best-of-N goes from
+    {test_time_known['ceiling_low']:.3f} at {BUDGETS[0]} tokens to {test_time_known['ceiling_high']:.3f} at
+    {BUDGETS[-1]}; the best method using the page's ORM or PRM at {BUDGETS[-1]} tokens, {_best},
+    answers {test_time_known['best_accuracy']:.3f} for {test_time_known['best_tokens']:.1f} tokens per
+    problem (the lower end of its gain's CI: {test_time_known['best_gain_low']:+.3f}). Budget buys
+    accuracy exactly as far as the scorer can tell answers apart.
+
+    **Published, with numbers, not reproducible here.** OpenAI's o1 announcement (2024)
+    reported AIME 2024 at 74% with one sample, 83% with a consensus of 64, 93% re-ranking
+    1,000 samples with a learned scorer, and plots of accuracy rising with the log of
+    test-time compute, without absolute units. DeepSeek-R1 (2025, open weights) gets its long
+    chains from RL on rule-checked rewards, answers with one sample, and reports its PRM and
+    MCTS attempts as unsuccessful. Snell et al. (2024) measured on MATH that a compute-optimal
+    mix of PRM-guided search and revisions matches best-of-N with about 4× less compute.
+
+    **Speculated.** Whether o-series models search, vote, or run a PRM inside one answer;
+    what a "reasoning effort" setting changes; how long the hidden chains are; whether the
+    log-linear plot holds past its range. None of it is disclosed: a claim about it is a
+    guess, and this course labels it so.
+    """
+    )
+    return (test_time_known,)
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it

@@ -60,7 +60,8 @@ def _():
         ("26_three_forces.py", "Why RL is shaping this way today",
          "signal, estimator, cost: a simulator whose corners recover R1, RLHF, DPO and Tülu 3, and a verifier that fools it"),
         ("27_missing_concepts.py", "Missing concepts",
-         "seventeen ideas this course does not develop, where each would go, the code for those posttrain has; off-policy correction live"),
+         "twenty-two ideas this course does not develop, where each would go, the code for those posttrain has; "
+         "off-policy correction, TRPO against PPO's clip, macro vs micro actions and state vs observation live"),
         ("19_system_topology.py", "System topology",
          "colocated or split, lockstep or async: a 7B GRPO step's idle GPU-seconds, memory per GPU and sync link"),
         ("20_kv_cache.py", "The KV cache and PagedAttention",
