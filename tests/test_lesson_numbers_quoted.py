@@ -25,7 +25,7 @@ and compares at the precision the page states.
 | 26: "a leave-one-out group of 16" | the `estimator_noise(..., k=16, ...)` call lesson 26 makes |
 | 26: "`hackable/multi-final` measures 0.75" | `forces.verifier_fidelity("hackable/multi-final")`, the lesson's fidelity |
 | 26: "five designs tie, R1-Zero first" | `forces.rank` + `tied_at_top` at the lesson's default weights and coverage, with that spec |
-| 27: "seventeen ideas" ... "twelve are in posttrain" | lesson 27's `CONCEPTS` (those with a `code` entry) |
+| 27: "twenty-two ideas" ... "eighteen are in posttrain" | lesson 27's `CONCEPTS` (those with a `code` entry) |
 
 Machine-dependent numbers the page does not quote but leaves to the lesson: lesson 15's gold
 peak and fall, lesson 16's pass@1 per loss, lesson 18a's live shares, lesson 25's log-prob gaps.
@@ -48,7 +48,8 @@ from posttrain.teach import forces
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
 GETTING_STARTED = " ".join((ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8").split())
-WORDS = {"one": 1, "two": 2, "five": 5, "six": 6, "seven": 7, "eight": 8, "twelve": 12, "seventeen": 17}
+WORDS = {"one": 1, "two": 2, "five": 5, "six": 6, "seven": 7, "eight": 8, "twelve": 12, "seventeen": 17,
+         "eighteen": 18, "twenty-two": 22}
 
 
 @pytest.fixture
@@ -176,8 +177,8 @@ def test_lesson_26_eight_designs_and_a_075_verifier_that_ties_five():
     assert tied[0]["design"].checkable.reward == "verifier"  # "still gets a verifier recommended"
 
 
-def test_lesson_27_seventeen_concepts_twelve_in_posttrain():
-    total = quoted(r"\*\*27 Missing concepts\*\*: (\w+) ideas the course does not develop")
+def test_lesson_27_concepts_and_those_in_posttrain():
+    total = quoted(r"\*\*27 Missing concepts\*\*: ([\w-]+) ideas the course does not develop")
     implemented = quoted(r"(\w+) are in posttrain and linked to the file and name")
     concepts = assigned_literal("27_missing_concepts.py", "CONCEPTS")
     assert len(concepts) == number(total.group(1))

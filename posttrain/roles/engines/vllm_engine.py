@@ -52,7 +52,7 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import torch
 from safetensors.torch import save_file
@@ -147,7 +147,7 @@ def peft_adapters(state: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             for name, tensor in state.items() if is_adapter(name)}
 
 
-def megabytes(tensors) -> float:
+def megabytes(tensors: Iterable[torch.Tensor]) -> float:
     """The size of `tensors`, a tensor held twice counted once (tied embeddings: lm_head is embed_tokens)."""
     unique = {t.data_ptr(): t for t in tensors}
     return sum(t.numel() * t.element_size() for t in unique.values()) / 1e6
