@@ -10,11 +10,17 @@ app = marimo.App(width="medium")
 def _():
     import marimo as mo
 
-    from posttrain.config.scoring import SearchConfig
-    from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.teach.lesson_setup import torch_on_one_thread
 
     torch = torch_on_one_thread()
+    return mo, torch
+
+
+@app.cell
+def _():
+    from posttrain.config.scoring import SearchConfig
+    from posttrain.envs.arithmetic import ArithmeticEnv
+
     # Every number the page states about the set-up is one of these (the prose is an f-string of them)
     SFT_STEPS = 400  # enough for the chain's format; greedy still misses about half: room for search to pay
     DEMOS = 795  # every level-2 problem of the train split
@@ -26,7 +32,7 @@ def _():
     # method's gain over greedy inside its own CI; all 205 separate them, and the search is batched,
     # so five times the problems cost about 1.5 times the CPU
     problems = env.fixed_set("dev", 102) + env.fixed_set("heldout", 103)
-    return DEMOS, MAX_NEW, SFT_STEPS, TEMPERATURE, env, mo, problems, settings, torch
+    return DEMOS, MAX_NEW, SFT_STEPS, TEMPERATURE, env, problems, settings
 
 
 @app.cell
