@@ -211,7 +211,7 @@ def _(mo):
     environment. posttrain's {len(_registered)} registered algorithms, placed by their own code:
 
     | branch | algorithms | posttrain's (on = the class it extends) |
-    |---|---|---|
+    |:---|:---|:---|
     {_rows}
     """
     )

@@ -336,7 +336,7 @@ def _(DELTAS, EPSILONS, clip_eps, max_kl, mo, ppo, ppo_sweep, trpo, trpo_sweep):
     mo.vstack([mo.md(
         f"""
     | step | knob | KL reached | gain in L | note |
-    |---|---|---|---|---|
+    |:---|:---|---:|---:|:---|
     | TRPO | δ = {max_kl:g} | {trpo['kl']:.4f} | {trpo['gain']:+.4f} | predicted ½ΔᵀFΔ = {trpo['predicted_kl']:.4f}, line search kept {trpo['step_fraction']:g} of the step |
     | PPO | ε = {clip_eps:g} | {ppo['kl']:.4f} | {ppo['gain']:+.4f} | clipfrac {ppo['clipfrac']:.2f} at the last epoch |
     """), trust_fig])
@@ -412,7 +412,7 @@ def _(mo):
     `{_example.prompt.strip()}`, decision by decision (`ToolEpisode` is the environment's state):
 
     | model turn | context (characters) | turns the environment still allows | the environment's state, in the context? |
-    |---|---|---|---|
+    |---:|---:|---:|:---|
     {_rows}
     The expected answer is hidden at the first decision and in the context at the second:
     the tool's result revealed it, which is the point of calling a tool. The turn budget is

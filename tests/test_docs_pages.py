@@ -340,6 +340,8 @@ SEPARATE_RUNS = {
     "+1.2 [−1.2, +3.6]": "dpo.md: refreshing π_ref online; algorithms.md: the progressive build's group std",
     "+11.0 [+7.6, +14.4]": "recipes.md: Tülu 3's DPO stage; search.md: STaR (restart) against its start",
     "+9.6 [+6.2, +13.0]": "first-task.md: the products recipe's seed 2; search.md: /no_think's accuracy change",
+    "5.0% [3.2, 7.0]": "first-task.md: chain_sum after 250 SFT steps; search.md: /think at budget 0",
+    "43.8% [39.4, 48.2]": "first-task.md: chain_sum after 600 SFT steps; recipes.md: the old 80-step GRPO setting",
     "100.0% [100.0, 100.0]": "agents.md: the tool runs; recipes.md: the reasoning specialist",
     "69.0% [65.0, 73.0]": "the seed-0 SFT stage each compare trained for itself: dpo.md's earlier five losses, "
                           "algorithms.md's six algorithms",
