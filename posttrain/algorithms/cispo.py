@@ -32,8 +32,8 @@ from posttrain.algorithms.core import (
     policy_gradient_loss,
     ratio_metrics,
 )
-from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
-from posttrain.algorithms.grpo import PER_TERM_NORMS, check_adv_norm, sequence_advantages
+from posttrain.algorithms.contract import check_field, check_loss_fields, require_advantages
+from posttrain.algorithms.grpo import GroupRelative, check_adv_norm
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -68,7 +68,7 @@ def cispo_loss(
 
 
 @dataclass
-class CISPO(Algorithm):
+class CISPO(GroupRelative):
     """GRPO's advantages with CISPO's loss. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "cispo"
@@ -87,23 +87,12 @@ class CISPO(Algorithm):
     entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
-    @property
-    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
-        """GRPO's advantages, so GRPO's per-term normalisation (GDPO) under an adv_norm that scales."""
-        return self.adv_norm in PER_TERM_NORMS
-
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", self.clip_eps_low >= 0.0, "a number >= 0 (>= 1 means no lower bound)")
         check_field(self, "clip_eps_high", self.clip_eps_high >= 0.0, "a number >= 0")
         check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
-
-    @torch.no_grad()
-    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """GRPO's group-relative advantage on every response token."""
-        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,) GDPO's with reward terms
-        return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(
         self, outputs: PolicyOutputs, batch: RolloutBatch

@@ -36,8 +36,8 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import MAX_LOG_RATIO, agg_loss, importance_ratio, masked_mean, ratio_metrics
-from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
-from posttrain.algorithms.grpo import PER_TERM_NORMS, check_adv_norm, sequence_advantages
+from posttrain.algorithms.contract import check_field, check_loss_fields, require_advantages
+from posttrain.algorithms.grpo import GroupRelative, check_adv_norm
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -83,7 +83,7 @@ def gmpo_loss(
 
 
 @dataclass
-class GMPO(Algorithm):
+class GMPO(GroupRelative):
     """GRPO's advantages with GMPO's geometric-mean objective. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "gmpo"
@@ -102,23 +102,12 @@ class GMPO(Algorithm):
     entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
-    @property
-    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
-        """GRPO's advantages, so GRPO's per-term normalisation (GDPO) under an adv_norm that scales."""
-        return self.adv_norm in PER_TERM_NORMS
-
     def __post_init__(self) -> None:
         check_field(self, "log_clip_low", self.log_clip_low >= 0.0, "a number >= 0 (a log-ratio; 0.4 is e^-0.4)")
         check_field(self, "log_clip_high", self.log_clip_high >= 0.0, "a number >= 0 (a log-ratio; 0.4 is e^0.4)")
         check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
-
-    @torch.no_grad()
-    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """GRPO's group-relative advantage on every response token."""
-        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,) GDPO's with reward terms
-        return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(
         self, outputs: PolicyOutputs, batch: RolloutBatch

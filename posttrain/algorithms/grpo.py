@@ -213,8 +213,29 @@ def without_truncated_rows(response_mask: torch.Tensor, truncated: torch.Tensor 
     return response_mask * (~truncated).to(response_mask.dtype)[:, None]  # (B, T)
 
 
+class GroupRelative(Algorithm):
+    """GRPO's group-relative advantage, for GRPO and for the algorithms that keep it under a loss
+    of their own (CISPO, SAPO, GMPO): each sequence's `sequence_advantages` on all its tokens, and
+    GDPO's per-term normalisation wherever `adv_norm` scales each term. A subclass declares
+    `adv_norm` and `adv_eps` as fields."""
+
+    adv_norm: str
+    adv_eps: float
+
+    @property
+    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
+        """Each reward term normalised within its group (GDPO) under an adv_norm that scales."""
+        return self.adv_norm in PER_TERM_NORMS
+
+    @torch.no_grad()
+    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
+        """The group-relative advantage on every response token."""
+        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,) GDPO's with reward terms
+        return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
+
+
 @dataclass
-class GRPO(Algorithm):
+class GRPO(GroupRelative):
     """Group Relative Policy Optimization. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "grpo"
@@ -252,11 +273,6 @@ class GRPO(Algorithm):
         """The baseline is the prompt's group under every adv_norm but batch-mean-batch-std
         and no-baseline."""
         return self.adv_norm not in ("batch-mean-batch-std", "no-baseline")
-
-    @property
-    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
-        """Each reward term normalised within its group (GDPO) under an adv_norm that scales."""
-        return self.adv_norm in PER_TERM_NORMS
 
     def __post_init__(self) -> None:
         check_field(self, "clip_eps_low", 0.0 <= self.clip_eps_low < 1.0, "0 <= value < 1")

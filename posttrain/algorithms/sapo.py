@@ -33,8 +33,8 @@ from typing import ClassVar
 import torch
 
 from posttrain.algorithms.core import agg_loss, importance_ratio, masked_mean, ratio_metrics
-from posttrain.algorithms.contract import Algorithm, check_field, check_loss_fields, require_advantages
-from posttrain.algorithms.grpo import PER_TERM_NORMS, check_adv_norm, sequence_advantages
+from posttrain.algorithms.contract import check_field, check_loss_fields, require_advantages
+from posttrain.algorithms.grpo import GroupRelative, check_adv_norm
 from posttrain.types import PolicyOutputs, RolloutBatch
 
 
@@ -79,7 +79,7 @@ def sapo_loss(
 
 
 @dataclass
-class SAPO(Algorithm):
+class SAPO(GroupRelative):
     """GRPO's advantages with SAPO's soft gate instead of the clip. Fields are the hyperparameters."""
 
     name: ClassVar[str] = "sapo"
@@ -100,23 +100,12 @@ class SAPO(Algorithm):
     entropy_agg: str = "loss_agg"  # the entropy bonus aggregated as the loss is; "token-mean" is TRL's per-token mean
     max_len: int | None = None  # divisor for loss_agg="seq-mean-token-sum-norm" only
 
-    @property
-    def accepts_reward_terms(self) -> bool:  # type: ignore[override]
-        """GRPO's advantages, so GRPO's per-term normalisation (GDPO) under an adv_norm that scales."""
-        return self.adv_norm in PER_TERM_NORMS
-
     def __post_init__(self) -> None:
         check_field(self, "tau_pos", self.tau_pos > 0.0, "a number > 0 (the gate divides by it)")
         check_field(self, "tau_neg", self.tau_neg > 0.0, "a number > 0 (the gate divides by it)")
         check_adv_norm(self)
         check_field(self, "adv_eps", self.adv_eps > 0.0, "a number > 0")
         check_loss_fields(self)
-
-    @torch.no_grad()
-    def compute_advantages(self, batch: RolloutBatch) -> dict[str, torch.Tensor]:
-        """GRPO's group-relative advantage on every response token."""
-        adv_seq = sequence_advantages(batch, self.adv_norm, self.adv_eps)  # (B,) GDPO's with reward terms
-        return {"advantages": adv_seq[:, None] * batch.response_mask}  # (B, T)
 
     def compute_loss(
         self, outputs: PolicyOutputs, batch: RolloutBatch
