@@ -10,7 +10,7 @@ import os
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 # out of space on the device, or out of the user's quota on it: the same remedy either way
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -104,3 +104,25 @@ def jsonl_objects(path: str | os.PathLike) -> Iterator[tuple[str, dict[str, Any]
         if not isinstance(obj, dict):
             raise ValueError(f"{where}: expected a JSON object, got {type(obj).__name__}")
         yield where, obj
+
+
+def jsonl_text(rows: Iterable[Mapping[str, Any]]) -> str:
+    """Rows as JSON Lines, one object a line, non-ASCII kept as written: the text a generated
+    data file holds, byte for byte the same on every rebuild."""
+    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+def write_or_check(texts: Mapping[Path, str], rebuild: str, argv: Sequence[str]) -> int:
+    """The command line of a generated file: write each path's text (atomically), or with
+    `--check` in argv write nothing and return 1, naming the stale paths and `rebuild`, the
+    command that rewrites them, when one differs from its text. Returns 0 otherwise."""
+    if "--check" in argv:
+        stale = [str(path) for path, text in texts.items()
+                 if not path.is_file() or path.read_text(encoding="utf-8") != text]
+        if stale:
+            print(f"out of date (run {rebuild}): {', '.join(stale)}")
+        return 1 if stale else 0
+    for path, text in texts.items():
+        write_atomic(path, text)
+        print(f"wrote {text.count(chr(10))} rows to {path}")
+    return 0

@@ -9,6 +9,7 @@ import pytest
 
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 from posttrain.eval import make_packs
+from posttrain.files import jsonl_text
 from posttrain.eval.packs import FAILURE_LABELS, PACKS, PACKS_DIR, example_of, kata_scorer, load_pack, pack_path
 
 
@@ -103,5 +104,5 @@ def test_kata_rescoring_reproduces_every_case():
 def test_packs_rebuild_byte_for_byte():
     packs = make_packs.build_packs()
     for name, records in packs.items():
-        assert make_packs.render(records) == pack_path(name).read_text(encoding="utf-8"), name
-    json.loads(make_packs.render(packs["kata"]).splitlines()[0])  # one JSON object per line
+        assert jsonl_text(records) == pack_path(name).read_text(encoding="utf-8"), name
+    json.loads(jsonl_text(packs["kata"]).splitlines()[0])  # one JSON object per line

@@ -266,3 +266,19 @@ def test_truncated_pref_rounds_json_names_the_file(finished, tmp_path, capsys):
     unfinish(run)  # so the resume reads which pairs round 0 trained on
     fails_with(capsys, ["train", "--resume", str(run)], f"{run / 'pref_rounds.json'} is truncated or corrupt",
                "restore it from a copy")
+
+
+def test_write_or_check_writes_then_names_a_stale_file(tmp_path, capsys):
+    from posttrain.files import jsonl_text, write_or_check
+
+    first, second = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    texts = {first: jsonl_text([{"q": "é"}, {"q": 2}]), second: jsonl_text([])}
+    assert texts[first] == '{"q": "é"}\n{"q": 2}\n'
+    assert write_or_check(texts, "python -m gen", ["--check"]) == 1  # nothing written yet: both stale
+    assert not first.exists() and f"out of date (run python -m gen): {first}, {second}" in capsys.readouterr().out
+    assert write_or_check(texts, "python -m gen", []) == 0 and first.read_text(encoding="utf-8") == texts[first]
+    assert "wrote 2 rows to" in capsys.readouterr().out
+    assert write_or_check(texts, "python -m gen", ["--check"]) == 0
+    first.write_text('{"q": 3}\n', encoding="utf-8")
+    assert write_or_check(texts, "python -m gen", ["--check"]) == 1
+    assert f"out of date (run python -m gen): {first}\n" == capsys.readouterr().out

@@ -32,14 +32,13 @@ when the shipped file differs).
 from __future__ import annotations
 
 import hashlib
-import json
 import random
 import sys
 from pathlib import Path
 from typing import Any
 
 from posttrain.envs.arithmetic import ArithmeticEnv, Problem
-from posttrain.files import write_atomic
+from posttrain.files import jsonl_text, write_or_check
 from posttrain.types import Example
 from posttrain.verifiers.steps import arithmetic_step_labels
 
@@ -82,21 +81,9 @@ def feedback_rows(n: int = FIXTURE_PAIRS, seed: int = FIXTURE_SEED, level: int =
     return rows
 
 
-def render(rows: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    text = render(feedback_rows())
-    if "--check" in argv:
-        if not FEEDBACK_FIXTURE.is_file() or FEEDBACK_FIXTURE.read_text(encoding="utf-8") != text:
-            print(f"out of date (run python -m posttrain.data.feedback_fixture): {FEEDBACK_FIXTURE}")
-            return 1
-        return 0
-    write_atomic(FEEDBACK_FIXTURE, text)
-    print(f"wrote {FIXTURE_PAIRS} pairs to {FEEDBACK_FIXTURE}")
-    return 0
+    return write_or_check({FEEDBACK_FIXTURE: jsonl_text(feedback_rows())}, "python -m posttrain.data.feedback_fixture",
+                          sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -26,13 +26,12 @@ shipped file differs).
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
 from typing import Callable
 
-from posttrain.files import write_atomic
+from posttrain.files import jsonl_text, write_or_check
 from posttrain.verifiers.gsm8k import HashV1, calculator_annotations
 
 # two files, as GSM8K ships its train and test splits: 600 problems to train on, 200 held out
@@ -160,30 +159,15 @@ def gsm8k_rows(n: int = sum(FIXTURE_ROWS.values()), seed: int = FIXTURE_SEED) ->
     return rows
 
 
-def render(rows: list[dict[str, str]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
-def fixture_texts() -> dict[str, str]:
+def fixture_texts() -> dict[Path, str]:
     """Each file's text: the first FIXTURE_ROWS["train"] rows train, the rest are the test split."""
     rows = gsm8k_rows()
-    return {"train": render(rows[:FIXTURE_ROWS["train"]]), "test": render(rows[FIXTURE_ROWS["train"]:])}
+    split_at = FIXTURE_ROWS["train"]
+    return {GSM8K_FIXTURE["train"]: jsonl_text(rows[:split_at]), GSM8K_FIXTURE["test"]: jsonl_text(rows[split_at:])}
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    texts = fixture_texts()
-    if "--check" in argv:
-        stale = [str(path) for split, path in GSM8K_FIXTURE.items()
-                 if not path.is_file() or path.read_text(encoding="utf-8") != texts[split]]
-        if stale:
-            print(f"out of date (run python -m posttrain.data.gsm8k_fixture): {', '.join(stale)}")
-            return 1
-        return 0
-    for split, path in GSM8K_FIXTURE.items():
-        write_atomic(path, texts[split])
-        print(f"wrote {FIXTURE_ROWS[split]} problems to {path}")
-    return 0
+    return write_or_check(fixture_texts(), "python -m posttrain.data.gsm8k_fixture", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -28,13 +28,12 @@ shipped file differs).
 
 from __future__ import annotations
 
-import json
 import random
 import sys
 from pathlib import Path
 
 from posttrain.envs.arithmetic import ArithmeticEnv, Problem
-from posttrain.files import write_atomic
+from posttrain.files import jsonl_text, write_or_check
 from posttrain.types import Example
 
 HH_RLHF_FIXTURE = Path(__file__).resolve().parent / "packs" / "hh_rlhf_arithmetic.jsonl"
@@ -78,21 +77,9 @@ def hh_rlhf_rows(n: int = FIXTURE_PAIRS, seed: int = FIXTURE_SEED, level: int = 
     return rows
 
 
-def render(rows: list[dict[str, str]]) -> str:
-    return "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    text = render(hh_rlhf_rows())
-    if "--check" in argv:
-        if not HH_RLHF_FIXTURE.is_file() or HH_RLHF_FIXTURE.read_text(encoding="utf-8") != text:
-            print(f"out of date (run python -m posttrain.data.hh_rlhf_fixture): {HH_RLHF_FIXTURE}")
-            return 1
-        return 0
-    write_atomic(HH_RLHF_FIXTURE, text)
-    print(f"wrote {FIXTURE_PAIRS} pairs to {HH_RLHF_FIXTURE}")
-    return 0
+    return write_or_check({HH_RLHF_FIXTURE: jsonl_text(hh_rlhf_rows())}, "python -m posttrain.data.hh_rlhf_fixture",
+                          sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

@@ -12,15 +12,14 @@ record is scored and the intent checked, so a pack cannot ship disagreeing with 
 
 from __future__ import annotations
 
-import json
 import random
 import sys
-from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from posttrain.envs.arithmetic import ArithmeticEnv, Problem
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS
 from posttrain.eval.packs import FAILURE_LABELS, PACKS, PACKS_DIR, example_of, kata_scorer
+from posttrain.files import jsonl_text, write_or_check
 from posttrain.types import Example
 
 COT = "final_int/cot-v1"
@@ -344,28 +343,9 @@ def build_packs() -> dict[str, list[dict]]:
     return packs
 
 
-def render(records: list[dict[str, Any]]) -> str:
-    return "".join(json.dumps(record, ensure_ascii=False) + "\n" for record in records)
-
-
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    packs = build_packs()
-    stale = []
-    for name, records in packs.items():
-        path: Path = PACKS_DIR / PACKS[name]
-        text = render(records)
-        if "--check" in argv:
-            if not path.is_file() or path.read_text(encoding="utf-8") != text:
-                stale.append(str(path))
-            continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        print(f"wrote {len(records):4d} records to {path}")
-    if stale:
-        print("out of date (run python -m posttrain.eval.make_packs):\n  " + "\n  ".join(stale))
-        return 1
-    return 0
+    texts = {PACKS_DIR / PACKS[name]: jsonl_text(records) for name, records in build_packs().items()}
+    return write_or_check(texts, "python -m posttrain.eval.make_packs", sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
