@@ -8,7 +8,7 @@ peer_verl) read through this class and nothing else.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterable
 
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config.files import to_dict
@@ -74,6 +74,21 @@ class RunSettings:
         """Keys the mapping accounted for without a peer setting: the peer's fixed behaviour is
         this value, or the value has no effect here (a KL estimator with kl_coef 0)."""
         self.read.update(key for key in keys if key in self.values)
+
+    def loss_agg(self, modes: Iterable[str], aggregates: str, divides_by: str) -> str:
+        """The algorithm's loss_agg when the peer has it (`modes`; `aggregates` says how the peer
+        names them), refused otherwise; Dr. GRPO's divisor must be the generation budget, which
+        is what every peer divides by (`divides_by` says it in the peer's words)."""
+        agg = self.field("loss_agg")
+        modes = list(modes)
+        if agg not in modes:
+            raise self.refuse(f"{self.algo}.loss_agg", f"{aggregates} {', '.join(modes)}",
+                              f"set --{self.algo}.loss_agg to one of those")
+        if agg == "seq-mean-token-sum-norm" and self.field("max_len") != self["rl.sampling.max_new_tokens"]:
+            raise self.refuse(f"{self.algo}.max_len", divides_by,
+                              "leave max_len unset (it is then rl.sampling.max_new_tokens)")
+        self.agrees(f"{self.algo}.max_len")
+        return agg
 
     def refuse(self, key: str, allowed: str, fix: str) -> ConfigError:
         """The error for a value the peer cannot express: the key, its value, what the peer

@@ -57,14 +57,7 @@ def batch_keywords(settings: RunSettings) -> dict[str, Any]:
 
 def grpo_keywords(settings: RunSettings) -> dict[str, Any]:
     """GRPOConfig's keywords for the GRPO family."""
-    agg = settings.field("loss_agg")
-    if agg not in LOSS_TYPES:
-        raise settings.refuse(f"{settings.algo}.loss_agg", f"TRL's loss types aggregate as {', '.join(LOSS_TYPES)}",
-                              f"set --{settings.algo}.loss_agg to one of those")
-    if agg == "seq-mean-token-sum-norm" and settings.field("max_len") != settings["rl.sampling.max_new_tokens"]:
-        raise settings.refuse(f"{settings.algo}.max_len", "TRL's dr_grpo divides by max_completion_length",
-                              "leave max_len unset (it is then rl.sampling.max_new_tokens)")
-    settings.agrees(f"{settings.algo}.max_len")
+    agg = settings.loss_agg(LOSS_TYPES, "TRL's loss types aggregate as", "TRL's dr_grpo divides by max_completion_length")
     norm = settings.field("adv_norm")
     if norm not in SCALE_REWARDS:
         raise settings.refuse(f"{settings.algo}.adv_norm", f"TRL's scale_rewards has {', '.join(SCALE_REWARDS)}",

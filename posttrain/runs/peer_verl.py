@@ -35,14 +35,7 @@ ROLLOUT = "actor_rollout_ref.rollout"
 def actor_overrides(settings: RunSettings) -> dict[str, Any]:
     """The policy loss: clip range, aggregation, entropy bonus, epochs and minibatches."""
     algo = settings.algo
-    agg = settings.field("loss_agg")
-    if agg not in LOSS_AGG_MODES:
-        raise settings.refuse(f"{algo}.loss_agg", f"verl aggregates as {', '.join(LOSS_AGG_MODES)}",
-                              f"set --{algo}.loss_agg to one of those")
-    if agg == "seq-mean-token-sum-norm" and settings.field("max_len") != settings["rl.sampling.max_new_tokens"]:
-        raise settings.refuse(f"{algo}.max_len", "verl divides by the response length budget",
-                              "leave max_len unset (it is then rl.sampling.max_new_tokens)")
-    settings.agrees(f"{algo}.max_len")
+    agg = settings.loss_agg(LOSS_AGG_MODES, "verl aggregates as", "verl divides by the response length budget")
     overrides: dict[str, Any] = {f"{ACTOR}.loss_agg_mode": agg, f"{ACTOR}.ppo_epochs": settings["rl.update.epochs"],
                                  # verl counts a minibatch in prompts, each with its rollout.n completions
                                  f"{ACTOR}.ppo_mini_batch_size": rows_per_minibatch(settings)
