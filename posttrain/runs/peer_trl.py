@@ -57,7 +57,8 @@ def batch_keywords(settings: RunSettings) -> dict[str, Any]:
 
 def grpo_keywords(settings: RunSettings) -> dict[str, Any]:
     """GRPOConfig's keywords for the GRPO family."""
-    agg = settings.loss_agg(LOSS_TYPES, "TRL's loss types aggregate as", "TRL's dr_grpo divides by max_completion_length")
+    agg = settings.loss_agg(LOSS_TYPES, "TRL's loss types aggregate as",
+                            "TRL's dr_grpo divides by max_completion_length")
     norm = settings.field("adv_norm")
     if norm not in SCALE_REWARDS:
         raise settings.refuse(f"{settings.algo}.adv_norm", f"TRL's scale_rewards has {', '.join(SCALE_REWARDS)}",
