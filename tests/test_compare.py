@@ -114,6 +114,8 @@ def test_a_row_changes_its_settings_and_only_those():
             {"rl.optim.lr": 2e-4, "rl.sampling.max_new_tokens": 40, "seed": 1}, {}),
         "clip:grpo.clip_eps_high=0.28,grpo.overlong_filter=true": ({}, {"clip_eps_high": 0.28, "overlong_filter": True}),
         "kimi:rl.algo=kimi,kimi.tau=0.1,rl.reward.length_reward=0.5": ({"rl.algo": "kimi", "rl.reward.length_reward": 0.5}, {"tau": 0.1}),
+        # a teacher is opd's own setting, so distillation is a row beside the algorithms it is compared with
+        "opd:rl.algo=opd,opd.teacher=runs/t": ({"rl.algo": "opd"}, {"teacher": "runs/t"}),
         "start:init=runs/x/checkpoints/sft/step_000099,model.lora_r=4": (
             {"init": "runs/x/checkpoints/sft/step_000099", "model.lora_r": 4}, {}),
     }
