@@ -7,6 +7,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -14,6 +15,16 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 # out of space on the device, or out of the user's quota on it: the same remedy either way
 DISK_FULL = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def _read_umask() -> int:
+    """The process's umask. Reading it means setting it, so it is read once, at import."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+PROCESS_UMASK = _read_umask()
 
 
 class DiskFullError(OSError):
@@ -73,6 +84,9 @@ def write_atomic(path: str | os.PathLike, data: bytes | str) -> None:
         # the name `.<name>.<random>.tmp` is what RunDir.resume sweeps up after a kill -9
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         try:
+            # mkstemp makes the file 0600; the file it becomes gets the mode a plain open() would give it
+            # (the old file's, or 0666 less the umask), so a run directory stays readable by whom it was
+            os.chmod(tmp, stat.S_IMODE(path.stat().st_mode) if path.exists() else 0o666 & ~PROCESS_UMASK)
             with os.fdopen(fd, "wb") as f:
                 f.write(raw)
                 f.flush()

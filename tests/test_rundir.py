@@ -282,3 +282,16 @@ def test_write_or_check_writes_then_names_a_stale_file(tmp_path, capsys):
     first.write_text('{"q": 3}\n', encoding="utf-8")
     assert write_or_check(texts, "python -m gen", ["--check"]) == 1
     assert f"out of date (run python -m gen): {first}\n" == capsys.readouterr().out
+
+
+def test_an_atomic_write_gives_the_mode_a_plain_write_would(tmp_path):
+    from posttrain.files import PROCESS_UMASK, write_atomic
+
+    fresh = tmp_path / "fresh.json"
+    write_atomic(fresh, "{}")
+    assert fresh.stat().st_mode & 0o777 == 0o666 & ~PROCESS_UMASK  # not mkstemp's 0600
+    kept = tmp_path / "private.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    write_atomic(kept, "new")
+    assert kept.read_text() == "new" and kept.stat().st_mode & 0o777 == 0o640  # a file keeps its own mode
