@@ -49,7 +49,7 @@ import pytest
 import torch
 
 from posttrain.algorithms import make_algorithm
-from posttrain.algorithms.entropy_control import AdaptiveEntropyController, TokenSelection
+from posttrain.algorithms.entropy_control import AdaptiveEntropyController, TokenSelection, high_entropy_mask
 from posttrain.algorithms.grpo import per_term_advantages
 from posttrain.roles.mismatch import diagnostics, importance_weights
 from tests import test_gdpo_entropy_oracle as ent
@@ -211,3 +211,127 @@ def test_dppo_is_verls(name):
                     verl_loss(name, *V, mode, clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cap))
     # verl's own default cap, 3: the rare token's weight 100 truncated at 3, not 20
     assert_same(var.ours(name, clip_eps_high=2.0), verl_loss(name, *V, clip_ratio_low=delta, clip_ratio_high=delta))
+
+
+# --- GDPO: verl's gdpo estimator and TRL's normalize_then_sum -----------------------------------
+
+
+def trl_normalize_then_sum(terms: torch.Tensor, weights: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """TRL's multi_objective_aggregation="normalize_then_sum" lines on (B, K) reward terms."""
+    stub = SimpleNamespace(reward_funcs=[None] * terms.shape[1], reward_weights=weights)
+    return trl_lines("grouped = rewards_per_func.view(-1, num_generations",
+                     "advantages = (rewards - torch.nanmean(rewards))", self=stub, rewards_per_func=terms,
+                     num_generations=num_generations, device=terms.device,
+                     unscorable_mask=torch.isnan(terms).all(dim=1))["advantages"]
+
+
+def verl_gdpo(terms: torch.Tensor, weights: torch.Tensor, groups: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """verl's compute_gdpo_outcome_advantage, each term a reward key of the batch, as its trainer
+    hands them over: the score on each response's last token. Returns (B, T)."""
+    T = max(lengths)
+    mask = (torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]).float()  # (B, T)
+    keys = [f"term_{k}" for k in range(terms.shape[1])]
+    prompts = torch.zeros(len(lengths), 1, dtype=torch.long)
+    advantages, _ = core_algos.compute_gdpo_outcome_advantage(
+        token_level_rewards=torch.zeros(mask.shape), response_mask=mask, index=groups.numpy(), epsilon=1e-6,
+        config=AlgoConfig(gdpo_reward_keys=keys, gdpo_reward_weights=weights.tolist()),
+        non_tensor_batch={key: terms[:, k].numpy() for k, key in enumerate(keys)},
+        batch={"prompts": prompts, "attention_mask": torch.cat([torch.ones_like(prompts), mask.long()], dim=1)})
+    return advantages
+
+
+def test_gdpo_is_trls_normalize_then_sum():
+    ours = per_term_advantages(ent.TERMS, ent.TERM_WEIGHTS.expand(12, 3), ent.GROUPS, "group", 1e-4)
+    torch.testing.assert_close(ours, trl_normalize_then_sum(ent.TERMS, ent.TERM_WEIGHTS, 4), rtol=1e-6, atol=1e-6)
+
+
+def test_gdpo_is_verls_up_to_where_each_whitens():
+    """verl 0.9.1 has a `gdpo` estimator (the transcription's mirror had none): each term through
+    its GRPO estimator (group mean, Bessel std, +1e-6), weighted and summed as ours, then whitened
+    over the batch's response *tokens* (masked_whiten) where ours and TRL's whiten over responses.
+    With equal lengths that is one constant factor, (B·L − 1) / (L·(B − 1)) under the root;
+    with unequal lengths a long response counts more in verl's mean, and verl's advantages are
+    ours moved and scaled (an affine map, the same for every row), no longer centred per response."""
+    ours = per_term_advantages(ent.TERMS, ent.TERM_WEIGHTS.expand(12, 3), ent.GROUPS, "group", 1e-6)
+    equal = verl_gdpo(ent.TERMS, ent.TERM_WEIGHTS, ent.GROUPS, [5] * 12)
+    torch.testing.assert_close(equal, (ours * math.sqrt((12 * 5 - 1) / (5 * (12 - 1))))[:, None].expand(12, 5),
+                               rtol=1e-5, atol=1e-5)
+    lengths = [3, 5, 2, 4] * 3
+    unequal = verl_gdpo(ent.TERMS, ent.TERM_WEIGHTS, ent.GROUPS, lengths)
+    per_row = unequal[torch.arange(12), 0]  # every token of a row carries the row's advantage
+    n = torch.tensor(lengths, dtype=torch.float32)
+    assert (per_row * n).sum().abs() < 1e-5 and per_row.mean().abs() > 1e-2  # centred over tokens, not rows
+    scale, shift = np.polyfit(ours.numpy(), per_row.numpy(), 1)
+    torch.testing.assert_close(per_row, ours * float(scale) + float(shift), rtol=1e-5, atol=1e-5)
+
+
+# --- entropy control: verl's Clip-Cov and KL-Cov, TRL's high-entropy tokens and coefficient -----
+
+
+def verl_cov_loss(name: str, **policy_loss):
+    return verl_loss(name, ent.OLD_LOGP, ent.LOGP, ent.ADV, ent.MASK, "token-mean",
+                     policy_loss=PolicyLossConfig(loss_mode=name, **policy_loss))
+
+
+def test_entropy_control_defaults_are_the_peers():
+    ours, verls = TokenSelection(), PolicyLossConfig()
+    assert (ours.cov_ratio, ours.clip_cov_low, ours.clip_cov_high, ours.kl_cov_coef) == (
+        verls.clip_cov_ratio, verls.clip_cov_lb, verls.clip_cov_ub, verls.ppo_kl_coef) == (2e-4, 1.0, 5.0, 0.1)
+    assert verls.kl_cov_ratio == ours.cov_ratio
+    assert (GRPO_CONFIG["entropy_coef_delta"], GRPO_CONFIG["entropy_coef_max"], GRPO_CONFIG["entropy_coef_min"]) == (
+        0.005, 1.0, 0.0)  # ours: delta 0.005, c_max 1 and a floor of 0 (docs/algorithms/entropy_control.md)
+
+
+def test_clip_cov_is_verls():
+    """verl draws its share of the band's tokens with torch.randperm; a ratio of 0.5 makes it
+    take every candidate (the transcription asserts so on these tensors), so the draw cannot differ."""
+    value, grad, metrics = ent.posttrain_loss(TokenSelection(cov="clip_cov", cov_ratio=0.5, clip_cov_low=0.3,
+                                                             clip_cov_high=2.5))
+    theirs = verl_cov_loss("clip_cov", clip_cov_ratio=0.5, clip_cov_lb=0.3, clip_cov_ub=2.5)
+    assert value == pytest.approx(theirs[0].item(), rel=1e-6)
+    torch.testing.assert_close(grad, theirs[1], rtol=1e-6, atol=1e-7)
+    assert metrics["clip_cov_frac"] == pytest.approx(theirs[2]["actor/pg_clipfrac"])
+
+
+def test_kl_cov_is_verls():
+    value, grad, metrics = ent.posttrain_loss(TokenSelection(cov="kl_cov", cov_ratio=0.2, kl_cov_coef=0.7))
+    theirs = verl_cov_loss("kl_cov", kl_cov_ratio=0.2, ppo_kl_coef=0.7)
+    assert value == pytest.approx(theirs[0].item(), rel=1e-6)
+    torch.testing.assert_close(grad, theirs[1], rtol=1e-6, atol=1e-7)
+    assert metrics["kl_cov_frac"] == pytest.approx(int(0.2 * 21) / 21)
+
+
+@pytest.mark.parametrize("top", [0.0, 0.2, 0.5, 1.0])
+def test_high_entropy_mask_is_trls(top):
+    theirs = TrlStub(ent.LOGP).get_high_entropy_mask(ent.ENTROPY, ent.MASK, 1 - top)
+    assert torch.equal(high_entropy_mask(ent.ENTROPY, ent.MASK, top), theirs)
+
+
+def test_training_the_top_fifth_is_trls_loss():
+    """TRL's bnpo loss (a token mean, GRPO's clip) with top_entropy_quantile 0.2: our GRPO at
+    token-mean with the same selection."""
+    value, grad, _ = ent.posttrain_loss(TokenSelection(top_quantile=0.2))
+    theirs = trl_loss(GRPOTrainer, ent.LOGP, ent.OLD_LOGP, ent.ADV[:, 1], ent.MASK, ent.ENTROPY,
+                      loss_type="bnpo", top_entropy_quantile=0.2)
+    assert value == pytest.approx(theirs[0].item(), rel=1e-6)
+    torch.testing.assert_close(grad, theirs[1], rtol=1e-6, atol=1e-7)
+
+
+def test_adaptive_entropy_coefficient_is_trls():
+    """TRL's _compute_loss run once per optimizer step, on a batch whose advantages are 0 and
+    whose every token has the step's entropy H: its loss is −c·H, so it gives the coefficient c
+    the step applied, and the stub's entropy_coef the one it sets for the next."""
+    entropies = [0.5, 0.3, 0.25, 0.1, 0.15, 0.4, 0.35, 0.1, 0.05, 0.05, 0.05, 0.3]
+    stub = TrlStub(ent.LOGP, use_adaptive_entropy=True, entropy_coef=0.002, entropy_target=0.2,
+                   entropy_coef_delta=0.005, entropy_coef_max=0.012, loss_type="bnpo")
+    completion = {"prompt_ids": torch.zeros(4, 1, dtype=torch.long), "prompt_mask": torch.ones(4, 1),
+                  "completion_ids": torch.zeros(4, 6, dtype=torch.long), "completion_mask": ent.MASK[:, 1:],
+                  "advantages": torch.zeros(4), "old_per_token_logps": ent.LOGP[:, 1:]}
+    theirs = []
+    for entropy in entropies:
+        stub.entropies = entropy * ent.MASK
+        theirs.append(-GRPOTrainer._compute_loss(stub, None, completion).item() / entropy)
+    controller = AdaptiveEntropyController(0.002, target=0.2, delta=0.005, coef_max=0.012)
+    ours = [controller.applied()] + [controller.update(entropy) for entropy in entropies[:-1]]
+    assert ours == pytest.approx(theirs, abs=1e-7)
+    assert max(theirs) == pytest.approx(0.012) and theirs[0] == 0.0  # capped; nothing before a measurement
