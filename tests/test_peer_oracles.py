@@ -136,13 +136,13 @@ def trl_loss(trainer, logp, old_logp, row_adv, mask, entropies=None, **fields):
     return loss.detach(), logp.grad, {k: v[-1] for k, v in stub._metrics["train"].items()}
 
 
-def trl_lines(first: str, last: str, **names) -> dict:
+def trl_lines(first: str, until: str, **names) -> dict:
     """Run the lines of TRL's GRPOTrainer._generate_and_score_completions from the one holding
-    `first` through the one holding `last` (the first such after `first`), with `names` bound;
-    returns the names they leave behind."""
+    `first` up to (not including) the next one holding `until`, with `names` bound; returns the
+    names they leave behind."""
     source = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     start = source.rindex("\n", 0, source.index(first)) + 1
-    stop = source.index("\n", source.index(last, start))
+    stop = source.rindex("\n", 0, source.index(until, start)) + 1
     scope = dict(vars(sys.modules[GRPOTrainer.__module__]), **names)  # the module's imports: torch, nanstd, ...
     exec(compile(textwrap.dedent(source[start:stop]), f"<trl {trl.__version__} GRPOTrainer>", "exec"), scope)
     return scope
@@ -220,7 +220,7 @@ def trl_normalize_then_sum(terms: torch.Tensor, weights: torch.Tensor, num_gener
     """TRL's multi_objective_aggregation="normalize_then_sum" lines on (B, K) reward terms."""
     stub = SimpleNamespace(reward_funcs=[None] * terms.shape[1], reward_weights=weights)
     return trl_lines("grouped = rewards_per_func.view(-1, num_generations",
-                     "advantages = (rewards - torch.nanmean(rewards))", self=stub, rewards_per_func=terms,
+                     "is_std_zero = torch.isclose(", self=stub, rewards_per_func=terms,
                      num_generations=num_generations, device=terms.device,
                      unscorable_mask=torch.isnan(terms).all(dim=1))["advantages"]
 
@@ -335,3 +335,115 @@ def test_adaptive_entropy_coefficient_is_trls():
     ours = [controller.applied()] + [controller.update(entropy) for entropy in entropies[:-1]]
     assert ours == pytest.approx(theirs, abs=1e-7)
     assert max(theirs) == pytest.approx(0.012) and theirs[0] == 0.0  # capped; nothing before a measurement
+
+
+# --- the mismatch correction: TRL's vllm_importance_sampling_mode, verl's rollout_corr_helper ------
+# tests/test_mismatch.py's tensors: 3 responses of 3, 2, 3 tokens, log ρ_t exact in binary
+
+LOG_RATIO = mis.TRAINER - mis.SAMPLER  # (B, T) log π_trainer − log π_sampler, 0 off the response
+
+
+def trl_importance_sampling(mode: str, clip_min: float | None, clip_max: float) -> dict:
+    """TRL's ratio lines, then its sampling/* metrics lines, on our tensors ((B, T) or (B, 1))."""
+    stub = SimpleNamespace(vllm_importance_sampling_mode=mode, vllm_importance_sampling_clip_min=clip_min,
+                           vllm_importance_sampling_clip_max=clip_max, accelerator=ACCELERATOR,
+                           _metrics=defaultdict(lambda: defaultdict(list)))
+    tensors = dict(self=stub, old_per_token_logps=mis.TRAINER, sampling_per_token_logps=mis.SAMPLER,
+                   completion_mask=mis.MASK, tool_mask=None, device="cpu", mode="train")
+    ratio = trl_lines("per_token_logps_diff = (old_per_token_logps - sampling_per_token_logps) * mask",
+                      "# Compute the per-token log probabilities for the reference model", mask=mis.MASK, **tensors)
+    trl_lines("delta = torch.abs(old_per_token_logps - sampling_per_token_logps)", "output = {", **tensors,
+              sequence_level_is=ratio["sequence_level_is"], vllm_importance_sampling_ratio=ratio["vllm_importance_sampling_ratio"])
+    return {"ratio": ratio["vllm_importance_sampling_ratio"], **{k: v[-1] for k, v in stub._metrics["train"].items()}}
+
+
+def ours(mode: str, cap: float, lower: float = 0.0) -> tuple[torch.Tensor, dict[str, float]]:
+    weights = importance_weights(mis.TRAINER, mis.SAMPLER, mis.MASK, mode, cap, lower)
+    return weights, diagnostics(mis.TRAINER, mis.SAMPLER, mis.MASK, weights, mode, cap, lower)
+
+
+def test_trls_default_is_sequence_mask_capped_at_3():
+    assert (GRPO_CONFIG["vllm_importance_sampling_mode"], GRPO_CONFIG["vllm_importance_sampling_clip_max"],
+            GRPO_CONFIG["vllm_importance_sampling_clip_min"]) == ("sequence_mask", 3.0, None)
+
+
+@pytest.mark.parametrize("mode", ["token_truncate", "token_mask", "sequence_truncate", "sequence_mask"])
+@pytest.mark.parametrize("clip_min, clip_max", [(None, 3.0), (0.5, 2.0), (0.4, 6.0)])
+def test_every_trl_mode_is_ours(mode, clip_min, clip_max):
+    """The weight each response token's loss is multiplied by, and TRL's logged numbers. TRL's
+    importance_sampling_ratio/mean is over its ratios as shaped: one per token in a token mode,
+    one per *response* in a sequence mode, where ours (weight_mean) is over tokens; so there the
+    same name is a different number unless every response has the same length."""
+    theirs = trl_importance_sampling(mode, clip_min, clip_max)
+    weights, stats = ours(mode, clip_max, clip_min or 0.0)
+    torch.testing.assert_close(weights, theirs["ratio"] * mis.MASK, rtol=1e-6, atol=1e-7)
+    assert stats["mismatch/logp_diff_mean"] == pytest.approx(theirs["sampling/sampling_logp_difference/mean"])
+    assert stats["mismatch/logp_diff_max"] == pytest.approx(theirs["sampling/sampling_logp_difference/max"])
+    if mode.startswith("token"):
+        assert stats["mismatch/weight_mean"] == pytest.approx(theirs["sampling/importance_sampling_ratio/mean"])
+    else:
+        per_response = weights[:, 1]  # (B,) a response's weight sits on each of its tokens
+        assert theirs["sampling/importance_sampling_ratio/mean"] == pytest.approx(per_response.mean().item())
+        assert stats["mismatch/weight_mean"] == pytest.approx(
+            (per_response * torch.tensor(mis.LENGTHS)).sum().item() / sum(mis.LENGTHS))
+
+
+@pytest.mark.parametrize("level", ["token", "sequence"])
+@pytest.mark.parametrize("threshold", [2.0, 5.0])  # RolloutCorrectionConfig's default rollout_is_threshold is 2
+def test_verls_rollout_is_truncated_is_our_truncate_mode(level, threshold):
+    theirs, metrics = rollout_corr_helper.compute_rollout_correction_weights(LOG_RATIO, mis.MASK, level, threshold)
+    weights, stats = ours(f"{level}_truncate", threshold)
+    torch.testing.assert_close(weights, theirs, rtol=1e-6, atol=1e-7)
+    assert stats["mismatch/weight_mean"] == pytest.approx(metrics["rollout_is_mean"], rel=1e-6)
+    # verl 0.9.1's ESS reads the weights applied (clamped into [0, C]); 0.8's raised them to 1/C first
+    assert stats["mismatch/ess"] == pytest.approx(metrics["rollout_is_eff_sample_size"], rel=1e-6)
+    if level == "token":
+        assert stats["mismatch/truncated_fraction"] == pytest.approx(metrics["rollout_is_ratio_fraction_high"])
+
+
+@pytest.mark.parametrize("level, lower, upper", [("token", 0.5, 2.0), ("token", 0.4, 6.0), ("sequence", 0.4, 6.0)])
+def test_verls_rollout_is_icepop_is_our_mask_mode(level, lower, upper):
+    """verl 0.9.1's rollout_is_threshold "lower_upper" (IcePop): a weight outside [lower, upper]
+    is 0, one inside is ρ. verl 0.8 had only the truncated form."""
+    theirs, metrics = rollout_corr_helper.compute_rollout_correction_weights(LOG_RATIO, mis.MASK, level,
+                                                                             f"{lower}_{upper}")
+    weights, stats = ours(f"{level}_mask", upper, lower)
+    torch.testing.assert_close(weights, theirs, rtol=1e-6, atol=1e-7)
+    assert stats["mismatch/masked_fraction"] == pytest.approx(metrics["rollout_is_oob_ratio"])
+    assert stats["mismatch/ess"] == pytest.approx(metrics["rollout_is_eff_sample_size"], rel=1e-6)
+
+
+def test_where_icepop_masks_every_response_verls_ess_divides_by_zero():
+    """sequence level within [0.5, 2]: all three products (e^1.75, e^-0.875, e^-1) are outside.
+    verl 0.9.1's compute_is_metrics then takes 1 / 0 and raises; ours reports an ESS of 0."""
+    with pytest.raises(ZeroDivisionError):
+        rollout_corr_helper.compute_rollout_correction_weights(LOG_RATIO, mis.MASK, "sequence", "0.5_2.0")
+    weights, stats = ours("sequence_mask", 2.0, 0.5)
+    assert not weights.any() and stats["mismatch/ess"] == 0.0 and stats["mismatch/masked_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("option, level", [("token_k1", "token"), ("seq_sum_k1", "sequence"),
+                                           ("seq_mean_k1", "geometric")])
+@pytest.mark.parametrize("a, b", [(0.5, 2.0), (1 / 1.5, 1.5), (0.4, 6.0)])
+def test_verls_k1_rejection_is_our_mask_mode_with_the_bounds_inverted(option, level, a, b):
+    """verl 0.9.1's rollout_rs "<option>" with threshold "a_b" keeps k1 = −log ρ (summed or
+    averaged over a response) inside [log a, log b]: ρ inside [1/b, 1/a], our mask mode with
+    lower = 1/b and cap = 1/a. For the symmetric a = 1/b that is [a, b]; the transcription read
+    "a_b" as ρ in [a, b], which for (0.4, 6) is another set. verl's k2, k3 and seq_max options have
+    no counterpart here."""
+    kept, metrics = rollout_corr_helper.compute_rollout_rejection_mask(LOG_RATIO, mis.MASK, option, f"{a}_{b}")
+    weights, stats = ours(f"{level}_mask", 1 / a, 1 / b)
+    assert torch.equal((weights > 0).float(), kept)
+    assert stats["mismatch/masked_fraction"] == pytest.approx(metrics["rollout_rs_masked_fraction"])
+    assert stats["mismatch/seq_masked_fraction"] == pytest.approx(metrics["rollout_rs_seq_masked_fraction"])
+    if (a, b) == (0.4, 6.0) and level == "token":  # the inversion matters: e^1.5 = 4.5 is kept by [0.4, 6]
+        assert not torch.equal((ours("token_mask", 6.0, 0.4)[0] > 0).float(), kept)
+
+
+def test_verls_off_policy_metrics():
+    theirs = rollout_corr_helper.compute_offpolicy_metrics(mis.TRAINER, mis.SAMPLER, mis.MASK)
+    _, stats = ours("token_truncate", 2.0)
+    names = {"kl": "kl", "k3_kl": "k3_kl", "training_ppl": "trainer_ppl", "rollout_ppl": "sampler_ppl",
+             "chi2_token": "chi2_token", "chi2_seq": "chi2_seq"}
+    for their_name, our_name in names.items():
+        assert stats[f"mismatch/{our_name}"] == pytest.approx(theirs[their_name], rel=1e-6), their_name
