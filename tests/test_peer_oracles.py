@@ -51,7 +51,7 @@ import torch
 from posttrain.algorithms import make_algorithm
 from posttrain.algorithms.entropy_control import AdaptiveEntropyController, TokenSelection, high_entropy_mask
 from posttrain.algorithms.grpo import per_term_advantages
-from posttrain.roles.mismatch import diagnostics, importance_weights
+from posttrain.roles.mismatch import MismatchCorrection, diagnostics, importance_weights
 from tests import test_gdpo_entropy_oracle as ent
 from tests import test_loss_variants_oracle as var
 from tests import test_mismatch as mis
@@ -109,9 +109,9 @@ class TrlStub:
         self.accelerator, self.model = ACCELERATOR, SimpleNamespace(training=True)
         self._metrics = defaultdict(lambda: defaultdict(list))
         self.current_gradient_accumulation_steps = 1
-        self.beta, self.use_vllm, self.vllm_importance_sampling_correction = 0.0, False, False
-        self.off_policy_mask_threshold, self.aux_loss_enabled = None, False
-        for name in ("loss_type", "importance_sampling_level", "epsilon", "top_entropy_quantile",
+        self.beta, self.off_policy_mask_threshold, self.aux_loss_enabled = 0.0, None, False
+        for name in ("loss_type", "importance_sampling_level", "epsilon", "top_entropy_quantile", "use_vllm",
+                     "vllm_importance_sampling_correction",
                      "use_adaptive_entropy", "entropy_coef", "reward_weights", "scale_rewards"):
             setattr(self, name, getattr(self.args, name))
         self.epsilon_low = self.args.epsilon
@@ -123,14 +123,17 @@ class TrlStub:
         return self.logp[:, 1:], self.entropies[:, 1:], None
 
 
-def trl_loss(trainer, logp, old_logp, row_adv, mask, entropies=None, **fields):
-    """(loss, d loss / d logp, metrics) from `trainer`._compute_loss run on a TrlStub."""
+def trl_loss(trainer, logp, old_logp, row_adv, mask, entropies=None, is_ratio=None, **fields):
+    """(loss, d loss / d logp, metrics) from `trainer`._compute_loss run on a TrlStub; with
+    `is_ratio` (B, T) or (B, 1), as TRL's vLLM importance sampling hands it over."""
     logp = logp.clone().requires_grad_(True)
-    stub = TrlStub(logp, entropies, **fields)
+    stub = TrlStub(logp, entropies, **fields, use_vllm=is_ratio is not None)
     completion_mask = mask[:, 1:]
     inputs = {"prompt_ids": torch.zeros(len(mask), 1, dtype=torch.long), "prompt_mask": torch.ones(len(mask), 1),
               "completion_ids": torch.zeros(completion_mask.shape, dtype=torch.long),
               "completion_mask": completion_mask, "advantages": row_adv, "old_per_token_logps": old_logp[:, 1:]}
+    if is_ratio is not None:
+        inputs["importance_sampling_ratio"] = is_ratio if is_ratio.shape[1] == 1 else is_ratio[:, 1:]
     loss = trainer._compute_loss(stub, None, inputs)
     loss.backward()
     return loss.detach(), logp.grad, {k: v[-1] for k, v in stub._metrics["train"].items()}
@@ -447,3 +450,19 @@ def test_verls_off_policy_metrics():
              "chi2_token": "chi2_token", "chi2_seq": "chi2_seq"}
     for their_name, our_name in names.items():
         assert stats[f"mismatch/{our_name}"] == pytest.approx(theirs[their_name], rel=1e-6), their_name
+
+
+@pytest.mark.parametrize("mode", ["token_mask", "sequence_truncate"])
+def test_the_corrected_grpo_loss_is_trls_with_vllm_importance_sampling(mode):
+    """End to end: TRL multiplies each token's clipped loss by the ratio; we multiply the
+    advantage by it (MismatchCorrection.apply), the same for any weight >= 0. A policy a little
+    past the trainer's, so that PPO's clip acts too; TRL's GRPO loss is seq-mean-token-mean, ours."""
+    logp = mis.TRAINER + 0.3 * torch.tensor([[0.0, 1, -1, 1], [0, -1, 1, 0], [0, 1, 1, -1]])  # (B, T)
+    row_adv = torch.tensor([0.5, -1.0, 0.5])
+    corrected, _ = MismatchCorrection(mode, 2.0, 0.5).apply(mis.fixed_batch(advantages=row_adv[:, None] * mis.MASK),
+                                                             mis.TRAINER)
+    value, grad, _ = var.ours("grpo", logp=logp, old_logp=corrected.old_logp, adv=corrected.advantages, mask=mis.MASK)
+    theirs = trl_loss(GRPOTrainer, logp, mis.TRAINER, row_adv, mis.MASK, loss_type="grpo",
+                      is_ratio=trl_importance_sampling(mode, 0.5, 2.0)["ratio"])
+    assert value.item() == pytest.approx(theirs[0].item(), rel=1e-6) and value.item() != 0.0
+    torch.testing.assert_close(grad, theirs[1], rtol=1e-6, atol=1e-7)
