@@ -18,8 +18,9 @@ How each peer is called:
         the model's. The importance-sampling ratio (vllm_importance_sampling_mode) and GDPO's
         multi_objective_aggregation="normalize_then_sum" are not functions at all but lines inside
         GRPOTrainer._generate_and_score_completions: `trl_lines` cuts them out of the installed
-        source by their first and last statements and runs them on our tensors. If a later TRL
-        moves or rewrites those lines, the cut fails loudly instead of testing something else.
+        source, from the statement they start with to the one after them, and runs them on our
+        tensors. If a later TRL rewrites those statements, the cut fails loudly (ValueError,
+        SyntaxError or NameError) instead of testing something else.
 
 Tolerances: float64 losses and gradients within 1e-7 relative (verl's 1e-8 guards are the only
 difference) except TRL's SAPO, whose temperatures torch.where makes float32 (1.05 becomes
@@ -33,6 +34,7 @@ Where the real code differs from the transcription (reported in each test's docs
   - verl 0.9.1's rollout_is takes "lower_upper" for IcePop, a two-sided mask: our *_mask modes.
   - verl's DPPO cap is `clip_ratio_c`, 3.0 in a real ActorConfig; 20 only when the key is absent.
   - TRL's importance_sampling_ratio/mean in a sequence mode is over responses, ours over tokens.
+  - verl 0.9.1's IcePop ESS divides by zero when every response is masked (ours reports 0).
 """
 
 import dataclasses
@@ -97,8 +99,8 @@ ACCELERATOR = SimpleNamespace(reduce=lambda t, reduction: t, gather=lambda t: t,
 
 
 class TrlStub:
-    """What TRL's loss methods read from `self`, one process, no accumulation, no KL, no vLLM.
-    The model's forward is replaced by `logp` (B, T) and `entropies` (B, T): TRL's tensors are
+    """What TRL's loss methods read from `self`: one process, no gradient accumulation, no KL
+    term, TRL's defaults for the rest unless `fields` (GRPOConfig's names) say otherwise. The model's forward is replaced by `logp` (B, T) and `entropies` (B, T): TRL's tensors are
     the completion's only, so column 0 (the prompt token of our layout) is cut off on the way in."""
 
     get_high_entropy_mask = GRPOTrainer.get_high_entropy_mask
@@ -110,9 +112,8 @@ class TrlStub:
         self._metrics = defaultdict(lambda: defaultdict(list))
         self.current_gradient_accumulation_steps = 1
         self.beta, self.off_policy_mask_threshold, self.aux_loss_enabled = 0.0, None, False
-        for name in ("loss_type", "importance_sampling_level", "epsilon", "top_entropy_quantile", "use_vllm",
-                     "vllm_importance_sampling_correction",
-                     "use_adaptive_entropy", "entropy_coef", "reward_weights", "scale_rewards"):
+        for name in ("loss_type", "importance_sampling_level", "top_entropy_quantile", "use_vllm",
+                     "vllm_importance_sampling_correction", "use_adaptive_entropy", "entropy_coef"):
             setattr(self, name, getattr(self.args, name))
         self.epsilon_low = self.args.epsilon
         self.epsilon_high = self.args.epsilon_high if self.args.epsilon_high is not None else self.args.epsilon
