@@ -93,9 +93,10 @@ vllm-test: $(VLLM_STAMP)
 # TRL 1.16 and verl 0.9.1 beside posttrain (both skip in the main venv, which has neither): tests/test_export_config.py
 # builds trl.GRPOConfig, RLOOConfig and DPOConfig from what `posttrain export-config --to trl` writes, and
 # tests/test_peer_oracles.py runs their loss, advantage and rollout-correction code on posttrain's fixed tensors.
-# verl goes in with --no-deps: its declared dependencies pull vLLM-era pins (transformers < 5.11, wandb, hydra,
-# torchdata, ...) that core_algos.py and rollout_corr_helper.py never import. What importing those two does need,
-# beyond torch, numpy, transformers and ray (already here for TRL and '.[dev]'), is the pinned line before it.
+# verl goes in with --no-deps: its declared dependencies would take transformers below 5.11 (under the version TRL
+# installs here) and add wandb, hydra-core, torchdata, ray[default], ..., none of which core_algos.py and
+# rollout_corr_helper.py import. What importing those two does need, beyond torch, numpy, transformers and ray
+# (already here for TRL and '.[dev]'), is the pinned line before it.
 $(PEERS_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
