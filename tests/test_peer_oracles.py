@@ -200,6 +200,17 @@ def test_gmpo_is_verls_geo_mean_and_trls():
                 trl_loss(GMPOTrainer, var.NEW_LOGP, var.OLD_LOGP, var.ROW_ADV, var.MASK, epsilon=0.1, epsilon_high=0.7))
 
 
+def test_an_empty_response_counts_for_trl_and_us_not_for_verl():
+    """verl's seq-mean leaves a response with no tokens out of its count, TRL and we count it (as 0)."""
+    empty = torch.zeros(1, var.T, dtype=var.F64)
+    old, new, adv, mask = (torch.cat([x, empty]) for x in V)
+    ours = var.ours("sapo", logp=new, old_logp=old, adv=adv, mask=mask)[0].item()
+    assert ours == pytest.approx(var.EXPECTED_LOSS["sapo"] * 4 / 5)
+    assert verl_loss("sapo", old, new, adv, mask)[0].item() == pytest.approx(var.EXPECTED_LOSS["sapo"])
+    row_adv = torch.cat([var.ROW_ADV, torch.zeros(1, dtype=var.F64)])
+    assert trl_loss(GRPOTrainer, new, old, row_adv, mask, loss_type="sapo")[0].item() == pytest.approx(ours)
+
+
 @pytest.mark.parametrize("name", ["dppo_tv", "dppo_kl"])
 def test_dppo_is_verls(name):
     """TRL 1.16 has no DPPO. verl reads δ from clip_ratio_low/high and the cap C from clip_ratio_c."""
