@@ -90,17 +90,24 @@ $(VLLM_STAMP): pyproject.toml
 vllm-test: $(VLLM_STAMP)
 	$(VLLM_VENV)/bin/python -m pytest -q tests/test_vllm_engine.py
 
-# TRL 1.16 beside posttrain, so that tests/test_export_config.py builds trl.GRPOConfig, RLOOConfig and DPOConfig
-# from what `posttrain export-config --to trl` writes (those tests skip in the main venv, which has no TRL)
+# TRL 1.16 and verl 0.9.1 beside posttrain (both skip in the main venv, which has neither): tests/test_export_config.py
+# builds trl.GRPOConfig, RLOOConfig and DPOConfig from what `posttrain export-config --to trl` writes, and
+# tests/test_peer_oracles.py runs their loss, advantage and rollout-correction code on posttrain's fixed tensors.
+# verl goes in with --no-deps: its declared dependencies would take transformers below 5.11 (under the version TRL
+# installs here) and add wandb, hydra-core, torchdata, ray[default], ..., none of which core_algos.py and
+# rollout_corr_helper.py import. What importing those two does need, beyond torch, numpy, transformers and ray
+# (already here for TRL and '.[dev]'), is the pinned line before it.
 $(PEERS_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(PEERS_VENV)
 	$(PEERS_VENV)/bin/python -m pip install -q --upgrade pip
 	$(PEERS_VENV)/bin/python -m pip install -q $(TORCH)
 	$(PEERS_VENV)/bin/python -m pip install -q -e '.[dev]' trl==1.16.0
+	$(PEERS_VENV)/bin/python -m pip install -q tensordict==0.10.0 omegaconf==2.4.0 codetiming==1.4.0
+	$(PEERS_VENV)/bin/python -m pip install -q --no-deps verl==0.9.1
 	touch $(PEERS_STAMP)
 
 peers-test: $(PEERS_STAMP)
-	$(PEERS_VENV)/bin/python -m pytest -q tests/test_export_config.py
+	$(PEERS_VENV)/bin/python -m pytest -q tests/test_export_config.py tests/test_peer_oracles.py
 
 # The documentation site (mkdocs.yml): `make docs` builds it into site/ with every lesson's static rendering
 # (each notebook runs once, a few minutes on 2 cores; later builds render only the lessons whose notebook or

@@ -11,6 +11,13 @@ formula is transcribed below from its source and run beside posttrain's code, an
                          compute_policy_loss_kl_cov
     high-entropy mask    TRL f2cd577, GRPOTrainer.get_high_entropy_mask and its "dapo" token-mean loss
     adaptive entropy     TRL f2cd577, GRPOTrainer's use_adaptive_entropy update (Skywork-OR1)
+
+The versions the issue names, verl 0.9.1 and TRL 1.16.0, are run as code on these tensors by
+tests/test_peer_oracles.py (`make peers-test`), and agree with everything transcribed here. What
+they add: verl 0.9.1 has its own `gdpo` estimator, weighted like ours and TRL's but whitened over
+response tokens like the paper's fork (the same constant factor at equal lengths; a token-weighted
+centre otherwise); TRL 1.16's adaptive coefficient has a floor, entropy_coef_min (default 0, ours),
+and measures the entropy over the whole accumulation window.
 """
 
 import math

@@ -2,8 +2,11 @@
 same losses, gradients and clip counts from verl's and TRL's definitions, transcribed below in our
 own words from their source, with their defaults.
 
-Sources read (the versions the mirrors held; the issue names verl 0.9.1 and TRL 1.16, which were
-not available to read):
+Sources transcribed (the versions the source mirrors held when this was written). The issue names
+verl 0.9.1 and TRL 1.16.0: tests/test_peer_oracles.py runs those versions' own functions on these
+tensors (`make peers-test`) and they give the numbers below, so the transcription still holds for
+them; the one thing 0.9.1 makes plain is that DPPO's cap is clip_ratio_c, 3.0 in a real ActorConfig
+(the 20 below is the code's fallback for a config without the key; ours is 20):
   verl  volcengine/verl verl/trainer/ppo/core_algos.py at b178a3cd5 (verl/version/version 0.8.0.dev,
         Jan 2026): compute_policy_loss_sapo, compute_policy_loss_geo_mean, agg_loss, and
         verl/trainer/config/actor/actor.yaml (tau_pos 1.0, tau_neg 1.05, clip_ratio 0.2,
@@ -89,7 +92,7 @@ def assert_same(a, b):
 # --- verl's definitions -----------------------------------------------------------------------
 
 VERL_TAU_POS, VERL_TAU_NEG = 1.0, 1.05  # actor.yaml
-VERL_DPPO_CAP = 20.0  # the dppo losses' fallback for clip_ratio_c (actor.yaml itself says 3.0)
+VERL_DPPO_CAP = 20.0  # the dppo losses' config.get("clip_ratio_c", 20.0) fallback (ActorConfig and actor.yaml: 3.0)
 
 
 def verl_masked_mean(x, mask):

@@ -181,7 +181,9 @@ def test_the_statistics_lesson_calculator_agrees():
 # --- TRL's definitions --------------------------------------------------------------------------
 # Transcribed from huggingface/trl, trl/trainer/grpo_trainer.py (1.10.0.dev0, commit f2cd577,
 # `_generate_and_score_completions`): `old_per_token_logps` is the trainer's, `sampling_per_token_logps`
-# vLLM's; the ratio multiplies each token's policy-gradient loss (per_token_loss * ratio).
+# vLLM's; the ratio multiplies each token's policy-gradient loss (per_token_loss * ratio). TRL 1.16.0's
+# lines are these plus a nan_to_num (a token vLLM could not score gets ratio 1); tests/test_peer_oracles.py
+# runs 1.16.0's own lines on these tensors (`make peers-test`).
 
 
 def trl_importance_sampling_ratio(old_per_token_logps, sampling_per_token_logps, mask, mode, clip_min, clip_max):
@@ -222,12 +224,14 @@ def test_trls_logged_numbers(mode):
 
 
 # --- verl's definitions -------------------------------------------------------------------------
-# Transcribed from volcengine/verl, verl/trainer/ppo/rollout_corr_helper.py: rollout_is
-# (compute_rollout_correction_weights), rollout_rs (compute_rollout_rejection_mask, in the
-# token/sequence/geometric form with lower and upper thresholds; verl 0.8's token_k1, seq_sum_k1 and
-# seq_mean_k1 bound −log ρ, its sum and its mean by [log lower, log upper], the same set for
-# symmetric bounds lower = 1/upper), compute_offpolicy_metrics and compute_is_metrics's ESS.
-# `old_log_prob` is the trainer's, `rollout_log_prob` the sampler's.
+# Transcribed from volcengine/verl, verl/trainer/ppo/rollout_corr_helper.py (0.8.0.dev, b178a3c; checked
+# against 0.9.1, whose own functions tests/test_peer_oracles.py runs on these tensors): rollout_is
+# (compute_rollout_correction_weights, truncated at a threshold; 0.9.1 adds IcePop's two-sided mask for
+# a "lower_upper" threshold), rollout_rs (compute_rollout_rejection_mask's token_k1, seq_sum_k1 and
+# seq_mean_k1: k1 = −log ρ, its sum or its mean, kept inside [log a, log b] for the threshold "a_b",
+# i.e. ρ inside [1/b, 1/a]; verl's k2, k3 and seq_max options have no counterpart here),
+# compute_offpolicy_metrics and compute_is_metrics's ESS (0.9.1: of the applied weights clamped into
+# [0, C]; 0.8 raised them to 1/C first). `old_log_prob` is the trainer's, `rollout_log_prob` the sampler's.
 
 SAFETY_BOUND = 20.0
 
@@ -250,10 +254,10 @@ def verl_rollout_is_weights(old_log_prob, rollout_log_prob, response_mask, rollo
     return (weights * response_mask).clamp(max=threshold)
 
 
-def verl_rollout_rs(old_log_prob, rollout_log_prob, response_mask, rollout_rs, upper, lower):
-    log_ratio = verl_log_ratio_at(rollout_rs, old_log_prob - rollout_log_prob, response_mask)
-    weights = torch.exp(torch.clamp(log_ratio, min=-SAFETY_BOUND, max=SAFETY_BOUND)).expand_as(response_mask)
-    mask = ((weights >= lower) & (weights <= upper)).float()
+def verl_rollout_rs(old_log_prob, rollout_log_prob, response_mask, rollout_rs, a, b):
+    """The *_k1 rejection with the threshold "a_b": k1 = −log ρ at the level kept in [log a, log b]."""
+    k1 = -verl_log_ratio_at(rollout_rs, old_log_prob - rollout_log_prob, response_mask).expand_as(response_mask)
+    mask = ((k1 >= math.log(a)) & (k1 <= math.log(b))).float()
     masked_fraction = verl_masked_mean(1 - mask, response_mask).item()
     if rollout_rs == "token":
         seq_masked_fraction = (((1 - mask) * response_mask).sum(-1) > 0).float().mean().item()
@@ -276,9 +280,8 @@ def verl_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask):
     }
 
 
-def verl_ess(old_log_prob, rollout_log_prob, response_mask, threshold):
-    weights = torch.exp((old_log_prob - rollout_log_prob).clamp(-SAFETY_BOUND, SAFETY_BOUND)) * response_mask
-    weights_for_ess = weights.clamp(min=1.0 / threshold, max=threshold)
+def verl_ess(rollout_is_weights, response_mask, threshold):
+    weights_for_ess = rollout_is_weights.clamp(min=0.0, max=threshold)  # 0.8: min=1/threshold, on the raw ratios
     normalized = weights_for_ess / (verl_masked_mean(weights_for_ess, response_mask) + 1e-8)
     return 1.0 / verl_masked_mean(normalized.square(), response_mask).item()
 
@@ -292,9 +295,12 @@ def test_verl_rollout_is_is_our_truncate_mode(level, threshold):
 
 
 @pytest.mark.parametrize("level", ["token", "sequence", "geometric"])
-@pytest.mark.parametrize("upper, lower", [(2.0, 0.5), (1.5, 1 / 1.5), (6.0, 0.4)])
-def test_verl_rollout_rs_masks_what_our_mask_mode_masks(level, upper, lower):
-    kept, masked_fraction, seq_masked_fraction = verl_rollout_rs(TRAINER, SAMPLER, MASK, level, upper, lower)
+@pytest.mark.parametrize("a, b", [(0.5, 2.0), (1 / 1.5, 1.5), (0.4, 6.0)])
+def test_verl_rollout_rs_masks_what_our_mask_mode_masks(level, a, b):
+    """k1 in [log a, log b] is ρ in [1/b, 1/a]: our mask mode with lower 1/b and cap 1/a (for the
+    symmetric a = 1/b, the same bounds as verl's string; for "0.4_6" ρ in [1/6, 2.5])."""
+    kept, masked_fraction, seq_masked_fraction = verl_rollout_rs(TRAINER, SAMPLER, MASK, level, a, b)
+    upper, lower = 1 / a, 1 / b
     w = importance_weights(TRAINER, SAMPLER, MASK, f"{level}_mask", upper, lower)
     assert torch.equal((w > 0).float(), kept)
     stats = diagnostics(TRAINER, SAMPLER, MASK, w, f"{level}_mask", upper, lower)
@@ -312,13 +318,14 @@ def test_verls_off_policy_metrics():
         assert stats[f"mismatch/{ours}"] == pytest.approx(verl[theirs], rel=1e-6), theirs
 
 
-def test_verls_effective_sample_size_where_its_clamp_does_not_bind():
-    """verl clamps the weights into [1/C, C] before its ESS; with C = 25 no ratio here is outside
-    (e^-3 = 0.0498 > 1/25, e^2 = 7.4 < 25), and the two agree. Below 1/C verl's ESS reads a raised
-    weight, ours the one the update applies."""
-    w = importance_weights(TRAINER, SAMPLER, MASK, "token_truncate", 25.0)
-    stats = diagnostics(TRAINER, SAMPLER, MASK, w, "token_truncate", 25.0)
-    assert stats["mismatch/ess"] == pytest.approx(verl_ess(TRAINER, SAMPLER, MASK, 25.0), rel=1e-6)
+@pytest.mark.parametrize("mode, cap, lower", [("token_truncate", 2.0, 0.0), ("token_truncate", 25.0, 0.0),
+                                               ("sequence_truncate", 2.0, 0.0), ("token_mask", 2.0, 0.5)])
+def test_verls_effective_sample_size(mode, cap, lower):
+    """verl 0.9.1 takes its ESS over the weights the update applies, as ours does (0.8 raised
+    them to 1/C first, and agreed with ours only where no ratio was below 1/C)."""
+    w = importance_weights(TRAINER, SAMPLER, MASK, mode, cap, lower)
+    stats = diagnostics(TRAINER, SAMPLER, MASK, w, mode, cap, lower)
+    assert stats["mismatch/ess"] == pytest.approx(verl_ess(w, MASK, cap), rel=1e-6)
 
 
 # --- on a batch: the advantages the update sees -------------------------------------------------

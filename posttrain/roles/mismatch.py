@@ -25,10 +25,11 @@ as rl.mismatch.mode says, a level times a bound:
     truncate    w = clamp(ρ, lower, cap)                truncated IS (Ionides 2008)
     mask        w = ρ if lower <= ρ <= cap, else 0      masked IS; both sides with lower > 0 (IcePop)
 
-These are TRL's `vllm_importance_sampling_mode` (token/sequence × truncate/mask, bounds
-clip_min and clip_max) and verl's rollout_corr_helper.py (rollout_is token/sequence truncated
-at a threshold, rollout_rs token/sequence/geometric masks with lower and upper thresholds);
-tests/test_mismatch.py reproduces their numbers on fixed tensors.
+These are TRL 1.16's `vllm_importance_sampling_mode` (token/sequence × truncate/mask, bounds
+clip_min and clip_max) and verl 0.9's rollout_corr_helper.py (rollout_is token/sequence truncated
+at a threshold, or masked outside a "lower_upper" one; rollout_rs token_k1, seq_sum_k1 and
+seq_mean_k1 masks, whose "a_b" bounds k1 = −log ρ: ρ in [1/b, 1/a]); tests/test_mismatch.py
+reproduces their numbers on fixed tensors, tests/test_peer_oracles.py runs their own code on them.
 
 w multiplies the advantage, as TRL multiplies each token's policy-gradient term: for a
 constant w >= 0, min(r·A, clip(r)·A)·w = min(r·wA, clip(r)·wA), in every loss here. The KL and
