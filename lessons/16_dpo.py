@@ -206,7 +206,7 @@ def _(beta, copy, env, heldout_pairs, make_preference_loss, mo, model, pairs, pr
                               "heldout_accuracy": _moved(_policy, heldout_pairs)["accuracy"],
                               "kl": mean_token_kl(_policy, reference, _heldout_batch),
                               "params": make_preference_loss(_name, **_params)}
-        return LOSSES, pass_before, results
+    return LOSSES, pass_before, results
 
 
 @app.cell
