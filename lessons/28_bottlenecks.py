@@ -236,7 +236,7 @@ def _(copy, dataclasses, mo, torch):
                                  f"{RHO_PROMPTS} prompts × {RHO_SAMPLES} answers, a few seconds…"):
         rho_policy, _tok, _env, _ = tiny_policy(sft_steps=100)
         _params = _SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
-        # the engine samples a copy: its old_logp is log π_old, and the copy stays π_old after the update
+        # the engine holds (and freezes) its own copy, as in a run: it records old_logp = log π_old
         _engine = _make_engine(copy.deepcopy(rho_policy), _tok, _params)
         _episodes = _engine.generate(_env.fixed_set("train", RHO_PROMPTS, seed=1), RHO_SAMPLES,
                                      generator=torch.Generator().manual_seed(0))

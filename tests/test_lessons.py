@@ -809,6 +809,8 @@ def test_lesson_28_the_rho_histogram_spreads_as_the_learning_rate_grows(restore_
     # every response token of 8 prompts × 8 answers is in one of the 50 bars, and only those tokens
     assert len(bars) == 50 and sum(bars) == len(ratios) == int(runs_lr["rho_batch"].response_mask.sum()) > 300
     assert (runs_lr["clip_low"], runs_lr["clip_high"]) == pytest.approx((0.8, 1.2))
+    # "about a third of its samples right" (measured 0.33): groups with both rewards, so GRPO has a gradient
+    assert 0.2 < runs_lr["rho_batch"].rewards.mean().item() < 0.5
     # the update logged its own statistics at θ = θ_old, before its step: ratio 1, nothing clipped
     assert runs_lr["rho_update"]["ratio_max"] == pytest.approx(1.0, abs=1e-4) and runs_lr["rho_update"]["clipfrac"] == 0
     # the prose: at the runs' η nearly every token stays inside the clip range (measured 0.2 %, ρ in 0.69–1.14)
