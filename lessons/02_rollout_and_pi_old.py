@@ -62,14 +62,15 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.roles.trainer import Trainer
     from posttrain.teach.widgets import tiny_policy
     from posttrain.types import RolloutBatch
 
     # level-1 arithmetic ("Q: 3+4\n" -> "Final: 7", scored by final_int/strict-v1) taught by 100
     # steps of the real SFT path (Trainer + sft_loss): the same policy lessons 05-07 and 16 start from
-    model, tok, env, sft_losses = tiny_policy(sft_steps=100)
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps, a few seconds)…"):
+        model, tok, env, sft_losses = tiny_policy(sft_steps=100)
     prompt = env.fixed_set("heldout", 1, seed=0)[0]
     return RolloutBatch, Trainer, env, model, prompt, sft_losses, tok
 
@@ -94,7 +95,7 @@ def _(mo):
 
 
 @app.cell
-def _(RolloutBatch, copy, env, model, prompt, temperature, tok, torch):
+def _(RolloutBatch, copy, env, mo, model, prompt, temperature, tok, torch):
     from posttrain.models.logprobs import token_logp
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.engines import make_engine
@@ -102,11 +103,12 @@ def _(RolloutBatch, copy, env, model, prompt, temperature, tok, torch):
 
     K = 6
     # The engine holds its own copy of the policy, as in a real run (weights reach it by sync).
-    engine = make_engine(
-        copy.deepcopy(model), tok,
-        SamplingParams(temperature=temperature.value, max_new_tokens=12, stop_at_newline=True),
-    )
-    episodes = score_episodes(env.score, engine.generate([prompt], samples_per_prompt=K, generator=torch.Generator().manual_seed(1)))
+    with mo.status.spinner(title=f"Sampling {K} answers at temperature {temperature.value:g}…"):
+        engine = make_engine(
+            copy.deepcopy(model), tok,
+            SamplingParams(temperature=temperature.value, max_new_tokens=12, stop_at_newline=True),
+        )
+        episodes = score_episodes(env.score, engine.generate([prompt], samples_per_prompt=K, generator=torch.Generator().manual_seed(1)))
     # τ = 0 is greedy: its log-probs are those of the untempered (τ = 1) distribution
     batch = RolloutBatch.collate(episodes, tok.pad_id, temperature=temperature.value or 1.0)
     with torch.no_grad():
@@ -195,11 +197,12 @@ def _(Trainer, batch, copy, mo, model, torch):
     scored = dataclasses.replace(batch, **grpo.compute_advantages(batch))
     # One GRPO step on a copy of the policy, then measure the ratio the next step would see.
     _policy = copy.deepcopy(model).requires_grad_(True)
-    _trainer = Trainer(_policy, lr=1e-2, total_steps=1)
-    _metrics = _trainer.update(scored, grpo)
-    with torch.no_grad():
-        _after = _trainer.forward(scored)
-        _, _clip = clipped_surrogate(_after.logp, scored.old_logp, scored.advantages, scored.response_mask, 0.2, 0.2)
+    with mo.status.spinner(title=f"One GRPO step at η = 1e-2 on {scored.batch_size} samples, then their ratios…"):
+        _trainer = Trainer(_policy, lr=1e-2, total_steps=1)
+        _metrics = _trainer.update(scored, grpo)
+        with torch.no_grad():
+            _after = _trainer.forward(scored)
+            _, _clip = clipped_surrogate(_after.logp, scored.old_logp, scored.advantages, scored.response_mask, 0.2, 0.2)
     _adv = scored.advantages[:, len(batch.episodes[0].prompt_ids)]  # (B,) first response token
     mo.md(
         f"""

@@ -64,7 +64,7 @@ def _(mo):
 
 
 @app.cell
-def _(copy, dataclasses, torch):
+def _(copy, dataclasses, mo, torch):
     from posttrain.algorithms import make_algorithm
     from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
@@ -73,11 +73,12 @@ def _(copy, dataclasses, torch):
     from posttrain.config import SamplingParams
     from posttrain.types import RolloutBatch
 
-    model, tok, env, sft_losses = tiny_policy(sft_steps=100)
-    params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
-    _engine = make_engine(copy.deepcopy(model), tok, params)
-    prompts = env.fixed_set("train", 4, seed=1)
-    _episodes = score_episodes(env.score, _engine.generate(prompts, 6, generator=torch.Generator().manual_seed(0)))
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps) and sampling 4 prompts × 6…"):
+        model, tok, env, sft_losses = tiny_policy(sft_steps=100)
+        params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
+        _engine = make_engine(copy.deepcopy(model), tok, params)
+        prompts = env.fixed_set("train", 4, seed=1)
+        _episodes = score_episodes(env.score, _engine.generate(prompts, 6, generator=torch.Generator().manual_seed(0)))
     batch = RolloutBatch.collate(_episodes, tok.pad_id, temperature=params.temperature)
     batch.ref_logp = Reference(model).logp(batch)  # the frozen start: KL is 0 before the first step
     grpo = make_algorithm("grpo", kl_coef=0.04)  # the GRPO paper's β, so the KL term is live
@@ -107,22 +108,23 @@ def _(mo):
 
 
 @app.cell
-def _(batch, copy, grpo, log_lr, model, torch):
+def _(batch, copy, grpo, log_lr, mo, model, torch):
     from posttrain.roles.trainer import Trainer
 
     lr = 10 ** log_lr.value
     policy = copy.deepcopy(model).requires_grad_(True)  # start every slider move from the same weights
     # no warmup on purpose: the first AdamW step is what this lesson is about; grad_clip=1.0
-    trainer = Trainer(policy, lr=lr, total_steps=4, warmup_steps=0)
-    steps, error = [], None
-    for _ in range(4):
-        try:
-            steps.append(trainer.update(batch, grpo))
-        except FloatingPointError as err:  # the trainer refuses a non-finite loss, with a message
-            error = str(err)
-            break
-    with torch.no_grad():
-        _after = trainer.forward(batch)
+    with mo.status.spinner(title=f"Four GRPO steps at η = {lr:.2g} on the {batch.batch_size} samples…"):
+        trainer = Trainer(policy, lr=lr, total_steps=4, warmup_steps=0)
+        steps, error = [], None
+        for _ in range(4):
+            try:
+                steps.append(trainer.update(batch, grpo))
+            except FloatingPointError as err:  # the trainer refuses a non-finite loss, with a message
+                error = str(err)
+                break
+        with torch.no_grad():
+            _after = trainer.forward(batch)
     _on = batch.response_mask
     _delta = ((_after.logp - batch.old_logp) * _on).sum(dim=1)  # (B,) change in log π(completion)
     _right = batch.rewards > 0
@@ -132,11 +134,12 @@ def _(batch, copy, grpo, log_lr, model, torch):
 
 
 @app.cell
-def _(make_engine, copy, env, heldout, model, params, policy, tok):
+def _(copy, env, heldout, make_engine, mo, model, params, policy, tok):
     from posttrain.eval.evaluate import evaluate_pass_at_1 as _evaluate
 
-    pass_before = _evaluate(make_engine(copy.deepcopy(model), tok, params), env, heldout)["pass@1"]
-    pass_after = _evaluate(make_engine(copy.deepcopy(policy), tok, params), env, heldout)["pass@1"]
+    with mo.status.spinner(title=f"Greedy pass@1 on {len(heldout)} problems, before and after the four steps…"):
+        pass_before = _evaluate(make_engine(copy.deepcopy(model), tok, params), env, heldout)["pass@1"]
+        pass_after = _evaluate(make_engine(copy.deepcopy(policy), tok, params), env, heldout)["pass@1"]
     return pass_after, pass_before
 
 

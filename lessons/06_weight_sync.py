@@ -66,7 +66,7 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.algorithms import make_algorithm
     from posttrain.teach.widgets import tiny_policy
     from posttrain.roles.environment import score_episodes
@@ -76,7 +76,8 @@ def _():
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
 
-    model, tok, env, _ = tiny_policy(sft_steps=100)
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps, a few seconds)…"):
+        model, tok, env, _ = tiny_policy(sft_steps=100)
     return (InProcessWeightSync, RolloutBatch, make_engine, SamplingParams, Trainer, env, make_algorithm, model,
             score_episodes, tok)
 
@@ -102,25 +103,26 @@ def _(InProcessWeightSync, RolloutBatch, make_engine, SamplingParams, Trainer, c
     trainer = Trainer(policy, lr=1e-3, total_steps=STEPS, warmup_steps=3)  # brisk, so drift shows in 8 steps
     grpo = make_algorithm("grpo")
     trainer_version = 0  # how many updates the trainer's weights have seen
-    log = []
-    for _step in range(STEPS):
-        _prompts = env.sample("train", 4, seed=_step)
-        _episodes = score_episodes(env.score, engine.generate(_prompts, 6, generator=torch.Generator().manual_seed(_step)))
-        _batch = RolloutBatch.collate(_episodes, tok.pad_id)
-        _batch = dataclasses.replace(_batch, **grpo.compute_advantages(_batch))
-        with torch.no_grad():  # the ratio the first minibatch of this step will see
-            _logp = trainer.forward(_batch).logp  # (B, T)
-            _, _before = clipped_surrogate(_logp, _batch.old_logp, _batch.advantages, _batch.response_mask, 0.2, 0.2)
-            _, _ratio = importance_ratio(_logp, _batch.old_logp, _batch.response_mask)  # (B, T)
-            _before["outside"] = masked_mean(((_ratio - 1).abs() > 0.2).float(), _batch.response_mask).item()
-        _metrics = trainer.update(_batch, grpo)
-        trainer_version += 1
-        pushed = sync_every.value > 0 and (_step + 1) % sync_every.value == 0
-        if pushed:
-            sync.push()
-        log.append({"step": _step, "episode_version": _episodes[0].weight_version,
-                    "staleness": trainer_version - 1 - _episodes[0].weight_version,
-                    "reward": _batch.rewards.mean().item(), "pushed": pushed, **_before})
+    with mo.status.spinner(title=f"{STEPS} GRPO steps of 4 prompts × 6, weights pushed every {sync_every.value} (0 = never)…"):
+        log = []
+        for _step in range(STEPS):
+            _prompts = env.sample("train", 4, seed=_step)
+            _episodes = score_episodes(env.score, engine.generate(_prompts, 6, generator=torch.Generator().manual_seed(_step)))
+            _batch = RolloutBatch.collate(_episodes, tok.pad_id)
+            _batch = dataclasses.replace(_batch, **grpo.compute_advantages(_batch))
+            with torch.no_grad():  # the ratio the first minibatch of this step will see
+                _logp = trainer.forward(_batch).logp  # (B, T)
+                _, _before = clipped_surrogate(_logp, _batch.old_logp, _batch.advantages, _batch.response_mask, 0.2, 0.2)
+                _, _ratio = importance_ratio(_logp, _batch.old_logp, _batch.response_mask)  # (B, T)
+                _before["outside"] = masked_mean(((_ratio - 1).abs() > 0.2).float(), _batch.response_mask).item()
+            _metrics = trainer.update(_batch, grpo)
+            trainer_version += 1
+            pushed = sync_every.value > 0 and (_step + 1) % sync_every.value == 0
+            if pushed:
+                sync.push()
+            log.append({"step": _step, "episode_version": _episodes[0].weight_version,
+                        "staleness": trainer_version - 1 - _episodes[0].weight_version,
+                        "reward": _batch.rewards.mean().item(), "pushed": pushed, **_before})
     return STEPS, log, sync
 
 

@@ -66,7 +66,7 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.algorithms import make_algorithm
     from posttrain.algorithms.core import kl_k3, masked_mean, zero_variance_group_fraction
     from posttrain.teach.widgets import tiny_policy
@@ -80,7 +80,8 @@ def _():
     from posttrain.roles.weight_sync import InProcessWeightSync
     from posttrain.types import RolloutBatch
 
-    model, tok, env, _ = tiny_policy(sft_steps=100)
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps, a few seconds)…"):
+        model, tok, env, _ = tiny_policy(sft_steps=100)
     return (InProcessWeightSync, Reference, RolloutBatch, make_engine, SamplingParams, Trainer, env, kl_k3,
             make_algorithm, masked_mean, model, rollout_metrics, sample_row, score_episodes, tok,
             zero_variance_group_fraction)
@@ -104,7 +105,7 @@ def _(mo):
 
 @app.cell
 def _(InProcessWeightSync, Reference, RolloutBatch, make_engine, SamplingParams, Trainer, controls, copy,
-      dataclasses, env, make_algorithm, model, score_episodes, tok, torch):
+      dataclasses, env, make_algorithm, mo, model, score_episodes, tok, torch):
     bug = controls.value["bug"]
     TAU = 0.8
     # The roles, wired as rl_stage wires them: the engine and the reference get their own copies.
@@ -117,25 +118,26 @@ def _(InProcessWeightSync, Reference, RolloutBatch, make_engine, SamplingParams,
     trainer = Trainer(policy, lr=1e-4, total_steps=1)
     out = {}
 
-    # 1. sample
-    prompts = env.sample("train", 2, seed=3)
-    episodes = engine.generate(prompts, 4, generator=torch.Generator().manual_seed(0))
-    out["sample"] = [dict(group=e.group_id, prompt=e.example.prompt, completion=e.completion,
-                          version=e.weight_version, logp=sum(e.response_logp)) for e in episodes]
-    _tau = 1.0 if bug == "forget_temperature" else TAU
-    if bug == "advantage_before_score":  # 4 before 2: every reward is still the default 0.0
-        _early = RolloutBatch.collate(episodes, tok.pad_id, temperature=_tau)
-        _early_adv = algo.compute_advantages(_early)
-    # 2. score
-    score_episodes(env.score, episodes)
-    out["score"] = [(e.reward, e.details["reason"]) for e in episodes]
-    batch = RolloutBatch.collate(episodes, tok.pad_id, temperature=_tau)
-    # 3. reference
-    batch.ref_logp = reference.logp(batch)
-    # 4. advantage
-    batch = dataclasses.replace(batch, **(_early_adv if bug == "advantage_before_score" else algo.compute_advantages(batch)))
-    # 5. update
-    metrics = trainer.update(batch, algo)
+    with mo.status.spinner(title="One controller step by hand: sample 2 prompts × 4, score, reference, advantage, update…"):
+        # 1. sample
+        prompts = env.sample("train", 2, seed=3)
+        episodes = engine.generate(prompts, 4, generator=torch.Generator().manual_seed(0))
+        out["sample"] = [dict(group=e.group_id, prompt=e.example.prompt, completion=e.completion,
+                              version=e.weight_version, logp=sum(e.response_logp)) for e in episodes]
+        _tau = 1.0 if bug == "forget_temperature" else TAU
+        if bug == "advantage_before_score":  # 4 before 2: every reward is still the default 0.0
+            _early = RolloutBatch.collate(episodes, tok.pad_id, temperature=_tau)
+            _early_adv = algo.compute_advantages(_early)
+        # 2. score
+        score_episodes(env.score, episodes)
+        out["score"] = [(e.reward, e.details["reason"]) for e in episodes]
+        batch = RolloutBatch.collate(episodes, tok.pad_id, temperature=_tau)
+        # 3. reference
+        batch.ref_logp = reference.logp(batch)
+        # 4. advantage
+        batch = dataclasses.replace(batch, **(_early_adv if bug == "advantage_before_score" else algo.compute_advantages(batch)))
+        # 5. update
+        metrics = trainer.update(batch, algo)
     # 6. sync
     _gap = lambda: max((a - b).abs().max().item() for a, b in zip(policy.parameters(), engine.model.parameters()))
     out["sync_gap_before"] = _gap()

@@ -117,7 +117,7 @@ def _(mo):
 
 
 @app.cell
-def _(controls, dataclasses, episodes, model, segment_of, tok, torch):
+def _(controls, dataclasses, episodes, mo, model, segment_of, tok, torch):
     from posttrain.algorithms import make_algorithm
     from posttrain.models.logprobs import token_logp
     from posttrain.roles.trainer import Trainer
@@ -159,9 +159,10 @@ def _(controls, dataclasses, episodes, model, segment_of, tok, torch):
     _before = (logp_now * tool).sum(dim=1)
     import copy as _copy
 
-    _trainer = Trainer(_copy.deepcopy(model).requires_grad_(True), lr=1e-2, total_steps=1)
-    _trainer.update(batch, grpo)
-    tool_logp_change = (all_logp(_trainer.model) * tool).sum(dim=1) - _before  # (B,)
+    with mo.status.spinner(title=f"One GRPO update at η = 1e-2 on the {batch.batch_size} tool-use episodes…"):
+        _trainer = Trainer(_copy.deepcopy(model).requires_grad_(True), lr=1e-2, total_steps=1)
+        _trainer.update(batch, grpo)
+        tool_logp_change = (all_logp(_trainer.model) * tool).sum(dim=1) - _before  # (B,)
     return batch, delta, grad_0, loss_0, loss_delta, loss_nan, tool, tool_logp_change, tool_push, tool_value
 
 

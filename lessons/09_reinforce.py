@@ -75,7 +75,7 @@ def _(mo):
 
 
 @app.cell
-def _(controls, dataclasses, torch):
+def _(controls, dataclasses, mo, torch):
     from posttrain.models.logprobs import entropy_from_logits
     from posttrain.algorithms.reinforce import REINFORCE
     from posttrain.teach.demos.two_step_mdp import REWARD, TwoStepPolicy, as_rollout_batch
@@ -101,27 +101,28 @@ def _(controls, dataclasses, torch):
         return -policy.theta2.grad[1].clone(), batch
 
     # 1. The noise: 300 independent batches at the uniform starting policy.
-    _gen = torch.Generator().manual_seed(0)
-    _policy, _algo = TwoStepPolicy(), REINFORCE(baseline=baseline)
-    _grads = torch.stack([reinforce_grad(_policy, _algo, _gen)[0] for _ in range(300)])  # (300, 2)
-    one_batch_grads = _grads[:, 1]  # (300,) the a2 = 1 logit's ascent direction, one per batch
-    grad_mean, grad_std = one_batch_grads.mean().item(), one_batch_grads.std().item()
-    wrong_sign = (one_batch_grads < 0).float().mean().item()
-
-    # 2. What the noise does to learning: 8 learners × 60 steps, plain SGD with lr 1.
-    _finals, _rewards = [], []
-    for _seed in range(8):
-        _gen = torch.Generator().manual_seed(100 + _seed)
+    with mo.status.spinner(title=f"REINFORCE with baseline {baseline}: 300 batches of {B}, then 8 learners × 60 steps…"):
+        _gen = torch.Generator().manual_seed(0)
         _policy, _algo = TwoStepPolicy(), REINFORCE(baseline=baseline)
-        for _step in range(60):
-            _, _batch = reinforce_grad(_policy, _algo, _gen)
-            with torch.no_grad():
-                for _p in _policy.parameters():
-                    _p -= 1.0 * _p.grad
-        _finals.append(_policy.p_best_first())
-        _rewards.append((_batch.rewards - offset).mean().item())
-    p_best_final = sum(_finals) / len(_finals)
-    stuck = sum(f < 0.5 for f in _finals)
+        _grads = torch.stack([reinforce_grad(_policy, _algo, _gen)[0] for _ in range(300)])  # (300, 2)
+        one_batch_grads = _grads[:, 1]  # (300,) the a2 = 1 logit's ascent direction, one per batch
+        grad_mean, grad_std = one_batch_grads.mean().item(), one_batch_grads.std().item()
+        wrong_sign = (one_batch_grads < 0).float().mean().item()
+
+        # 2. What the noise does to learning: 8 learners × 60 steps, plain SGD with lr 1.
+        _finals, _rewards = [], []
+        for _seed in range(8):
+            _gen = torch.Generator().manual_seed(100 + _seed)
+            _policy, _algo = TwoStepPolicy(), REINFORCE(baseline=baseline)
+            for _step in range(60):
+                _, _batch = reinforce_grad(_policy, _algo, _gen)
+                with torch.no_grad():
+                    for _p in _policy.parameters():
+                        _p -= 1.0 * _p.grad
+            _finals.append(_policy.p_best_first())
+            _rewards.append((_batch.rewards - offset).mean().item())
+        p_best_final = sum(_finals) / len(_finals)
+        stuck = sum(f < 0.5 for f in _finals)
     example_batch = reinforce_grad(TwoStepPolicy(), REINFORCE(baseline=baseline), torch.Generator().manual_seed(1))[1]
     return B, baseline, example_batch, grad_mean, grad_std, offset, one_batch_grads, p_best_final, stuck, wrong_sign
 

@@ -58,14 +58,15 @@ def _(mo):
 
 
 @app.cell
-def _(copy, torch):
+def _(copy, mo, torch):
     from posttrain.config import SamplingParams
     from posttrain.data.preference_rows import group_by_prompt, pairs_from_verifier
     from posttrain.roles.environment import score_episodes
     from posttrain.roles.engines import make_engine
     from posttrain.teach.widgets import tiny_policy
 
-    model, tok, env, _ = tiny_policy(sft_steps=100)
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps, a few seconds)…"):
+        model, tok, env, _ = tiny_policy(sft_steps=100)
     # Pairs the way `posttrain train --algo dpo` builds them: 8 samples per prompt at T = 1.5
     # (the SFT policy is too sure of itself at T = 1 to make mistakes), every right answer
     # paired with every wrong one. Prompts 0-59 train, 60-89 give held-out pairs.
@@ -77,7 +78,8 @@ def _(copy, torch):
         drawn = _sampler.generate(examples, 8, generator=torch.Generator().manual_seed(seed))
         return pairs_from_verifier(group_by_prompt(score_episodes(env.score, drawn)))
 
-    pairs, heldout_pairs = _pairs(problems[:60], 0), _pairs(problems[60:], 1)
+    with mo.status.spinner(title=f"Sampling 8 answers to each of {len(problems)} problems at T = 1.5 for pairs…"):
+        pairs, heldout_pairs = _pairs(problems[:60], 0), _pairs(problems[60:], 1)
     return env, heldout_pairs, model, pairs, problems, tok
 
 
@@ -163,7 +165,7 @@ def _(ANSWERS, beta, best_wrong, bt_of_rewards, dpo_at_optimum, math, mo, tables
 
 
 @app.cell
-def _(beta, copy, env, heldout_pairs, make_preference_loss, model, pairs, problems, tok):
+def _(beta, copy, env, heldout_pairs, make_preference_loss, mo, model, pairs, problems, tok):
     from posttrain.config import SamplingParams as _SamplingParams
     from posttrain.data.preference_rows import preference_episodes
     from posttrain.eval.evaluate import evaluate_pass_at_1
@@ -191,18 +193,19 @@ def _(beta, copy, env, heldout_pairs, make_preference_loss, model, pairs, proble
         m = evaluate_preference(policy, records, "dpo", {"beta": 1.0}, tok, reference)
         return {"d_chosen": m["rewards_chosen"], "d_rejected": m["rewards_rejected"], "accuracy": m["accuracy"]}
 
-    pass_before = _pass(model)
-    results = {}
-    for _name in LOSSES:
-        _policy = copy.deepcopy(model).requires_grad_(True)
-        _params = {"beta": beta} if _name in ("dpo", "ipo", "kto") else {}  # SimPO and ORPO have no π_ref to leash to
-        # 30 AdamW steps of 16 pairs at 1e-3: brisk, so that what each loss does shows in seconds
-        train_preference(_policy, pairs, _name, steps=30, lr=1e-3, batch_size=16, loss_params=_params, tokenizer=tok,
-                         reference=reference, seed=0)
-        results[_name] = {"pass@1": _pass(_policy), **_moved(_policy, pairs),
-                          "heldout_accuracy": _moved(_policy, heldout_pairs)["accuracy"],
-                          "kl": mean_token_kl(_policy, reference, _heldout_batch),
-                          "params": make_preference_loss(_name, **_params)}
+    with mo.status.spinner(title=f"Training {len(LOSSES)} preference losses, 30 steps each on {len(pairs)} pairs, and scoring them…"):
+        pass_before = _pass(model)
+        results = {}
+        for _name in LOSSES:
+            _policy = copy.deepcopy(model).requires_grad_(True)
+            _params = {"beta": beta} if _name in ("dpo", "ipo", "kto") else {}  # SimPO and ORPO have no π_ref to leash to
+            # 30 AdamW steps of 16 pairs at 1e-3: brisk, so that what each loss does shows in seconds
+            train_preference(_policy, pairs, _name, steps=30, lr=1e-3, batch_size=16, loss_params=_params, tokenizer=tok,
+                             reference=reference, seed=0)
+            results[_name] = {"pass@1": _pass(_policy), **_moved(_policy, pairs),
+                              "heldout_accuracy": _moved(_policy, heldout_pairs)["accuracy"],
+                              "kl": mean_token_kl(_policy, reference, _heldout_batch),
+                              "params": make_preference_loss(_name, **_params)}
     return LOSSES, pass_before, results
 
 

@@ -130,7 +130,7 @@ def _(cache):
 
 
 @app.cell
-def _(torch):
+def _(mo, torch):
     # This machine: our own sampler's cache, measured, against the formula (gpt_mini, float32)
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
@@ -144,7 +144,8 @@ def _(torch):
     _examples = ArithmeticEnv().fixed_set("dev", 4)
     torch.manual_seed(0)
     _model = GPTMini(GPTMiniConfig(vocab_size=len(_tok.itos)))
-    measured_bytes = sampler_cache_bytes(_model, _tok, _examples, 8, 20)
+    with mo.status.spinner(title="Sampling 4 prompts × 8 answers to measure the sampler's KV cache…"):
+        measured_bytes = sampler_cache_bytes(_model, _tok, _examples, 8, 20)
     _longest = max(len(example_prompt_ids(_tok, e)) for e in _examples)
     formula_bytes = sampler_kv_bytes(_PRESETS["gpt_mini"], 4, 8, _longest, 20, 4)
     return formula_bytes, measured_bytes

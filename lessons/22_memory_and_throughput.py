@@ -121,7 +121,7 @@ def _(knobs):
 
 
 @app.cell
-def _(torch):
+def _(mo, torch):
     # This machine: a real Trainer step on gpt_mini (float32), and what autograd saves
     from posttrain.models.gpt_mini import GPTMini, GPTMiniConfig
     from posttrain.models.tokenizer import CharTokenizer
@@ -133,15 +133,16 @@ def _(torch):
     from posttrain.teach.measure import saved_activation_bytes, training_state_held
 
     torch.manual_seed(0)
-    _model = GPTMini(GPTMiniConfig(vocab_size=len(CharTokenizer().itos)))
-    _trainer = Trainer(_model, lr=1e-4, total_steps=1)
-    _ids = torch.randint(0, 20, (4, 64), generator=torch.Generator().manual_seed(0))  # (B, T)
-    _model(_ids).float().pow(2).mean().backward()  # any loss: the state's size does not depend on it
-    _trainer.optimizer.step()
-    held = training_state_held(_model, _trainer.optimizer)
-    trained = sum(p.numel() for p in _model.parameters() if p.requires_grad)
-    held_formula = _training_state_bytes(trained, FP32_ADAMW)
-    saved = saved_activation_bytes(_model, _ids)
+    with mo.status.spinner(title="One AdamW step on make run's gpt_mini, measuring the bytes it holds…"):
+        _model = GPTMini(GPTMiniConfig(vocab_size=len(CharTokenizer().itos)))
+        _trainer = Trainer(_model, lr=1e-4, total_steps=1)
+        _ids = torch.randint(0, 20, (4, 64), generator=torch.Generator().manual_seed(0))  # (B, T)
+        _model(_ids).float().pow(2).mean().backward()  # any loss: the state's size does not depend on it
+        _trainer.optimizer.step()
+        held = training_state_held(_model, _trainer.optimizer)
+        trained = sum(p.numel() for p in _model.parameters() if p.requires_grad)
+        held_formula = _training_state_bytes(trained, FP32_ADAMW)
+        saved = saved_activation_bytes(_model, _ids)
     saved_formula = _activation_bytes(_PRESETS["gpt_mini"], 4, 64, 4)
     return held, held_formula, saved, saved_formula, trained
 

@@ -189,7 +189,7 @@ def _(mo):
 
 
 @app.cell
-def _():
+def _(mo):
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.systems.hardware import DEVICES
     from posttrain.systems.roofline import low_precision_decode_speedup
@@ -199,12 +199,13 @@ def _():
     # bf16 → int8 weights for Llama-3-8B on an H100, 1,024 tokens into the answer: the bytes bound only
     speedups = {rows: low_precision_decode_speedup(PRESETS["llama-3-8b"], DEVICES["h100-80gb"], rows, 1024, 2, 1, 2)
                 for rows in (1, 16, 256)}
-    _model, _tok = make_run_policy()
-    _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 4, seed=0)
-    _batch, _trainer = sample_and_score(_model, _tok, _prompts, 8, "int8")
-    int8_mismatch, int8_worst = mismatch(_batch, _trainer)
-    _batch, _trainer = sample_and_score(_model, _tok, _prompts, 8, "float32")
-    float_mismatch, float_worst = mismatch(_batch, _trainer)
+    with mo.status.spinner(title="Sampling 4 prompts × 8 in int8 and in float32, and the trainer's pass over each…"):
+        _model, _tok = make_run_policy()
+        _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 4, seed=0)
+        _batch, _trainer = sample_and_score(_model, _tok, _prompts, 8, "int8")
+        int8_mismatch, int8_worst = mismatch(_batch, _trainer)
+        _batch, _trainer = sample_and_score(_model, _tok, _prompts, 8, "float32")
+        float_mismatch, float_worst = mismatch(_batch, _trainer)
     tokens_compared = int(_batch.response_mask.sum())
     return float_mismatch, float_worst, int8_mismatch, int8_worst, speedups, tokens_compared
 

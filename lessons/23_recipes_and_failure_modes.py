@@ -100,15 +100,16 @@ def _(mo):
 
 
 @app.cell
-def _(AXES):
+def _(AXES, mo):
     import re
     import tomllib
 
-    from posttrain.config import ConfigError, TrainConfig
-    from posttrain.config.files import from_dict, load_file, to_dict
-    from posttrain.pipelines.checks import check_config
-    from posttrain.runs.lineage import NOT_A_CHANGE, differing_keys, flatten
-    from posttrain.teach.lessons import LESSONS_DIR
+    with mo.status.spinner(title="Loading the config checker (posttrain.pipelines.checks) for the recipe catalogue…"):
+        from posttrain.config import ConfigError, TrainConfig
+        from posttrain.config.files import from_dict, load_file, to_dict
+        from posttrain.pipelines.checks import check_config
+        from posttrain.runs.lineage import NOT_A_CHANGE, differing_keys, flatten
+        from posttrain.teach.lessons import LESSONS_DIR
 
     RECIPES_DIR = LESSONS_DIR.parent / "recipes"  # the repository's catalogue, next to lessons/
 

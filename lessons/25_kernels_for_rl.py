@@ -141,14 +141,15 @@ def _(mo):
 
 
 @app.cell
-def _(sampler, torch):
+def _(mo, sampler, torch):
     from posttrain.envs.arithmetic import ArithmeticEnv
     from posttrain.teach.sampler_mismatch import make_run_policy, mismatch, sample_and_score
 
     precision = sampler.value
     _model, tok = make_run_policy()
     _prompts = ArithmeticEnv(level=3, cot=True).fixed_set("heldout", 4, seed=0)
-    batch, trainer_logp = sample_and_score(_model, tok, _prompts, 8, precision)
+    with mo.status.spinner(title=f"Sampling 4 prompts × 8 with the sampler in {precision}, then the trainer's float32 pass…"):
+        batch, trainer_logp = sample_and_score(_model, tok, _prompts, 8, precision)
     stats, worst = mismatch(batch, trainer_logp)
     _on = batch.response_mask.bool()
     # the ratio π_trainer / π_sampler each token would start the update at, if old_logp were trusted

@@ -286,7 +286,7 @@ def _(mo):
 
 
 @app.cell
-def _(torch):
+def _(mo, torch):
     import copy as _copy
     import dataclasses as _dataclasses
 
@@ -297,27 +297,29 @@ def _(torch):
     from posttrain.teach.widgets import tiny_policy
     from posttrain.types import RolloutBatch
 
-    policy, _tok, _env, _ = tiny_policy(sft_steps=100)
-    _params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
-    _engine = make_engine(_copy.deepcopy(policy), _tok, _params)
-    _episodes = score_episodes(_env.score, _engine.generate(_env.fixed_set("train", 4, seed=1), 6,
-                                                           generator=torch.Generator().manual_seed(0)))
-    rl_batch = RolloutBatch.collate(_episodes, _tok.pad_id, temperature=_params.temperature)
-    rl_batch = _dataclasses.replace(rl_batch, **make_algorithm("grpo").compute_advantages(rl_batch))
+    with mo.status.spinner(title="Teaching a tiny policy the answer format (100 SFT steps) and sampling 4 prompts × 6…"):
+        policy, _tok, _env, _ = tiny_policy(sft_steps=100)
+        _params = SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
+        _engine = make_engine(_copy.deepcopy(policy), _tok, _params)
+        _episodes = score_episodes(_env.score, _engine.generate(_env.fixed_set("train", 4, seed=1), 6,
+                                                               generator=torch.Generator().manual_seed(0)))
+        rl_batch = RolloutBatch.collate(_episodes, _tok.pad_id, temperature=_params.temperature)
+        rl_batch = _dataclasses.replace(rl_batch, **make_algorithm("grpo").compute_advantages(rl_batch))
     return policy, rl_batch
 
 
 @app.cell
-def _(controls, policy, rl_batch):
+def _(controls, mo, policy, rl_batch):
     from posttrain.teach.trust_region import ppo_step, trpo_step
 
     max_kl, clip_eps = controls.value["max_kl"], controls.value["clip_eps"]
-    _, trpo = trpo_step(policy, rl_batch, max_kl)
-    ppo_policy, ppo = ppo_step(policy, rl_batch, clip_eps)
-    # the frontier each knob traces: KL reached and gain bought, on the same batch
-    DELTAS, EPSILONS = (0.002, 0.005, 0.01, 0.02, 0.05), (0.05, 0.1, 0.2, 0.5, 1.0)
-    trpo_sweep = [trpo_step(policy, rl_batch, d)[1] for d in DELTAS]
-    ppo_sweep = [ppo_step(policy, rl_batch, e)[1] for e in EPSILONS]
+    with mo.status.spinner(title=f"A TRPO step and a PPO step on {rl_batch.batch_size} samples, then both over 5 settings…"):
+        _, trpo = trpo_step(policy, rl_batch, max_kl)
+        ppo_policy, ppo = ppo_step(policy, rl_batch, clip_eps)
+        # the frontier each knob traces: KL reached and gain bought, on the same batch
+        DELTAS, EPSILONS = (0.002, 0.005, 0.01, 0.02, 0.05), (0.05, 0.1, 0.2, 0.5, 1.0)
+        trpo_sweep = [trpo_step(policy, rl_batch, d)[1] for d in DELTAS]
+        ppo_sweep = [ppo_step(policy, rl_batch, e)[1] for e in EPSILONS]
     return DELTAS, EPSILONS, clip_eps, max_kl, ppo, ppo_policy, ppo_sweep, trpo, trpo_sweep
 
 

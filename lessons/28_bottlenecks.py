@@ -8,6 +8,7 @@ app = marimo.App(width="medium")
 
 @app.cell
 def _():
+    import copy
     import dataclasses
     import json
 
@@ -16,7 +17,7 @@ def _():
     from posttrain.teach.lesson_setup import torch_on_one_thread
 
     torch = torch_on_one_thread()
-    return dataclasses, json, mo, torch
+    return copy, dataclasses, json, mo, torch
 
 
 @app.cell
@@ -43,8 +44,9 @@ def _(mo):
     3. **Profile the binding role** (`torch.profiler`): which operations take its time.
     4. **Memory peak**: what limits the batch, and so the throughput of decode.
     5. **Kernel timeline** (Nsight Systems on a GPU): gaps between kernels, launches, syncs.
-    6. **The ρ-histogram**: once it is fast, is it still right? The ratios π_θ/π_old and the
-       importance weights at the start of each step show stale or mismatched data.
+    6. **The ρ-histogram**: once it is fast, is it still right? Every token's ratio π_θ/π_old
+       against the clip range, and the importance weights at the start of each step, show
+       stale or mismatched data.
 
     ## The per-role optimization menu
 
@@ -68,7 +70,8 @@ def _(mo):
     Three steps to choose from: two real run directories made on this machine (make run's
     gpt_mini, 12 GRPO steps of 32 prompts × 8; colocated, and async with 2 Ray workers;
     `lessons/data/28_runs/README.md` has the commands), and Llama-3-8B GRPO on 8 H100s as
-    `posttrain systems` plans it.
+    `posttrain systems` plans it. The panel's last slider belongs to step 6 further down: the
+    learning rate of the one update whose per-token ratios the ρ-histogram draws.
     """)
     return
 
@@ -84,6 +87,9 @@ def _(mo):
         "step": mo.ui.dropdown(options=STEPS, value="our colocated run (measured)", label="whose step"),
         "budget": mo.ui.slider(start=0, stop=6, step=1, value=3, label="optimizations you can afford",
                                show_value=True),
+        # step 6's knob: how far one update moves the policy away from the one that sampled
+        "log_lr": mo.ui.slider(start=-5.0, stop=-2.0, step=0.5, value=-4.0,
+                               label="step 6: learning rate of the update η = 10^x, x =", show_value=True),
     })
     controls.vstack()  # the panel's controls, one per line (their values stay in `controls`)
     return STEPS, controls
@@ -168,7 +174,7 @@ def _(STEPS, alone, before, budget, chosen, mo, report, source, times, topology)
 
 @app.cell
 def _(before, chosen):
-    from posttrain.teach import charts as _charts  # two chart cells: a cell-private name in each
+    from posttrain.teach import charts as _charts  # several chart cells: a cell-private name in each
 
     _labels = ["as it is"] + [g.lever.name for g in chosen]
     _values = [before] + [g.after_seconds for g in chosen]
@@ -214,17 +220,62 @@ def _(mo, runs, torch):
 
 
 @app.cell
-def _(health, mo, profile_top, sampling):
+def _(copy, dataclasses, mo, torch):
+    from posttrain.algorithms import make_algorithm
+    from posttrain.config import SamplingParams as _SamplingParams
+    from posttrain.roles.engines import make_engine as _make_engine
+    from posttrain.roles.environment import score_episodes
+    from posttrain.teach.widgets import tiny_policy
+    from posttrain.types import RolloutBatch
+
+    # step 6, live: the runs above log only per-step summaries of ρ, so the histogram needs a
+    # policy of its own. A tiny gpt_mini taught the answer format by 100 SFT steps answers
+    # about a third of its samples right: groups with both rewards, so GRPO has a gradient
+    RHO_PROMPTS, RHO_SAMPLES = 8, 8
+    with mo.status.spinner(title=f"Step 6: teaching a tiny policy arithmetic (100 SFT steps) and sampling "
+                                 f"{RHO_PROMPTS} prompts × {RHO_SAMPLES} answers, a few seconds…"):
+        rho_policy, _tok, _env, _ = tiny_policy(sft_steps=100)
+        _params = _SamplingParams(temperature=1.0, max_new_tokens=12, stop_at_newline=True)
+        # the engine holds (and freezes) its own copy, as in a run: it records old_logp = log π_old
+        _engine = _make_engine(copy.deepcopy(rho_policy), _tok, _params)
+        _episodes = _engine.generate(_env.fixed_set("train", RHO_PROMPTS, seed=1), RHO_SAMPLES,
+                                     generator=torch.Generator().manual_seed(0))
+        rho_batch = RolloutBatch.collate(score_episodes(_env.score, _episodes), _tok.pad_id,
+                                         temperature=_params.temperature)
+        grpo = make_algorithm("grpo")  # ε = 0.2 either side, β = 0: the loss the controller would use
+        rho_batch = dataclasses.replace(rho_batch, **grpo.compute_advantages(rho_batch))
+    return RHO_PROMPTS, RHO_SAMPLES, grpo, rho_batch, rho_policy
+
+
+@app.cell
+def _(controls, copy, grpo, mo, rho_batch, rho_policy, torch):
+    from posttrain.models.logprobs import response_logp
+    from posttrain.roles.trainer import Trainer as _Trainer
+
+    rho_lr = 10 ** controls.value["log_lr"]
+    with mo.status.spinner(title=f"Step 6: one GRPO update at η = {rho_lr:.2g} on {rho_batch.batch_size} answers, "
+                                 "then every token's ratio…"):
+        _policy = copy.deepcopy(rho_policy).requires_grad_(True)  # every slider move starts from π_old
+        rho_update = _Trainer(_policy, lr=rho_lr, total_steps=1).update(rho_batch, grpo)  # one controller step
+        with torch.no_grad():
+            _new_logp = response_logp(_policy, rho_batch)  # (B, T) log π_θ of the sampled tokens, after the step
+    _on = rho_batch.response_mask.bool()  # (B, T)
+    ratios = (_new_logp - rho_batch.old_logp)[_on].exp()  # (n response tokens,) ρ = π_θ / π_old
+    clip_low, clip_high = 1 - grpo.clip_eps_low, 1 + grpo.clip_eps_high
+    outside_clip = ((ratios < clip_low) | (ratios > clip_high)).float().mean().item()
+    return clip_high, clip_low, outside_clip, ratios, rho_lr, rho_update
+
+
+@app.cell
+def _(RHO_PROMPTS, RHO_SAMPLES, mo, profile_top, ratios, rho_lr, rho_policy, sampling):
     from posttrain.teach.tables import markdown_table as _markdown_table
+
+    _size = sum(p.numel() for p in rho_policy.parameters())
 
     _ops = _markdown_table(["operation", "calls", "share of the CPU time"],
                           [[f"`{key}`", str(count), f"{share:.0%}"] for key, count, share in profile_top])
-    _health = _markdown_table(
-        ["run", "step", "ratio max", "clipfrac", "staleness", "TIS weight mean", "behaviour KL"],
-        [[name, str(s), f"{rmax:.4f}", f"{clip:.3f}", str(stale), f"{w:.4f}", f"{kl:.1e}"]
-         for name, rows in health.items() for s, rmax, clip, stale, w, kl in rows])
     mo.md(
-        f"""
+        rf"""
     ## The other five steps, on the same runs
 
     **Step 2, is the device busy?** Sampling took **{sampling["colocated"]:.1f} s a step** in the
@@ -254,15 +305,72 @@ def _(health, mo, profile_top, sampling):
     overhead, host syncs, a Python loop between steps). On a CPU, `prof.export_chrome_trace` of
     the profile above gives the same picture in a browser.
 
-    **Step 6, the ρ-histogram.** Fast is worthless if the update is wrong. The last steps of
-    both runs, as logged: the largest ratio π_θ/π_old and the clipped share *at the first
-    minibatch*, the staleness, and the async run's importance weights:
+    **Step 6, the ρ-histogram.** Fast is worthless if the update is wrong. Every response token
+    carries a ratio $\rho_t = \pi_\theta(y_t)/\pi_{{\text{{old}}}}(y_t)$, and the clip in GRPO's loss
+    only trusts tokens with $\rho_t$ inside $[1-\epsilon, 1+\epsilon]$. The first minibatch of a
+    colocated step sees $\rho = 1$ everywhere, since the weights are those that sampled; every
+    later look at the same tokens (a second epoch or minibatch, or an async trainer one update
+    ahead of its sampler) sees the policy after one or more updates. The histogram below is that
+    look, computed now: a tiny policy ({_size:,} parameters, 100 SFT steps) samples
+    {RHO_PROMPTS} prompts × {RHO_SAMPLES} answers with the library's engine, which records
+    `old_logp`; `Trainer.update(batch, grpo)` takes **one step at η = {rho_lr:.2g}** (the panel's
+    last slider); `models/logprobs.response_logp` recomputes the log-probs of the same
+    {len(ratios)} response tokens; each bar counts tokens by $e^{{\log\pi_\theta - \texttt{{old\_logp}}}}$.
+    """
+    )
+    return
+
+
+@app.cell
+def _(clip_high, clip_low, outside_clip, ratios, rho_lr):
+    from posttrain.teach import charts as _charts  # several chart cells: a cell-private name in each
+
+    # fixed bins, so the axes stay put as the slider moves; ρ past the last edge lands in the
+    # last bar (clamped) rather than off the chart
+    RHO_RANGE = (0.0, 2.5)
+    rho_fig, _ax = _charts.figure()
+    _ax.hist(ratios.clamp(*RHO_RANGE).tolist(), bins=50, range=RHO_RANGE, color=_charts.PALETTE[0])
+    _charts.span(_ax, clip_low, clip_high, label=f"clip range [{clip_low:g}, {clip_high:g}]")
+    _ax.set_yscale("log")  # the tails are the point: a handful of tokens next to hundreds at ρ ≈ 1
+    _charts.finish(rho_fig, _ax, f"ratio ρ = π_θ / π_old of a response token (dimensionless; > {RHO_RANGE[1]:g} "
+                                 "in the last bar)", "tokens (log scale)",
+                   title=f"One GRPO step at η = {rho_lr:.2g}: {outside_clip:.1%} of {len(ratios)} tokens outside "
+                         f"the clip range, largest ρ {ratios.max().item():.2f}")
+    rho_fig
+    return RHO_RANGE, rho_fig
+
+
+@app.cell
+def _(health, mo, outside_clip, ratios, rho_lr, rho_update):
+    from posttrain.teach.tables import markdown_table as _markdown_table
+
+    _health = _markdown_table(
+        ["run", "step", "ratio max", "clipfrac", "staleness", "TIS weight mean", "behaviour KL"],
+        [[name, str(s), f"{rmax:.4f}", f"{clip:.3f}", str(stale), f"{w:.4f}", f"{kl:.1e}"]
+         for name, rows in health.items() for s, rmax, clip, stale, w, kl in rows])
+    mo.md(
+        f"""
+    At η = {rho_lr:.2g}, **{outside_clip:.1%}** of the tokens lie outside the clip range after one
+    step, and ρ runs from {ratios.min().item():.3f} to {ratios.max().item():.3f}. (The update itself
+    logged `clipfrac` {rho_update["clipfrac"]:.3f} and `ratio_max` {rho_update["ratio_max"]:.3f}: it
+    measured them at ρ = 1, before its own step moved anything.) The runs above trained with
+    η = 10⁻⁴: at that setting the histogram is a spike at 1 with thin tails, and a second look
+    at the batch is nearly on-policy. Move η up: the spike spreads, and the share outside the
+    band bounds the share the clip can switch off on the next look: a token that went past the
+    band in the direction its advantage pushes gets no more gradient from it. A wide histogram means the data no longer describes
+    the policy being trained: too large a step, too many epochs, or a sampler too far behind.
+
+    **The same check on a real run, as logged.** A run does not log every token's ρ; the
+    controller logs summaries: the largest ratio and the clipped share *at the first
+    minibatch*, the staleness, and under async the importance weights. The last steps of both
+    runs:
 
     {_health}
     Colocated, every step starts on-policy (ratio 1, nothing clipped). Async, every batch is one
     update stale, and the importance weights stay within a fraction of a percent of 1: the
     correction is small and trustworthy. A mean weight drifting from 1, a growing clipped share
-    or a behaviour KL rising step by step is the alarm.
+    or a behaviour KL rising step by step is the alarm. The chart below draws those summaries
+    for every RL step of both runs.
     """
     )
     return
@@ -270,10 +378,11 @@ def _(health, mo, profile_top, sampling):
 
 @app.cell
 def _(ratio_steps):
-    from posttrain.teach import charts as _charts  # two chart cells: a cell-private name in each
+    from posttrain.teach import charts as _charts  # several chart cells: a cell-private name in each
 
     # The runs log per-step statistics of ρ (its max, the clipped share, the TIS weights'
-    # mean), not every token's ratio: the chart draws those, every RL step of both runs.
+    # mean), not every token's ratio (the histogram above computes those live): this chart
+    # draws the summaries, every RL step of both runs.
     _steps = [row[0] for row in ratio_steps["async"]]
     if [row[0] for row in ratio_steps["colocated"]] != _steps:
         raise ValueError("the two runs in lessons/data/28_runs logged different RL steps; "
@@ -286,7 +395,7 @@ def _(ratio_steps):
     # on-policy is ρ = 1: a reference line, not data
     _ax.axhline(1.0, color=_charts.REFERENCE, linewidth=0.8, linestyle=":").set_gid(_charts.DECORATION)
     _charts.finish(ratio_fig, _ax, "RL step", "ratio π_θ / π_old (dimensionless)",
-           title="Step 6: the ratios each step started from, as logged")
+           title="Step 6 on the runs: the ratios each step started from, as logged")
     _charts.legend_right(ratio_fig, _ax)
     ratio_fig
     return (ratio_fig,)
@@ -315,6 +424,10 @@ def _(mo):
       side, so the fifth has to be on the trainer (skip inert rows, → 8 s), and then the rollout
       binds again with no rollout lever left: the sixth slot stays unspent. A ranking made once,
       before you start, would have told you none of this.
+    * **Step 6, η = 10^-2.5.** One step on the tiny policy puts over a tenth of the tokens
+      outside the clip range, and the largest ρ in the tens: a second epoch, or an async trainer
+      one step ahead, would learn from tokens the policy no longer samples, and the clip would
+      switch many of them off. At the runs' η = 10^-4, 99 % or more stay inside.
 
     ## Source files used here
 
@@ -323,6 +436,8 @@ def _(mo):
     * `posttrain/systems/plan.py` — `plan`: the GPU job's terms and its priced length cap
     * `posttrain/roles/controller.py` — where each `time/*` is measured
     * `posttrain/roles/off_policy.py` — the staleness and importance-weight metrics of step 6
+    * `posttrain/roles/trainer.py` — `Trainer.update`, the one step the ρ-histogram measures
+    * `posttrain/models/logprobs.py` — `response_logp`, the log-probs the histogram recomputes
     * `lessons/data/28_runs/README.md` — the two run directories and the commands that made them
 
     ## Exercises

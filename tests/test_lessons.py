@@ -794,6 +794,34 @@ def test_lesson_28_the_allocator_on_real_runs(restore_threads, tmp_path):
     assert names == ["speculative", "length", "async,", "low-precision", "skip"]  # the sixth slot stays unspent
     assert [round(g.after_seconds) for g in planned["chosen"]] == [39, 25, 14, 11, 8]
 
+
+def rho_bars(defs: dict) -> list[float]:
+    """The ρ-histogram's bar heights (token counts), left to right: its data, not the clip band."""
+    from posttrain.teach.charts import DECORATION
+
+    return [patch.get_height() for ax in defs["rho_fig"].axes for patch in ax.patches if patch.get_gid() != DECORATION]
+
+
+def test_lesson_28_the_rho_histogram_spreads_as_the_learning_rate_grows(restore_threads, tmp_path):
+    path = LESSONS / "28_bottlenecks.py"
+    runs_lr = run_in_process(path)  # η = 10^-4, the learning rate the two shipped runs trained with
+    ratios, bars = runs_lr["ratios"], rho_bars(runs_lr)
+    # every response token of 8 prompts × 8 answers is in one of the 50 bars, and only those tokens
+    assert len(bars) == 50 and sum(bars) == len(ratios) == int(runs_lr["rho_batch"].response_mask.sum()) > 300
+    assert (runs_lr["clip_low"], runs_lr["clip_high"]) == pytest.approx((0.8, 1.2))
+    # "about a third of its samples right" (measured 0.33): groups with both rewards, so GRPO has a gradient
+    assert 0.2 < runs_lr["rho_batch"].rewards.mean().item() < 0.5
+    # the update logged its own statistics at θ = θ_old, before its step: ratio 1, nothing clipped
+    assert runs_lr["rho_update"]["ratio_max"] == pytest.approx(1.0, abs=1e-4) and runs_lr["rho_update"]["clipfrac"] == 0
+    # the prose: at the runs' η nearly every token stays inside the clip range (measured 0.2 %, ρ in 0.69–1.14)
+    assert runs_lr["outside_clip"] < 0.01 and 0.5 < ratios.min() and ratios.max() < 1.5
+    assert ratios.min() < 1 < ratios.max()  # one step moved the policy both ways: not a spike of exact 1s
+    big = run_with_setting(path, "value=-4.0,", "value=-2.5,", tmp_path)
+    assert big["rho_lr"] == pytest.approx(10 ** -2.5) and len(big["ratios"]) == len(ratios)  # the same tokens
+    assert rho_bars(big) != bars and sum(rho_bars(big)) == len(ratios)
+    # "over a tenth of the tokens outside the clip range, ρ in the tens" (measured 12.8 %, largest 26)
+    assert big["outside_clip"] > 0.1 and big["ratios"].max() > 10
+
 # ---- end of lessons 22b-28 ----
 
 
