@@ -10,11 +10,11 @@ import json
 import cloudpickle
 import pytest
 
-from posttrain.config import ConfigError, RewardConfig, RLConfig
+from posttrain.config import ConfigError, RewardConfig, RLConfig, TrainConfig
 from posttrain.envs.search_qa import SearchQAEnv
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import reward_stack
-from posttrain.pipelines.checks import check_rl
+from posttrain.pipelines.checks import check_config, check_rl
 from posttrain.rewards.judge import PRODUCTION_CRITERIA, self_critique_rubric
 from posttrain.rewards.rubric import Rubric, RubricCriterion
 from posttrain.rewards.self_critique import SelfCritique, critique_judge
@@ -123,6 +123,18 @@ def test_the_settings_are_checked_before_a_run():
     bad = RLConfig(reward=RewardConfig(terms="accuracy + 0.2*self_critique", judge="/no/such/judge"))
     with pytest.raises(ConfigError, match=r"self_critique judge '/no/such/judge' \(rl.reward.judge\) is not a model"):
         check_rl(bad)
+
+
+def test_a_policy_whose_question_and_response_do_not_fit_its_positions_is_refused():
+    cfg = TrainConfig(rl=RLConfig(reward=RewardConfig(terms="accuracy + 0.2*self_critique")))
+    cfg.rl.sampling.max_new_tokens = 80  # the 14-token prompt and 80 fit the policy's 96 positions; its critique:
+    # <bos> + the 13-character prompt + "\n" + "Correct?" + " " = 24 tokens, + the response, + the verdict = 105
+    with pytest.raises(ConfigError, match=r"rl.reward.judge='policy' is not allowed: expected a judge model with at "
+                                          r"least 105 positions.*a response of up to 80 tokens"):
+        check_config(cfg)
+    cfg.rl.reward.judge = "a/judge"  # a judge model's own positions are its own: not the policy's check
+    with pytest.raises(ConfigError, match=r"judge 'a/judge' \(rl.reward.judge\) is not a model"):
+        check_config(cfg)
 
 
 def test_a_gpt_mini_checkpoint_judges_as_a_frozen_model_with_the_compact_question(tmp_path):

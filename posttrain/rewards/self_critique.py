@@ -40,8 +40,7 @@ from posttrain.models.model_dirs import resolve_model_dir
 from posttrain.models.policy import Policy
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.rewards.judge import (COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, FIVE_POINT, JUDGE_PROMPT_VERSION,
-                                     PRODUCTION_CRITERIA, Judge)
-from posttrain.rewards.judge import self_critique_rubric
+                                     PRODUCTION_CRITERIA, Judge, LabelScale, judge_prompt_ids, self_critique_rubric)
 from posttrain.rewards.rubric import Rubric
 from posttrain.rewards.stack import Scored
 from posttrain.types import Example, Tokenizer
@@ -49,17 +48,33 @@ from posttrain.types import Example, Tokenizer
 POLICY_JUDGE = "policy"  # rl.reward.judge's value for the policy judging itself
 
 
+def critique_question(tokenizer: Tokenizer) -> tuple[LabelScale, str]:
+    """The scale and the JUDGE_PROMPTS key a judge with `tokenizer` is asked (the module's rule)."""
+    if isinstance(tokenizer, CharTokenizer):
+        return CORRECT_YN, COMPACT_JUDGE_PROMPT_VERSION
+    return FIVE_POINT, JUDGE_PROMPT_VERSION
+
+
 def critique_judge(model: Policy, tokenizer: Tokenizer, source: str, min_label_mass: float = 0.25) -> Judge:
-    """A Judge for `model` with the question its tokenizer can read (the module's rule);
-    ValueError naming the judge to pass when the scale's labels are not single tokens."""
-    character_level = isinstance(tokenizer, CharTokenizer)
-    scale, prompt = (CORRECT_YN, COMPACT_JUDGE_PROMPT_VERSION) if character_level else (FIVE_POINT, JUDGE_PROMPT_VERSION)
+    """A Judge for `model` with the question its tokenizer can read; ValueError naming the
+    judge to pass when the scale's labels are not single tokens."""
+    scale, prompt = critique_question(tokenizer)
     try:
         return Judge(model, tokenizer, scale, min_label_mass=min_label_mass, source=source, prompt=prompt)
     except ValueError as error:
         raise ValueError(f"the judge {source!r} cannot give the self_critique verdict: {error}. Pass a judge whose "
                          "tokenizer writes each digit 1-5 as one token (a transformers model such as smollm2-135m: "
                          "--rl.reward.judge smollm2-135m) or a gpt_mini checkpoint (Y/N)") from None
+
+
+def longest_critique(tokenizer: Tokenizer, example: Example, response_tokens: int) -> int:
+    """Tokens the judge reads to critique a response of `response_tokens` tokens to `example`:
+    the longest of the five criteria's prompts (the response stood in by an empty one, its
+    tokens added), + 1 for the verdict. More than the judge's positions, and every such
+    judgement scores 0 as too long."""
+    scale, prompt = critique_question(tokenizer)
+    return max(len(judge_prompt_ids(tokenizer, scale, name, question, example, "", prompt))
+               for name, question in PRODUCTION_CRITERIA.items()) + response_tokens + 1
 
 
 class SelfCritique:
