@@ -125,8 +125,12 @@ def test_the_settings_are_checked_before_a_run():
         check_rl(bad)
 
 
-def test_a_policy_whose_question_and_response_do_not_fit_its_positions_is_refused():
+def test_an_untaught_gpt_mini_and_a_critique_longer_than_its_positions_are_refused():
     cfg = TrainConfig(rl=RLConfig(reward=RewardConfig(terms="accuracy + 0.2*self_critique")))
+    with pytest.raises(ConfigError, match=r"sft.judge_demos=0 is not allowed: expected a positive number of problems "
+                                          r"with a self_critique term the policy judges on gpt_mini"):
+        check_config(cfg)  # untaught, gpt_mini's every judgement is refused: the term would pay 0 throughout
+    cfg.sft.judge_demos = 100
     cfg.rl.sampling.max_new_tokens = 80  # the 14-token prompt and 80 fit the policy's 96 positions; its critique:
     # <bos> + the 13-character prompt + "\n" + "Correct?" + " " = 24 tokens, + the response, + the verdict = 105
     with pytest.raises(ConfigError, match=r"rl.reward.judge='policy' is not allowed: expected a judge model with at "
@@ -171,7 +175,7 @@ def test_a_multi_turn_episode_is_critiqued_on_its_transcript():
 
 def test_two_rl_steps_log_each_criterions_mean(tmp_path):
     proc = posttrain("train", *TINY, "--rl.steps", "2", "--rl.reward.terms", "accuracy + 0.2*self_critique",
-                     "--out_dir", str(tmp_path))
+                     "--sft.judge_demos", "16", "--out_dir", str(tmp_path))
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output
     run = only_run_dir(tmp_path)

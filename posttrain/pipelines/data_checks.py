@@ -11,7 +11,8 @@ environment's own rules.
     run_warnings(cfg, env)    what can run but may not mean what it seems: evaluation sets too
                               small to measure, a verifier that pays partial credit, demonstrations
                               longer than the budget; the dry run lists them, a run prints them
-    check_self_judge(...)     the self-judge's (and check_self_critique: self-critique's) labels and prompt fit the model
+    check_self_judge(...)     the self-judge's labels, prompt and demonstrations fit the model
+                              (a self_critique term's: critique_checks.py)
     check_vocabulary(...)     gpt_mini's character tokenizer can read every prompt and solution
 
 They are apart from checks.py, which judges the settings themselves, because these need the
@@ -31,15 +32,13 @@ from posttrain.data.preference_rows import preference_episodes
 from posttrain.models import is_pretrained, policy_context
 from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
-from posttrain.pipelines.build import REWARD_PRESETS, is_preference, mismatch_correction
+from posttrain.pipelines.build import is_preference, mismatch_correction
 from posttrain.pipelines.command_checks import fixed_set
+from posttrain.pipelines.critique_checks import check_self_critique
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
-from posttrain.rewards.agentic import AGENTIC_PRESETS
-from posttrain.rewards.self_critique import POLICY_JUDGE, SelfCritique, critique_question, longest_critique
 from posttrain.rewards.self_judge import SELF_JUDGE_CRITERION
-from posttrain.rewards.user_function import parse_reward
 from posttrain.roles.environment import is_multi_turn
 from posttrain.roles.engines.contract import example_prompt_ids
 from posttrain.roles.mismatch import SamplerIsTrainer
@@ -252,25 +251,6 @@ def check_self_judge(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
               "positions, and a longer judge prompt is no verdict (scored 0)")
         found.append(f"self-judge: the longest judge prompt {judged} of the model's {positions} positions")
     return found
-
-
-def check_self_critique(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, positions: int,
-                        longest_prompt: Example) -> list[str]:
-    """A self_critique term the policy judges (rewards/self_critique.py): labels of one token, the question fits."""
-    terms = parse_reward(cfg.rl.reward.terms, {**REWARD_PRESETS, **AGENTIC_PRESETS, "rm": lambda: []})
-    if cfg.rl.reward.judge != POLICY_JUDGE or not any(isinstance(term, SelfCritique) for _, term in terms):
-        return []
-    try:  # the labels, then the longest question with a whole response (a multi-turn episode's: its transcript)
-        label_ids(tokenizer, critique_question(tokenizer)[0])
-    except ValueError as error:
-        raise ConfigError(f"rl.reward.judge='policy' cannot give the self_critique verdict: {error}; pass a judge "
-                          "model with --rl.reward.judge (smollm2-135m, or a gpt_mini checkpoint)") from None
-    judged = longest_critique(tokenizer, longest_prompt, response := env.max_total_tokens if is_multi_turn(env)
-                              else cfg.rl.sampling.max_new_tokens)
-    check(judged <= positions, "rl.reward.judge", cfg.rl.reward.judge, f"a judge model with at least {judged} positions, "
-          f"or shorter responses: the policy critiques the prompt and a response of up to {response} tokens in {judged} "
-          f"tokens, more than its {positions} positions, and a judgement that does not fit scores 0")
-    return [f"self-critique: the longest judge prompt {judged} of the model's {positions} positions"]
 
 
 def check_vocabulary(tokenizer: Tokenizer, examples: list[Example], solutions: list[str]) -> None:
