@@ -22,8 +22,8 @@ Which question, by the judge's tokenizer:
     a character-level tokenizer (gpt_mini)   the compact prompt with the Y/N verdict
         (judge.py's COMPACT_JUDGE_PROMPT, CORRECT_YN): "Y" and "N" are one character, so one token,
         and that prompt is the one judge demonstrations (--sft.judge_demos) teach. The full
-        prompt is ~250 characters and gpt_mini holds 96 positions, so every judgement would be
-        refused as too long. The compact prompt does not print the criterion: on gpt_mini the
+        prompt is 232 characters before the answer on "Q: 9+8+3+2+7" and gpt_mini holds 96
+        positions, so every judgement would be refused as too long. The compact prompt does not print the criterion: on gpt_mini the
         five criteria ask one question ("Correct?") and score alike.
     any other tokenizer                       the full prompt, one per criterion, with the
         1..5 digit scale (FIVE_POINT): each digit is one token of a BPE tokenizer.
