@@ -1,18 +1,21 @@
 """DPO's pair curation and diagnostics on numbers worked by hand: pairs balanced by length
-gap and by topic (the counts kept per bucket), the template-mimicry monitor (fires on a policy
+gap, by topic and by prompt (exact duplicates dropped, then at most N pairs a prompt; the counts
+kept per bucket), the template-mimicry monitor (fires on a policy
 that learns one opening, quiet on a healthy one and on a task whose answers share a form),
 the temperature table (its rows), the settings refused before a run, and one tiny run that
 balances its pairs and writes the start-against-trained diagnostics into summary.md."""
 
 import json
+import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from posttrain.cli import main
-from posttrain.config import ConfigError, MONITORS, SamplingParams, TrainConfig
+from posttrain.config import ConfigError, MONITORS, PreferenceConfig, SamplingParams, TrainConfig
 from posttrain.config.files import from_dict
-from posttrain.data.pair_balance import LONGER, SAME, SHORTER, balance_pairs, length_bucket, topic_of
+from posttrain.data.pair_balance import LONGER, SAME, SHORTER, balance_pairs, dedupe_prompts, length_bucket, topic_of
 from posttrain.envs.arithmetic import ArithmeticEnv
 from posttrain.eval.sensitivity import temperature_table
 from posttrain.pipelines.checks import check_config
@@ -92,6 +95,51 @@ def test_topics_then_lengths():
     assert report["topics"]["a"] == {"before": 4, "kept": 3}
     assert report["lengths"] == {LONGER: {"before": 3, "kept": 2}, SHORTER: {"before": 2, "kept": 2}}
     assert sorted(p.meta["topic"] for p in kept) == ["a", "a", "b", "b"]
+
+
+# ------------------------------------------------------------------ prompt deduplication
+
+
+def test_duplicates_dropped_then_each_prompt_capped_by_hand():
+    # prompt A: 5 distinct pairs and 2 exact duplicates of its first (one with other meta and scores);
+    # prompt B: 2 distinct pairs. Cap 3: A keeps 3 of its 5, B both, no duplicate
+    a = [PreferencePair("A\n", f"right {i}", "wrong") for i in range(5)]
+    b = [PreferencePair("B\n", "right", f"wrong {i}") for i in range(2)]
+    twins = [PreferencePair("A\n", "right 0", "wrong"),
+             PreferencePair("A\n", "right 0", "wrong", {"level": 2}, score_chosen=1.0, score_rejected=0.0)]
+    records = [a[0], b[0], *twins, *a[1:], b[1]]
+    kept, report = balance_pairs(records, lengths=False, topics=False, seed=0, max_per_prompt=3)
+    assert report == {"prompts": {"exact duplicates": {"before": 2, "kept": 0},
+                                  "on prompts with more than 3": {"before": 5, "kept": 3},
+                                  "on prompts with at most 3": {"before": 2, "kept": 2}}}
+    assert len(kept) == 5 and sum(p.prompt == "A\n" for p in kept) == 3 and b[0] in kept and b[1] in kept
+    assert len({(p.prompt, p.chosen, p.rejected) for p in kept}) == 5  # no two alike
+    assert [records.index(p) for p in kept] == sorted(records.index(p) for p in kept)  # original order
+    assert balance_pairs(records, False, False, seed=0, max_per_prompt=3)[0] == kept  # seeded
+    assert any(balance_pairs(records, False, False, seed=s, max_per_prompt=3)[0] != kept for s in range(1, 6))
+    # a cap no prompt reaches still drops the duplicates, and only them
+    assert balance_pairs(records, False, False, seed=0, max_per_prompt=9)[0] == [a[0], b[0], *a[1:], b[1]]
+
+
+def test_a_kto_example_is_a_duplicate_only_with_the_same_label_and_a_bad_cap_is_refused():
+    up, down = UnpairedExample("Q\n", "a", True), UnpairedExample("Q\n", "a", False)
+    kept, report = dedupe_prompts([up, down, up], 5, random.Random(0))
+    assert kept == [up, down] and report["exact duplicates"] == {"before": 1, "kept": 0}
+    with pytest.raises(ValueError, match="max_per_prompt 0 must be a whole number >= 1"):
+        dedupe_prompts([up], 0, random.Random(0))
+    with pytest.raises(ConfigError, match="rl.preference.max_pairs_per_prompt=-1 is not allowed: expected an integer >= 0"):
+        PreferenceConfig(max_pairs_per_prompt=-1).validate()
+
+
+def test_prompts_then_topics_count_what_deduplication_kept():
+    # topic a: one prompt with 6 pairs, capped to 2; topic b: 3 prompts of 1. Topics then see a 2, b 3 (median
+    # of two topics ⌈2.5⌉ = 3): nothing more to cut, where without the cap a's 6 would have been cut to 3
+    pairs = ([PreferencePair("A\n", f"c{i}", "r", {"topic": "a"}) for i in range(6)]
+             + [PreferencePair(f"B{i}\n", "c", "r", {"topic": "b"}) for i in range(3)])
+    kept, report = balance_pairs(pairs, lengths=False, topics=True, seed=0, max_per_prompt=2)
+    assert report["prompts"]["on prompts with more than 2"] == {"before": 6, "kept": 2}
+    assert report["topics"] == {"a": {"before": 2, "kept": 2}, "b": {"before": 3, "kept": 3}}
+    assert len(kept) == 5
 
 
 # ------------------------------------------------------------------ template mimicry
@@ -211,6 +259,7 @@ def test_a_run_balances_its_pairs_and_reports_temperatures_and_ood(tmp_path):
     out = tmp_path / "out"
     assert main(["train", *TINY, "--algo", "dpo", "--rl.steps", "4", "--rl.preference.pair_prompts", "48",
                  "--rl.preference.balance_lengths", "true", "--rl.preference.balance_topics", "true",
+                 "--rl.preference.max_pairs_per_prompt", "2",
                  "--rl.preference.eval_temperatures", "0,1", "--rl.preference.ood_level", "3",
                  "--rl.preference.diagnostic_prompts", "12", "--out_dir", str(out)]) == 0
     (run,) = [p for p in out.iterdir() if p.is_dir()]
@@ -220,7 +269,12 @@ def test_a_run_balances_its_pairs_and_reports_temperatures_and_ood(tmp_path):
     assert lengths.get(LONGER, {"kept": 0})["kept"] == lengths.get(SHORTER, {"kept": 0})["kept"]
     kept = sum(n["kept"] for n in lengths.values())
     assert kept == rounds["pairs"] == len((run / "pairs.jsonl").read_text().splitlines())
-    assert rounds["pairs_before_balance"] == sum(n["before"] for n in balance["topics"].values())
+    # prompts first: every pair built is counted there, and topics count what it kept
+    assert rounds["pairs_before_balance"] == sum(n["before"] for n in balance["prompts"].values())
+    assert sum(n["kept"] for n in balance["prompts"].values()) == sum(n["before"] for n in balance["topics"].values())
+    trained = [json.loads(line) for line in (run / "pairs.jsonl").read_text().splitlines()]
+    per_prompt = Counter(p["prompt"] for p in trained)
+    assert max(per_prompt.values()) <= 2 and len({(p["prompt"], p["chosen"], p["rejected"]) for p in trained}) == len(trained)
     assert list(balance["topics"]) == ["level 2"]  # verifier-built pairs carry arithmetic's level: one topic
     record = json.loads((run / "pref_diagnostics.json").read_text())
     for policy in ("start", "trained"):

@@ -133,6 +133,11 @@ class PreferenceConfig:
     # ... and cap every topic (a pairs file's `topic` column, else the difficulty label, else the prompt's
     # first word) at the median topic's count, so one topic's preference cannot dominate; off
     balance_topics: bool = False
+    # ... and, before both, drop exact duplicate pairs (same prompt, chosen and rejected) and keep at most
+    # this many pairs a prompt, a seeded draw: a verifier pairing every right sample with every wrong one gives
+    # a half-solved prompt up to K²/4 pairs (16 of 8 samples) and a nearly solved one a single pair. 0 = off,
+    # duplicates kept too: every run measured so far trained on all its pairs
+    max_pairs_per_prompt: int = 0
     # after training, the policy's held-out pass@1 and mean reward sampled at each of these temperatures,
     # beside the start's ("0,0.5,1"; 0 = greedy), in summary.md: how much the loss sharpened (or flattened)
     # the policy; "" = off, as it samples rl.preference.diagnostic_prompts problems per temperature twice
@@ -153,7 +158,7 @@ class PreferenceConfig:
 
     def validate(self, prefix: str = "rl.preference") -> None:
         check_positive(self, prefix, "pair_prompts", "online_rounds", "diagnostic_prompts")
-        check_non_negative(self, prefix, "ood_level")
+        check_non_negative(self, prefix, "ood_level", "max_pairs_per_prompt")
         check(not (self.ood_level and self.ood_path), f"{prefix}.ood_path", self.ood_path,
               f"'' with {prefix}.ood_level={self.ood_level}: one out-of-distribution set at a time")
         try:

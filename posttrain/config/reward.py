@@ -16,12 +16,18 @@ class RewardConfig:
 
     # a sum of [WEIGHT*]TERM joined by "+": TERM is "accuracy" (the verifier's 1/0), "r1"
     # (accuracy + 0.2 × format, DeepSeek-R1-Zero-style), "rubric" (rule-based criteria in [0, 1]:
-    # a Final: line, no loops, <= 512 chars), "meta_verified" (arithmetic: 1 when a lenient step
+    # a Final: line, no loops, <= 512 chars), "self_critique" (Accuracy, Relevance, Completeness,
+    # Clarity and Helpfulness in [0, 1], each a soft label of the rl.reward.judge model: Kimi K2's
+    # self-critique, rewards/self_critique.py), "meta_verified" (arithmetic: 1 when a lenient step
     # verifier passes the chain and the step checker confirms it, rewards/meta_verifier.py), or
     # your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
     # **columns), verl (data_source, solution_str, ground_truth, extra_info) or posttrain (example,
     # completion) signature, called once per completion; e.g. "accuracy + 0.1*my_rewards:brevity"
     terms: str = "accuracy"
+    # who scores the self_critique term: "policy" (the weights being trained judge their own samples,
+    # as in Kimi K2), or a frozen judge: a gpt_mini checkpoint, a transformers directory or
+    # "smollm2-135m". policy by default: self-critique is the policy's; a frozen judge costs a second model
+    judge: str = "policy"
     # seconds a user's reward function may take on one completion before the run stops with
     # its name and the sample (a hung function must not hang training); rule-based rewards
     # take milliseconds. 0 = no limit, called in the training thread (signal-based timeouts
@@ -44,6 +50,8 @@ class RewardConfig:
     normalize: str = "sum"
 
     def validate(self, prefix: str = "rl.reward") -> None:
+        check(bool(self.judge.strip()), f"{prefix}.judge", self.judge,
+              "'policy' or a judge model (a checkpoint or transformers directory, or 'smollm2-135m')")
         check_non_negative(self, prefix, "timeout", "length_penalty", "length_free", "length_reward",
                            "length_reward_start")
         check(self.normalize in ("sum", "per_term"), f"{prefix}.normalize", self.normalize,

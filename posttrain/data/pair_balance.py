@@ -9,9 +9,17 @@ subsampling, never by reweighting, so every kept pair is trained on as an ordina
 
     length_bucket(pair)            "chosen longer", "chosen shorter" or "same length"
     topic_of(record)               the topic key a record is balanced by (the rule below)
+    dedupe_prompts(records, n, rng) exact duplicates dropped, then at most n records a prompt
     balance_pairs(records, ...)    (kept records in their original order, report: counts per bucket)
 
 The rules:
+
+    prompts   (with a cap n) an exact duplicate, the same prompt and the same responses (and
+              label) as a record before it, is dropped whatever its meta or scores; then a
+              prompt with more than n records keeps n of them. A verifier that pairs every
+              right sample with every wrong one gives a prompt with 4 right and 4 wrong samples
+              16 pairs and one with 1 and 1 a single pair, so the prompts the policy half-solves
+              would otherwise outweigh the rest, and a sample drawn twice would count twice.
 
     lengths   a pair whose lengths (characters) differ by at most SAME_LENGTH_TOLERANCE of
               the longer one is "same length": it carries no length cue and is always kept.
@@ -25,8 +33,8 @@ The rules:
               (rounded up): the largest topics lose most, and one rare topic cannot shrink
               the whole set to its own size, as an equal-counts rule would.
 
-Topics are balanced first, lengths second, each draw seeded (seeds.py), so the same pairs
-and seed always keep the same records.
+Prompts are deduplicated first, topics balanced second, lengths third, each draw seeded
+(seeds.py), so the same pairs and seed always keep the same records.
 """
 
 from __future__ import annotations
@@ -102,17 +110,54 @@ def equal_length_caps(sizes: dict[str, int]) -> dict[str, int]:
     return {LONGER: both, SHORTER: both}
 
 
-def balance_pairs(records: Sequence[Record], lengths: bool, topics: bool,
-                  seed: int) -> tuple[list[Record], dict[str, dict[str, dict[str, int]]]]:
-    """The records kept by topic and length balancing (the module's rules), in their
-    original order, and a report {"topics": {topic: {"before", "kept"}}, "lengths": {bucket:
-    {"before", "kept"}}} (a part only when its balancing is on; lengths counted after topics).
+def record_key(record: Record) -> tuple[str, str, str, str]:
+    """What makes two records the same: the prompt and the responses (a KTO example: its
+    completion and label); the meta and the ranker's scores do not."""
+    if isinstance(record, PreferencePair):
+        return ("pair", record.prompt, record.chosen, record.rejected)
+    return ("unpaired", record.prompt, record.completion, str(record.desirable))
+
+
+def dedupe_prompts(records: Sequence[Record], max_per_prompt: int,
+                   rng: random.Random) -> tuple[list[Record], dict[str, dict[str, int]]]:
+    """The records left once exact duplicates are dropped and every prompt is capped at
+    `max_per_prompt` by a seeded draw, in their original order, and a report of three
+    buckets {"before", "kept"}: the exact duplicates (none kept), the records of prompts over
+    the cap, and those of prompts within it."""
+    if isinstance(max_per_prompt, bool) or not isinstance(max_per_prompt, int) or max_per_prompt < 1:
+        raise ValueError(f"max_per_prompt {max_per_prompt!r} must be a whole number >= 1 (records kept a prompt)")
+    seen: set[tuple[str, str, str, str]] = set()
+    distinct = []
+    for record in records:
+        key = record_key(record)
+        if key not in seen:
+            seen.add(key)
+            distinct.append(record)
+    kept, by_prompt = balance_by(distinct, lambda r: r.prompt, lambda sizes: dict.fromkeys(sizes, max_per_prompt), rng)
+    over = [n for n in by_prompt.values() if n["before"] > max_per_prompt]
+    within = [n for n in by_prompt.values() if n["before"] <= max_per_prompt]
+    report = {"exact duplicates": {"before": len(records) - len(distinct), "kept": 0},
+              f"on prompts with more than {max_per_prompt}": {"before": sum(n["before"] for n in over),
+                                                              "kept": sum(n["kept"] for n in over)},
+              f"on prompts with at most {max_per_prompt}": {"before": sum(n["before"] for n in within),
+                                                            "kept": sum(n["kept"] for n in within)}}
+    return kept, report
+
+
+def balance_pairs(records: Sequence[Record], lengths: bool, topics: bool, seed: int,
+                  max_per_prompt: int = 0) -> tuple[list[Record], dict[str, dict[str, dict[str, int]]]]:
+    """The records kept by prompt deduplication (when `max_per_prompt` > 0), topic and length
+    balancing (the module's rules), in their original order, and a report {"prompts":
+    {bucket: {"before", "kept"}}, "topics": {topic: ...}, "lengths": {bucket: ...}} (a part
+    only when it is on; each counted on what the one before kept).
 
     Raises ValueError when length balancing is asked of unpaired examples (they have no
     length gap), or when nothing is left (every pair's chosen response longer, or every one
     shorter, is a length cue balancing can only remove by removing the pairs)."""
     rng = random.Random(seed)
     kept, report = list(records), {}
+    if max_per_prompt:
+        kept, report["prompts"] = dedupe_prompts(kept, max_per_prompt, rng)
     if topics:
         kept, report["topics"] = balance_by(kept, topic_of, median_caps, rng)
     if lengths:

@@ -3,8 +3,9 @@ never a config, so a setting is read in exactly one place. (What must hold befor
 this runs is checked by pipelines/checks.py.)
 
     make_algorithm(rl)        the RL algorithm, its generation budget filled in
-    reward_stack(rl)          the terms of the training reward: presets, users' functions
-                              (rewards/user_function.py), length terms, weighted and summed
+    reward_stack(rl, policy)  the terms of the training reward: presets, users' functions
+                              (rewards/user_function.py), length terms, weighted and summed; the
+                              policy, when given, judges a self_critique term
     make_reward(rl, score)    that stack on top of the environment's verifier
     pair_ranker(rl, ...)      what ranks a preference stage's samples into pairs: the policy
                               judging itself, a reward model, or the verifier
@@ -48,6 +49,7 @@ from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
 from posttrain.rewards.length import KimiLength, LinearLength
 from posttrain.rewards.meta_verifier import META_VERIFIER_PRESETS, audits
+from posttrain.rewards.self_critique import POLICY_JUDGE, SelfCritique
 from posttrain.rewards.self_judge import SelfJudgeReward, self_judge
 from posttrain.rewards.stack import Accuracy, RewardStack, RewardTerm, Schedule, deepseek_r1_terms
 from posttrain.rewards.user_function import StackOnVerdict, parse_reward, stack_scorer
@@ -88,6 +90,8 @@ REWARD_PRESETS: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]] = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
     "r1": deepseek_r1_terms,  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
     "rubric": lambda: [(1.0, rule_based_rubric())],  # answer line, no loops, length budget; in [0, 1]
+    # the five production criteria, judged by the policy (reward_terms swaps in rl.reward.judge's judge)
+    "self_critique": lambda: [(1.0, SelfCritique(POLICY_JUDGE))],
     **META_VERIFIER_PRESETS,  # a step verifier's verdict, paid when the ground truth confirms it
 }
 
@@ -96,7 +100,8 @@ def reward_terms(rl: RLConfig) -> list[tuple[float | Schedule, RewardTerm]]:
     """The (weight, term) pairs rl.reward.terms names, its functions imported; ValueError naming
     the term that cannot be used."""
     # the agentic presets (rewards/agentic.py) read a tool environment's calls: data_checks refuses them elsewhere
-    presets = {**REWARD_PRESETS, **AGENTIC_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))]}
+    presets = {**REWARD_PRESETS, **AGENTIC_PRESETS, "rm": lambda: [(1.0, learned_reward(rl))],
+               "self_critique": lambda: [(1.0, SelfCritique.from_setting(rl.reward.judge))]}
     return parse_reward(rl.reward.terms, presets,
                         timeout=rl.reward.timeout, rows_per_step=rl.prompts_per_step * rl.samples_per_prompt)
 
@@ -109,10 +114,14 @@ def learned_reward(rl: RLConfig) -> LearnedReward:
     return LearnedReward(load_reward_scorer(rl.rm.paths(), rl.rm.ensemble, rl.rm.disagreement_coef))
 
 
-def reward_stack(rl: RLConfig) -> RewardStack | None:
+def reward_stack(rl: RLConfig, policy: Policy | None = None, tokenizer: Tokenizer | None = None) -> RewardStack | None:
     """The terms rl.reward.terms, rl.reward.length_penalty and rl.reward.length_reward ask for, as one stack; None
-    when that is the verifier's own 1/0 alone (nothing stacked on it: `make run`'s reward)."""
+    when that is the verifier's own 1/0 alone (nothing stacked on it: `make run`'s reward). `policy` and its
+    `tokenizer` judge a self_critique term whose rl.reward.judge is "policy"; without them (the checks, before
+    any model loads) that term holds the judge's place and refuses to score."""
     terms = reward_terms(rl)
+    if policy is not None and tokenizer is not None:
+        terms = [(w, term.judged_by(policy, tokenizer) if isinstance(term, SelfCritique) else term) for w, term in terms]
     if rl.reward.length_penalty > 0:
         terms.append((1.0, LinearLength(rl.reward.length_free, rl.reward.length_penalty)))
     group_terms = ([(rl.reward.length_reward, KimiLength(rl.reward.length_reward_start))]
@@ -141,7 +150,7 @@ def pair_ranker(rl: RLConfig, score: Scorer, policy: Policy, tokenizer: Tokenize
     sample's details as the gold, to measure the ranker against."""
     if rl.preference.self_reward:
         return SelfJudgeReward(self_judge(policy, tokenizer), score)
-    return make_reward(rl, score) if rl.rm.path else None
+    return make_reward(rl, score, reward_stack(rl, policy, tokenizer)) if rl.rm.path else None
 
 
 def sampling_params(cfg: TrainConfig) -> SamplingParams:
@@ -205,7 +214,7 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
     # the rollout role and its weight sync: in this process, or Ray workers (posttrain/distributed/)
     # a multi-turn environment is sampled by the agent loop (roles/agent.py), every other one turn at a time
     prompts = StepPrompts(env, cfg.rl.prompts_per_step, cfg.rl.samples_per_prompt, cfg.seed, pool)
-    stack = reward_stack(cfg.rl)
+    stack = reward_stack(cfg.rl, policy, tokenizer)  # the policy judges a self_critique term
     # the agent loop stacks rl.reward.terms on each finished episode's verdict (Kimi K2's joint reward)
     sampler = AgentLoop(env, reward=StackOnVerdict(stack) if stack else None) if is_multi_turn(env) else single_turn
     rollout = make_rollout(cfg.dist, policy, tokenizer, sampling_params(cfg), prompts, horizon=cfg.rl.steps,

@@ -12,6 +12,7 @@ environment's own rules.
                               small to measure, a verifier that pays partial credit, demonstrations
                               longer than the budget; the dry run lists them, a run prints them
     check_self_judge(...)     the self-judge's labels, prompt and demonstrations fit the model
+                              (a self_critique term's: critique_checks.py)
     check_vocabulary(...)     gpt_mini's character tokenizer can read every prompt and solution
 
 They are apart from checks.py, which judges the settings themselves, because these need the
@@ -33,6 +34,7 @@ from posttrain.models.device import TORCH_DTYPES
 from posttrain.models.tokenizer import CharTokenizer
 from posttrain.pipelines.build import is_preference, mismatch_correction
 from posttrain.pipelines.command_checks import fixed_set
+from posttrain.pipelines.critique_checks import check_self_critique
 from posttrain.pipelines.curation import build_pool, pool_seed, summary_line
 from posttrain.pipelines.sft import demonstration_episodes, sft_judge_rows
 from posttrain.rewards.judge import COMPACT_JUDGE_PROMPT_VERSION, CORRECT_YN, judge_prompt_ids, label_ids
@@ -134,6 +136,7 @@ def check_data(cfg: TrainConfig, env: Environment) -> list[str]:
         except ValueError as error:
             raise ConfigError(f"rl.preference.pairs={cfg.rl.preference.pairs!r}: {error}") from None
     found += check_self_judge(cfg, env, tokenizer, positions, examples[max(examples, key=len)], bool(demos))
+    found += check_self_critique(cfg, env, tokenizer, positions, examples[max(examples, key=len)])
     return found + [f"sequence length: the longest prompt ({longest} tokens) + rl.sampling.max_new_tokens ({budget}) "
                     f"= {longest + budget} of the model's {positions} positions"
                     + (f"; the longest demonstration {max(demo_lengths)}" if demos else "")] + (

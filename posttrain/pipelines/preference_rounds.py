@@ -180,15 +180,15 @@ class PreferenceRounds:
         return pairs, stats
 
     def balance(self, r: int, pairs: list, stats: dict) -> tuple[list, dict]:
-        """Round r's pairs after rl.preference.balance_lengths / balance_topics (data/pair_balance.py),
-        what each dropped printed and kept in <stage>_pair_balance.json before any step trains on
-        them; as they were when neither is on, or when the round reuses the last round's pairs
-        (balanced already)."""
+        """Round r's pairs after rl.preference.max_pairs_per_prompt, balance_topics and balance_lengths
+        (data/pair_balance.py), what each dropped printed and kept in <stage>_pair_balance.json before
+        any step trains on them; as they were when none is on, or when the round reuses the last
+        round's pairs (balanced already)."""
         pref = self.cfg.rl.preference
-        if not (pref.balance_lengths or pref.balance_topics) or "reused_round" in stats:
+        if not (pref.balance_lengths or pref.balance_topics or pref.max_pairs_per_prompt) or "reused_round" in stats:
             return pairs, stats
         kept, report = balance_pairs(pairs, pref.balance_lengths, pref.balance_topics,
-                                     derive_seed(self.cfg.seed, "pair-balance", r))
+                                     derive_seed(self.cfg.seed, "pair-balance", r), pref.max_pairs_per_prompt)
         console.print(f"round {r}: balancing kept {len(kept)} of {len(pairs)} pairs; "
                       + "; ".join(balance_lines(report)), highlight=False, markup=False)
         record_file = f"{self.stage}_pair_balance.json"

@@ -24,7 +24,8 @@ A verifier plus a rubric is the joint reward of Kimi K2 (the spec's JointRewardS
 completion) -> {reward, details}`, usable wherever a scorer is.
 
 The RL stage logs each term's mean weighted value per step beside the sum ("reward/<name>":
-`term_means`, `score_groups`), and the hacking monitors watch each against held-out pass@1.
+`term_means`, `score_groups`), and the hacking monitors watch each against held-out pass@1; a
+rubric term's criteria are logged too, each its mean raw score ("rubric/<term>/<criterion>").
 
 A composite reward is a different measuring instrument from the binary scorer under it:
 its `reward_spec` string names every term and weight, and numbers measured under two
@@ -325,8 +326,9 @@ class RewardStack:
         the parts the step's reward sums to, so a run logs which term paid for what it learns.
         A brevity term that rises while "reward/accuracy" falls is a gamed reward, visible here
         when the sum alone barely moves."""
-        return {f"reward/{term.name}": sum(e.details["weighted"][term.name] for e in episodes) / max(1, len(episodes))
-                for _, term in self.terms}
+        means = {f"reward/{term.name}": sum(e.details["weighted"][term.name] for e in episodes) / max(1, len(episodes))
+                 for _, term in self.terms}
+        return {**means, **criterion_means([term.name for _, term in self.terms], episodes)}
 
     def term_table(self, episodes: list[Episode], step: int) -> tuple[list[str], list[list[float]], list[float]]:
         """Every term's name, each episode's raw value of each (details["components"]), and each
@@ -368,3 +370,18 @@ class RewardStack:
 
     def __repr__(self) -> str:
         return f"<RewardStack {self.version}>"
+
+
+def criterion_means(names: Sequence[str], episodes: list[Episode]) -> dict[str, float]:
+    """Each rubric term's criteria, their mean raw score over `episodes`, as
+    "rubric/<term>/<criterion>" (a Rubric's details: term_details[term]["criteria"]). A sample
+    whose rubric could not score it (no criteria in its details) counts 0, as it was paid: with
+    equal weights the criteria's average is the term's raw mean. Not under "reward/": a
+    criterion is a part of its term, not one more term of the sum."""
+    sums: dict[str, float] = {}
+    for name in names:
+        rows = [e.details.get("term_details", {}).get(name, {}).get("criteria") for e in episodes]
+        criteria = next((row for row in rows if row), None)
+        for criterion in criteria or {}:
+            sums[f"rubric/{name}/{criterion}"] = sum(float(row[criterion]["score"]) for row in rows if row)
+    return {key: total / max(1, len(episodes)) for key, total in sums.items()}

@@ -15,7 +15,8 @@ def preference_section(run: RunDir, stage: str) -> tuple[list[str], dict]:
     lines, kept = [], {}
     if balance:
         kept["pair_balance"] = balance
-        lines += ["Pairs balanced before training (rl.preference.balance_lengths / balance_topics), before → kept:", ""]
+        lines += ["Pairs curated before training (rl.preference.max_pairs_per_prompt / balance_topics / balance_lengths), "
+                  "before → kept:", ""]
         lines += [f"- round {r}, {part}: " + ", ".join(f"{bucket} {n['before']} → {n['kept']}"
                                                       for bucket, n in buckets.items())
                   for r, report in balance.items() for part, buckets in report.items()]
