@@ -7,7 +7,7 @@ Rerun it after changing an algorithm's or a preference loss's fields, adding one
 environment's parameters or the demos, or merging branches that did; commit what it writes.
 
     live_schema()        the file's content, read from the classes (imports torch)
-    section_entry(cls)   one section: its class's name, summary and fields
+    section_entry(cls)   one section: its class's name, summary, fields and range checks
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import typing
 from pathlib import Path
 from typing import Any, Literal
 
+from posttrain.cli.section_checks import section_checks
 from posttrain.cli.section_schema import (
     PACKAGE_ROOT,
     SCHEMA_PATH,
@@ -66,19 +67,24 @@ def field_entry(cls: type, field: dataclasses.Field, hint: Any) -> dict[str, Any
 
 
 def section_entry(cls: type) -> dict[str, Any]:
-    """A section: its class's name, the first line of its docstring and its fields, in order."""
+    """A section: its class's name, the first line of its docstring, its fields in order, the
+    range checks its __post_init__ makes and those that could not be read (cli/section_checks.py)."""
     hints = typing.get_type_hints(cls)
+    read = section_checks(cls)
     return {"class": cls.__name__, "summary": (cls.__doc__ or "").strip().split("\n")[0],
-            "fields": [field_entry(cls, f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]}
+            "fields": [field_entry(cls, f, hints[f.name]) for f in dataclasses.fields(cls) if f.init],
+            "checks": read.checks, "unchecked": read.unchecked}
 
 
 def source_hashes(classes: list[type]) -> dict[str, str]:
     """{file, named from the folder that holds posttrain/: its sha256} of every file that
-    defines one of `classes` or a class they inherit from, and of the sections' registries."""
+    defines one of `classes` or a class they inherit from, or a function their checks call
+    (check_loss_fields), and of the sections' registries."""
     files = {Path(inspect.getsourcefile(sys.modules[name]) or "") for name in REGISTRY_MODULES}
     for cls in classes:
         files |= {Path(inspect.getsourcefile(base) or "") for base in cls.__mro__
                   if base.__module__.startswith("posttrain.")}
+        files |= {Path(name) for name in section_checks(cls).files}
     return {file.resolve().relative_to(PACKAGE_ROOT).as_posix(): file_digest(file) for file in sorted(files)}
 
 
