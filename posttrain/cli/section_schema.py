@@ -1,8 +1,9 @@
 """What the command line knows of the classes that import torch, read from a file so that
 `--help` and a refused flag need none of them: each algorithm's and preference loss's section
-of flags (`--grpo.kl_coef`: every field's name, type, default, help text and choices), the
-parameters each environment takes (which shared env settings `--help` leaves out) and the
-demos' names. cli/write_section_schema.py writes the file from the classes:
+of flags (`--grpo.kl_coef`: every field's name, type, default, help text, choices and range
+checks), the parameters each environment takes (which shared env settings `--help` leaves out),
+the demos' names, and the --help that `posttrain check` and each `posttrain demo NAME` print
+(their parsers sit beside code that needs torch). cli/write_section_schema.py writes the file from the classes:
 
     python -m posttrain.cli.write_section_schema     after changing or adding an algorithm
 
@@ -11,6 +12,7 @@ demos' names. cli/write_section_schema.py writes the file from the classes:
     refusal(section, instance)    what the class's range checks say of an instance, or None
     environment_parameters()      {environment family: the parameters its class takes, or None for any}
     demo_names()                  the names `posttrain demo` runs
+    recorded_help(command)        the --help of "check" or "demo NAME", or None
 
 Importing the algorithms costs about two seconds (torch) of a command line that otherwise
 answers in a fraction of one. A stand-in is a plain dataclass with the same name, fields,
@@ -25,9 +27,9 @@ anyway (cli/train_flags.py).
 The file records a hash of every file the sections were read from (each algorithm's module,
 those it inherits from, the registries). Where one differs (someone edited an algorithm and
 has not rerun the writer), committed_schema() is None and the command line reads the classes
-as before: a stale section makes an answer slow, never wrong. The environments and demos are
-not hashed: a stale entry there would only show or hide a line of --help, and their files
-change more often than their signatures. tests/test_section_schema.py fails while any of it
+as before: a stale section makes an answer slow, never wrong. The environments, demos and
+recorded help are not hashed: a stale entry there would only show or hide a line of --help, and
+their files change more often than their signatures. tests/test_section_schema.py fails while any of it
 differs from the classes, with the command that rewrites it.
 """
 
@@ -51,6 +53,8 @@ from posttrain.config.type_checks import is_kind
 SCHEMA_PATH = Path(__file__).with_name("section_schema.json")
 WRITE_COMMAND = "python -m posttrain.cli.write_section_schema"
 PACKAGE_ROOT = Path(__file__).resolve().parents[2]  # the folder that holds posttrain/: sources are named from it
+
+HELP_COLUMNS = 100  # the width the recorded --help is laid out at, whatever the terminal of whoever wrote it
 
 # The field types a section may have, by the name the file gives them; `X | None` and
 # Literal[...] of them too (cli/write_section_schema.py refuses any other).
@@ -206,3 +210,10 @@ def demo_names() -> list[str]:
     from posttrain.teach.demos import DEMOS
 
     return list(DEMOS)
+
+
+def recorded_help(command: str) -> str | None:
+    """What `posttrain COMMAND --help` prints, for "check" and "demo NAME" (a name the demos
+    have), as the file recorded it; None without the file or for a command it does not hold."""
+    schema = schema_file()
+    return schema["help"].get(command) if schema and "help" in schema else None
