@@ -163,7 +163,7 @@ def read_checks(statements: list[ast.stmt], scope: Scope, guard: list | None, ow
             field = call.args[1].value if isinstance(call.args[1], ast.Constant) else "?"
             try:
                 read.checks.append({"field": field, "test": scope.expression(call.args[2]), "when": guard,
-                               "allowed": scope.message(call.args[3])})
+                                    "allowed": scope.message(call.args[3])})
             except Unreadable:
                 read.unchecked.append(field)
         elif (isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) and call.func.attr == "__post_init__"
@@ -190,7 +190,10 @@ def read_checks(statements: list[ast.stmt], scope: Scope, guard: list | None, ow
                     scope.aliases[target.id] = name
                 else:
                     scope.opaque.add(target.id)
-            # an attribute the instance keeps (REINFORCE's running mean) is state, not a check
+            elif scope.field_named(target) is not None:
+                # a field the class rewrites: the stand-in would check the value before that rewrite
+                read.unchecked.append(ast.unparse(statement).split("\n")[0])
+            # any other attribute the instance keeps (REINFORCE's running mean) is state, not a check
         else:
             read.unchecked.append(ast.unparse(statement).split("\n")[0])
 
