@@ -53,7 +53,7 @@ from typing import Callable
 from posttrain.cli.doctor import cmd_doctor
 from posttrain.cli.export_config import cmd_export_config
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
-from posttrain.cli.section_schema import demo_names
+from posttrain.cli.section_schema import demo_names, recorded_help
 from posttrain.cli.systems import cmd_systems
 from posttrain.cli.training import cmd_compare, cmd_prm, cmd_rlhf, cmd_star, cmd_train
 from posttrain.files import DISK_FULL, DiskFullError
@@ -90,9 +90,16 @@ def cmd_export(argv: list[str]) -> int:
     return 0
 
 
+def asks_help(argv: list[str]) -> bool:
+    return any(token in ("-h", "--help") for token in argv)
+
+
 def cmd_demo(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):  # the names as cli/section_schema.json keeps them: no torch
         print(f"usage: posttrain demo NAME [options]; demos: {', '.join(demo_names())} (NAME --help for options)")
+        return 0
+    if asks_help(argv[1:]) and (text := recorded_help(f"demo {argv[0]}")):
+        print(text, end="")  # the demo's own parser's help, as the schema recorded it: no torch
         return 0
     # imported here for start-up time: the demos load torch
     from posttrain.teach.demos import run_demo
@@ -108,6 +115,9 @@ def cmd_lessons(argv: list[str]) -> int:
 
 
 def cmd_check(argv: list[str]) -> int:
+    if asks_help(argv) and (text := recorded_help("check")):
+        print(text, end="")  # the checker's parser's help, as the schema recorded it: no torch
+        return 0
     # imported here for start-up time: the checker loads torch
     from posttrain.teach.check import main as check_main
 

@@ -155,6 +155,10 @@ def description(summary: str, sections: str = "") -> str:
 def checked(cfg: Any, new_run: bool = True) -> Any:
     """Values, then the names and files only the library knows, then (for a new run) where
     its directory goes; before anything starts."""
+    # the types and values need no torch: a bad value is answered before it loads (check_config
+    # checks them again, first, for callers that come to it directly)
+    check_types(cfg)
+    cfg.validate()
     # imported here for start-up time: pipelines/ loads torch and every role
     from posttrain.pipelines.checks import check_config
     from posttrain.runs.rundir import check_run_location

@@ -199,6 +199,10 @@ def parse_train(argv: list[str], prog: str, summary: str, defaults: TrainConfig,
     # their types and values, as check_config begins (checked() checks again, with what only the library knows)
     check_types(args.settings)
     args.settings.validate()
+    for name, _, _ in extra:  # a command's own section (star's --star.*) is checked as early
+        if dataclasses.is_dataclass(section := getattr(args, name)):
+            check_types(section, f"{name}.")
+            section.validate()  # type: ignore[union-attr]
     if sections_argv and (stand_ins := torch_free_sections(base.rl)):
         # a typo'd flag or a wrongly typed value of a section, refused as the classes would, before torch
         parse_flags(sections_argv, prog, text, section_fields(stand_ins))

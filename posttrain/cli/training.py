@@ -20,6 +20,7 @@ from posttrain.cli.train_flags import params_by_section, parse_train, stages_wit
 from posttrain.config.commands import PrmConfig, StarConfig
 from posttrain.config import ConfigError, TrainConfig, parse_stages, rlhf_config
 from posttrain.config.files import from_dict, to_dict
+from posttrain.config.type_checks import check_types
 
 
 RESUME_HELP = ("RUN_DIR: continue runs/<id> from its last checkpoint with its saved config.json (no other flag; to "
@@ -232,19 +233,16 @@ def cmd_star(argv: list[str]) -> int:
                              "from --init or from SFT: sample K per prompt, keep what the verifier passes, fine-tune "
                              "on it, repeat", TrainConfig(), [star_section, resume, parent_flag()],
                              sections="none of them (star fine-tunes with the SFT loss)", reads_algorithms=False)
-        star = parsed.args.star
+        star = parsed.args.star  # its values checked by parse_train, before torch
         refuse_stages(parsed.cfg, "star")
         cfg = parsed.with_algo_params(parsed.cfg, set())  # refuses any --<algo>.* flag: nothing here reads it
         cfg = checked(dataclasses.replace(cfg, name=cfg.name or f"{cfg.env.name}-star"))
     # imported here for start-up time: pipelines/ loads torch and every role, which --help does not need
-    from posttrain.config.type_checks import check_types
     from posttrain.pipelines.run import start_run
     from posttrain.pipelines.star import check_star, run_star
     from posttrain.runs.console import console
 
-    check_types(star, "star.")
-    star.validate()
-    check_star(cfg, star)
+    check_star(cfg, checked_star(star))
     if not resumed:
         run = start_run(cfg, "star", parent=checked_parent(value_of(argv, "--parent") or ""))
     with run, run.resumable(f"posttrain star --resume {run.path}"):  # holds the run's lock to the end
@@ -252,6 +250,13 @@ def cmd_star(argv: list[str]) -> int:
     console.print(f"\n[bold]done[/]: {run.path}/summary.md")
     console.print((run.path / "summary.md").read_text())
     return 0
+
+
+def checked_star(star: StarConfig) -> StarConfig:
+    """`star` once its types and values are checked (a resumed run's star.json too)."""
+    check_types(star, "star.")
+    star.validate()
+    return star
 
 
 def cmd_prm(argv: list[str]) -> int:

@@ -3,26 +3,32 @@
     python -m posttrain.cli.write_section_schema            rewrite it
     python -m posttrain.cli.write_section_schema --check    exit 1 if it differs from the classes
 
-Rerun it after changing an algorithm's or a preference loss's fields, adding one, changing an
-environment's parameters or the demos, or merging branches that did; commit what it writes.
+Rerun it after changing an algorithm's or a preference loss's fields or checks, adding one,
+changing an environment's parameters, the demos or their options, or `posttrain check`'s
+options, or merging branches that did; commit what it writes.
 
     live_schema()        the file's content, read from the classes (imports torch)
-    section_entry(cls)   one section: its class's name, summary and fields
+    section_entry(cls)   one section: its class's name, summary, fields and range checks
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import inspect
+import io
 import json
+import os
 import sys
 import types
 import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, Literal
 
+from posttrain.cli.section_checks import section_checks
 from posttrain.cli.section_schema import (
+    HELP_COLUMNS,
     PACKAGE_ROOT,
     SCHEMA_PATH,
     TYPES,
@@ -66,20 +72,44 @@ def field_entry(cls: type, field: dataclasses.Field, hint: Any) -> dict[str, Any
 
 
 def section_entry(cls: type) -> dict[str, Any]:
-    """A section: its class's name, the first line of its docstring and its fields, in order."""
+    """A section: its class's name, the first line of its docstring, its fields in order, the
+    range checks its __post_init__ makes and those that could not be read (cli/section_checks.py)."""
     hints = typing.get_type_hints(cls)
+    read = section_checks(cls)
     return {"class": cls.__name__, "summary": (cls.__doc__ or "").strip().split("\n")[0],
-            "fields": [field_entry(cls, f, hints[f.name]) for f in dataclasses.fields(cls) if f.init]}
+            "fields": [field_entry(cls, f, hints[f.name]) for f in dataclasses.fields(cls) if f.init],
+            "checks": read.checks, "unchecked": read.unchecked}
 
 
 def source_hashes(classes: list[type]) -> dict[str, str]:
     """{file, named from the folder that holds posttrain/: its sha256} of every file that
-    defines one of `classes` or a class they inherit from, and of the sections' registries."""
+    defines one of `classes` or a class they inherit from, or a function their checks call
+    (check_loss_fields), and of the sections' registries."""
     files = {Path(inspect.getsourcefile(sys.modules[name]) or "") for name in REGISTRY_MODULES}
     for cls in classes:
         files |= {Path(inspect.getsourcefile(base) or "") for base in cls.__mro__
                   if base.__module__.startswith("posttrain.")}
+        files |= {Path(name) for name in section_checks(cls).files}
     return {file.resolve().relative_to(PACKAGE_ROOT).as_posix(): file_digest(file) for file in sorted(files)}
+
+
+def printed_help(command: Callable[[list[str]], int]) -> str:
+    """What `command(["--help"])` prints (an argparse parser's help, then SystemExit), laid out
+    HELP_COLUMNS wide whatever the terminal, so that the file is the same wherever it is written."""
+    out = io.StringIO()
+    columns = os.environ.get("COLUMNS")
+    os.environ["COLUMNS"] = str(HELP_COLUMNS)  # argparse reads the width from it
+    try:
+        with contextlib.redirect_stdout(out):
+            command(["--help"])
+    except SystemExit:
+        pass
+    finally:
+        if columns is None:
+            del os.environ["COLUMNS"]
+        else:
+            os.environ["COLUMNS"] = columns
+    return out.getvalue()
 
 
 def live_schema() -> dict[str, Any]:
@@ -88,6 +118,7 @@ def live_schema() -> dict[str, Any]:
     from posttrain.algorithms import ALGORITHMS
     from posttrain.algorithms.preference import PREFERENCE_LOSSES
     from posttrain.envs import ENVIRONMENTS
+    from posttrain.teach.check import main as check_main
     from posttrain.teach.demos import DEMOS
 
     sections = {**ALGORITHMS, **PREFERENCE_LOSSES}
@@ -95,7 +126,10 @@ def live_schema() -> dict[str, Any]:
             "sources": source_hashes(list(sections.values())),
             "sections": {name: section_entry(cls) for name, cls in sections.items()},
             "environments": {family: parameters_taken(cls) for family, cls in ENVIRONMENTS.items()},
-            "demos": list(DEMOS)}
+            "demos": list(DEMOS),
+            # each demo's main parses its arguments first: --help prints and exits before any work
+            "help": {"check": printed_help(check_main), **{f"demo {name}": printed_help(demo)
+                                                           for name, demo in DEMOS.items()}}}
 
 
 def schema_text(schema: dict[str, Any]) -> str:
