@@ -151,6 +151,9 @@ class Episode:
     # a training row cut from a multi-turn episode (`training_rows`): how many rows that episode
     # became; the group statistics count each row 1 / episode_rows, so each episode once
     episode_rows: int = 1
+    # a partial rollout (dist.partial_rollout_tokens): the weight version that drew each response token,
+    # which changes where a weight push landed mid-response; None elsewhere: weight_version drew them all
+    token_versions: list[int] | None = None
 
     def training_rows(self) -> list[Episode]:
         """The rows the trainer sees for this episode: the episode itself, unless a model
