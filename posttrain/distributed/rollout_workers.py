@@ -85,11 +85,7 @@ class RolloutWorker:
     def start_partial(self, key: tuple[int, int], shard: Shard, samples_per_prompt: int, tokens: int) -> None:
         """Begin the shard's rows and draw their first `tokens` tokens. A worker without
         weights (restarted) keeps nothing, and the shard's finish call reports it missing."""
-        if not isinstance(self.engine, ResumableEngine) or self.sampler is not single_turn:
-            raise ValueError(f"rl.sampling.engine={self.engine.params.engine!r} with a {type(self.sampler).__name__} "
-                             "sampler cannot sample in chunks: partial rollouts (dist.partial_rollout_tokens) resume "
-                             "single completions of the torch engine (pipelines/checks.py refuses the others)")
-        if self.engine.weight_version < 0:
+        if not self.resumable() or self.engine.weight_version < 0:
             return
         prompts = [example_prompt_ids(self.engine.tokenizer, e) for e in shard.examples]
         rows = PartialRows.start(prompts, samples_per_prompt, self.engine.params.max_new_tokens,
@@ -99,7 +95,7 @@ class RolloutWorker:
 
     def advance_partial(self, key: tuple[int, int], tokens: int) -> None:
         if key not in self.partials or not isinstance(self.engine, ResumableEngine):
-            return  # lost with a restart: the finish call re-issues the shard
+            return  # lost with a restart (or never begun): the finish call says so
         shard, rows, seconds = self.partials[key]
         start = time.perf_counter()
         self.engine.advance(rows, tokens)
@@ -108,6 +104,12 @@ class RolloutWorker:
     def finish_partial(self, key: tuple[int, int]) -> tuple[int, list[Episode] | None, float]:
         """(pid, episodes, seconds spent on this shard in all its calls), as `sample` returns;
         None when this worker no longer holds the rows (Ray restarted it since they began)."""
+        # the calls before this one return nothing the controller reads: a refusal is raised here
+        if not self.resumable():
+            raise ValueError(f"rl.sampling.engine={self.engine.params.engine!r} with the sampler "
+                             f"{type(self.sampler).__name__} cannot sample in "
+                             "chunks: partial rollouts (dist.partial_rollout_tokens) resume single completions of the "
+                             "torch engine; set it to 0 (pipelines/checks.py refuses the others before a run starts)")
         if key not in self.partials:
             return os.getpid(), None, 0.0
         shard, rows, _ = self.partials[key]
@@ -117,6 +119,9 @@ class RolloutWorker:
         for e in episodes:  # group ids of the whole step, as sample_shard numbers them
             e.group_id += shard.first_group
         return os.getpid(), episodes, seconds
+
+    def resumable(self) -> bool:
+        return isinstance(self.engine, ResumableEngine) and self.sampler is single_turn
 
     def partial_states(self) -> dict[tuple[int, int], tuple[Shard, PartialRows, float]]:
         """The rows this worker holds, as the calls sent before this one left them (a checkpoint)."""
