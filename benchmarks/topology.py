@@ -13,7 +13,7 @@ async with partial rollouts (dist.partial_rollout_tokens = C: each batch draws C
 before the push, the rest under the new weights), alternated `--rounds` times in one run so
 that both sides see the same drift in the machine's load; the ratio is of their mean steps.
 
-    python benchmarks/topology.py --partial 16 --rounds 3
+    python benchmarks/topology.py --partial 16 --rounds 2 [--max-staleness 2]
 """
 
 from __future__ import annotations
@@ -68,12 +68,20 @@ def main() -> dict:
                         help="compare async with partial rollouts of this many tokens against today's async (0: the "
                              "four topologies)")
     parser.add_argument("--rounds", type=int, default=2, help="with --partial: alternations of the two sides")
+    parser.add_argument("--init", default="", help="start from this SFT checkpoint instead of training one (a "
+                        "checkpoint directory an earlier run of this script printed)")
+    parser.add_argument("--max-staleness", type=int, default=1,
+                        help="with --partial: k of both async sides (a batch draws C tokens a row per push, k pushes)")
     args = parser.parse_args()
     tmp = tempfile.mkdtemp(prefix="posttrain-topology-")
     os.environ.setdefault("RAY_TMPDIR", tmp)
 
-    sft_run, _ = train(config(tmp, name="sft", sft={"steps": args.sft_steps}, rl={"steps": 0}))
-    checkpoint = sft_run / "checkpoints" / "sft" / (sft_run / "checkpoints" / "sft" / "latest").read_text().strip()
+    if args.init:
+        checkpoint = Path(args.init)
+    else:
+        sft_run, _ = train(config(tmp, name="sft", sft={"steps": args.sft_steps}, rl={"steps": 0}))
+        checkpoint = sft_run / "checkpoints" / "sft" / (sft_run / "checkpoints" / "sft" / "latest").read_text().strip()
+    print(f"SFT checkpoint: {checkpoint}")
 
     import ray
 
@@ -88,9 +96,12 @@ def main() -> dict:
         ("async k=1, 2 workers", "async", 1, async_k1),
     ]
     if args.partial:  # the two sides alternated, so that a change in the machine's load hits both
-        partial = (f"async k=1, partial {args.partial}", "partial", 1, {**async_k1, "partial_rollout_tokens": args.partial})
+        k = args.max_staleness
+        whole = (f"async k={k}, 2 workers", "async", 1, {**async_k1, "max_staleness": k})
+        partial = (f"async k={k}, partial {args.partial}", "partial", 1,
+                   {**async_k1, "max_staleness": k, "partial_rollout_tokens": args.partial})
         topologies = [(f"{label} (round {r + 1})", f"{name}-{r}", threads, dist) for r in range(args.rounds)
-                      for label, name, threads, dist in (topologies[-1], partial)]
+                      for label, name, threads, dist in (whole, partial)]
     results = {}
     load = [os.getloadavg()[0]]
     try:

@@ -6,7 +6,8 @@ under whatever weights the engine holds when the next chunk starts.
                 rounding; under new weights the continued tokens carry the new weights'
                 log-probs and version, the earlier ones keep theirs
     staleness   per-token staleness, and the episodes staler than the bound dropped
-    async run   on 2 Ray workers: pushes land between chunks, per token versions, exact resume
+    async run   on 2 Ray workers: pushes land between chunks, per-token versions; killed and
+                resumed, the same metrics and samples (slow: `pytest -m slow`, ~45 s on 2 loaded cores)
 """
 
 import copy
@@ -217,7 +218,6 @@ def partial_run(cluster, tmp_path_factory):
     return run.path
 
 
-@pytest.mark.slow
 def test_pushes_land_between_chunks_and_each_token_is_as_stale_as_its_weights(partial_run):
     k = PARTIAL["max_staleness"]
     metrics = run_rows(partial_run)

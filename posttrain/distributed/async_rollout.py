@@ -40,12 +40,13 @@ them in the same order in every run, so a run's draws are a pure function of its
 kill -9 resume stays exact. A checkpoint copies the rows in flight (after the calls sent before
 it, without finishing them); a resumed run gives them back to the workers and goes on.
 
-An episode is as stale as its oldest token (the first, drawn when its batch began), k updates
-by construction. Before a batch is trained its episodes older than max_staleness are dropped
-and their prompts sampled again from the current weights (same prompts, a seed of their own),
-so the bound is checked on the data rather than assumed: it holds by construction here, and the
-drop fires when a worker's rows come back staler than that. A worker restarted mid-batch lost
-its rows: its shards are sampled again from their start by the current weights.
+An episode is as stale as its oldest token (the first, drawn when its batch began): at most k
+updates, by construction. Before a batch is trained its episodes staler than max_staleness are
+dropped and their prompts sampled again from the current weights (same prompts, a seed of
+their own), so the bound is checked on the data, not assumed; under this schedule the drop
+never fires (partial/dropped_stale logs it), and it is there so that a schedule that sends
+batches further ahead cannot train past the bound. A worker restarted mid-batch lost its rows:
+its shards are sampled again from their start by the current weights.
 
 What it buys, and what it costs (BENCHMARKS.md, docs/guides/scaling-out.md): the tokens after
 a push are fresher (logged per token as staleness_token_mean; continued tokens as
