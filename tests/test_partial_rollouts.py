@@ -155,6 +155,19 @@ def test_partial_rollouts_are_checked_at_config_time():
     DistConfig(workers=2, topology="async", partial_rollout_tokens=8).validate()
 
 
+def test_a_multi_turn_environment_is_refused_partial_rollouts():
+    from posttrain.config import TrainConfig
+    from posttrain.pipelines.checks import check_train
+    from tests.test_agent_loop import FixedToolEnv
+
+    cfg = TrainConfig()
+    cfg.dist = DistConfig(workers=2, topology="async", partial_rollout_tokens=8)
+    with pytest.raises(ConfigError, match=r"dist.partial_rollout_tokens=8 is not allowed: expected 0 with "
+                                          r"rl.sampling.engine='torch' and env 'arithmetic': partial rollouts resume "
+                                          r"single completions of the torch engine only; drop"):
+        check_train(cfg, FixedToolEnv())
+
+
 def test_stale_groups_are_dropped_and_sampled_again():
     """drop_stale on its own (the Ray calls stood in for): trained at version 5 with a bound of
     2, group 1 (an episode of version 2) goes, all K of it, and comes back sampled by v5 from
