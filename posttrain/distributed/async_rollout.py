@@ -27,18 +27,20 @@ worker's queue behind the batches sampled ahead, so every token of a batch comes
 version that began it. With them a batch sampled ahead is sampled a chunk at a time and its
 rows stay in the worker (roles/engines/contract.py::PartialRows) between calls:
 
-    sample(s)   finish the batch of step s (its rows run to the end, under the weights the
-                worker holds now), then begin the batch of step s + k: its first C tokens a row
-    push()      after the update: the new weights, then C more tokens a row of every batch
-                still in flight, so the rows still running continue under the new weights
+    sample(s)   begin the batch of step s + k: its first C tokens a row; gather the batch of step s
+    push()      after the update: the new weights; then finish the batch due next (its rows run
+                to their end) and draw C more tokens a row of every later batch in flight, all
+                under the new weights
 
-So a push lands between two chunks, and the tokens after it are drawn by the new weights; each
+The finish is sent first, so the trainer never waits behind a chunk of a batch it does not
+need yet. So a push lands between two chunks, and the tokens after it are drawn by the new weights; each
 keeps the log-prob of the weights that drew it (Episode.token_versions), which is what the
 mismatch correction reads as π_behaviour. The boundaries are fixed by the step schedule, never
 by wall time: a worker runs its calls in the order they were sent, and the controller sends
 them in the same order in every run, so a run's draws are a pure function of its settings and
-kill -9 resume stays exact. A checkpoint copies the rows in flight (after the calls sent before
-it, without finishing them); a resumed run gives them back to the workers and goes on.
+kill -9 resume stays exact. A checkpoint waits for the batch being finished and saves its
+episodes, and copies the rows of the later batches (after the calls sent before it, without
+finishing them); a resumed run trains on the one and gives the others back to the workers.
 
 An episode is as stale as its oldest token (the first, drawn when its batch began): at most k
 updates, by construction. Before a batch is trained its episodes staler than max_staleness are
@@ -83,6 +85,8 @@ class AsyncRayRollout(RayRollout):
         self.ready: dict[int, tuple[list[Episode], float]] = {}  # step -> (episodes, sampling seconds), finished
         self.chunk = dist.partial_rollout_tokens  # 0: whole responses (the module docstring)
         self.partial: dict[int, tuple[list[Shard], int]] = {}  # step -> (shards, K) sampling in chunks in the workers
+        self.finishing: dict[int, tuple[list, int]] = {}  # step -> (finish calls, K): the batch due next
+        self.redraw: dict[int, tuple[int, int]] = {}  # step -> (seed, K) a stale group of its batch is drawn again with
         self.dropped_stale = 0  # episodes dropped for staleness in the last batch
         super().__init__(dist, *args, **kwargs)
 
@@ -90,9 +94,11 @@ class AsyncRayRollout(RayRollout):
         # no waiting by default: a push queues behind the batches the workers are sampling
         restored = version is not None  # a resumed run's weights: its rows in flight come with its checkpoint
         version = super().push(version, wait=wait)
-        for step in sorted(self.partial) if not restored else ():  # C more tokens a row, under the new weights
-            for shard in self.partial[step][0]:
-                self.worker_of(shard).advance_partial.remote((step, shard.index), self.chunk)
+        if self.partial and not restored:
+            self.finish(min(self.partial))  # first, so that its gather waits for nothing else
+            for step in sorted(self.partial):  # C more tokens a row, under the new weights
+                for shard in self.partial[step][0]:
+                    self.worker_of(shard).advance_partial.remote((step, shard.index), self.chunk)
         return version
 
     def sample(self, step: int, round: int = 0) -> list[Episode]:
@@ -124,24 +130,31 @@ class AsyncRayRollout(RayRollout):
             self.worker_of(shard).start_partial.remote((step, shard.index), shard, request.samples_per_prompt,
                                                        self.chunk)
         self.partial[step] = (shards, request.samples_per_prompt)
+        self.redraw[step] = (derive_seed(request.seed, "stale"), request.samples_per_prompt)
+
+    def finish(self, step: int) -> None:
+        """Have the workers run the rows of `step`'s batch to their end."""
+        shards, k = self.partial.pop(step)
+        self.finishing[step] = ([(s, self.worker_of(s).finish_partial.remote((step, s.index))) for s in shards], k)
 
     def sample_partial(self, step: int) -> list[Episode]:
-        if step not in self.ready and step not in self.partial:  # the first step: nothing began it yet
-            self.begin(step)
-        finishing = None
-        if step in self.partial:  # sent before the next batch begins, so the workers finish this one first
-            shards, k = self.partial.pop(step)
-            finishing = ([(s, self.worker_of(s).finish_partial.remote((step, s.index))) for s in shards], k)
+        if not any(step in held for held in (self.ready, self.partial, self.finishing)):
+            self.begin(step)  # the first step: nothing began it yet
+        if step in self.partial:  # no push finished it (the first step): before the next batch begins
+            self.finish(step)
         last = step + self.max_staleness if self.horizon is None else min(step + self.max_staleness, self.horizon - 1)
         for ahead in range(step + 1, last + 1):
-            if ahead not in self.partial and ahead not in self.ready:
+            if not any(ahead in held for held in (self.ready, self.partial, self.finishing)):
                 self.begin(ahead)
-        if finishing is None:  # a batch from a checkpoint of before partial rollouts
+        if step in self.ready:  # gathered for a checkpoint, or restored from one
             episodes, self.rollout_compute = self.ready.pop(step)
+        else:
+            calls, k = self.finishing.pop(step)
+            episodes = self.gather(calls, k, min_version=0)
+        if step not in self.redraw:  # a batch from a checkpoint of before partial rollouts
             return episodes
-        calls, k = finishing
-        episodes = self.gather(calls, k, min_version=0)
-        return self.drop_stale(episodes, k, seed=derive_seed(calls[0][0].seed, "stale", step))
+        seed, k = self.redraw.pop(step)
+        return self.drop_stale(episodes, k, seed)
 
     def drop_stale(self, episodes: list[Episode], k: int, seed: int) -> list[Episode]:
         """The episodes within max_staleness of the weights they will train, and in place of
@@ -169,10 +182,13 @@ class AsyncRayRollout(RayRollout):
         """The batches sampled ahead, finished: waits for those still in flight. Under partial
         rollouts, a copy of the rows each worker holds, left running."""
         if self.chunk:
+            for step in sorted(self.finishing):
+                calls, k = self.finishing.pop(step)
+                self.ready[step] = (self.gather(calls, k, min_version=0), self.rollout_compute)
             partials = {}
             for held in self.ray.get([w.partial_states.remote() for w in self.workers]):
                 partials.update(held)
-            return {**RayRollout.state_dict(self), "ready": dict(self.ready),
+            return {**RayRollout.state_dict(self), "ready": dict(self.ready), "redraw": dict(self.redraw),
                     "partial": {step: (shards, k, {s.index: partials.get((step, s.index)) for s in shards})
                                 for step, (shards, k) in self.partial.items()}}
         for step in sorted(self.in_flight):
@@ -183,6 +199,7 @@ class AsyncRayRollout(RayRollout):
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.ready = dict(state.get("ready", {}))  # none in a checkpoint from before batches were saved
+        self.redraw = dict(state.get("redraw", {}))
         for step, (shards, k, rows) in state.get("partial", {}).items():
             for shard in shards:  # a shard whose rows were lost with a worker is sampled again when it is due
                 if rows.get(shard.index) is not None:
