@@ -33,8 +33,8 @@ rows stay in the worker (roles/engines/contract.py::PartialRows) between calls:
                 under the new weights
 
 The finish is sent first, so the trainer never waits behind a chunk of a batch it does not
-need yet. So a push lands between two chunks, and the tokens after it are drawn by the new weights; each
-keeps the log-prob of the weights that drew it (Episode.token_versions), which is what the
+need yet. A push thus lands between two chunks, and the tokens after it are drawn by the new
+weights; each keeps the log-prob of the weights that drew it (Episode.token_versions), which is what the
 mismatch correction reads as π_behaviour. The boundaries are fixed by the step schedule, never
 by wall time: a worker runs its calls in the order they were sent, and the controller sends
 them in the same order in every run, so a run's draws are a pure function of its settings and
@@ -52,9 +52,10 @@ its shards are sampled again from their start by the current weights.
 
 What it buys, and what it costs (BENCHMARKS.md, docs/guides/scaling-out.md): the tokens after
 a push are fresher (logged per token as staleness_token_mean; continued tokens as
-partial/continued_tokens), while the rows still running when a batch is due finish on the
-critical path, and every chunk after the first prefills its rows' text again: new weights
-cannot reuse keys and values computed by the old ones.
+partial/continued_tokens), while the rows still running after the last push before their
+step finish while the trainer waits (with k = 1, all but the first C tokens of a row), and
+every chunk after the first prefills its rows' text again: new weights cannot reuse keys and
+values computed by the old ones.
 """
 
 from __future__ import annotations
