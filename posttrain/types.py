@@ -140,10 +140,9 @@ class Episode:
     completion: str = ""  # decoded response text, stop token removed
     reward: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
-    weight_version: int = 0  # which weights sampled it (see roles/weight_sync.py)
+    weight_version: int = 0  # which weights sampled it (roles/weight_sync.py); under partial rollouts, its first token
     finished: bool = True  # False when max_new_tokens cut it off before a stop token
-    # log π_ref of each response token, when computed once and kept (preference pairs: the
-    # reference never changes, so its log-probs are cached instead of recomputed every step)
+    # log π_ref of each response token, kept when the reference never changes (preference pairs)
     ref_logp: list[float] | None = None
     # a multi-turn episode: its turns in order; response_ids is their concatenation, and only
     # the MODEL_TURN tokens are in the response mask (None: one model turn, the whole response)
@@ -151,6 +150,7 @@ class Episode:
     # a training row cut from a multi-turn episode (`training_rows`): how many rows that episode
     # became; the group statistics count each row 1 / episode_rows, so each episode once
     episode_rows: int = 1
+    token_versions: list[int] | None = None  # partial rollouts: each response token's weight version
 
     def training_rows(self) -> list[Episode]:
         """The rows the trainer sees for this episode: the episode itself, unless a model

@@ -31,6 +31,11 @@ class DistConfig:
     # worker count. 0 = one shard per worker (1 when colocated: today's single-stream draws)
     rollout_shards: int = 0
     max_staleness: int = 1  # async: a batch is sampled by weights at most this many updates old
+    # async: partial rollouts. A batch sampled ahead draws at most this many tokens a row between two
+    # weight pushes; a push lands between chunks, and the rows still running continue under the new
+    # weights (each token keeps the log-prob of the weights that drew it; the correction weighs it). 0 =
+    # off, whole responses from one version: every async number in BENCHMARKS.md was measured that way
+    partial_rollout_tokens: int = 0
     ray_address: str = ""  # "" = start a local Ray cluster; else connect (e.g. "auto", "ray://head:10001")
     num_cpus: int = 0  # CPUs of the local cluster Ray starts; 0 = this machine's count
     # the RL trainer role data-parallel over this many processes on this machine (gloo): the
@@ -55,6 +60,11 @@ class DistConfig:
                   f"0 with {prefix}.topology='colocated' (or choose topology sync or async)")
         check(self.max_staleness >= 1, f"{prefix}.max_staleness", self.max_staleness,
               "an integer >= 1 (topology sync is the on-policy case)")
+        check_non_negative(self, prefix, "partial_rollout_tokens")
+        if self.partial_rollout_tokens:
+            check(self.resolved_topology() == "async", f"{prefix}.partial_rollout_tokens", self.partial_rollout_tokens,
+                  f"0 with {prefix}.topology={self.topology!r}: only the async topology samples ahead of a push "
+                  f"(add --dist.topology async, or drop --{prefix}.partial_rollout_tokens)")
         check(isinstance(self.trainer_ranks, int) and self.trainer_ranks >= 1, f"{prefix}.trainer_ranks",
               self.trainer_ranks, "an integer >= 1 (1 = train in this process; N > 1 starts N-1 more trainer processes)")
         if self.ray_address and self.workers > 0:

@@ -36,6 +36,7 @@ import torch
 from posttrain.config import ConfigError, DistConfig, SamplingParams
 from posttrain.models.policy import Policy
 from posttrain.roles.engines import make_engine
+from posttrain.roles.engines.contract import PartialRows, ResumableEngine, example_prompt_ids
 from posttrain.roles.mismatch import Correction, SamplerIsTrainer
 from posttrain.roles.off_policy import staleness_stats
 from posttrain.roles.rollout import RolloutRequest, Sampler, Shard, sample_shard, single_turn, split_shards
@@ -60,6 +61,8 @@ class RolloutWorker:
         self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
         self.sampler = sampler  # single-turn completions, or a multi-turn environment's agent loop (a copy of it)
         self.crash_armed = False
+        # partial rollouts (async_rollout.py): (step, shard index) -> (shard, its rows so far, seconds spent on them)
+        self.partials: dict[tuple[int, int], tuple[Shard, PartialRows, float]] = {}
 
     def load_weights(self, state: dict[str, torch.Tensor], version: int) -> tuple[int, int]:
         self.engine.load_weights(state)
@@ -76,6 +79,56 @@ class RolloutWorker:
         start = time.perf_counter()
         episodes = sample_shard(self.engine, shard, samples_per_prompt, self.sampler)
         return os.getpid(), episodes, time.perf_counter() - start
+
+    # -- partial rollouts: a shard sampled a chunk at a time, its rows kept here between calls -----
+
+    def start_partial(self, key: tuple[int, int], shard: Shard, samples_per_prompt: int, tokens: int) -> None:
+        """Begin the shard's rows and draw their first `tokens` tokens. A worker without
+        weights (restarted) keeps nothing, and the shard's finish call reports it missing."""
+        if not self.resumable() or self.engine.weight_version < 0:
+            return
+        prompts = [example_prompt_ids(self.engine.tokenizer, e) for e in shard.examples]
+        rows = PartialRows.start(prompts, samples_per_prompt, self.engine.params.max_new_tokens,
+                                 torch.Generator().manual_seed(shard.seed))
+        self.partials[key] = (shard, rows, 0.0)
+        self.advance_partial(key, tokens)
+
+    def advance_partial(self, key: tuple[int, int], tokens: int) -> None:
+        if key not in self.partials or not isinstance(self.engine, ResumableEngine):
+            return  # lost with a restart (or never begun): the finish call says so
+        shard, rows, seconds = self.partials[key]
+        start = time.perf_counter()
+        self.engine.advance(rows, tokens)
+        self.partials[key] = (shard, rows, seconds + time.perf_counter() - start)
+
+    def finish_partial(self, key: tuple[int, int]) -> tuple[int, list[Episode] | None, float]:
+        """(pid, episodes, seconds spent on this shard in all its calls), as `sample` returns;
+        None when this worker no longer holds the rows (Ray restarted it since they began)."""
+        # the calls before this one return nothing the controller reads: a refusal is raised here
+        if not self.resumable():
+            raise ValueError(f"rl.sampling.engine={self.engine.params.engine!r} with the sampler "
+                             f"{type(self.sampler).__name__} cannot sample in "
+                             "chunks: partial rollouts (dist.partial_rollout_tokens) resume single completions of the "
+                             "torch engine; set it to 0 (pipelines/checks.py refuses the others before a run starts)")
+        if key not in self.partials:
+            return os.getpid(), None, 0.0
+        shard, rows, _ = self.partials[key]
+        self.advance_partial(key, rows.budget)  # to the end: a chunk as long as the whole budget
+        _, rows, seconds = self.partials.pop(key)
+        episodes = rows.episodes(shard.examples, self.engine.tokenizer)
+        for e in episodes:  # group ids of the whole step, as sample_shard numbers them
+            e.group_id += shard.first_group
+        return os.getpid(), episodes, seconds
+
+    def resumable(self) -> bool:
+        return isinstance(self.engine, ResumableEngine) and self.sampler is single_turn
+
+    def partial_states(self) -> dict[tuple[int, int], tuple[Shard, PartialRows, float]]:
+        """The rows this worker holds, as the calls sent before this one left them (a checkpoint)."""
+        return copy.deepcopy(self.partials)
+
+    def put_partials(self, states: dict[tuple[int, int], tuple[Shard, PartialRows, float]]) -> None:
+        self.partials.update(states)  # a resumed run's rows, as its checkpoint saved them
 
     def status(self) -> tuple[int, int]:
         """(process id, weight version): a new pid means Ray restarted this worker."""

@@ -314,6 +314,11 @@ def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     if env is None:
         env = check_env(cfg.env)  # the slow one (a file's solutions are scored): last of the three
     check_multi_turn(cfg, env)
+    if cfg.dist.partial_rollout_tokens:  # chunks are resumed by the torch engine, one completion per row
+        check(cfg.rl.sampling.engine == "torch" and not is_multi_turn(env), "dist.partial_rollout_tokens",
+              cfg.dist.partial_rollout_tokens, f"0 with rl.sampling.engine={cfg.rl.sampling.engine!r} and env "
+              f"{cfg.env.name!r}: partial rollouts resume single completions of the torch engine only; drop "
+              "--dist.partial_rollout_tokens, or sample a single-turn environment with --rl.sampling.engine torch")
     check_implicit_prm(cfg)
     check_preference_diagnostics(cfg)
     check(not (cfg.sft.teacher and cfg.sft.steps and is_multi_turn(env)), "sft.teacher", cfg.sft.teacher,

@@ -5,6 +5,8 @@
                     load_weights(state) when it holds its own copy; the weight version it samples with
     EngineClass     how one is built: (policy, tokenizer, params, shares_weights) -> Engine
     Continuation    the tokens one row drew, exactly as drawn, and why it stopped
+    PartialRows     rows part-way through sampling, kept between two chunks (partial rollouts);
+                    ResumableEngine: an engine that can start and advance them
     encode_prompt   the token layout every engine samples a prompt from, and so the one SFT
                     demonstrations and preference pairs are trained on too
 
@@ -15,7 +17,7 @@ rollout role (roles/rollout.py), the evaluation loop and the search methods call
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Protocol
+from typing import Mapping, Protocol, runtime_checkable
 
 import torch
 
@@ -114,3 +116,65 @@ class EngineClass(Protocol):
 
     def __call__(self, policy: Policy, tokenizer: Tokenizer, params: SamplingParams, /,
                  shares_weights: bool = False) -> Engine: ...
+
+
+@dataclass
+class PartialRows:
+    """The K rows of each prompt, part-way through sampling: what a rollout worker keeps
+    between two chunks of a partial rollout (dist.partial_rollout_tokens,
+    distributed/async_rollout.py), and what a checkpoint saves of them.
+
+    Each row keeps its tokens so far with the log-prob each was drawn with and the weight
+    version that drew it, so a token's behaviour log-prob is always that of the weights that
+    sampled it, whatever weights continue the row. The seeded stream's position is kept
+    too, and the draw stays as wide as the whole batch, stopped rows included: the draw of
+    row r's t-th token is the r-th of the t-th set of uniforms, wherever chunks begin and
+    end, so a row continued under unchanged weights draws what an uninterrupted one draws."""
+
+    prompts: list[list[int]]  # the distinct prompts; row r continues prompts[r // repeats]
+    repeats: int  # K rows per prompt
+    budget: int  # new tokens a row may draw in all (max_new_tokens)
+    tokens: list[list[int]]  # per row, the tokens drawn so far
+    logp: list[list[float]]  # per row, log π of each, taken from the weights that drew it
+    versions: list[list[int]]  # per row, the weight version that drew each token
+    stops: list[str | None]  # per row, why it stopped (STOP_TOKEN, STOP_BUDGET), None while it runs
+    generator_state: torch.Tensor  # torch.Generator.get_state(): the next draw continues the stream
+
+    @classmethod
+    def start(cls, prompts: list[list[int]], repeats: int, budget: int, generator: torch.Generator) -> PartialRows:
+        """Nothing drawn yet: the rows as a fresh `generate` call would begin them."""
+        rows = len(prompts) * repeats
+        return cls(prompts, repeats, budget, [[] for _ in range(rows)], [[] for _ in range(rows)],
+                   [[] for _ in range(rows)], [None] * rows, generator.get_state())
+
+    def running(self) -> list[int]:
+        """The rows still sampling, in row order."""
+        return [r for r, stop in enumerate(self.stops) if stop is None]
+
+    def episodes(self, examples: list[Example], tokenizer: Tokenizer) -> list[Episode]:
+        """The finished rows as `generate` returns them: grouped by example, the text without
+        a final EOS; each episode stamped with the version of its first token (its oldest, so
+        staleness is never understated) and every token's version kept."""
+        if self.running():
+            raise ValueError(f"rows {self.running()[:8]} are still sampling: advance them to the end before "
+                             "taking their episodes")
+        out = []
+        for r, ids in enumerate(self.tokens):
+            text_ids = ids[:-1] if self.stops[r] == STOP_TOKEN and ids[-1] == tokenizer.eos_id else ids
+            out.append(Episode(example=examples[r // self.repeats], group_id=r // self.repeats,
+                               prompt_ids=self.prompts[r // self.repeats], response_ids=list(ids),
+                               response_logp=list(self.logp[r]), completion=tokenizer.decode(text_ids),
+                               weight_version=self.versions[r][0], finished=self.stops[r] != STOP_BUDGET,
+                               token_versions=list(self.versions[r])))
+        return out
+
+
+@runtime_checkable
+class ResumableEngine(Engine, Protocol):
+    """An engine that samples in chunks (partial rollouts): posttrain's "torch" engine. Others
+    sample whole responses only, and dist.partial_rollout_tokens refuses them at config time."""
+
+    def advance(self, partial: PartialRows, tokens: int, params: SamplingParams | None = None) -> None:
+        """Continue every running row of `partial` by at most `tokens` tokens, in place, from
+        this engine's weights now (stamping each new token with its weight_version)."""
+        ...

@@ -17,7 +17,9 @@ The model supplies its own cache (`model.new_cache`) and the tokenizer the promp
 
 `continue_rows` runs the same decode loop on arbitrary token contexts, one row each, with
 a budget per row and stop strings: the multi-turn agent loop (roles/agent.py) continues
-each episode's prompt and turns so far with it, one model turn per call.
+each episode's prompt and turns so far with it, one model turn per call. `advance` runs it
+on the rows of a partial rollout (contract.py::PartialRows), a chunk of tokens at a time,
+re-reading each row's prompt and tokens so far from the weights it holds now.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from posttrain.roles.engines.contract import (
     STOP_STRING,
     STOP_TOKEN,
     Continuation,
+    PartialRows,
     example_prompt_ids,
 )
 from posttrain.types import Episode, Example, Tokenizer
@@ -238,6 +241,42 @@ class RolloutEngine:
         finally:
             self.model.train(was_training)
 
+    @torch.no_grad()
+    def advance(self, partial: PartialRows, tokens: int, params: SamplingParams | None = None) -> None:
+        """Continue every running row of `partial` by at most `tokens` tokens, from the weights
+        this engine holds now (contract.py::ResumableEngine).
+
+        Each running row's prompt and tokens so far are prefilled afresh: the weights may have
+        changed since the last chunk, and keys and values from the old ones would mix two
+        policies inside one forward pass. Under unchanged weights the prefill reproduces the
+        cached decode's logits up to float rounding, so the tokens are those of one `generate`
+        call and the log-probs agree to ~1e-6 (tests/test_partial_rollouts.py)."""
+        rows = len(partial.tokens)
+        if rows > self.max_rows:  # generate would cut them into batches, each with its own stretch of the stream
+            raise ValueError(f"a partial rollout of {rows} rows is more than this engine decodes at once "
+                             f"(max_rows={self.max_rows}): use more dist.rollout_shards, or fewer prompts per step")
+        running = partial.running()
+        if not running or tokens < 1:
+            return
+        was_training = self.model.training
+        self.model.eval()
+        generator = torch.Generator()
+        generator.set_state(partial.generator_state)
+        K = partial.repeats
+        try:
+            drawn = self._sample_rows([partial.prompts[r // K] + partial.tokens[r] for r in running], 1,
+                                      [min(tokens, partial.budget - len(partial.tokens[r])) for r in running],
+                                      generator, params or self.params, draw_slots=running, draw_width=rows)
+        finally:
+            self.model.train(was_training)
+        partial.generator_state = generator.get_state()
+        for r, row in zip(running, drawn):
+            partial.tokens[r] += row.token_ids
+            partial.logp[r] += row.logp
+            partial.versions[r] += [self.weight_version] * len(row.token_ids)
+            if row.stop != STOP_BUDGET or len(partial.tokens[r]) >= partial.budget:
+                partial.stops[r] = row.stop  # a chunk's end is not the row's budget unless the budget is spent
+
     def _generate(self, examples: list[Example], samples_per_prompt: int, generator: torch.Generator | None,
                   params: SamplingParams, first_group: int = 0) -> list[Episode]:
         K = samples_per_prompt
@@ -250,9 +289,12 @@ class RolloutEngine:
 
     def _sample_rows(self, contexts: list[list[int]], repeats: int, budgets: list[int],
                      generator: torch.Generator | None, params: SamplingParams,
-                     stop_strings: tuple[str, ...] = ()) -> list[Continuation]:
-        """The decode loop `generate` and `continue_rows` share: row i continues
-        contexts[i // repeats] by at most budgets[i] tokens."""
+                     stop_strings: tuple[str, ...] = (), draw_slots: list[int] | None = None,
+                     draw_width: int | None = None) -> list[Continuation]:
+        """The decode loop `generate`, `continue_rows` and `advance` share: row i continues
+        contexts[i // repeats] by at most budgets[i] tokens. Each position draws `draw_width`
+        uniforms and row i takes the draw_slots[i]-th (default: one each, in row order):
+        `advance` keeps a partial batch's stopped rows in the draw, so the others' uniforms stay put."""
         tok = self.tokenizer
         K = repeats
         prompts = [p for p in contexts for _ in range(K)]  # row i continues context i // K
@@ -299,14 +341,15 @@ class RolloutEngine:
         lengths = budget.clone()  # a row that never stops runs to its budget
         stop = torch.full((N,), STOP_CODES.index(STOP_BUDGET), dtype=torch.long, device=device)
         active = torch.arange(N, device=device)  # the rows still running, in the order the cache holds them
-        all_logits = torch.zeros(N, logits.shape[-1], device=device)
+        slot = torch.arange(N, device=device) if draw_slots is None else torch.tensor(draw_slots, device=device)
+        all_logits = torch.zeros(draw_width or N, logits.shape[-1], device=device)
         decode = self._decode_step(params, model)
         for t in range(longest):
             # Draw for all N rows (finished ones from dummy logits) so that a row's random
             # stream does not depend on when the other rows stopped.
-            all_logits[active] = logits.float()
-            token, logp = sample_next_token(all_logits, params, generator)  # (N,), (N,)
-            token, logp = token[active], logp[active]  # (n,)
+            all_logits[slot[active]] = logits.float()
+            token, logp = sample_next_token(all_logits, params, generator)  # (width,), (width,)
+            token, logp = token[slot[active]], logp[slot[active]]  # (n,)
             tokens[active, t], logps[active, t] = token, logp
             stopped = torch.isin(token, stop_ids)  # (n,)
             stop[active[stopped]] = STOP_CODES.index(STOP_TOKEN)
