@@ -348,6 +348,7 @@ SEPARATE_RUNS = {
     "69.4% [65.4, 73.4]": "algorithms.md: aligned_grpo; search.md: /think at budget 0",
     "69.8% [65.8, 73.8]": "the seed-0 chain-of-thought SFT stage each run trained for itself: the progressive "
                           "build (algorithms.md), the R1, Tülu 3 and aligned-assistant recipes (recipes.md)",
+    "73.0% [69.2, 76.8]": "dpo.md: ORPO at λ 0.1; your-task.md: ten GRPO steps on accuracy alone, beside self_critique",
     "74.0% [70.2, 77.8]": "BENCHMARKS.md: the int8 run's SFT; dpo.md: offline plain DPO",
     "77.0% [73.2, 80.6]": "make run's SFT, scored by each run that trained or loaded it: make run "
                           "(getting-started.md), selection vs RL (search.md), your own reward (your-task.md)",
