@@ -6,8 +6,10 @@
 The default gpt_mini at the default batch (32 prompts × 8 samples, up to 48 new tokens),
 fresh weights, every row trained (a reward on the completion's length parity, so every group
 has a gradient). The two controllers alternate step by step, so load on a shared machine
-hits both alike; each reports its median per role. On a GPU bf16 is the faster one; on a
-CPU without native bf16 (AVX512_BF16 / AMX) autocast converts every matmul's inputs.
+hits both alike; each reports its median per role. On a GPU bf16 is the faster one. On a
+CPU it depends on what the CPU has: it prints the bf16 flags the kernel reports (avx512_bf16:
+bf16 dot products in AVX-512; amx_bf16: Intel's matrix tiles), and BENCHMARKS.md ("bf16 on
+this CPU") has what it measured where one has avx512_bf16 without AMX.
 """
 
 from __future__ import annotations
@@ -35,6 +37,15 @@ AGREEMENT = ("ratio_max", "approx_kl")
 # mismatch module reports the largest |log π_trainer − log π_sampler| it corrected
 # (roles/mismatch.py); a float32 run has no such key, the two being one
 SAMPLER_GAP = "mismatch/logp_diff_max"
+
+
+def bf16_flags() -> list[str]:
+    """The CPU flags /proc/cpuinfo reports that name bf16 (Linux only; [] elsewhere)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    return sorted({flag for flag in text.split() if "bf16" in flag})
 
 
 def controller(dtype: str, start: Path, args: argparse.Namespace):
@@ -73,14 +84,14 @@ def main() -> None:
                         times[dtype][key].append(metrics[key])
                     if SAMPLER_GAP in metrics:
                         times[dtype].setdefault(SAMPLER_GAP, []).append(metrics[SAMPLER_GAP])
-    result = {"machine": machine(), "threads": args.threads, "repeats": args.repeats, "model": args.model,
+    result = {"machine": machine(), "bf16_flags": bf16_flags(), "threads": args.threads, "repeats": args.repeats, "model": args.model,
               "median_seconds": {d: {role.split("/")[1]: round(statistics.median(t[role]), 2) for role in ROLES}
                                  for d, t in times.items()},
               "max_over_steps": {d: {key: max(t[key]) for key in (*AGREEMENT, SAMPLER_GAP) if t.get(key)}
                                  for d, t in times.items()}}
     for d, medians in result["median_seconds"].items():
         medians["step"] = round(sum(medians.values()), 2)
-    print(describe(result["machine"]))
+    print(describe(result["machine"]) + f"; CPU bf16 flags: {', '.join(result['bf16_flags']) or 'none'}")
     print(json.dumps({key: result[key] for key in ("median_seconds", "max_over_steps")}, indent=2))
 
 

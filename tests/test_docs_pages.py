@@ -346,6 +346,10 @@ SEPARATE_RUNS = {
     "69.0% [65.0, 73.0]": "the seed-0 SFT stage each compare trained for itself: dpo.md's earlier five losses, "
                           "algorithms.md's six algorithms",
     "69.4% [65.4, 73.4]": "algorithms.md: aligned_grpo; search.md: /think at budget 0",
+    "69.0% [60.0, 78.0]": "BENCHMARKS.md: SmolLM2 GRPO through vLLM; search.md: a thinking-budget row",
+    "69.8% [65.6, 73.8]": "BENCHMARKS.md: the float32 run of bf16 on this CPU, its SFT; preference.md: the SFT "
+                          "start of its pairs",
+    "93.0% [90.8, 95.2]": "BENCHMARKS.md: the float32 run of bf16 on this CPU; recipes.md: the R1 recipe's GRPO",
     "69.8% [65.8, 73.8]": "the seed-0 chain-of-thought SFT stage each run trained for itself: the progressive "
                           "build (algorithms.md), the R1, Tülu 3 and aligned-assistant recipes (recipes.md)",
     "73.0% [69.2, 76.8]": "dpo.md: ORPO at λ 0.1; your-task.md: ten GRPO steps on accuracy alone, beside self_critique",
