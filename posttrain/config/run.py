@@ -42,7 +42,8 @@ class TrainConfig:
     # cpu by default: the tests' device, and every number in this repository was measured on it
     device: str = "cpu"
     # bfloat16: float32 weights and optimizer state, bf16 forward passes (log-probs and losses in
-    # float32), for GPUs. float32 by default: a CPU without native bf16 runs bf16 slower
+    # float32), for GPUs. float32 by default: on both CPUs measured, bf16 was no faster
+    # (the AMD EPYC has avx512_bf16; BENCHMARKS.md, "bf16 on this CPU")
     dtype: str = "float32"
     # several stages in one run, each from the last checkpoint of the one before, evaluated after each,
     # one table: "sft,dpo,grpo" (sft, an RL algorithm or a preference loss). A stage's own settings go in

@@ -33,7 +33,7 @@ class EvalConfig:
     name: str = "eval"  # the run directory's suffix
     seed: int = 0  # which problems of the split (a smaller size is a prefix of a larger one)
     device: str = "cpu"  # where the checkpoint's model runs: auto = cuda, mps, then cpu; cpu as in training's default
-    dtype: str = "float32"  # bfloat16 = forward passes in bf16 (for GPUs; slower on a CPU without native bf16)
+    dtype: str = "float32"  # bfloat16 = forward passes in bf16 (for GPUs; on the CPUs measured no faster: BENCHMARKS.md)
     # a checkpoint's generation budget; 0 = its run's (posttrain_task.json), else 64, enough for the
     # arithmetic task; a whole function (humaneval) needs ~400
     max_new_tokens: int = 0

@@ -133,9 +133,9 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
     print_warnings(cfg, env)
 
     if resolve_device(cfg.device).type == "cpu" and cfg.dtype != "float32":
-        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On a CPU "
-                      "without native bf16 (this repository's 2-core Xeon) it is no faster than float32, up to 23% "
-                      "slower (docs/guides/real-models.md, \"GPUs and dtypes\"); it is meant for GPUs")
+        console.print(f"[yellow]dtype {cfg.dtype} on the CPU: float32 weights, {cfg.dtype} forward passes. On the CPUs "
+                      "measured (an Intel Xeon with AMX, an AMD EPYC with avx512_bf16) it learnt as float32 does and was no "
+                      "faster for gpt_mini (BENCHMARKS.md, \"bf16 on this CPU\"); it is meant for GPUs")
     policy, tokenizer, start_weights = starting_policy(cfg, run, env)
     meta = run.read_json("meta.json") or {}
     if "prompt" not in meta:  # known once the tokenizer is: the experiment log's prompt template
@@ -145,7 +145,7 @@ def train_and_evaluate(cfg: TrainConfig, run: RunDir, env: Environment | None = 
     eval_params = dataclasses.replace(sampling_params(cfg), temperature=0.0)
     if "sft" not in results:
         # kept under "sft" in summary.json either way: the policy RL starts from
-        start = "after sft" if cfg.sft.steps and not cfg.init else "of the starting model (no SFT)"
+        start = "after sft" if cfg.sft.steps and not cfg.init else "of the starting model (no SFT in this run)"
         results["sft"] = evaluate_and_log(run, "sft", policy, tokenizer, env, heldout, eval_params, start)
         run.write_json("summary.json", results)
 
