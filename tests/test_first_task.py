@@ -1,6 +1,6 @@
 """docs/guides/first-task.md, as printed: its Python block writes the file the JSONL recipe trains
-on (7,200 problems in the stated splits), and each command on the page (the recipe, and the
-reasoning-gym try whose measurements it reports) passes every pre-run check. The training
+on (7,200 problems in the stated splits), and each command on the page (the JSONL and spell_backward
+recipes, and the chain_sum try whose measurements it reports) passes every pre-run check. The training
 itself is the page's measured numbers (minutes a seed), not a test."""
 
 import re
@@ -55,3 +55,12 @@ def test_the_reasoning_gym_try_command_holds_as_printed(tmp_path):
     assert "longer than rl.sampling.max_new_tokens" not in out
     assert re.search(r"the longest prompt \(114 tokens\) \+ rl.sampling.max_new_tokens \(60\) = 174 of the "
                      r"model's 176 positions", out), out
+
+
+def test_the_spell_backward_recipe_command_holds_as_printed(tmp_path):
+    pytest.importorskip("reasoning_gym", reason="reasoning-gym is not installed (pip install 'posttrain[tasks]')")
+    out = dry_run(command_for("reasoning_gym:spell_backward"), tmp_path)
+    assert "checked data: 500 held-out and 100 dev problems; 1000 SFT demonstrations, each with a solution" in out
+    # the page says the longest answer, tags and EOS, is 28 characters and fits the budget of 32
+    assert "the longest answer the verifier reads, '<answer>ytixelprep</answer>', takes 28 characters" in out, out
+    assert "within rl.sampling.max_new_tokens (32)" in out
