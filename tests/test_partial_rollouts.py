@@ -202,17 +202,10 @@ PARTIAL = {"workers": 2, "topology": "async", "max_staleness": 2, "partial_rollo
 
 def tiny_partial(out):
     """test_distributed.py's tiny run, sampled in chunks of 3 tokens (its responses run to ~10)."""
-    from posttrain.config import TrainConfig
-    from posttrain.config.files import from_dict
+    from tests.test_distributed import STEPS as DISTRIBUTED_STEPS, tiny
 
-    cfg = from_dict(TrainConfig, {
-        "model": {"dim": 32, "n_layer": 2, "n_head": 2, "hidden_dim": 64},
-        "sft": {"num_examples": 16, "steps": 6, "batch_size": 8, "warmup_steps": 2},
-        "rl": {"prompts_per_step": 4, "samples_per_prompt": 4, "eval_every": STEPS, "dev_size": 8, "steps": STEPS,
-               "reward": {"length_penalty": 0.01, "length_free": 5}, "optim": {"lr": 1e-3, "warmup_steps": 1}},
-        "heldout_size": 16, "checkpoint_every": 2, "threads": 1, "out_dir": str(out), "dist": PARTIAL})
-    cfg.validate()
-    return cfg
+    assert DISTRIBUTED_STEPS == STEPS  # the assertions below count that run's steps
+    return tiny(out, **PARTIAL)
 
 
 def run_rows(run, name: str = "metrics.jsonl", stage: str = "rl") -> list[dict]:
