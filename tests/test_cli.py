@@ -49,7 +49,7 @@ def help_entries(text: str) -> dict[str, str]:
         if m := re.match(r"^  (--[\w.]+)(?: \S+)?(.*)$", line):
             flag = m.group(1)
             entries[flag] = m.group(2).strip()
-        elif flag and re.match(r"^ {10,}\S", line):
+        elif flag and re.match(r"^ {4,}\S", line):
             entries[flag] += " " + line.strip()
         else:
             flag = None

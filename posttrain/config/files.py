@@ -30,6 +30,7 @@ else:  # tomllib is the standard library's from 3.11; tomli is the package it wa
 
 from posttrain.config.checks import ConfigError
 from posttrain.config.rl import RLConfig
+from posttrain.config.run import TrainConfig
 from posttrain.config.sections import EnvConfig
 
 # Settings that changed name: a config file that still uses the old one gets told the new one.
@@ -181,6 +182,11 @@ def upgraded(data: dict[str, Any]) -> dict[str, Any]:
                 out[key] = to_dict(from_dict(cls, data[key], f"{key}."))
             except ConfigError:
                 out[key] = moved_in_section(key, data[key])
+    # the other sections (model, sft, dist, ...) moved nothing, but gain settings too: those at their defaults
+    defaults = to_dict(TrainConfig())
+    for key, section in out.items():
+        if key not in MOVED_SECTIONS.values() and isinstance(section, dict) and isinstance(defaults.get(key), dict):
+            out[key] = {**defaults[key], **section}
     return out
 
 
