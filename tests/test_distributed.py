@@ -125,16 +125,13 @@ class Killed(Exception):
     """Stands in for kill -9: the run stops mid-step, its in-flight requests abandoned."""
 
 
-def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monkeypatch):
-    """Killed in step 1, after the checkpoint of step 0: the batches of steps 1 and 2 were in
-    flight (sampled by v0). The resumed run trains on those same episodes, and the batch of
-    step 3 is requested after the push of v1, as in the uninterrupted run."""
-    cfg = tiny_async(tmp_path)
-    cfg.checkpoint_every = 1  # the reference run checkpoints every 2 steps: checkpoints must not change numbers
+def killed_in_rl_step_1(cfg: TrainConfig, monkeypatch) -> RunDir:
+    """`cfg`'s run, started and killed in RL step 1: after the update and the push of step 1,
+    before its row is written (so after the checkpoint of step 0 when checkpoint_every is 1)."""
     sample_row = rl_pipeline.sample_row
 
     def dies_in_step_1(stage: str, step: int, episode: Episode) -> dict:
-        if (stage, step) == ("rl", 1):  # after the update and the push of step 1, before its row
+        if (stage, step) == ("rl", 1):
             raise Killed
         return sample_row(stage, step, episode)
 
@@ -142,8 +139,18 @@ def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monke
     run = start_run(cfg, "train")
     with pytest.raises(Killed):
         run_pipeline(cfg, run)
-    assert [r["step"] for r in rows(run.path)] == [0]
     monkeypatch.undo()
+    return run
+
+
+def test_killed_async_run_resumes_to_the_same_metrics(async_run, tmp_path, monkeypatch):
+    """Killed in step 1, after the checkpoint of step 0: the batches of steps 1 and 2 were in
+    flight (sampled by v0). The resumed run trains on those same episodes, and the batch of
+    step 3 is requested after the push of v1, as in the uninterrupted run."""
+    cfg = tiny_async(tmp_path)
+    cfg.checkpoint_every = 1  # the reference run checkpoints every 2 steps: checkpoints must not change numbers
+    run = killed_in_rl_step_1(cfg, monkeypatch)
+    assert [r["step"] for r in rows(run.path)] == [0]
 
     run_pipeline(cfg, RunDir.open(str(run.path)))  # what `posttrain train --resume` does
     same_metrics(rows(async_run), rows(run.path))  # reward_mean, loss, staleness, TIS, weight_version, ...

@@ -241,33 +241,18 @@ def test_pushes_land_between_chunks_and_each_token_is_as_stale_as_its_weights(pa
     assert all(0 < r["mismatch/weight_mean"] <= 2 for r in metrics)
 
 
-class Killed(Exception):
-    """Stands in for kill -9: the run stops mid-step, its rows in flight abandoned."""
-
-
 @pytest.mark.slow
 def test_killed_partial_run_resumes_to_the_same_numbers(partial_run, tmp_path, monkeypatch):
     """Killed in step 1 after the checkpoint of step 0 (the reference run checkpoints every 2
     steps: a checkpoint copies the rows in flight and must not move a draw). The resumed run
     gives the rows back to the workers and continues them under the same pushes."""
-    from posttrain.pipelines import rl as rl_pipeline
-    from posttrain.pipelines.run import run_pipeline, start_run
+    from posttrain.pipelines.run import run_pipeline
     from posttrain.runs.rundir import RunDir
+    from tests.test_distributed import killed_in_rl_step_1
 
     cfg = tiny_partial(tmp_path)
     cfg.checkpoint_every = 1
-    sample_row = rl_pipeline.sample_row
-
-    def dies_in_step_1(stage, step, episode):
-        if (stage, step) == ("rl", 1):
-            raise Killed
-        return sample_row(stage, step, episode)
-
-    monkeypatch.setattr(rl_pipeline, "sample_row", dies_in_step_1)
-    run = start_run(cfg, "train")
-    with pytest.raises(Killed):
-        run_pipeline(cfg, run)
-    monkeypatch.undo()
+    run = killed_in_rl_step_1(cfg, monkeypatch)
     run_pipeline(cfg, RunDir.open(str(run.path)))
     untimed = lambda rows: [{k: v for k, v in r.items() if not k.startswith("time/")} for r in rows]  # noqa: E731
     assert untimed(run_rows(run.path)) == untimed(run_rows(partial_run))
