@@ -168,6 +168,22 @@ def test_samples_carry_the_trainers_own_temperature_scaled_log_probs(engine_and_
 
 
 @needs_vllm
+def test_a_batch_larger_than_one_scheduler_step_samples_with_its_seeds(engine_and_policy):
+    """More prompt tokens than one vLLM step holds: with chunked prefill vLLM split a prompt
+    across steps and then rewound the seeded row's generator, which a CPU generator refuses
+    ("CPU Generator does not use offset"); the engine schedules whole prompts instead."""
+    engine, policy = engine_and_policy
+    examples = [Example(id=str(i), prompt=f"{i:03d}" + "+1" * 22 + "=", expected_answer=str(i + 22)) for i in range(96)]
+    prompt_tokens = sum(len(engine.tokenizer.encode(e.prompt)) for e in examples)
+    assert prompt_tokens > vllm_engine.BATCHED_TOKENS  # 96 x 48: one step cannot prefill them all
+    episodes = engine.generate(examples, 1, torch.Generator().manual_seed(0))
+    assert len(episodes) == 96 and all(1 <= len(e.response_ids) <= 12 for e in episodes)
+    assert largest_gap(policy, episodes[:8] + episodes[-8:]) < 1e-4
+    again = engine.generate(examples, 1, torch.Generator().manual_seed(0))
+    assert [e.response_ids for e in again] == [e.response_ids for e in episodes]
+
+
+@needs_vllm
 def test_a_weight_sync_moves_the_samples_to_the_new_policy(engine_and_policy):
     engine, policy = engine_and_policy
     new_policy = tiny_policy(seed=1)[0]

