@@ -12,7 +12,12 @@ versioned weights, and survive a worker that dies.
 
 Each worker holds its own copy of the policy in an engine (the same sampler the
 colocated run uses, see roles/rollout.py::sample_shard), and stamps every episode with the weight
-version it sampled with.
+version it sampled with. With `rl.sampling.engine vllm` that engine is vLLM's LLM inside the
+worker: the sampler in a process (and, on a cluster, on a device) of its own, sent the trainer's
+state dict at every push and copying it into vLLM's parameters there. Each shard comes back
+with the worker's engine metrics (vllm/load_weights_seconds and _mb: what its last load cost),
+logged as the step's. The controller's own copy, for dev-set evaluation, is always the torch
+engine: the trainer's process never starts vLLM, nor reserves its KV cache.
 
 Fault handling. A worker is a restartable actor (`max_restarts`). When one dies mid-call
 the gather sees RayActorError, waits for Ray to bring the actor back, pushes it the
@@ -27,6 +32,7 @@ it refuses to sample, and the same recovery applies.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
 from typing import Any, Callable
@@ -47,6 +53,9 @@ from posttrain.types import Episode, RolloutBatch, Tokenizer
 # A worker that keeps dying is a bug to look at, not something to retry forever.
 MAX_RESTARTS = 4
 RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: seconds, not minutes
+
+# what a worker's sampling call returns: (its pid, the shard's episodes or None, seconds sampling, its engine's metrics)
+ShardResult = tuple[int, list[Episode] | None, float, dict[str, float]]
 
 
 class RolloutWorker:
@@ -69,16 +78,16 @@ class RolloutWorker:
         self.engine.weight_version = version
         return self.status()
 
-    def sample(self, shard: Shard, samples_per_prompt: int, min_version: int) -> tuple[int, list[Episode] | None, float]:
-        """(pid, episodes, seconds); episodes is None when this worker's weights are
-        older than `min_version` (it restarted and has not been given weights yet)."""
+    def sample(self, shard: Shard, samples_per_prompt: int, min_version: int) -> ShardResult:
+        """(pid, episodes, seconds, engine metrics); episodes is None when this worker's weights
+        are older than `min_version` (it restarted and has not been given weights yet)."""
         if self.engine.weight_version < min_version:
-            return os.getpid(), None, 0.0
+            return os.getpid(), None, 0.0, {}
         if self.crash_armed:  # fault drills: die in the middle of a call, as an OOM kill would
             os._exit(1)
         start = time.perf_counter()
         episodes = sample_shard(self.engine, shard, samples_per_prompt, self.sampler)
-        return os.getpid(), episodes, time.perf_counter() - start
+        return os.getpid(), episodes, time.perf_counter() - start, self.engine.metrics()
 
     # -- partial rollouts: a shard sampled a chunk at a time, its rows kept here between calls -----
 
@@ -101,8 +110,8 @@ class RolloutWorker:
         self.engine.advance(rows, tokens)
         self.partials[key] = (shard, rows, seconds + time.perf_counter() - start)
 
-    def finish_partial(self, key: tuple[int, int]) -> tuple[int, list[Episode] | None, float]:
-        """(pid, episodes, seconds spent on this shard in all its calls), as `sample` returns;
+    def finish_partial(self, key: tuple[int, int]) -> ShardResult:
+        """(pid, episodes, seconds spent on this shard in all its calls, engine metrics), as `sample` returns;
         None when this worker no longer holds the rows (Ray restarted it since they began)."""
         # the calls before this one return nothing the controller reads: a refusal is raised here
         if not self.resumable():
@@ -111,14 +120,14 @@ class RolloutWorker:
                              "chunks: partial rollouts (dist.partial_rollout_tokens) resume single completions of the "
                              "torch engine; set it to 0 (pipelines/checks.py refuses the others before a run starts)")
         if key not in self.partials:
-            return os.getpid(), None, 0.0
+            return os.getpid(), None, 0.0, {}
         shard, rows, _ = self.partials[key]
         self.advance_partial(key, rows.budget)  # to the end: a chunk as long as the whole budget
         _, rows, seconds = self.partials.pop(key)
         episodes = rows.episodes(shard.examples, self.engine.tokenizer)
         for e in episodes:  # group ids of the whole step, as sample_shard numbers them
             e.group_id += shard.first_group
-        return os.getpid(), episodes, seconds
+        return os.getpid(), episodes, seconds, self.engine.metrics()
 
     def resumable(self) -> bool:
         return isinstance(self.engine, ResumableEngine) and self.sampler is single_turn
@@ -190,11 +199,13 @@ class RayRollout:
         self.policy = policy
         self.request = request
         self.shards = shards
-        # the controller's own copy, for dev-set evaluation (greedy, small) and temperature
-        self.engine = make_engine(copy.deepcopy(policy), tokenizer, params)
+        # the controller's own copy, for dev-set evaluation (greedy, small) and temperature: the torch
+        # engine whatever the workers sample with, so a vLLM run starts no vLLM beside the trainer
+        self.engine = make_engine(copy.deepcopy(policy), tokenizer, dataclasses.replace(params, engine="torch"))
         self.version = 0
         self.restarts = 0
         self.rollout_compute = 0.0  # the slowest worker's sampling time in the last gather
+        self.engine_metrics: dict[str, float] = {}  # the workers' engine metrics in the last gather, the largest of each
         actor = ray.remote(RolloutWorker).options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0)
         # Ray re-runs the constructor with these arguments on a restart: hold the reference
         # for the life of the workers, or a restart would find the model gone
@@ -273,12 +284,13 @@ class RayRollout:
         """Episodes of every shard, in shard order; a shard whose worker died is re-issued."""
         results: dict[int, list[Episode]] = {}
         compute = 0.0
+        worst: dict[str, float] = {}
         pending = list(calls)
         while pending:
             shard, call = pending.pop(0)
             worker = shard.index % len(self.workers)
             try:
-                pid, episodes, seconds = self.ray.get(call)
+                pid, episodes, seconds, engine_metrics = self.ray.get(call)
             except self.ray.exceptions.RayActorError as error:
                 self._recover(worker, error)
                 pending.append((shard, self._call(shard, k, self._weights[1])))
@@ -290,7 +302,10 @@ class RayRollout:
             self._note(worker, pid, "restarted between calls")  # e.g. given weights by a push before this call
             results[shard.index] = episodes
             compute = max(compute, seconds)
+            for name, value in engine_metrics.items():  # the slowest worker's load is the one the step waited for
+                worst[name] = max(worst.get(name, value), value)
         self.rollout_compute = compute
+        self.engine_metrics = worst
         return [e for index in sorted(results) for e in results[index]]
 
     def sample(self, step: int, round: int = 0) -> list[Episode]:
@@ -316,7 +331,7 @@ class RayRollout:
         return batch, {**stats, **mismatch}
 
     def step_metrics(self) -> dict[str, float]:
-        return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute}
+        return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute, **self.engine_metrics}
 
     def close(self) -> None:
         for w in self.workers:
