@@ -17,7 +17,8 @@ worker: the sampler in a process (and, on a cluster, on a device) of its own, se
 state dict at every push and copying it into vLLM's parameters there. Each shard comes back
 with the worker's engine metrics (vllm/load_weights_seconds and _mb: what its last load cost),
 logged as the step's. The controller's own copy, for dev-set evaluation, is always the torch
-engine: the trainer's process never starts vLLM, nor reserves its KV cache.
+engine: the rollout role starts no vLLM beside the trainer, nor reserves a KV cache there (the
+held-out evaluations before and after RL, pipelines/run.py, still sample with the chosen engine).
 
 Fault handling. A worker is a restartable actor (`max_restarts`). When one dies mid-call
 the gather sees RayActorError, waits for Ray to bring the actor back, pushes it the
