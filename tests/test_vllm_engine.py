@@ -25,6 +25,7 @@ import dataclasses
 import importlib.util
 import json
 import os
+import pickle
 
 import pytest
 import torch
@@ -32,7 +33,7 @@ import torch
 from posttrain.config import ConfigError, DistConfig, SamplingParams, TrainConfig
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
 from posttrain.pipelines.checks import check_config
-from posttrain.distributed.rollout_workers import RayRollout
+from posttrain.distributed.rollout_workers import PushedWeights, RayRollout
 from posttrain.roles.engines import ENGINES, RolloutEngine, check_engine, make_engine, vllm_engine
 from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING, STOP_TOKEN
 from posttrain.roles.rollout import RolloutRequest
@@ -144,6 +145,26 @@ def test_a_lora_policy_splits_into_llama_base_weights_and_peft_adapters(tmp_path
     underneath = copy.deepcopy(policy.hf).unload().state_dict()  # the adapters removed, not merged
     assert sorted(base) == sorted(underneath) and all(torch.equal(base[k], underneath[k]) for k in underneath)
     assert vllm_engine.megabytes(adapters.values()) < vllm_engine.megabytes(base.values()) / 5
+
+
+def test_a_push_to_ray_workers_sends_a_tied_embedding_once():
+    """Ray serialises each value of a dict on its own: a tensor under two names would cross twice
+    (SmolLM2-135M's 113 MB embedding, which is also its LM head)."""
+    tokenizer = CharTokenizer()
+    policy = GPTMini(GPTMiniConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=64,
+                                   tie_embeddings=True))
+    state = policy.state_dict()
+    tied = [name for name in state if state[name].data_ptr() == policy.lm_head.weight.data_ptr()]
+    assert len(tied) == 2  # the embedding and the LM head: one tensor
+    weights = PushedWeights.copy_of(state)
+    assert len(weights.tensors) == len(state) - 1 and weights.holders[tied[1]] == tied[0]
+    sent = pickle.loads(pickle.dumps(weights)).state_dict()  # what a worker receives
+    assert list(sent) == list(state) and all(torch.equal(sent[k], state[k]) for k in state)
+    assert sent[tied[0]] is sent[tied[1]]  # still one tensor there...
+    assert vllm_engine.megabytes(sent.values()) == pytest.approx(vllm_engine.megabytes(state.values()))  # ...counted once
+    with torch.no_grad():
+        policy.lm_head.weight.add_(1.0)  # the trainer's next update does not reach a push already made
+    assert not torch.equal(weights.state_dict()[tied[0]], policy.state_dict()[tied[0]])
 
 
 # ---- with vLLM ----------------------------------------------------------------------------------
