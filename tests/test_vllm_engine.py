@@ -161,7 +161,8 @@ def test_a_push_to_ray_workers_sends_a_tied_embedding_once():
     sent = pickle.loads(pickle.dumps(weights)).state_dict()  # what a worker receives
     assert list(sent) == list(state) and all(torch.equal(sent[k], state[k]) for k in state)
     assert sent[tied[0]] is sent[tied[1]]  # still one tensor there...
-    assert vllm_engine.megabytes(sent.values()) == pytest.approx(vllm_engine.megabytes(state.values()))  # ...counted once
+    # ...counted once
+    assert vllm_engine.megabytes(sent.values()) == pytest.approx(vllm_engine.megabytes(state.values()))
     with torch.no_grad():
         policy.lm_head.weight.add_(1.0)  # the trainer's next update does not reach a push already made
     assert not torch.equal(weights.state_dict()[tied[0]], policy.state_dict()[tied[0]])
@@ -337,6 +338,7 @@ def test_a_ray_worker_samples_with_vllm_in_its_own_process_and_follows_each_push
         # the first push carried the whole state dict into vLLM: gpt_mini's, its tied embedding once
         state_mb = vllm_engine.megabytes(t for _, t in vllm_engine.llama_weights(policy.state_dict()))
         assert rollout.step_metrics()[vllm_engine.LOAD_MB] == pytest.approx(state_mb)
+        assert rollout.pushed_mb == pytest.approx(state_mb)  # every weight trains: all cross
         assert 0 < rollout.step_metrics()[vllm_engine.LOAD_SECONDS] < 5
         with torch.no_grad():  # an update: the trainer's weights become another policy's
             policy.load_state_dict(tiny_policy(seed=1)[0].state_dict())
@@ -369,3 +371,33 @@ def test_a_grpo_run_with_a_vllm_ray_worker_trains_and_logs_the_mismatch(cluster,
     # each push sent the whole state dict to the worker's engine, every time the same size
     assert rl[0]["vllm/load_weights_mb"] == rl[1]["vllm/load_weights_mb"] > 0
     assert all(r["vllm/load_weights_seconds"] > 0 for r in rl)
+
+
+@needs_vllm
+@needs_ray
+def test_a_lora_policy_pushes_its_adapters_alone_to_a_ray_worker(cluster, tmp_path):
+    policy, tokenizer = tiny_lora_policy(tmp_path)
+    params = SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, engine="vllm")
+
+    def request(step: int, round: int) -> RolloutRequest:
+        return RolloutRequest(EXAMPLES[:2], 2, seed=100)
+
+    rollout = RayRollout(DistConfig(workers=1), policy, tokenizer, params, request, shards=1)
+    try:
+        assert largest_gap(policy, rollout.sample(0)) < 1e-4  # the adapted policy's log-probs, from the worker
+        first_push = rollout.step_metrics()[vllm_engine.LOAD_MB]  # the worker built its engine, then was pushed v0
+        with torch.no_grad():  # an update: only adapters train under LoRA
+            for name, p in policy.named_parameters():
+                if "lora_" in name:
+                    p.add_(torch.randn_like(p) * 0.2)
+        rollout.push()
+        after = rollout.sample(1)
+        assert {e.weight_version for e in after} == {1} and largest_gap(policy, after) < 1e-4  # the new adapters'
+        # the adapters alone crossed to the worker (the frozen base it was built with stays), and its vLLM loaded them
+        adapters_mb = vllm_engine.megabytes(vllm_engine.peft_adapters(policy.state_dict()).values())
+        assert rollout.pushed_mb == pytest.approx(adapters_mb)
+        assert rollout.step_metrics()[vllm_engine.LOAD_MB] == pytest.approx(adapters_mb)
+        assert adapters_mb < vllm_engine.megabytes(policy.state_dict().values()) / 5
+        assert first_push == pytest.approx(adapters_mb)  # v0 came after the engine's own first load of the base
+    finally:
+        rollout.close()

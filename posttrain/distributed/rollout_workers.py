@@ -57,9 +57,9 @@ RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: 
 
 @dataclasses.dataclass
 class PushedWeights:
-    """A state dict as a push sends it: each tensor once. Ray serialises every value of a dict
-    on its own, so a tensor under two names (a tied embedding and LM head) would cross twice:
-    SmolLM2-135M's 113 MB embedding, a sixth of its push."""
+    """The trained tensors of a state dict as a push sends them, each tensor once. Ray
+    serialises every value of a dict on its own, so a tensor under two names (a tied embedding
+    and LM head) would cross twice: SmolLM2-135M's 113 MB embedding, a sixth of its push."""
 
     tensors: dict[str, torch.Tensor]  # a copy of each distinct tensor, under the first name that holds it
     holders: dict[str, str]  # every name of the state dict, in its order -> its name in `tensors`
@@ -93,6 +93,9 @@ class RolloutWorker:
         # one exactly with --threads 1.)
         torch.set_num_threads(1)
         self.engine = make_engine(model, tokenizer, params)
+        # the weights this worker was built with (also after a restart: the run's first policy); a push
+        # replaces the trained ones, and the frozen ones (LoRA's base) never cross again
+        self.weights = model.state_dict()
         self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
         self.sampler = sampler  # single-turn completions, or a multi-turn environment's agent loop (a copy of it)
         self.crash_armed = False
@@ -100,7 +103,8 @@ class RolloutWorker:
         self.partials: dict[tuple[int, int], tuple[Shard, PartialRows, float]] = {}
 
     def load_weights(self, weights: PushedWeights, version: int) -> tuple[int, int]:
-        self.engine.load_weights(weights.state_dict())
+        self.weights.update(weights.state_dict())
+        self.engine.load_weights(self.weights)  # an engine that loads only what changed (vLLM's LoRA) picks it
         self.engine.weight_version = version
         return self.status()
 
@@ -231,7 +235,8 @@ class RayRollout:
         self.version = 0
         self.restarts = 0
         self.rollout_compute = 0.0  # the slowest worker's sampling time in the last gather
-        self.engine_metrics: dict[str, float] = {}  # the workers' engine metrics in the last gather, the largest of each
+        self.pushed_mb = 0.0  # what the last push sent each worker (what a vLLM one loaded: vllm/load_weights_mb)
+        self.engine_metrics: dict[str, float] = {}  # the workers' engine metrics in the last gather, each one's largest
         actor = ray.remote(RolloutWorker).options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0)
         # Ray re-runs the constructor with these arguments on a restart: hold the reference
         # for the life of the workers, or a restart would find the model gone
@@ -249,11 +254,16 @@ class RayRollout:
 
     def push(self, version: int | None = None, wait: bool = True) -> int:
         """Ship the trainer's weights to every worker under a new version number (or the
-        given one, when a run resumes). One ray.put, so the state is serialised once."""
+        given one, when a run resumes). One ray.put, so the state is serialised once. Only the
+        parameters that train cross: the frozen ones (LoRA's base) are the ones every worker,
+        restarted or not, was built with."""
         self.version = self.version + 1 if version is None else version
-        weights = PushedWeights.copy_of(self.policy.state_dict())
-        self.engine.load_weights(weights.state_dict())
+        state = self.policy.state_dict()
+        self.engine.load_weights(state)
         self.engine.weight_version = self.version
+        trained = {name for name, p in self.policy.named_parameters(remove_duplicate=False) if p.requires_grad}
+        weights = PushedWeights.copy_of({name: tensor for name, tensor in state.items() if name in trained})
+        self.pushed_mb = sum(t.numel() * t.element_size() for t in weights.tensors.values()) / 1e6
         self._weights = (self.ray.put(weights), self.version)  # kept to re-push to a restarted worker
         calls = [w.load_weights.remote(*self._weights) for w in self.workers]
         if wait:
