@@ -15,7 +15,8 @@ There, on a tiny gpt_mini (head_dim 32: vLLM's CPU attention takes head sizes fr
 - a GRPO run through `posttrain train --rl.sampling.engine vllm` trains and logs mismatch/*;
 - and the same engine in a separate process: a Ray rollout worker holds it (these also need
   ray, which .venv-vllm installs), samples in a process other than the trainer's, follows every
-  weight push, and a GRPO run with --dist.workers 1 trains through it.
+  weight push (a LoRA policy's: its adapters alone), and GRPO runs with --dist.workers 1 train
+  through it, synchronous and async.
 """
 
 from __future__ import annotations
@@ -401,3 +402,20 @@ def test_a_lora_policy_pushes_its_adapters_alone_to_a_ray_worker(cluster, tmp_pa
         assert first_push == pytest.approx(adapters_mb)  # v0 came after the engine's own first load of the base
     finally:
         rollout.close()
+
+
+@needs_vllm
+@needs_ray
+def test_an_async_grpo_run_with_a_vllm_ray_worker_corrects_its_stale_batch(cluster, tmp_path):
+    from posttrain.cli import main
+
+    flags = tiny_grpo_flags(tmp_path, "--dist.workers", "1", "--dist.topology", "async", "--rl.reward.length_penalty",
+                            "0.01", "--rl.reward.length_free", "5", "--rl.optim.lr", "1e-3", "--name", "vllm-async")
+    assert main(["train", *flags]) == 0
+    rl = rl_rows(tmp_path, "vllm-async")
+    assert [r["weight_version"] for r in rl] == [1, 2] and [r["staleness_max"] for r in rl] == [0, 1]
+    assert rl[0]["mismatch/logp_diff_max"] < 1e-3  # sampled by the weights it trains: kernel noise alone
+    # step 1 trains on a batch the worker drew with v0 while the trainer moved to v1: one update
+    # apart, far more than kernel noise (measured 0.033 nat), and the ratios the correction weights by move off 1
+    assert rl[1]["mismatch/logp_diff_max"] > 0.01 and rl[1]["mismatch/ratio_min"] < 0.99
+    assert all(r["vllm/load_weights_mb"] > 0 for r in rl)
