@@ -13,8 +13,8 @@ versioned weights, and survive a worker that dies.
 Each worker holds its own copy of the policy in an engine (the same sampler the
 colocated run uses, see roles/rollout.py::sample_shard), and stamps every episode with the weight
 version it sampled with. With `rl.sampling.engine vllm` that engine is vLLM's LLM inside the
-worker: the sampler in a process (and, on a cluster, on a device) of its own, sent the trainer's
-state dict at every push and copying it into vLLM's parameters there. Each shard comes back
+worker: the sampler in a process of its own, sent the trainer's parameters that train at every
+push (all of them, or a LoRA policy's adapters) and copying them into vLLM's there. Each shard comes back
 with the worker's engine metrics (vllm/load_weights_seconds and _mb: what its last load cost),
 logged as the step's. The controller's own copy, for dev-set evaluation, is always the torch
 engine: the rollout role starts no vLLM beside the trainer, nor reserves a KV cache there (the
@@ -54,6 +54,7 @@ from posttrain.types import Episode, RolloutBatch, Tokenizer
 # A worker that keeps dying is a bug to look at, not something to retry forever.
 MAX_RESTARTS = 4
 RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: seconds, not minutes
+
 
 @dataclasses.dataclass
 class PushedWeights:
@@ -141,8 +142,9 @@ class RolloutWorker:
         self.partials[key] = (shard, rows, seconds + time.perf_counter() - start)
 
     def finish_partial(self, key: tuple[int, int]) -> ShardResult:
-        """(pid, episodes, seconds spent on this shard in all its calls, engine metrics), as `sample` returns;
-        None when this worker no longer holds the rows (Ray restarted it since they began)."""
+        """(pid, episodes, seconds spent on this shard in all its calls, engine metrics), as
+        `sample` returns; episodes None when this worker no longer holds the rows (Ray
+        restarted it since they began)."""
         # the calls before this one return nothing the controller reads: a refusal is raised here
         if not self.resumable():
             raise ValueError(f"rl.sampling.engine={self.engine.params.engine!r} with the sampler "
