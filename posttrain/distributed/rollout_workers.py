@@ -12,7 +12,13 @@ versioned weights, and survive a worker that dies.
 
 Each worker holds its own copy of the policy in an engine (the same sampler the
 colocated run uses, see roles/rollout.py::sample_shard), and stamps every episode with the weight
-version it sampled with.
+version it sampled with. With `rl.sampling.engine vllm` that engine is vLLM's LLM inside the
+worker: the sampler in a process of its own, sent the trainer's parameters that train at every
+push (all of them, or a LoRA policy's adapters) and copying them into vLLM's there. Each shard comes back
+with the worker's engine metrics (vllm/load_weights_seconds and _mb: what its last load cost),
+logged as the step's. The controller's own copy, for dev-set evaluation, is always the torch
+engine: the rollout role starts no vLLM beside the trainer, nor reserves a KV cache there (the
+held-out evaluations before and after RL, pipelines/run.py, still sample with the chosen engine).
 
 Fault handling. A worker is a restartable actor (`max_restarts`). When one dies mid-call
 the gather sees RayActorError, waits for Ray to bring the actor back, pushes it the
@@ -27,6 +33,7 @@ it refuses to sample, and the same recovery applies.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 import time
 from typing import Any, Callable
@@ -49,6 +56,35 @@ MAX_RESTARTS = 4
 RESTART_TIMEOUT_S = 120.0  # a restart re-imports torch and rebuilds the model: seconds, not minutes
 
 
+@dataclasses.dataclass
+class PushedWeights:
+    """The trained tensors of a state dict as a push sends them, each tensor once. Ray
+    serialises every value of a dict on its own, so a tensor under two names (a tied embedding
+    and LM head) would cross twice: SmolLM2-135M's 113 MB embedding, a sixth of its push."""
+
+    tensors: dict[str, torch.Tensor]  # a copy of each distinct tensor, under the first name that holds it
+    holders: dict[str, str]  # every name of the state dict, in its order -> its name in `tensors`
+
+    @classmethod
+    def copy_of(cls, state: dict[str, torch.Tensor]) -> PushedWeights:
+        first: dict[tuple, str] = {}  # where a tensor's storage, shape and layout were first seen
+        tensors, holders = {}, {}
+        for name, tensor in state.items():
+            holder = first.setdefault((tensor.data_ptr(), tuple(tensor.shape), tensor.stride(), tensor.dtype), name)
+            if holder == name:  # a copy: the trainer keeps updating its own tensors while the workers load these
+                tensors[name] = tensor.detach().clone()
+            holders[name] = holder
+        return cls(tensors, holders)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Every name again, a tied pair as one tensor (so an engine that counts bytes counts it once)."""
+        return {name: self.tensors[holder] for name, holder in self.holders.items()}
+
+
+# what a worker's sampling call returns: (its pid, the shard's episodes or None, seconds sampling, its engine's metrics)
+ShardResult = tuple[int, list[Episode] | None, float, dict[str, float]]
+
+
 class RolloutWorker:
     """The body of one Ray actor (wrapped by ray.remote in RayRollout)."""
 
@@ -58,27 +94,31 @@ class RolloutWorker:
         # one exactly with --threads 1.)
         torch.set_num_threads(1)
         self.engine = make_engine(model, tokenizer, params)
+        # the weights this worker was built with (also after a restart: the run's first policy); a push
+        # replaces the trained ones, and the frozen ones (LoRA's base) never cross again
+        self.weights = model.state_dict()
         self.engine.weight_version = -1  # no weights pushed yet (also what a restarted actor has)
         self.sampler = sampler  # single-turn completions, or a multi-turn environment's agent loop (a copy of it)
         self.crash_armed = False
         # partial rollouts (async_rollout.py): (step, shard index) -> (shard, its rows so far, seconds spent on them)
         self.partials: dict[tuple[int, int], tuple[Shard, PartialRows, float]] = {}
 
-    def load_weights(self, state: dict[str, torch.Tensor], version: int) -> tuple[int, int]:
-        self.engine.load_weights(state)
+    def load_weights(self, weights: PushedWeights, version: int) -> tuple[int, int]:
+        self.weights.update(weights.state_dict())
+        self.engine.load_weights(self.weights)  # an engine that loads only what changed (vLLM's LoRA) picks it
         self.engine.weight_version = version
         return self.status()
 
-    def sample(self, shard: Shard, samples_per_prompt: int, min_version: int) -> tuple[int, list[Episode] | None, float]:
-        """(pid, episodes, seconds); episodes is None when this worker's weights are
-        older than `min_version` (it restarted and has not been given weights yet)."""
+    def sample(self, shard: Shard, samples_per_prompt: int, min_version: int) -> ShardResult:
+        """(pid, episodes, seconds, engine metrics); episodes is None when this worker's weights
+        are older than `min_version` (it restarted and has not been given weights yet)."""
         if self.engine.weight_version < min_version:
-            return os.getpid(), None, 0.0
+            return os.getpid(), None, 0.0, {}
         if self.crash_armed:  # fault drills: die in the middle of a call, as an OOM kill would
             os._exit(1)
         start = time.perf_counter()
         episodes = sample_shard(self.engine, shard, samples_per_prompt, self.sampler)
-        return os.getpid(), episodes, time.perf_counter() - start
+        return os.getpid(), episodes, time.perf_counter() - start, self.engine.metrics()
 
     # -- partial rollouts: a shard sampled a chunk at a time, its rows kept here between calls -----
 
@@ -101,9 +141,10 @@ class RolloutWorker:
         self.engine.advance(rows, tokens)
         self.partials[key] = (shard, rows, seconds + time.perf_counter() - start)
 
-    def finish_partial(self, key: tuple[int, int]) -> tuple[int, list[Episode] | None, float]:
-        """(pid, episodes, seconds spent on this shard in all its calls), as `sample` returns;
-        None when this worker no longer holds the rows (Ray restarted it since they began)."""
+    def finish_partial(self, key: tuple[int, int]) -> ShardResult:
+        """(pid, episodes, seconds spent on this shard in all its calls, engine metrics), as
+        `sample` returns; episodes None when this worker no longer holds the rows (Ray
+        restarted it since they began)."""
         # the calls before this one return nothing the controller reads: a refusal is raised here
         if not self.resumable():
             raise ValueError(f"rl.sampling.engine={self.engine.params.engine!r} with the sampler "
@@ -111,14 +152,14 @@ class RolloutWorker:
                              "chunks: partial rollouts (dist.partial_rollout_tokens) resume single completions of the "
                              "torch engine; set it to 0 (pipelines/checks.py refuses the others before a run starts)")
         if key not in self.partials:
-            return os.getpid(), None, 0.0
+            return os.getpid(), None, 0.0, {}
         shard, rows, _ = self.partials[key]
         self.advance_partial(key, rows.budget)  # to the end: a chunk as long as the whole budget
         _, rows, seconds = self.partials.pop(key)
         episodes = rows.episodes(shard.examples, self.engine.tokenizer)
         for e in episodes:  # group ids of the whole step, as sample_shard numbers them
             e.group_id += shard.first_group
-        return os.getpid(), episodes, seconds
+        return os.getpid(), episodes, seconds, self.engine.metrics()
 
     def resumable(self) -> bool:
         return isinstance(self.engine, ResumableEngine) and self.sampler is single_turn
@@ -190,11 +231,14 @@ class RayRollout:
         self.policy = policy
         self.request = request
         self.shards = shards
-        # the controller's own copy, for dev-set evaluation (greedy, small) and temperature
-        self.engine = make_engine(copy.deepcopy(policy), tokenizer, params)
+        # the controller's own copy, for dev-set evaluation (greedy, small) and temperature: the torch
+        # engine whatever the workers sample with, so a vLLM run starts no vLLM beside the trainer
+        self.engine = make_engine(copy.deepcopy(policy), tokenizer, dataclasses.replace(params, engine="torch"))
         self.version = 0
         self.restarts = 0
         self.rollout_compute = 0.0  # the slowest worker's sampling time in the last gather
+        self.pushed_mb = 0.0  # what the last push sent each worker (what a vLLM one loaded: vllm/load_weights_mb)
+        self.engine_metrics: dict[str, float] = {}  # the workers' engine metrics in the last gather, each one's largest
         actor = ray.remote(RolloutWorker).options(num_cpus=1, max_restarts=MAX_RESTARTS, max_task_retries=0)
         # Ray re-runs the constructor with these arguments on a restart: hold the reference
         # for the life of the workers, or a restart would find the model gone
@@ -210,17 +254,19 @@ class RayRollout:
 
     # -- weights ---------------------------------------------------------------------------
 
-    def _state(self) -> dict[str, torch.Tensor]:
-        return {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
-
     def push(self, version: int | None = None, wait: bool = True) -> int:
         """Ship the trainer's weights to every worker under a new version number (or the
-        given one, when a run resumes). One ray.put, so the state is serialised once."""
+        given one, when a run resumes). One ray.put, so the state is serialised once. Only the
+        parameters that train cross: the frozen ones (LoRA's base) are the ones every worker,
+        restarted or not, was built with."""
         self.version = self.version + 1 if version is None else version
-        state = self._state()
+        state = self.policy.state_dict()
         self.engine.load_weights(state)
         self.engine.weight_version = self.version
-        self._weights = (self.ray.put(state), self.version)  # kept to re-push to a restarted worker
+        trained = {name for name, p in self.policy.named_parameters(remove_duplicate=False) if p.requires_grad}
+        weights = PushedWeights.copy_of({name: tensor for name, tensor in state.items() if name in trained})
+        self.pushed_mb = sum(t.numel() * t.element_size() for t in weights.tensors.values()) / 1e6
+        self._weights = (self.ray.put(weights), self.version)  # kept to re-push to a restarted worker
         calls = [w.load_weights.remote(*self._weights) for w in self.workers]
         if wait:
             for i, call in enumerate(calls):
@@ -273,12 +319,13 @@ class RayRollout:
         """Episodes of every shard, in shard order; a shard whose worker died is re-issued."""
         results: dict[int, list[Episode]] = {}
         compute = 0.0
+        worst: dict[str, float] = {}
         pending = list(calls)
         while pending:
             shard, call = pending.pop(0)
             worker = shard.index % len(self.workers)
             try:
-                pid, episodes, seconds = self.ray.get(call)
+                pid, episodes, seconds, engine_metrics = self.ray.get(call)
             except self.ray.exceptions.RayActorError as error:
                 self._recover(worker, error)
                 pending.append((shard, self._call(shard, k, self._weights[1])))
@@ -290,7 +337,10 @@ class RayRollout:
             self._note(worker, pid, "restarted between calls")  # e.g. given weights by a push before this call
             results[shard.index] = episodes
             compute = max(compute, seconds)
+            for name, value in engine_metrics.items():  # the slowest worker's load is the one the step waited for
+                worst[name] = max(worst.get(name, value), value)
         self.rollout_compute = compute
+        self.engine_metrics = worst
         return [e for index in sorted(results) for e in results[index]]
 
     def sample(self, step: int, round: int = 0) -> list[Episode]:
@@ -316,7 +366,7 @@ class RayRollout:
         return batch, {**stats, **mismatch}
 
     def step_metrics(self) -> dict[str, float]:
-        return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute}
+        return {"worker_restarts": self.restarts, "time/rollout_compute": self.rollout_compute, **self.engine_metrics}
 
     def close(self) -> None:
         for w in self.workers:

@@ -1,4 +1,4 @@
-"""A vLLM engine: vLLM's `LLM` in the trainer's process, its weights replaced in place at every sync.
+"""A vLLM engine: vLLM's `LLM` in the process that samples, its weights replaced in place at every sync.
 
 vLLM (Kwon et al. 2023, https://arxiv.org/abs/2309.06180) samples with paged attention and
 continuous batching, kernels of its own: the same weights give slightly different log-probs
@@ -10,6 +10,10 @@ weight sync hands the trainer's state dict to vLLM's worker as Python objects, w
 serialised, and vLLM copies it into its own parameters (`reload_weights`). The engine always
 holds its own copy (`shares_weights` is False whatever the caller asked), so the rollout's
 sync is roles/weight_sync.py::InProcessWeightSync, a state-dict copy per push.
+
+In another process: with --dist.workers N each Ray rollout worker builds this engine in its own
+process (distributed/rollout_workers.py), "this process" is then the worker's, and the trained
+tensors reach it through Ray's object store before the same load_weights copies them in.
 
 How it is built, once:
 - a Llama `config.json` in a temporary directory: gpt_mini's config as Llama's
