@@ -647,7 +647,8 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     assert defs["changed"] == {"env.cot": (True, False)} and defs["moved"] == {"env.cot": False}
     assert defs["refused"] is None
     assert set(defs["STATED"]) == {"kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr",  # the five famous recipes
-                                   "capstone_aligned_assistant", "capstone_reasoning_specialist"}  # and the capstones
+                                   "capstone_aligned_assistant", "capstone_reasoning_specialist",  # the capstones
+                                   "start_from_base", "start_from_aligned"}  # and the two start presets
     assert all(len(axes) == 5 for axes in defs["STATED"].values())
     assert all(defs["axis_of"](k) is not None for f in defs["RECIPES"].values() for k in f if k not in defs["NOT_AN_AXIS"])
     # the map: each symptom fires its own monitor and no other, at the step the lesson quotes; health fires nothing
