@@ -187,16 +187,18 @@ def _(STARTS, mo, start_differences):
     def _toml(value):  # as the files write it: false, not False
         return str(value).lower() if isinstance(value, bool) else str(value)
 
-    _rows = "\n".join(f"| `{key.replace('rl.algo_params.', 'grpo.')}` | `{_toml(base)}` | `{_toml(aligned)}` |"
-                       for key, (base, aligned) in start_differences.items())
+    # each row indented as the cell's text is, so that mo.md's dedent keeps the table a table
+    _rows = "\n    ".join(f"| `{key.replace('rl.algo_params.', 'grpo.')}` | `{_toml(base)}` | `{_toml(aligned)}` |"
+                           for key, (base, aligned) in start_differences.items())
     mo.md(f"""
     ## A caveat: tuned on a base model
 
     DAPO's fixes were tuned on a **base** model (Qwen2.5-32B base, arXiv:2503.14476). A later
     study that re-ran each trick on base and on aligned (instruction-tuned) models,
-    arXiv:2508.08221, reports that their sign can flip with the start: clip-higher helps the
-    aligned model rather than the base one, a token-level loss helps the base model and may
-    hurt the aligned one, and aggressive overlong filtering needs care on a base model. So
+    arXiv:2508.08221, reports (as this course's spec reads it) that their sign can flip with
+    the start: clip-higher helps the aligned model rather than the base one, a token-level loss
+    helps the base model and may hurt the aligned one, and aggressive overlong filtering needs
+    care on a base model. So
     "DAPO's defaults" are a base-model preset, not a law.
 
     posttrain keeps the choice in two config files, `{STARTS["base"].name}` and
