@@ -165,7 +165,67 @@ def _(mo):
     * **clip-higher.** The good token at ratio 1.25 stops being pushed, and a token at
       p = 0.01 can only reach 0.012 per step: rare but right continuations cannot grow fast,
       and a run's entropy collapses early.
+    """)
+    return
 
+
+@app.cell
+def _():
+    from posttrain.config.files import load_file
+    from posttrain.runs.lineage import differing_keys
+    from posttrain.teach.lessons import LESSONS_DIR
+
+    # the two start presets, read from the repository's recipes/ (next to lessons/)
+    STARTS = {kind: LESSONS_DIR.parent / "recipes" / f"start_from_{kind}.toml" for kind in ("base", "aligned")}
+    start_differences = differing_keys(load_file(str(STARTS["base"])), load_file(str(STARTS["aligned"])),
+                                       ignore=frozenset({"name"}))
+    return STARTS, start_differences
+
+
+@app.cell
+def _(STARTS, mo, start_differences):
+    def _toml(value):  # as the files write it: false, not False
+        return str(value).lower() if isinstance(value, bool) else str(value)
+
+    # each row indented as the cell's text is, so that mo.md's dedent keeps the table a table
+    _rows = "\n    ".join(f"| `{key.replace('rl.algo_params.', 'grpo.')}` | `{_toml(base)}` | `{_toml(aligned)}` |"
+                           for key, (base, aligned) in start_differences.items())
+    mo.md(f"""
+    ## A caveat: tuned on a base model
+
+    DAPO's fixes were tuned on a **base** model (Qwen2.5-32B base, arXiv:2503.14476). A later
+    study that re-ran each trick on base and on aligned (instruction-tuned) models,
+    arXiv:2508.08221, reports (as this course's spec reads it) that their sign can flip with
+    the start: clip-higher helps the aligned model rather than the base one, a token-level loss
+    helps the base model and may hurt the aligned one, and aggressive overlong filtering needs
+    care on a base model. So
+    "DAPO's defaults" are a base-model preset, not a law.
+
+    posttrain keeps the choice in two config files, `{STARTS["base"].name}` and
+    `{STARTS["aligned"].name}` in `recipes/`; read from there, they differ in
+    **{len(start_differences)}** settings:
+
+    | setting | base start | aligned start |
+    |:---|:---|:---|
+    {_rows}
+
+    Measured here on gpt_mini (its "base" is the same SFT stopped at 200 of 600 steps), held-out
+    pass@1 of clip-higher minus the symmetric clip, on seeds 0, 1 and 2: from the aligned start
+    [−3.4 [−6.2, −0.6], +2.2 [−1.0, +5.4] and −2.4 [−5.2, +0.4] points](../docs/guides/base-vs-aligned.md#the-measured-pair-clip-higher-from-each-start),
+    from the weak start [+1.4 [−2.6, +5.4], −6.4 [−11.4, −1.4] and −4.0 [−8.6, +0.6]](../docs/guides/base-vs-aligned.md#the-measured-pair-clip-higher-from-each-start).
+    The base side leans the study's way; the aligned side does not show its benefit, and on
+    both the sign changes with the seed. Here the clip binds on
+    [0.4–0.5% of the tokens](../docs/guides/base-vs-aligned.md#the-measured-pair-clip-higher-from-each-start) and the answers are short, so clip-higher has little to
+    act on: a caveat runs both ways, and a preset is where to start measuring, not a result.
+    [docs/guides/base-vs-aligned.md](../docs/guides/base-vs-aligned.md) has the reasons, the
+    sources and the whole table.
+    """)
+    return
+
+
+@app.cell
+def _(mo):
+    mo.md(r"""
     ## Source files used here
 
     * `posttrain/algorithms/dapo.py` — `DAPO`, `overlong_penalty`, `informative_groups`, `filter_batch`
@@ -173,6 +233,7 @@ def _(mo):
     * `posttrain/algorithms/core.py` — `clipped_surrogate` (eps_low ≠ eps_high), `agg_loss` (`token-mean`)
     * `posttrain/roles/controller.py` — `Controller.informative_episodes`, the dynamic-sampling loop
     * `posttrain/teach/widgets.py` — `synthetic_batch`, `algorithm_pushes`, `family_markdown`
+    * `recipes/start_from_base.toml`, `recipes/start_from_aligned.toml` — the two start presets
 
     ## Exercises
 

@@ -116,7 +116,9 @@ def _(AXES, mo):
     # Which settings of a recipe file make up each axis (a prefix names a section: "env" is env.*).
     AXIS_OF_SETTING = {
         "data": ("env", "sft.num_examples", "rl.curation", "rl.preference.pair_prompts", "rl.preference.pairs", "rl.preference.pairs_columns"),
-        "algorithm": ("stages", "rl.algo", "rl.algo_params", "rl.kl.target", "rl.kl.horizon", "init"),
+        # how often a batch is reused (PPO's epochs and minibatches) is the algorithm's: it decides whether the clip binds
+        "algorithm": ("stages", "rl.algo", "rl.algo_params", "rl.kl.target", "rl.kl.horizon", "init",
+                      "rl.update.epochs", "rl.update.minibatches"),
         "reward": ("rl.reward.terms", "rl.reward.length_reward", "rl.reward.length_reward_start", "rl.reward.length_penalty", "rl.rm"),
         "system": ("dist", "device", "dtype", "threads", "rl.sampling.weights", "rl.sampling.compile"),
         "scale": ("rl.steps", "sft.steps", "model", "rl.sampling.max_new_tokens", "rl.samples_per_prompt",

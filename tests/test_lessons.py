@@ -356,6 +356,24 @@ def test_lesson_13_each_ablation_changes_what_the_lesson_says(restore_threads, t
     assert defs["push_125"] and not clip["push_125"]
 
 
+def test_lesson_13_caveat_reads_the_two_start_presets_and_quotes_the_measured_pair(restore_threads):
+    """The caveat's table is the two recipes/start_from_*.toml files' difference, read by the
+    lesson; its measured numbers are quoted by links into the docs section that measured them
+    (test_docs_pages checks that each quoted number is one that section states)."""
+    path = LESSONS / "13_dapo.py"
+    differences = run_in_process(path)["start_differences"]
+    assert differences == {"rl.algo_params.clip_eps_high": (0.2, 0.28), "rl.algo_params.kl_coef": (0.0, 0.05),
+                           "rl.algo_params.loss_agg": ("token-mean", "seq-mean-token-mean"),
+                           "rl.algo_params.overlong_filter": (False, True), "rl.reward.terms": ("r1", "accuracy"),
+                           "sft.steps": (200, 600)}
+    text = path.read_text(encoding="utf-8")
+    assert text.count("(../docs/guides/base-vs-aligned.md#the-measured-pair-clip-higher-from-each-start)") >= 2
+    # every paired difference of the page's table (start, seed, ..., clip-higher − symmetric, ...), in the lesson
+    page = (ROOT / "docs" / "guides" / "base-vs-aligned.md").read_text(encoding="utf-8")
+    paired = [cells[4] for cells in (line.strip("|").split("|") for line in page.splitlines())
+              if len(cells) == 7 and cells[0].strip() in ("aligned", "base")]
+    assert len(paired) == 6 and all(diff.strip() in text for diff in paired), paired
+
 def test_lesson_14_length_bias_under_grpo_only(restore_threads):
     defs = run_in_process(LESSONS / "14_dr_grpo.py")
     g, d, L = defs["per_token"]["grpo"], defs["per_token"]["dr_grpo"], defs["L"]
@@ -629,7 +647,8 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     assert defs["changed"] == {"env.cot": (True, False)} and defs["moved"] == {"env.cot": False}
     assert defs["refused"] is None
     assert set(defs["STATED"]) == {"kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr",  # the five famous recipes
-                                   "capstone_aligned_assistant", "capstone_reasoning_specialist"}  # and the capstones
+                                   "capstone_aligned_assistant", "capstone_reasoning_specialist",  # the capstones
+                                   "start_from_base", "start_from_aligned"}  # and the two start presets
     assert all(len(axes) == 5 for axes in defs["STATED"].values())
     assert all(defs["axis_of"](k) is not None for f in defs["RECIPES"].values() for k in f if k not in defs["NOT_AN_AXIS"])
     # the map: each symptom fires its own monitor and no other, at the step the lesson quotes; health fires nothing

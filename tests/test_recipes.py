@@ -1,7 +1,8 @@
 """The recipe catalogue (recipes/*.toml): each file loads, passes every pre-run check,
 states its (data, algorithm, reward, system, scale) and its source, is in docs/guides/recipes.md,
 and R1's and the reasoning-specialist capstone's run end to end at a tiny size from the
-command line."""
+command line. The two start presets (start_from_base, start_from_aligned) differ exactly where
+docs/guides/base-vs-aligned.md's table says, with the values it states."""
 
 import json
 import re
@@ -14,15 +15,16 @@ import pytest
 from posttrain.config import EnvConfig, TrainConfig, parse_stages
 from posttrain.config.files import from_dict, load_file
 from posttrain.pipelines.checks import check_config
+from posttrain.runs.lineage import differing_keys, flatten
 from tests.test_pipeline import TINY, only_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
 
 
-def test_the_catalogue_holds_the_five_named_recipes_and_the_two_capstones():
+def test_the_catalogue_holds_the_five_named_recipes_the_two_capstones_and_the_two_starts():
     assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "capstone_reasoning_specialist", "kimi_k15",
-                                         "qwen3", "r1", "r1_zero",
+                                         "qwen3", "r1", "r1_zero", "start_from_aligned", "start_from_base",
                                          "tulu3_rlvr"]
 
 
@@ -44,7 +46,7 @@ def test_the_staged_recipes_name_their_stages():
               for p in RECIPES}
     assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "capstone_reasoning_specialist": ["sft", "dpo", "grpo"],
                       "kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
-                      "tulu3_rlvr": ["sft", "dpo", "ppo"]}
+                      "start_from_aligned": [], "start_from_base": [], "tulu3_rlvr": ["sft", "dpo", "ppo"]}
 
 
 def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
@@ -110,3 +112,57 @@ def test_the_reasoning_capstone_runs_from_the_command_line_at_a_tiny_size(tmp_pa
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
     assert {s["stage"] for s in samples} >= {"grpo"}
     assert all(s["details"]["reason"] for s in samples if s["stage"] == "grpo")  # graded by the task's verifier
+
+
+START_PRESETS = {kind: ROOT / "recipes" / f"start_from_{kind}.toml" for kind in ("base", "aligned")}
+START_PAGE = ROOT / "docs" / "guides" / "base-vs-aligned.md"
+
+
+def table_row(page_text: str, setting: str) -> list[str]:
+    """The cells of the page's table row whose setting cell starts with `setting`."""
+    for line in page_text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) > 2 and cells[1].startswith(f"`{setting}`"):
+            return cells
+    raise AssertionError(f"{START_PAGE.name} has no table row for `{setting}`")
+
+
+def as_written(value) -> str:
+    """A setting's value as the page's table writes it: TOML's false, 0.05, token-mean."""
+    return str(value).lower() if isinstance(value, bool) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def test_the_two_start_presets_differ_where_the_page_says_and_nowhere_else():
+    """The base and aligned presets set the same keys; the settings whose values differ are the
+    six the preset table names, each row stating both files' values."""
+    settings = {kind: flatten(load_file(str(path))) for kind, path in START_PRESETS.items()}
+    assert set(settings["base"]) == set(settings["aligned"]), "each preset sets what its twin sets"
+    differ = differing_keys(settings["base"], settings["aligned"], ignore=frozenset({"name"}))
+    assert sorted(differ) == ["rl.algo_params.clip_eps_high", "rl.algo_params.kl_coef", "rl.algo_params.loss_agg",
+                              "rl.algo_params.overlong_filter", "rl.reward.terms", "sft.steps"]
+    page = START_PAGE.read_text(encoding="utf-8")
+    for key, (base, aligned) in differ.items():
+        cells = table_row(page, key.replace("rl.algo_params.", "grpo."))  # the flag's name: --grpo.clip_eps_high
+        assert (cells[2], cells[3]) == (as_written(base), as_written(aligned)), key
+    # the two rows they share on purpose: the same values in both files and on the page
+    shared = table_row(page, "rl.update.minibatches")
+    assert shared[2] == shared[3] == str(settings["base"]["rl.update.minibatches"]) == "4"
+    # the DAPO choices the base start keeps and the aligned one changes (the clip only binds with reuse)
+    assert (settings["base"]["rl.algo_params.clip_eps_high"], settings["aligned"]["rl.algo_params.clip_eps_high"]) \
+        == (0.2, 0.28)
+
+
+@pytest.mark.parametrize("kind", list(START_PRESETS))
+def test_a_start_preset_states_what_it_sets_and_why(kind):
+    """Each file's header names, for SFT, KL, reward, sampling and loss, the settings it chooses,
+    cites both papers, and points at its twin and the page."""
+    header = "\n".join(line for line in START_PRESETS[kind].read_text(encoding="utf-8").splitlines()
+                       if line.startswith("#"))
+    for concern, setting in (("SFT", "sft.steps"), ("KL", "grpo.kl_coef"), ("reward", "rl.reward.terms"),
+                             ("sampling", "temperature"), ("loss", "grpo.clip_eps_high"),
+                             ("loss", "grpo.loss_agg"), ("loss", "grpo.overlong_filter")):
+        assert re.search(rf"^#\s+{concern}\s", header, re.M), f"{kind}: no {concern} line"
+        assert setting in header, f"{kind}: the header does not name {setting}"
+    assert "arXiv:2503.14476" in header and "arXiv:2508.08221" in header
+    twin = "aligned" if kind == "base" else "base"
+    assert f"recipes/start_from_{twin}.toml" in header and "docs/guides/base-vs-aligned.md" in header
