@@ -203,3 +203,13 @@ def test_a_short_run_with_kl_cov_on_the_top_entropy_tokens(tmp_path):
     for r in rows:
         assert 0.15 <= r["entropy_kept_frac"] <= 0.3  # the top fifth by entropy, ties aside
         assert 0.0 < r["kl_cov_frac"] <= 0.1 + 1e-6 and r["clipfrac"] == 0.0  # KL-Cov has no clip
+
+
+def test_with_a_target_every_row_is_trained_so_the_controller_reads_one_entropy(tmp_path):
+    # step 0 pays no bonus yet (coefficient 0): skipping the rows with no gradient would make its
+    # entropy the mixed groups' alone, and every later step's every row's (the bonus reads them all)
+    rows = rl_metrics(tmp_path, "--rl.entropy.target", "100", "--rl.entropy.delta", "0.01")
+    assert [r["entropy_coef"] for r in rows] == pytest.approx([0.0, 0.01])
+    assert [r["skipped_rows"] for r in rows] == [0, 0]
+    plain = rl_metrics(tmp_path / "plain")
+    assert plain[0]["skipped_rows"] > 0  # without a target the inert rows are left out, as before

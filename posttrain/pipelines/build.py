@@ -260,9 +260,14 @@ def build_controller(cfg: TrainConfig, env: Environment, tokenizer: Tokenizer, p
         *([AdaptiveEntropy(AdaptiveEntropyController(algo.entropy_coef, cfg.rl.entropy.target, cfg.rl.entropy.delta,
                                                      cfg.rl.entropy.coef_max), algo)] if cfg.rl.entropy.target else []),
     ]
+    # the adaptive entropy controller reads the step's `entropy`, a mean over the rows the update
+    # trained: skipping the rows with no gradient (the same update) would make it the mixed groups'
+    # entropy while the coefficient is 0 and every row's once it is not, two populations apart by
+    # 2x on make run's task. With a target every row is trained, so it reads one quantity throughout
+    skip_inert_rows = cfg.rl.update.skip_inert_rows and not cfg.rl.entropy.target
     settings = StepSettings(prompts_per_step=cfg.rl.prompts_per_step, seed=cfg.seed, pad_id=tokenizer.pad_id,
                             epochs=cfg.rl.update.epochs, minibatches=cfg.rl.update.minibatches,
-                            max_sampling_rounds=cfg.rl.max_sampling_rounds, skip_inert_rows=cfg.rl.update.skip_inert_rows)
+                            max_sampling_rounds=cfg.rl.max_sampling_rounds, skip_inert_rows=skip_inert_rows)
     return Controller(rollout, make_reward(cfg.rl, env.score, stack), algo, trainer, settings, reference, hooks)
 
 
