@@ -241,6 +241,8 @@ def _(mo):
     2. Dynamic sampling filters on the verifier's reward, before the length penalty. Construct a
        group that would be kept if it filtered on shaped rewards, and say why that is wrong.
     3. Code: `exercises/13_dapo.py` asks for the overlong penalty; run `posttrain check 13`.
+
+    Next: [14 · Dr. GRPO](?file=14_dr_grpo.py), which removes the length bias another way.
     """)
     return
 
