@@ -71,6 +71,7 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
     heldout = {n: [] for n in names}
     diffs = {n: [] for n in names}
     late = {n: [] for n in names}
+    left_out = {n: [] for n in names}  # share of rows the update skipped: the metric then averages the rest
     curves: dict[str, list[list[tuple[int, float]]]] = {n: [] for n in names}
     starts = []
     for seed, rows in sorted(tables.items()):
@@ -83,9 +84,12 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
             curve = metric_curve(seeds[seed] / row["run"], metric)
             curves[name].append(curve)
             late[name].append(statistics.fmean(v for _, v in curve[-LAST:]))
+            skipped = metric_curve(seeds[seed] / row["run"], "skipped_rows")[-LAST:]
+            left_out[name].append(statistics.fmean(v for _, v in skipped) if skipped else 0.0)
     first = names[0]
     lines = [f"| row | held-out pass@1, mean over {len(tables)} seeds (each) | vs {first}, paired: mean "
-             f"(each seed's 95% CI) | {metric}, last {LAST} steps |", "|---|---|---|---|"]
+             f"(each seed's 95% CI) | {metric}, last {LAST} steps | share of rows left out of the update, last {LAST} |",
+             "|---|---|---|---|---|"]
     for name in names:
         each = ", ".join(f"{100 * v:.1f}" for v in heldout[name])
         if diffs[name]:
@@ -95,10 +99,14 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
         else:
             versus = ""
         lines.append(f"| {name} | {100 * statistics.fmean(heldout[name]):.1f}% ({each}) | {versus} | "
-                     f"{statistics.fmean(late[name]):.4f} |")
+                     f"{statistics.fmean(late[name]):.4f} | {100 * statistics.fmean(left_out[name]):.0f}% |")
     lines.append(f"\nStart (the SFT checkpoint every row of a seed trains from): "
                  f"{', '.join(f'{100 * s:.1f}%' for s in starts)} held-out pass@1 for seeds "
                  f"{', '.join(str(s) for s in sorted(tables))}.")
+    if any(statistics.fmean(v) > 0 for v in left_out.values()):
+        lines.append(f"A row that leaves rows out of its update (groups whose samples all scored alike) logs "
+                     f"{metric} over the rows it trained only, so its {metric} is not comparable with a row "
+                     "that trains every row (docs/algorithms/entropy_control.md, Conventions).")
     text = "\n".join(lines)
     (out / "table.md").write_text(text + "\n")
     draw(out, names, curves, heldout, metric)
