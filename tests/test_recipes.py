@@ -41,7 +41,7 @@ def recipe_config(path: Path) -> TrainConfig:
     return from_dict(TrainConfig, load_file(str(path)), base=COMMAND_DEFAULTS[declared_command(path)]())
 
 
-def test_the_catalogue_holds_the_eight_named_recipes_the_two_capstones_and_the_two_starts():
+def test_the_catalogue_holds_the_seven_named_recipes_the_two_capstones_and_the_two_starts():
     assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "capstone_reasoning_specialist", "instructgpt",
                                          "kimi_k15", "qwen25", "qwen3", "r1", "r1_zero", "start_from_aligned",
                                          "start_from_base", "tulu3_rlvr"]
