@@ -29,8 +29,9 @@ def _(mo):
     * **system**: where sampling and training run, and how stale the samples may be;
     * **scale**: model size, steps, samples, sequence length.
 
-    The recipe catalogue in `recipes/` writes five famous ones (R1-Zero, R1, Kimi k1.5, Qwen3,
-    Tülu 3) as posttrain config files at a size this machine trains in minutes, each with its
+    The recipe catalogue in `recipes/` writes seven famous ones (R1-Zero, R1, Kimi k1.5, Qwen3,
+    Qwen-2.5, Tülu 3, and InstructGPT, which `posttrain rlhf` runs) as posttrain config files at
+    a size this machine trains in minutes, each with its
     five choices in its header (`docs/guides/recipes.md` has the table and what the toy versions
     leave out), beside the course's two capstones; below the panel, six published recipes
     (InstructGPT, R1-Zero, R1, Tülu 3, Qwen2.5, the o-series) sit on the same axes at full
@@ -84,7 +85,9 @@ def _(mo):
                                                        lessons="[25](?file=25_kernels_for_rl.py) the silent bug; "
                                                                "[27](?file=27_missing_concepts.py) truncated IS"),
     }
-    RECIPE_NAMES = ["kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr"]
+    # the files `posttrain run` reads; recipes/instructgpt.toml is read by `posttrain rlhf` over its own
+    # defaults (a reward model, then PPO), so the panel, which loads a file as `run` does, leaves it out
+    RECIPE_NAMES = ["kimi_k15", "qwen25", "qwen3", "r1", "r1_zero", "tulu3_rlvr"]
     AXES = ["data", "algorithm", "reward", "system", "scale"]
     controls = mo.ui.dictionary({
         "recipe": mo.ui.dropdown(options=RECIPE_NAMES, value="r1", label="recipe"),
@@ -347,10 +350,14 @@ def _(mo):
       (GRPO): the same sequence spelled another way (the staged form adds a held-out
       evaluation after each stage). A config diff counts spellings, not behaviour; read each
       changed key before calling it a change of recipe.
-    * Some swaps change **nothing**: R1 and Qwen3 both run `sft,grpo`, and Tülu 3 and R1 both
-      use the default data. Two recipes that sound different can be the same choice on most
-      axes, and the **system** axis is empty in every file: at this scale all five run in one
-      process, so the recipes differ only in the other four.
+    * Some swaps change **nothing**: Tülu 3 and R1 both use the default data. Two recipes
+      that sound different can be the same choice on most axes, and the **system** axis is
+      empty in every file: at this scale every recipe runs in one process (Kimi's partial
+      rollouts are a variant its header names, not a setting), so the recipes differ only in
+      the other four.
+    * **R1 with Qwen3's algorithm** is refused: Qwen3's four stages pose the task in /think
+      mode in their brackets (`env.arithmetic_think.think_mode=think`), a setting of a task R1
+      does not run. A stage list can carry a data choice with it.
     * Each symptom is caught by **its own monitor and no other** on these runs, at the step the
       lesson's map shows; a healthy run fires nothing. The gold metric is scored every 5 steps,
       so `proxy_gold_divergence` cannot fire between evaluations: it fires at step 30, the

@@ -89,7 +89,7 @@ def _():
     # ---- end of lessons 22b-28 ----
     LESSONS += [  # lesson 23 (Part IV)
         ("23_recipes_and_failure_modes.py", "Famous recipes and failure modes",
-         "six published recipes on five axes (the o-series: known vs speculated), five recipe files to diff, a symptom map"),
+         "six published recipes on five axes (the o-series: known vs speculated), six recipe files to diff, a symptom map"),
     ]
     LESSONS.sort()  # by file name: 14 before 15 before 22a before 22b, whatever order the blocks were added in
     return LESSONS, Path, mo

@@ -352,7 +352,7 @@ SEPARATE_RUNS = {
     "69.4% [65.4, 73.4]": "algorithms.md: aligned_grpo; search.md: /think at budget 0",
     "69.0% [60.0, 78.0]": "BENCHMARKS.md: SmolLM2 GRPO through vLLM; search.md: a thinking-budget row",
     "69.8% [65.6, 73.8]": "BENCHMARKS.md: the float32 run of bf16 on this CPU, its SFT; preference.md: the SFT "
-                          "start of its pairs",
+                          "start of its pairs; recipes.md: Qwen-2.5's SFT stage",
     "93.0% [90.8, 95.2]": "BENCHMARKS.md: the float32 run of bf16 on this CPU; recipes.md: the R1 recipe's GRPO",
     "69.8% [65.8, 73.8]": "the seed-0 chain-of-thought SFT stage each run trained for itself: the progressive "
                           "build (algorithms.md), the R1, Tülu 3 and aligned-assistant recipes (recipes.md)",
@@ -362,15 +362,17 @@ SEPARATE_RUNS = {
                           "(getting-started.md), selection vs RL (search.md), your own reward (your-task.md)",
     "80.8% [77.2, 84.2]": "dpo.md: offline DPO + NLL from the 69.0% start; recipes.md: Tülu 3's DPO stage from 69.8%",
     "86.8% [83.8, 89.6]": "dpo.md: online DPO, seed 1; search.md: best-of-51 with the verifier",
-    "87.2% [84.2, 90.0]": "dpo.md: online plain DPO; algorithms.md: vanilla REINFORCE",
+    "87.2% [84.2, 90.0]": "dpo.md: online plain DPO; algorithms.md: vanilla REINFORCE; recipes.md: Qwen-2.5's GRPO",
     "89.2% [86.4, 91.8]": "BENCHMARKS.md: GRPO with float32 sampling; algorithms.md: the batch-std row",
-    "89.4% [86.6, 92.0]": "algorithms.md: RLOO, PRIME at seed 1; recipes.md: Qwen3's SFT",
+    "89.4% [86.6, 92.0]": "algorithms.md: RLOO, PRIME at seed 1; recipes.md: the earlier two-stage Qwen3's SFT",
     "90.8% [88.2, 93.2]": "100 GRPO steps from make run's SFT at seed 0, run by three experiments: "
                           "int8 sampling (BENCHMARKS.md), PRIME (algorithms.md), selection vs RL (search.md)",
     "91.2% [88.6, 93.6]": "BENCHMARKS.md: GRPO with int8 sampling; algorithms.md: PRIME without its process term",
     "92.6% [90.2, 94.8]": "the seed-1 SFT stage of two runs: the progressive build (algorithms.md), the aligned "
                           "assistant (recipes.md)",
-    "93.0% [90.6, 95.2]": "getting-started.md: make run's GRPO; recipes.md: Qwen3's RL stage",
+    "93.0% [90.6, 95.2]": "getting-started.md: make run's GRPO; recipes.md: the earlier two-stage Qwen3's RL stage",
+    "51.2% [46.8, 55.6]": "agents.md: seed 1's episodes calling the calculator after SFT; recipes.md: Qwen3's "
+                          "reasoning-RL stage",
     "93.6% [91.4, 95.6]": "algorithms.md: DAPO; search.md: RFT and /think",
     "−0.8 [−2.0, +0.2]": "algorithms.md: PPO's row at seed 1; search.md: STaR after iteration 3",
 }

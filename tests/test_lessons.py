@@ -646,7 +646,8 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     # R1 with R1-Zero's data: one setting, the demonstrations lose their worked steps; the hybrid passes the checks
     assert defs["changed"] == {"env.cot": (True, False)} and defs["moved"] == {"env.cot": False}
     assert defs["refused"] is None
-    assert set(defs["STATED"]) == {"kimi_k15", "qwen3", "r1", "r1_zero", "tulu3_rlvr",  # the five famous recipes
+    assert set(defs["STATED"]) == {"instructgpt", "kimi_k15", "qwen25", "qwen3", "r1", "r1_zero",  # the seven famous
+                                   "tulu3_rlvr",  # recipes
                                    "capstone_aligned_assistant", "capstone_reasoning_specialist",  # the capstones
                                    "start_from_base", "start_from_aligned"}  # and the two start presets
     assert all(len(axes) == 5 for axes in defs["STATED"].values())
@@ -663,11 +664,16 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     # the algorithm axis carries the stage sequence; some swaps change nothing; some hybrids cannot run
     algo = _lesson_23(tmp_path, axis="algorithm")
     assert algo["changed"] == {"stages": ("sft,grpo", ""), "rl.algo_params.kl_coef": ("(not set)", 0.001)}
-    assert _lesson_23(tmp_path, donor="qwen3", axis="algorithm")["changed"] == {}
+    assert _lesson_23(tmp_path, donor="tulu3_rlvr", axis="data")["changed"] == {}  # both the default data
+    # Qwen3's stage list poses the task in /think mode, which R1's task (arithmetic) has no setting for
+    qwen3 = _lesson_23(tmp_path, donor="qwen3", axis="algorithm")
+    assert list(qwen3["changed"]) == ["stages"] and qwen3["changed"]["stages"][1].count("think_mode=think") == 2
+    assert qwen3["refused"].startswith("env.arithmetic_think.think_mode='think' is not allowed") \
+        and "only env.name arithmetic_think reads the arithmetic_think section" in qwen3["refused"]
     tulu = _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15")
     assert "rl.curation.pool_size=1024" in tulu["refused"] and "rl.curation.order" in tulu["changed"]
     assert "rl.reward.length_reward=1" in _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="kimi_k15", axis="reward")["refused"]
-    assert not any(defs["axis_of"](k) == "system" for f in defs["RECIPES"].values() for k in f)  # one process, all five
+    assert not any(defs["axis_of"](k) == "system" for f in defs["RECIPES"].values() for k in f)  # one process, every file
 
 
 def test_lesson_27_every_concept_is_mapped_and_its_code_exists():

@@ -1,7 +1,8 @@
-"""The recipe catalogue (recipes/*.toml): each file loads, passes every pre-run check,
-states its (data, algorithm, reward, system, scale) and its source, is in docs/guides/recipes.md,
-and R1's and the reasoning-specialist capstone's run end to end at a tiny size from the
-command line. The two start presets (start_from_base, start_from_aligned) differ exactly where
+"""The recipe catalogue (recipes/*.toml): each file loads, passes every pre-run check of the
+command its header names (`posttrain run`, or `posttrain rlhf` for InstructGPT's), states its
+(data, algorithm, reward, system, scale) and its source, is in docs/guides/recipes.md, and
+R1's, Qwen3's four stages and the reasoning-specialist capstone's run end to end at a tiny
+size from the command line. The two start presets (start_from_base, start_from_aligned) differ exactly where
 docs/guides/base-vs-aligned.md's table says, with the values it states."""
 
 import json
@@ -12,25 +13,44 @@ from pathlib import Path
 
 import pytest
 
-from posttrain.config import EnvConfig, TrainConfig, parse_stages
+from posttrain.config import EnvConfig, TrainConfig, parse_stages, rlhf_config
 from posttrain.config.files import from_dict, load_file
 from posttrain.pipelines.checks import check_config
+from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.runs.lineage import differing_keys, flatten
 from tests.test_pipeline import TINY, only_run_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "recipes").glob("*.toml"))
+# the settings each command starts from before a file's: `posttrain rlhf` starts from PPO with a KL penalty
+COMMAND_DEFAULTS = {"run": TrainConfig, "rlhf": rlhf_config}
 
 
-def test_the_catalogue_holds_the_five_named_recipes_the_two_capstones_and_the_two_starts():
-    assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "capstone_reasoning_specialist", "kimi_k15",
-                                         "qwen3", "r1", "r1_zero", "start_from_aligned", "start_from_base",
-                                         "tulu3_rlvr"]
+def declared_command(path: Path) -> str:
+    """The command a recipe's header says runs it: its line `# posttrain COMMAND --config recipes/FILE`."""
+    found = set(re.findall(rf"^#\s+posttrain (\w+) --config recipes/{re.escape(path.name)}\b", path.read_text(), re.M))
+    assert len(found) == 1, f"{path.name}'s header names one command that runs it, as `# posttrain run --config " \
+                            f"recipes/{path.name}` (found {sorted(found)})"
+    command = found.pop()
+    assert command in COMMAND_DEFAULTS, f"{path.name}: `posttrain {command}` takes no recipe; one of {list(COMMAND_DEFAULTS)}"
+    return command
+
+
+def recipe_config(path: Path) -> TrainConfig:
+    """The recipe's file over the defaults of the command that runs it."""
+    return from_dict(TrainConfig, load_file(str(path)), base=COMMAND_DEFAULTS[declared_command(path)]())
+
+
+def test_the_catalogue_holds_the_seven_named_recipes_the_two_capstones_and_the_two_starts():
+    assert [p.stem for p in RECIPES] == ["capstone_aligned_assistant", "capstone_reasoning_specialist", "instructgpt",
+                                         "kimi_k15", "qwen25", "qwen3", "r1", "r1_zero", "start_from_aligned",
+                                         "start_from_base", "tulu3_rlvr"]
+    assert {p.stem: declared_command(p) for p in RECIPES if declared_command(p) != "run"} == {"instructgpt": "rlhf"}
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
 def test_a_recipe_loads_passes_its_checks_and_says_what_it_is(path):
-    cfg = from_dict(TrainConfig, load_file(str(path)))
+    cfg = recipe_config(path)
     cfg.validate()
     check_config(cfg)  # every stage's own settings too
     header = path.read_text(encoding="utf-8")
@@ -38,15 +58,46 @@ def test_a_recipe_loads_passes_its_checks_and_says_what_it_is(path):
         assert re.search(rf"^#\s+{axis}\s", header, re.M), f"{path.name} does not state its {axis}"
     assert re.search(r"arXiv:\d{4}\.\d{5}", header), f"{path.name} cites no source"
     assert f"recipes/{path.name}" in (ROOT / "docs" / "guides" / "recipes.md").read_text(encoding="utf-8")
-    assert f"posttrain run --config recipes/{path.name}" in header
+    assert f"posttrain {declared_command(path)} --config recipes/{path.name}" in header
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.stem)
+def test_a_recipe_passes_the_dry_run_of_the_command_its_header_names(path, capsys):
+    from posttrain.cli import main
+
+    command = declared_command(path)
+    assert main([command, "--config", str(path), "--dry_run", "true"]) == 0, capsys.readouterr().err
+    assert f"posttrain {command}: every check passed" in capsys.readouterr().out
 
 
 def test_the_staged_recipes_name_their_stages():
-    stages = {p.stem: [name for name, _, _ in parse_stages(from_dict(TrainConfig, load_file(str(p))).stages)]
-              for p in RECIPES}
+    stages = {p.stem: [name for name, _, _ in parse_stages(recipe_config(p).stages)] for p in RECIPES}
     assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "capstone_reasoning_specialist": ["sft", "dpo", "grpo"],
-                      "kimi_k15": [], "qwen3": ["sft", "grpo"], "r1": ["sft", "grpo"], "r1_zero": [],
+                      "instructgpt": [], "kimi_k15": [], "qwen25": ["sft", "dpo", "grpo"],
+                      "qwen3": ["sft", "grpo", "sft_2", "grpo_2"], "r1": ["sft", "grpo"], "r1_zero": [],
                       "start_from_aligned": [], "start_from_base": [], "tulu3_rlvr": ["sft", "dpo", "ppo"]}
+
+
+def test_qwen3_runs_the_papers_four_stages_in_order_each_in_its_mode():
+    """Think-only cold start → reasoning RL on /think problems in a pass-rate band → fusion SFT
+    on both modes from the RL model → RL on both modes with no band (arXiv:2505.09388, Sec. 4)."""
+    plan = stage_plan(recipe_config(ROOT / "recipes" / "qwen3.toml"))
+    assert [(s.kind, s.cfg.env.arithmetic_think.think_mode) for s in plan] == [
+        ("sft", "think"), ("grpo", "think"), ("sft", "fused"), ("grpo", "fused")]
+    bands = [(s.cfg.rl.curation.pool_size, s.cfg.rl.curation.min_pass_rate, s.cfg.rl.curation.max_pass_rate)
+             for s in plan if s.kind == "grpo"]
+    assert bands == [(512, 0.125, 0.875), (0, 0.0, 1.0)]
+    assert (plan[0].steps, plan[2].steps, plan[2].cfg.sft.lr) == (600, 200, 3e-4)
+
+
+def test_qwen25_and_instructgpt_set_what_their_headers_say():
+    qwen25 = {s.kind: s for s in stage_plan(recipe_config(ROOT / "recipes" / "qwen25.toml"))}
+    dpo = qwen25["dpo"].cfg.rl
+    assert (dpo.preference.pair_prompts, dpo.steps, dpo.optim.lr, dpo.algo_params) == (800, 60, 3e-5, {"nll_coef": 1.0})
+    assert qwen25["grpo"].cfg.rl.rm.path == ""  # the verifier stands in for the paper's reward model (the header says why)
+    instructgpt = recipe_config(ROOT / "recipes" / "instructgpt.toml")
+    assert (instructgpt.rl.algo, instructgpt.rl.algo_params, instructgpt.rl.steps) == ("ppo", {"kl_coef": 0.02}, 120)
+    assert instructgpt.sft.steps == 600 and instructgpt.rl.rm.steps == 300  # docs/guides/preference.md's measured run
 
 
 def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
@@ -166,3 +217,52 @@ def test_a_start_preset_states_what_it_sets_and_why(kind):
     assert "arXiv:2503.14476" in header and "arXiv:2508.08221" in header
     twin = "aligned" if kind == "base" else "base"
     assert f"recipes/start_from_{twin}.toml" in header and "docs/guides/base-vs-aligned.md" in header
+
+
+def test_qwen3s_four_stages_run_from_the_command_line_and_posttrain_think_reads_the_result(tmp_path):
+    """The recipe's stages at a tiny size (its fusion SFT cut to 2 steps), less the RL stage's
+    pass-rate band (a six-step SFT policy solves nothing, so no prompt is in it): the first RL stage samples /think prompts
+    only, the last both modes, and `posttrain think` measures the final checkpoint."""
+    path = ROOT / "recipes" / "qwen3.toml"
+    stages = re.sub(r",rl\.curation\.\w+=[\d.]+", "", recipe_config(path).stages).replace("sft.steps=200", "sft.steps=2")
+    assert "curation" not in stages and stages.count("think_mode=think") == 2 and "sft.steps=2," in stages
+    done = subprocess.run([sys.executable, "-m", "posttrain", "run", "--config", str(path), *TINY, "--rl.steps", "2",
+                           "--stages", stages, "--out_dir", str(tmp_path / "runs")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    run = only_run_dir(tmp_path / "runs")
+    records = json.loads((run / "stages.json").read_text())
+    assert [(r["name"], r["kind"], r["steps"]) for r in records] == [("sft", "sft", 6), ("grpo", "grpo", 2),
+                                                                     ("sft_2", "sft", 2), ("grpo_2", "grpo", 2)]
+    assert all(later["start"]["sha256"] == earlier["end"]["sha256"] for earlier, later in zip(records, records[1:]))
+    modes: dict[str, set[str]] = {}
+    for line in (run / "samples.jsonl").read_text().splitlines():
+        sample = json.loads(line)
+        modes.setdefault(sample["stage"], set()).add(sample["prompt"].rsplit(" ", 1)[1].strip())
+    assert modes == {"grpo": {"/think"}, "grpo_2": {"/think", "/no_think"}}
+    # every stage scored on the run's fused held-out problems, half in each mode
+    heldout = [json.loads(line)["id"] for line in (run / "eval_sft.jsonl").read_text().splitlines()]
+    assert {i.rsplit("/", 1)[1] for i in heldout} == {"think", "no_think"}
+    final = run / "checkpoints" / "grpo_2" / "step_000001"
+    done = subprocess.run([sys.executable, "-m", "posttrain", "think", "--checkpoint", str(final), "--size", "8",
+                           "--budgets", "0,8", "--threads", "1", "--out_dir", str(tmp_path / "think")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "/think, budget 8" in done.stdout
+
+
+def test_kimis_partial_rollout_variant_is_a_command_in_its_header_that_passes_the_dry_run(capsys):
+    """The default recipe runs in one process; the header's variant adds Ray workers in the
+    async topology, which partial rollouts need, and passes every pre-run check."""
+    from posttrain.cli import main
+
+    path = ROOT / "recipes" / "kimi_k15.toml"
+    assert recipe_config(path).dist.partial_rollout_tokens == 0  # the default: one process
+    variant = re.search(r"^#\s+posttrain run --config recipes/kimi_k15\.toml (--workers .*partial_rollout_tokens \d+)$",
+                        path.read_text(), re.M)
+    assert variant, "kimi_k15.toml's header gives the partial-rollout variant's command"
+    assert main(["run", "--config", str(path), *variant.group(1).split(), "--dry_run", "true"]) == 0, \
+        capsys.readouterr().err
+    assert "posttrain run: every check passed" in capsys.readouterr().out
+    # the flag alone, in the one-process default: refused by name, with the fix
+    assert main(["run", "--config", str(path), "--dist.partial_rollout_tokens", "16", "--dry_run", "true"]) == 2
+    assert "add --dist.topology async" in capsys.readouterr().err

@@ -14,8 +14,9 @@ import torch
 
 from posttrain.cli import main
 from posttrain.cli.training import train_config
-from posttrain.config import ConfigError, TrainConfig, parse_stages
+from posttrain.config import ConfigError, EnvConfig, TrainConfig, parse_stages
 from posttrain.models import load_checkpoint_model
+from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.stage_plan import stage_plan
 from posttrain.runs.checkpoints import final_checkpoint, weights_digest
 from tests.test_pipeline import metrics_without_timings, only_run_dir, posttrain
@@ -53,6 +54,24 @@ def test_each_stage_gets_the_run_settings_with_its_own_on_top():
                                                                                         {"kl_coef": 0.04})
     assert dpo.cfg.sft.steps == grpo.cfg.sft.steps == 0  # only an sft stage runs SFT
     assert all(stage.cfg.stages == "" for stage in (sft, dpo, grpo))  # each is a plain run's config
+
+
+def test_a_stage_may_pose_the_task_its_own_way_and_keeps_the_run_task():
+    """env.* keys in brackets change the task's settings for that stage only (Qwen3's think-only
+    cold start before fused SFT); the stages without them keep the run's."""
+    think = EnvConfig(name="arithmetic_think")
+    base = TrainConfig(env=think, stages="sft[env.arithmetic_think.think_mode=think],"
+                                         "grpo[env.arithmetic_think.think_mode=think,rl.steps=5],sft,grpo")
+    plan = think_sft, think_grpo, fused_sft, fused_grpo = stage_plan(base)
+    assert [stage.cfg.env.arithmetic_think.think_mode for stage in plan] == ["think", "think", "fused", "fused"]
+    assert think_sft.cfg.env.kwargs() == think_grpo.cfg.env.kwargs() == {"think_mode": "think"}
+    assert fused_sft.cfg.env == fused_grpo.cfg.env == base.env and think_grpo.steps == 5
+    with pytest.raises(ConfigError, match=r"stages: grpo\[env.name=...\] is not allowed: every stage is scored on "
+                                          r"the run's held-out problems"):
+        stage_plan(TrainConfig(stages="sft,grpo[env.name=arithmetic_think]"))
+    with pytest.raises(ConfigError, match=r"stages: sft's env.\* settings: think_mode must be one of "
+                                          r"\['fused', 'think', 'no_think'\], got 'sometimes'"):
+        check_config(TrainConfig(env=think, stages="sft[env.arithmetic_think.think_mode=sometimes]"))
 
 
 @pytest.mark.parametrize("stages,message", [

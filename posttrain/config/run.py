@@ -47,8 +47,8 @@ class TrainConfig:
     dtype: str = "float32"
     # several stages in one run, each from the last checkpoint of the one before, evaluated after each,
     # one table: "sft,dpo,grpo" (sft, an RL algorithm or a preference loss). A stage's own settings go in
-    # brackets as config.json keys: "sft,dpo[rl.optim.lr=3e-5,dpo.nll_coef=1],grpo"; the rest are the
-    # run's (pipelines/stages.py). "" = the two-stage job: SFT, then rl.algo
+    # brackets as config.json keys (env.* too): "sft,dpo[rl.optim.lr=3e-5,dpo.nll_coef=1],grpo"; the rest
+    # are the run's (pipelines/stages.py). "" = the two-stage job: SFT, then rl.algo
     stages: str = ""
 
     def trackers(self) -> list[str]:

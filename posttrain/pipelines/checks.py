@@ -366,5 +366,10 @@ def check_stages(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
     for stage in plan:
         check_types(stage.cfg)
         stage.cfg.validate()
-        found += [f"stage {stage.name} ({stage.kind}, {stage.steps} steps): {line}" for line in check_train(stage.cfg, env)]
+        try:
+            stage_env = env if stage.cfg.env == cfg.env else check_env(stage.cfg.env)  # a stage's own env.* settings
+        except ValueError as error:  # ConfigError is one: the task refused a setting, named here by its stage
+            raise ConfigError(f"stages: {stage.name}'s env.* settings: {error}") from error
+        found += [f"stage {stage.name} ({stage.kind}, {stage.steps} steps): {line}"
+                  for line in check_train(stage.cfg, stage_env)]
     return found

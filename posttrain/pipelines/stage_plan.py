@@ -10,6 +10,12 @@ functions `posttrain train` already uses (sft.py, preference.py, rl.py):
            its brackets take rl.* and dpo.* keys (dpo.nll_coef lands in rl.algo_params)
     grpo   likewise, with grpo's
 
+Every stage's brackets also take env.* keys: the stage trains on the task with those
+settings (Qwen3's think-only cold start, `sft[env.arithmetic_think.think_mode=think]`), while
+the held-out problems every stage is scored on stay the run's, so the summary's rows still
+pair problem by problem. env.name stays the run's: a stage changes how the task is posed,
+not which task it is.
+
 The algorithm's parameters start from the run's rl.algo_params when the run's rl.algo is
 the stage's kind (a --config file's), else from the algorithm's defaults. Values in
 brackets are text, typed here against their setting exactly as a --config file's are
@@ -52,7 +58,7 @@ def stage_plan(cfg: TrainConfig) -> list[Stage]:
 def stage_config(base: TrainConfig, name: str, kind: str, settings: dict[str, str]) -> TrainConfig:
     if kind not in KINDS:
         raise ConfigError(f"stages: unknown stage {kind!r}; a stage is one of {list(KINDS)}")
-    sections = (SFT,) if kind == SFT else ("rl", kind)
+    sections = (SFT, "env") if kind == SFT else ("rl", kind, "env")
     nested: dict = {}
     for key, value in settings.items():
         section, _, rest = key.partition(".")
@@ -67,6 +73,13 @@ def stage_config(base: TrainConfig, name: str, kind: str, settings: dict[str, st
         for parent in parents:
             place = place.setdefault(parent, {})
         place[leaf] = value
+    if "name" in nested.get("env", {}):
+        raise ConfigError(f"stages: {name}[env.name=...] is not allowed: every stage is scored on the run's "
+                          f"held-out problems, so a stage keeps the run's task (env.name={base.env.name!r}); "
+                          f"change the task with --env.name, and how a stage poses it with its env.* settings")
+    if "env" in nested:
+        base = dataclasses.replace(base, env=from_dict(type(base.env), nested.pop("env"), f"stages: {name}: env.",
+                                                       base.env))
     if kind == SFT:
         # typed against the sft section as a --config file is; the prefix names the stage in errors
         return dataclasses.replace(base, sft=from_dict(type(base.sft), nested.get(SFT, {}), f"stages: {name}: sft.",

@@ -91,7 +91,9 @@ def train_stages(cfg: TrainConfig, run: RunDir, env: Environment | None = None) 
     records = {r["name"]: r for r in run.read_json("stages.json") or []}
     for stage in plan:
         began, started = {"checkpoint": where(run, start), "sha256": weights_digest(policy)}, time.perf_counter()
-        end = train_stage(stage, run, env, tokenizer, policy, start)
+        # a stage with env.* settings of its own trains on that task; every stage is scored on the run's held-out set
+        stage_env = env if stage.cfg.env == cfg.env else make_env(stage.cfg.env.name, **stage.cfg.env.kwargs())
+        end = train_stage(stage, run, stage_env, tokenizer, policy, start)
         seconds = time.perf_counter() - started
         before = records.get(stage.name)  # recorded when it finished: a resume skipped it, and keeps its time
         records[stage.name] = {"name": stage.name, "kind": stage.kind, "steps": stage.steps, "start": began,
