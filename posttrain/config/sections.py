@@ -236,6 +236,9 @@ class SamplingParams:
               "choose one of the two")
 
 
+SELF_TEACHER = "self"  # sft.teacher's value for "the policy so far" (pipelines/distill.py)
+
+
 @dataclass
 class SFTConfig:
     # Few demonstrations on purpose: SFT teaches the format, RL has to earn the accuracy.
@@ -260,7 +263,8 @@ class SFTConfig:
     # with the policy's tokenizer) samples sft.teacher_samples completions of each of the
     # sft.num_examples training problems, and SFT trains on those the verifier passes, each
     # distinct one once, instead of the environment's worked solutions (pipelines/distill.py).
-    # "" = the worked solutions
+    # "" = the worked solutions. "self" (SELF_TEACHER): in a later stage of --stages, a frozen
+    # copy of the policy as the stages before left it samples: R1's rejection-sampling SFT (Sec. 2.3.3)
     teacher: str = ""
     teacher_samples: int = 4  # completions per problem: a problem the teacher solves half the time keeps one 15 times in 16
 
