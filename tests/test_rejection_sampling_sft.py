@@ -14,6 +14,7 @@ from posttrain.pipelines import distill
 from posttrain.pipelines.checks import check_config
 from posttrain.pipelines.stages import run_stages
 from posttrain.runs.rundir import RunDir
+from tests.test_api import Countdown
 from tests.test_opd_distill import AnyNumber
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -71,3 +72,14 @@ def test_self_is_refused_where_no_earlier_stage_trained_a_policy(tmp_path, stage
                                           r"'sft,grpo,sft\[sft.teacher=self\],grpo'"):
         check_config(cfg, AnyNumber())
     check_config(tiny(tmp_path), AnyNumber())  # R1's order passes
+
+
+def test_a_policy_that_solved_nothing_leaves_the_stage_where_it_started(tmp_path, capsys):
+    cfg = tiny(tmp_path, stages="sft[sft.steps=1],sft[sft.teacher=self,sft.steps=3]")
+    result = posttrain.train(cfg, env=Countdown())  # exact answers: a one-step policy gets none right
+    run = RunDir(result.run_dir)
+    assert run.read_jsonl("sft_2_teacher_data.jsonl") == []
+    assert "sft_2: the policy passed none of its samples: nothing to fine-tune on" in capsys.readouterr().out
+    first, second = result.summary["stages"]
+    assert second["start"]["sha256"] == second["end"]["sha256"] == first["end"]["sha256"]
+    assert not [r for r in run.read_jsonl("metrics.jsonl") if r.get("stage") == "sft_2"]  # no step was trained

@@ -40,6 +40,7 @@ from posttrain.pipelines.build import sampling_params, teacher_directory
 from posttrain.pipelines.sft import fine_tune, sft_judge_rows
 from posttrain.pipelines.verified_samples import rationale_episode, rationale_row, verified_rationales
 from posttrain.roles.engines import make_engine
+from posttrain.runs.checkpoints import save_checkpoint
 from posttrain.runs.console import console
 from posttrain.runs.rundir import RunDir
 from posttrain.seeds import generator_for
@@ -61,7 +62,7 @@ def teacher_data(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: Tok
                                       distinct=True)
     console.print(f"{stage}: teacher {named} passed {stats['kept']} distinct samples of {stats['samples']} "
                   f"({100 * stats['prompts_solved']:.0f}% of {len(examples)} problems solved at least once)")
-    if not kept:
+    if not kept and cfg.sft.teacher != SELF_TEACHER:
         raise ValueError(f"sft.teacher={cfg.sft.teacher!r}: none of its {stats['samples']} samples passed the "
                          "verifier, so there is nothing to fine-tune on; give a stronger teacher, or raise "
                          "--sft.teacher_samples or --sft.num_examples")
@@ -87,5 +88,12 @@ def distill_stage(cfg: TrainConfig, run: RunDir, env: Environment, tokenizer: To
     """SFT on sft.teacher's verified samples, checkpointed as `stage` (sft.judge_demos' rows on
     top of each batch, as in plain SFT)."""
     demos = [rationale_episode(row, g) for g, row in enumerate(teacher_data(cfg, run, env, tokenizer, policy, stage))]
+    if not demos:
+        # only "self" gets here: a staged run whose policy solved nothing is a result to report, not a
+        # reason to lose the stages before; the stage ends where it started (stages.json: equal digests)
+        console.print(f"[bold red]{stage}: the policy passed none of its samples: nothing to fine-tune on, so the "
+                      "stage keeps the policy as it is[/] (train the stages before longer)")
+        save_checkpoint(run, stage, cfg.sft.steps - 1, policy, tokenizer)
+        return
     fine_tune(run, stage, demos, tokenizer, policy, cfg.sft, cfg.seed, cfg.checkpoint_every,
               extra=sft_judge_rows(cfg, env, tokenizer))
