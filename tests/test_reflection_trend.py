@@ -41,7 +41,7 @@ def test_doctor_prints_the_trend_and_draws_it(tmp_path, capsys):
     (tmp_path / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in SAMPLES))
     main(["doctor", str(tmp_path), "--reflection", "true"])
     printed = capsys.readouterr().out
-    assert "rl: response length and reflection words per step" in printed
+    assert "rl: response length and reflection words (wait, check, verify, " in printed
     assert "     0        2                  6.0                    0.0%" in printed
     assert "     1        3                 20.0                   33.3%" in printed
     assert (tmp_path / "rl_reflection.png").stat().st_size > 1000

@@ -83,8 +83,8 @@ def show_reflection(run: Path, stage: str, samples: list[dict]) -> None:
         print(f"{stage}: no samples in samples.jsonl, so no response length or reflection words to show")
         return
     plot = run / f"{stage}_reflection.png"
-    plot_trend(trend, plot, f"{run.name}, {stage}: reflection words {', '.join(REFLECTION_WORDS)}")
-    print(f"{stage}: response length and reflection words per step (plot: {plot})")
+    plot_trend(trend, plot, f"{run.name}, {stage}: {len(REFLECTION_WORDS)} reflection words (runs/reflection.py)")
+    print(f"{stage}: response length and reflection words ({', '.join(REFLECTION_WORDS)}) per step (plot: {plot})")
     print("\n".join(trend_lines(trend, every=max(1, len(trend) // 10))))
 
 

@@ -70,7 +70,7 @@ def plot_trend(trend: list[dict], path: Path, title: str) -> None:
     length_ax.set_title("mean response length (characters)")
     share_ax.plot(steps, [100 * t["reflection_share"] for t in trend], color="tab:red")
     share_ax.set_title("samples with a reflection word (%)")
-    share_ax.set_ylim(bottom=0)
+    share_ax.set_ylim(0, max(5.0, 110 * max(t["reflection_share"] for t in trend)))  # a flat 0 still reads as 0%
     for ax in (length_ax, share_ax):
         ax.set_xlabel("RL step")
         ax.grid(alpha=0.3)
