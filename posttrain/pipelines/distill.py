@@ -20,8 +20,9 @@ stage of --stages the teacher is a frozen copy of the policy the stages before l
 the reasoning-RL checkpoint. R1 does this because RL makes a model that solves more problems
 than the cold-start data covered, but the cold start is small and RL's text is not curated;
 sampling the RL model and keeping only verified samples turns what RL learned into a larger
-SFT set of right, readable answers (the paper's ~600k reasoning samples, with ~200k
-non-reasoning ones beside them that this toy does not have). Unlike the paper, which
+SFT set of right answers (the paper's ~600k reasoning samples, with ~200k non-reasoning ones
+beside them that this toy does not have; the paper also drops chains that mix languages or
+are hard to read, where here the verifier alone filters). Unlike the paper, which
 fine-tunes the base model for two epochs on that set, the stage here continues from the
 policy it sampled: a 0.8M gpt_mini from random weights would not learn the task from a few
 hundred rows.
