@@ -341,6 +341,7 @@ SEPARATE_RUNS = {
     "+11.0 [+7.6, +14.4]": "recipes.md: Tülu 3's DPO stage; search.md: STaR (restart) against its start",
     "+9.6 [+6.2, +13.0]": "first-task.md: the products recipe's seed 2; search.md: /no_think's accuracy change",
     "5.0% [3.2, 7.0]": "first-task.md: chain_sum after 250 SFT steps; search.md: /think at budget 0",
+    "11.8% [9.0, 14.6]": "recipes.md: four-stage R1 after its first GRPO stage; your-task.md: a curation row (20, 256)",
     "58.0% [53.6, 62.2]": "first-task.md: chain_sum seed 1 after GRPO; search.md: /think at budget 24",
     "+3.6 [−0.2, +7.4]": "first-task.md: chain_sum seed 1's gain; your-task.md: the accuracy row of its table",
     "68.8% [64.6, 72.8]": "first-task.md: spell_backward seed 2 after its SFT; algorithms.md: the on_from_25 row",

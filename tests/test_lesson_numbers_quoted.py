@@ -48,7 +48,7 @@ from posttrain.teach import forces
 ROOT = Path(__file__).resolve().parent.parent
 LESSONS = ROOT / "lessons"
 GETTING_STARTED = " ".join((ROOT / "docs" / "getting-started.md").read_text(encoding="utf-8").split())
-WORDS = {"one": 1, "two": 2, "five": 5, "six": 6, "seven": 7, "eight": 8, "twelve": 12, "seventeen": 17,
+WORDS = {"one": 1, "two": 2, "three": 3, "five": 5, "six": 6, "seven": 7, "eight": 8, "twelve": 12, "seventeen": 17,
          "eighteen": 18, "twenty-two": 22}
 
 
@@ -136,10 +136,11 @@ def test_lesson_22_counts_16_or_18_bytes_and_measures_16(restore_threads, tmp_pa
 
 
 def test_lesson_23_hybrids_recipes_and_symptom_map(restore_threads, tmp_path):
-    one = quoted(r"R1 with R1-Zero's data: (\w+) setting, `([\w.]+)`")
+    one = quoted(r"R1 with R1-Zero's data: (\w+) settings?, ((?:`[\w.]+`(?:, | and )?)+)")
     defs = run_lesson("23_recipes_and_failure_modes.py", tmp_path)
     assert (defs["recipe"], defs["donor"], defs["axis"]) == ("r1", "r1_zero", "data")
-    assert list(defs["changed"]) == [one.group(2)] and len(defs["changed"]) == number(one.group(1))
+    named = re.findall(r"`([\w.]+)`", one.group(2))
+    assert list(defs["changed"]) == named and len(defs["changed"]) == number(one.group(1))
     assert defs["refused"] is None
     assert len(defs["published"]) == number(quoted(r"sets (\w+) published recipes").group(1))
     assert len(defs["SYMPTOMS"]) == number(quoted(r"maps (\w+) symptoms").group(1))

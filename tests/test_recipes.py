@@ -74,7 +74,7 @@ def test_the_staged_recipes_name_their_stages():
     stages = {p.stem: [name for name, _, _ in parse_stages(recipe_config(p).stages)] for p in RECIPES}
     assert stages == {"capstone_aligned_assistant": ["sft", "dpo"], "capstone_reasoning_specialist": ["sft", "dpo", "grpo"],
                       "instructgpt": [], "kimi_k15": [], "qwen25": ["sft", "dpo", "grpo"],
-                      "qwen3": ["sft", "grpo", "sft_2", "grpo_2"], "r1": ["sft", "grpo"], "r1_zero": [],
+                      "qwen3": ["sft", "grpo", "sft_2", "grpo_2"], "r1": ["sft", "grpo", "sft_2", "grpo_2"], "r1_zero": [],
                       "start_from_aligned": [], "start_from_base": [], "tulu3_rlvr": ["sft", "dpo", "ppo"]}
 
 
@@ -107,11 +107,14 @@ def test_the_r1_recipe_runs_from_the_command_line_at_a_tiny_size(tmp_path):
     run = only_run_dir(tmp_path)
     assert run.name.endswith("-r1")
     config = json.loads((run / "config.json").read_text())
-    assert config["stages"] == "sft,grpo" and config["rl"]["reward"]["terms"] == "r1"
+    assert config["stages"].startswith("sft,grpo,sft[sft.teacher=self") and config["rl"]["reward"]["terms"] == "r1 + language"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    assert {r["stage"] for r in rows} == {"sft", "grpo"}
+    assert {r["stage"] for r in rows} >= {"sft", "grpo", "grpo_2"}  # sft_2 trains only on what the policy solved
+    steps = [r for r in rows if r["stage"] == "grpo" and "reward_mean" in r]
+    assert steps and all("reward/language" in r for r in steps)  # the language term logged on its own
     samples = [json.loads(line) for line in (run / "samples.jsonl").read_text().splitlines()]
-    assert all("format" in s["details"]["components"] for s in samples if s["stage"] == "grpo")
+    assert all({"format", "language"} <= set(s["details"]["components"]) for s in samples if s["stage"] == "grpo")
+    assert all("rubric" in s["details"]["components"] for s in samples if s["stage"] == "grpo_2")
 
 
 def test_the_capstone_recipe_passes_its_dry_run_and_trains_dpo_on_the_bundled_fixture(capsys):

@@ -230,7 +230,7 @@ BAD_TERMS = [
     (f"accuracy + half*{M}:length_tenth", ["the weight 'half' is not a finite number", "0.5*"]),
     (f"accuracy + inf*{M}:length_tenth", ["the weight 'inf'"]),
     ("accuracy +", ["empty term"]),
-    ("vibes", ["term 'vibes' is neither a preset (accuracy, call_cost, meta_verified, r1, rm, rubric, self_critique, tool_validity, transcript_rubric, used_tool_result)", "MODULE:FUNCTION"]),
+    ("vibes", ["term 'vibes' is neither a preset (accuracy, call_cost, language, meta_verified, r1, rm, rubric, self_critique, tool_validity, transcript_rubric, used_tool_result)", "MODULE:FUNCTION"]),
     ("./nowhere.py:f", ["no such file './nowhere.py'"]),
     ("accuracy + r1", ["['accuracy'] appear more than once"]),
 ]

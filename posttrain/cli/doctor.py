@@ -2,6 +2,8 @@
 
     posttrain doctor runs/<id>              every stage that sampled (rl, pref, a --stages run's)
     posttrain doctor runs/<id> --stage rl   one of them
+    posttrain doctor runs/<id> --reflection true   and R1-Zero's curves: response length and
+                                            reflection words per step (runs/reflection.py)
 
 It prints runs/diagnosis.py's findings on the run's metrics.jsonl and samples.jsonl, the
 same causes the RL stage printed as it ran and summary.md lists, each with the setting to
@@ -64,9 +66,26 @@ def cmd_doctor(argv: list[str]) -> int:
             print(f"{head}: {len(findings)} cause{'s' if len(findings) > 1 else ''}, the earliest first")
             for finding in findings:
                 print(f"- {finding.line()}")
+        if cfg.reflection:
+            show_reflection(run, stage, stage_samples)
     if not stages:
         print(f"no stage of {run} sampled or scored anything: an SFT-only run has nothing to diagnose")
     return 1 if found else 0
+
+
+def show_reflection(run: Path, stage: str, samples: list[dict]) -> None:
+    """R1-Zero's response length and reflection-word share per step of `stage`, printed and
+    drawn beside the run's other plots."""
+    from posttrain.runs.reflection import REFLECTION_WORDS, plot_trend, reflection_trend, trend_lines
+
+    trend = reflection_trend(samples, stage)
+    if not trend:
+        print(f"{stage}: no samples in samples.jsonl, so no response length or reflection words to show")
+        return
+    plot = run / f"{stage}_reflection.png"
+    plot_trend(trend, plot, f"{run.name}, {stage}: {len(REFLECTION_WORDS)} reflection words (runs/reflection.py)")
+    print(f"{stage}: response length and reflection words ({', '.join(REFLECTION_WORDS)}) per step (plot: {plot})")
+    print("\n".join(trend_lines(trend, every=max(1, len(trend) // 10))))
 
 
 def read_config(run: Path) -> dict:

@@ -24,6 +24,9 @@ class DoctorConfig:
     # the stage to diagnose: "rl", "pref", or a --stages run's stage name (its algorithm); "" = every
     # stage that sampled or scored (SFT's steps have nothing to diagnose)
     stage: str = ""
+    # also R1-Zero's two curves per RL step: mean response length and the share of samples with a
+    # reflection word ("wait", "verify", ...), printed and drawn in <stage>_reflection.png (runs/reflection.py)
+    reflection: bool = False
 
     def validate(self) -> None:
         check(bool(self.run), "run", self.run, "a run directory: posttrain doctor runs/<id>")

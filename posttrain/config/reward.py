@@ -19,7 +19,8 @@ class RewardConfig:
     # a Final: line, no loops, <= 512 chars), "self_critique" (Accuracy, Relevance, Completeness,
     # Clarity and Helpfulness in [0, 1], each a soft label of the rl.reward.judge model: Kimi K2's
     # self-critique, rewards/self_critique.py), "meta_verified" (arithmetic: 1 when a lenient step
-    # verifier passes the chain and the step checker confirms it, rewards/meta_verifier.py), or
+    # verifier passes the chain and the step checker confirms it, rewards/meta_verifier.py), "language"
+    # (R1's language consistency, rewards/language.py), or
     # your function, MODULE:FUNCTION or PATH.py:FUNCTION, with a TRL (prompts, completions,
     # **columns), verl (data_source, solution_str, ground_truth, extra_info) or posttrain (example,
     # completion) signature, called once per completion; e.g. "accuracy + 0.1*my_rewards:brevity"

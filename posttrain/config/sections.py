@@ -41,10 +41,11 @@ class ModelConfig:
 class ArithmeticConfig:
     """env.name arithmetic: generated sums with a `Final: <int>` answer (posttrain/envs/arithmetic.py)."""
 
-    level: int = 3  # difficulty, 1..5; 3 = five single-digit terms (posttrain/envs/arithmetic.py)
-    # a mixed task, each problem's level drawn uniformly from this list, e.g. "2,3,5", every example
-    # labelled with its level (what rl.curation.order easy_to_hard orders by); "" = env.arithmetic.level alone
+    level: int = 3  # difficulty 1..5, 3: five one-digit terms
+    # a mixed task: levels drawn from this list ("2,3,5"; curricula order by them); "" = level alone
     levels: str = ""
+    # prompts in number words, and this share of solutions; 0 = digits only
+    words: float = 0.0
 
 
 @dataclass
@@ -236,6 +237,9 @@ class SamplingParams:
               "choose one of the two")
 
 
+SELF_TEACHER = "self"  # sft.teacher's value for "the policy so far" (pipelines/distill.py)
+
+
 @dataclass
 class SFTConfig:
     # Few demonstrations on purpose: SFT teaches the format, RL has to earn the accuracy.
@@ -260,7 +264,7 @@ class SFTConfig:
     # with the policy's tokenizer) samples sft.teacher_samples completions of each of the
     # sft.num_examples training problems, and SFT trains on those the verifier passes, each
     # distinct one once, instead of the environment's worked solutions (pipelines/distill.py).
-    # "" = the worked solutions
+    # "" = the worked solutions; "self": later in --stages, the policy so far (R1's rejection sampling)
     teacher: str = ""
     teacher_samples: int = 4  # completions per problem: a problem the teacher solves half the time keeps one 15 times in 16
 

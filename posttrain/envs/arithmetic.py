@@ -20,6 +20,10 @@ A mixed task (`levels="2,3,5"`) draws each problem's level uniformly from the li
 labels every example with it (`meta["level"]`): one distribution of easy and hard problems,
 for a curriculum to order (posttrain/data/curation.py) and for its held-out set to cover.
 
+`words=0.5` writes the prompts' numbers in English words ("Q: six+six+four\n") and that share
+of the worked solutions in words too, the rest in digits: two "languages" a chain of thought
+can mix, for R1's language-consistency reward (verifiers/number_words.py, rewards/language.py).
+
 Is the held-out split big enough? A pass@1 estimated from m problems has a standard error
 of up to 0.5/sqrt(m). Level 1's 7 held-out problems (±0.19) and level 2's 103 (±0.05) are
 for smoke tests and curricula, not for claims; from level 3 up a held-out set of 1,000 or
@@ -42,6 +46,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from posttrain.verifiers.number_words import digits_to_words, words_to_digits
 from posttrain.types import Example
 from posttrain.verifiers.final_int import HONEST_SPECS, SPECS, get_spec
 
@@ -183,13 +188,22 @@ class ArithmeticEnv:
                    must accept this environment's reference solutions.
     levels         a mixed task instead of one level: "2,3,5" draws each problem's level
                    uniformly from these; "" = `level` alone.
+    words          0: numbers in digits. In (0, 1]: prompts in number words, and this share of
+                   the problems (a hash of each decides) solved in words, the rest in digits.
     """
 
     def __init__(
-        self, level: int = 3, cot: bool = True, seed: int = 0, spec_version: str | None = None, levels: str = ""
+        self, level: int = 3, cot: bool = True, seed: int = 0, spec_version: str | None = None, levels: str = "",
+        words: float = 0.0,
     ):
         _check_choice("level", level, list(LEVELS))
         self.levels = parse_levels(levels, level)
+        if isinstance(words, bool) or not isinstance(words, (int, float)) or not 0 <= words <= 1 or (
+                words and any(LEVELS[lv].allow_minus for lv in self.levels)):
+            raise ValueError(f"words must be a share in [0, 1] (0 = digits), on levels without minus signs (1-4: "
+                             f"'-' would read as the hyphen of 'twenty-six'), got words={words!r} on levels "
+                             f"{list(self.levels)}")
+        self.words = float(words)
         _check_choice("cot", cot, [True, False])
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise ValueError(f"seed must be an int, got {seed!r}")
@@ -215,7 +229,8 @@ class ArithmeticEnv:
 
     @property
     def name(self) -> str:
-        return f"arithmetic-L{'+'.join(map(str, self.levels))}" + ("-cot" if self.cot else "")
+        return (f"arithmetic-L{'+'.join(map(str, self.levels))}" + ("-cot" if self.cot else "")
+                + (f"-words{self.words:g}" if self.words else ""))
 
     @property
     def split_rule(self) -> str:
@@ -236,7 +251,7 @@ class ArithmeticEnv:
 
     def _example(self, problem: Problem, level: int) -> Example:
         return Example(
-            prompt=f"Q: {problem.expression}\n",
+            prompt=f"Q: {digits_to_words(problem.expression) if self.words else problem.expression}\n",
             expected_answer=str(problem.running_sums()[-1]),
             id=f"arith-L{level}-{problem.expression}",
             meta={
@@ -321,11 +336,18 @@ class ArithmeticEnv:
         it checks that the two agree."""
         if not (example.prompt.startswith("Q: ") and example.prompt.endswith("\n")):
             raise ValueError(f"not an arithmetic prompt (want 'Q: <expr>\\n'): {example.prompt!r}")
-        problem = Problem.from_expression(example.prompt[len("Q: ") : -1])
+        problem = Problem.from_expression(words_to_digits(example.prompt[len("Q: ") : -1]))
         final = f"Final: {problem.running_sums()[-1]}"
         if not self.cot:
             return final
-        return f"{problem.chain_of_thought()}\n{final}"
+        chain = problem.chain_of_thought()
+        return f"{digits_to_words(chain) if self.solved_in_words(problem) else chain}\n{final}"
+
+    def solved_in_words(self, problem: Problem) -> bool:
+        """Whether the worked solution is in words: a stable hash of the problem against the
+        share `words`, so each problem keeps its language from run to run."""
+        draw = int.from_bytes(hashlib.sha256(f"words:{problem.expression}".encode()).digest()[:8], "big") % 1000
+        return draw < 1000 * self.words
 
     def score(self, example: Example, completion: str) -> dict[str, Any]:
         """The one scorer contract; delegates to the spec (see final_int.py)."""
@@ -335,7 +357,7 @@ class ArithmeticEnv:
         mixed = f", levels={','.join(map(str, self.levels))!r}" if len(self.levels) > 1 else ""
         return (
             f"ArithmeticEnv(level={self.level}, cot={self.cot}, seed={self.seed}, "
-            f"spec_version={self.spec_version!r}{mixed})"
+            f"spec_version={self.spec_version!r}{mixed}" + (f", words={self.words:g})" if self.words else ")")
         )
 
 

@@ -44,6 +44,7 @@ from posttrain.models.value_head import ValueHead
 from posttrain.rewards.agentic import AGENTIC_PRESETS
 from posttrain.rewards.implicit_prm import ImplicitPRM
 from posttrain.rewards.kl_control import AdaptiveKLController
+from posttrain.rewards.language import LanguageConsistency
 from posttrain.rewards.ensemble import LearnedReward
 from posttrain.rewards.proxy import ProxyReward, load_reward_scorer
 from posttrain.rewards.rubric import rule_based_rubric
@@ -89,6 +90,7 @@ def make_algorithm(rl: RLConfig, budget: int | None = None) -> Algorithm:
 REWARD_PRESETS: dict[str, Callable[[], Sequence[tuple[float, RewardTerm]]]] = {
     "accuracy": lambda: [(1.0, Accuracy())],  # the verifier's 1/0: nothing stacked on it
     "r1": deepseek_r1_terms,  # accuracy + 0.2 × format (DeepSeek-R1-Zero)
+    "language": lambda: [(1.0, LanguageConsistency())],  # R1's language consistency: share of reasoning words in the prompt's language
     "rubric": lambda: [(1.0, rule_based_rubric())],  # answer line, no loops, length budget; in [0, 1]
     # the five production criteria, judged by the policy (reward_terms swaps in rl.reward.judge's judge)
     "self_critique": lambda: [(1.0, SelfCritique(POLICY_JUDGE))],

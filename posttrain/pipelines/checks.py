@@ -26,6 +26,7 @@ from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.config import ConfigError, RLConfig, TrainConfig, check
 from posttrain.config.commands import PrmConfig
 from posttrain.config.scoring import BonConfig, EvalConfig, SearchConfig, ThinkConfig, VerifyConfig, WinrateConfig
+from posttrain.config.sections import SELF_TEACHER
 from posttrain.config.type_checks import check_types
 from posttrain.data.preference import load_preference_data
 from posttrain.models import (
@@ -268,7 +269,7 @@ def check_teacher(cfg: TrainConfig) -> list[str]:
     if settings is not None:
         found.append(teacher_found(cfg, f"rl.algo_params.teacher (--{cfg.rl.algo}.teacher)", settings["teacher"],
                                    f"a teacher for rl.algo={cfg.rl.algo!r}"))
-    if cfg.sft.teacher and cfg.sft.steps:
+    if cfg.sft.teacher and cfg.sft.teacher != SELF_TEACHER and cfg.sft.steps:
         found.append(teacher_found(cfg, "sft.teacher", cfg.sft.teacher, "a teacher"))
     return found
 
@@ -301,11 +302,16 @@ def check_int8_sampling(cfg: TrainConfig) -> None:
           "sampler would quantise; train without LoRA, or keep float32 sampling")
 
 
-def check_train(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
+def check_train(cfg: TrainConfig, env: Environment | None = None, stages_before: int = 0) -> list[str]:
     """The checks of a training run; what they found, one line each (check_data's, and the
-    model directory a name resolved to), for --dry_run to show."""
+    model directory a name resolved to), for --dry_run to show. `stages_before`: how many
+    stages of --stages run before this one (0 for a plain run)."""
     if cfg.stages:
         return check_stages(cfg, env)
+    check(not (cfg.sft.teacher == SELF_TEACHER and cfg.sft.steps and not stages_before), "sft.teacher",
+          SELF_TEACHER, "a checkpoint, a run directory or a model name here: 'self' samples the policy that earlier "
+          "stages of --stages trained (R1's rejection-sampling SFT), and this is a plain run or the first stage, "
+          "with no such policy; use it after an RL stage, e.g. --stages 'sft,grpo,sft[sft.teacher=self],grpo'")
     check_trackers(cfg.trackers())  # a missing tracker library: before compare's root directory too
     check_placement(cfg.device, cfg.dtype, cfg.dist)
     check_int8_sampling(cfg)
@@ -363,7 +369,7 @@ def check_stages(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
           "weights the one before saved (LoRA adapters are not carried from stage to stage)")
     env = check_env(cfg.env) if env is None else env
     found = []
-    for stage in plan:
+    for index, stage in enumerate(plan):
         check_types(stage.cfg)
         stage.cfg.validate()
         try:
@@ -371,5 +377,5 @@ def check_stages(cfg: TrainConfig, env: Environment | None = None) -> list[str]:
         except ValueError as error:  # ConfigError is one: the task refused a setting, named here by its stage
             raise ConfigError(f"stages: {stage.name}'s env.* settings: {error}") from error
         found += [f"stage {stage.name} ({stage.kind}, {stage.steps} steps): {line}"
-                  for line in check_train(stage.cfg, stage_env)]
+                  for line in check_train(stage.cfg, stage_env, stages_before=index)]
     return found
