@@ -343,15 +343,18 @@ def _(mo):
     mo.md(r"""
     ## What the numbers say
 
-    * **R1 against R1-Zero** (the defaults): swapping R1-Zero's data into R1 changes one
-      setting, `env.cot` (its demonstrations stop showing their working). Swap the algorithm
-      instead and two settings change: R1-Zero's KL coefficient 0.001 arrives, and `stages`
-      goes from `sft,grpo` to `""`, which is the default two-stage job, SFT then `rl.algo`
-      (GRPO): the same sequence spelled another way (the staged form adds a held-out
-      evaluation after each stage). A config diff counts spellings, not behaviour; read each
-      changed key before calling it a change of recipe.
-    * Some swaps change **nothing**: Tülu 3 and R1 both use the default data. Two recipes
-      that sound different can be the same choice on most axes, and the **system** axis is
+    * **R1 against R1-Zero** (the defaults): swapping R1-Zero's data into R1 changes three
+      settings: `env.arithmetic.words` (R1's prompts in number words go back to digits),
+      `env.cot` (the demonstrations stop showing their working) and `sft.num_examples`. Swap
+      the algorithm instead and two settings change: R1-Zero's KL coefficient 0.001 arrives,
+      and `stages` goes from R1's four stages to `""`, the default two-stage job (SFT, then
+      `rl.algo`, GRPO): the rejection-sampling SFT and the last RL stage leave with it. One
+      changed key can carry two stages; read each changed key before calling it a small
+      change of recipe.
+    * Some swaps change **nothing**: Tülu 3 and Qwen-2.5 both use the default data. Two
+      recipes that sound different can be the same choice on most axes; and some swaps
+      cannot run: R1's data in Tülu 3 is refused, its prompts in number words being longer
+      than Tülu 3's 96 positions (R1 raises them on its scale axis). The **system** axis is
       empty in every file: at this scale every recipe runs in one process (Kimi's partial
       rollouts are a variant its header names, not a setting), so the recipes differ only in
       the other four.

@@ -643,8 +643,9 @@ FAILURE_MAP_23 = {  # symptom: (the step its monitor first fires, the loosening 
 
 def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(restore_threads, tmp_path):
     defs = _lesson_23(tmp_path)
-    # R1 with R1-Zero's data: one setting, the demonstrations lose their worked steps; the hybrid passes the checks
-    assert defs["changed"] == {"env.cot": (True, False)} and defs["moved"] == {"env.cot": False}
+    # R1 with R1-Zero's data: three settings (digits again, no worked steps, R1-Zero's 150 demonstrations); it passes the checks
+    assert defs["changed"] == {"env.arithmetic.words": (0.5, 0.0), "env.cot": (True, False), "sft.num_examples": (300, 150)}
+    assert defs["moved"] == {"env.cot": False}
     assert defs["refused"] is None
     assert set(defs["STATED"]) == {"instructgpt", "kimi_k15", "qwen25", "qwen3", "r1", "r1_zero",  # the seven famous
                                    "tulu3_rlvr",  # recipes
@@ -663,8 +664,11 @@ def test_lesson_23_one_axis_swapped_and_each_symptom_caught_by_its_own_monitor(r
     assert [(a["step"], a["monitor"]) for a in flat["alerts"]] == [(39, "no_learning_signal")]
     # the algorithm axis carries the stage sequence; some swaps change nothing; some hybrids cannot run
     algo = _lesson_23(tmp_path, axis="algorithm")
-    assert algo["changed"] == {"stages": ("sft,grpo", ""), "rl.algo_params.kl_coef": ("(not set)", 0.001)}
-    assert _lesson_23(tmp_path, donor="tulu3_rlvr", axis="data")["changed"] == {}  # both the default data
+    assert algo["changed"]["stages"][1] == "" and algo["changed"]["stages"][0].startswith("sft,grpo,sft[sft.teacher=self,")
+    assert algo["changed"]["rl.algo_params.kl_coef"] == ("(not set)", 0.001) and len(algo["changed"]) == 2
+    assert _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="qwen25", axis="data")["changed"] == {}  # both the default data
+    # R1's data in Tülu 3: its prompts in number words do not fit Tülu 3's 96 positions (scale is another axis)
+    assert "more than the model's 96 positions" in _lesson_23(tmp_path, recipe="tulu3_rlvr", donor="r1")["refused"]
     # Qwen3's stage list poses the task in /think mode, which R1's task (arithmetic) has no setting for
     qwen3 = _lesson_23(tmp_path, donor="qwen3", axis="algorithm")
     assert list(qwen3["changed"]) == ["stages"] and qwen3["changed"]["stages"][1].count("think_mode=think") == 2
