@@ -178,3 +178,24 @@ def test_the_command_answers_help_and_refuses_bad_values_before_torch_loads():
     assert help_status == 0 and "usage: posttrain equivalence" in help_text and "--threshold" in help_text
     assert steps_status == 2 and "--steps=0 is not allowed: expected a positive integer" in steps_error
     assert threshold_status == 2 and "--threshold=1.5 is not allowed" in threshold_error
+
+
+def test_kimis_equivalence_variant_is_a_command_in_its_header_that_passes_the_dry_run(tmp_path, capsys):
+    import re
+    from pathlib import Path
+
+    from posttrain.cli import main
+    from posttrain.models.gpt_mini import GPTMini
+    from posttrain.rewards.equivalence_judge import judge_config
+    from posttrain.rewards.reward_model import RewardModel
+
+    path = Path(__file__).resolve().parents[1] / "recipes" / "kimi_k15.toml"
+    variant = re.search(r"^#\s+posttrain run --config recipes/kimi_k15\.toml (--rl\.rm\.path runs/equivalence_judge .*)$",
+                        path.read_text(encoding="utf-8"), re.M)
+    assert variant, "kimi_k15.toml's header gives the equivalence judge's variant"
+    tokenizer = CharTokenizer()
+    judge = tmp_path / "equivalence_judge"
+    save_equivalence_judge(RewardModel(GPTMini(judge_config(tokenizer.vocab_size))), judge, tokenizer)  # untrained
+    argv = variant.group(1).replace("runs/equivalence_judge", str(judge)).split()
+    assert main(["run", "--config", str(path), *argv, "--dry_run", "true", "--out_dir", str(tmp_path / "runs")]) == 0
+    assert "posttrain run: every check passed" in capsys.readouterr().out
