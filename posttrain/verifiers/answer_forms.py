@@ -12,7 +12,8 @@ integer many ways, and only some of them are the rule's:
     Final: forty two     not the rule's: a space where number_words wants a hyphen
     Final: 43            the rule's, and wrong
 
-`read_final_line(line)` is the rule: (reason, value) with value None where it cannot parse.
+`read_final_line(line)` is the rule: (reason, the integer's canonical digits), the digits
+None where it cannot parse.
 `equivalence_pairs(count, seed)` writes (final line, reference, verdict) rows, the verdict
 known by construction (we wrote the value, so we know it), never by a model: the data a
 learned judge (rewards/equivalence_judge.py) is trained and measured on.
@@ -70,14 +71,10 @@ def last_final_line(completion: str) -> str:
 # ---------------------------------------------------------------------------------------
 
 
-def _words(value: int) -> str:
-    return number_word(value)
-
-
 FORMS: dict[str, Form] = {
     # the rule reads these two
     "digits": lambda v, rng: f" {v}",
-    "words": lambda v, rng: f" {_words(v)}",
+    "words": lambda v, rng: f" {number_word(v)}",
     # the same value, written so that the strict rule refuses it
     "decimal": lambda v, rng: f" {v}.{'0' * rng.randint(1, 2)}",
     "plus_sign": lambda v, rng: f" +{v}",
@@ -85,9 +82,9 @@ FORMS: dict[str, Form] = {
     "spaces": lambda v, rng: f"{' ' * rng.randint(2, 3)}{v}{' ' * rng.randint(1, 2)}",
     "equals": lambda v, rng: f" = {v}",
     "period": lambda v, rng: f" {v}.",
-    "words_spaced": lambda v, rng: f" {_words(v).replace('-', ' ')}",
-    "words_capital": lambda v, rng: f" {_words(v).capitalize()}",
-    "words_unit": lambda v, rng: f" {_words(v)} {rng.choice(UNITS)}",
+    "words_spaced": lambda v, rng: f" {number_word(v).replace('-', ' ')}",
+    "words_capital": lambda v, rng: f" {number_word(v).capitalize()}",
+    "words_unit": lambda v, rng: f" {number_word(v)} {rng.choice(UNITS)}",
 }
 RULE_FORMS = ("digits", "words")  # the forms read_final_line parses by design
 
