@@ -16,6 +16,8 @@
     posttrain bon [--pack bon --n 8]   best-of-N selection, pass@1 vs pass@N vs pass@k (Loop B)
     posttrain prm [--kind prm|orm]     a process (per-step) or outcome reward model: labels, training,
                                        held-out step accuracy and calibration with CIs
+    posttrain equivalence              Kimi k1.5's answer-equivalence judge at toy scale: trained, and measured
+                                       against the rule alone and rule-then-judge (--rl.rm.path DIR uses it)
     posttrain search --checkpoint DIR  test-time search side by side at fixed token budgets (--prm, --orm DIR)
     posttrain verify --checkpoint DIR  generate, verify, revise; each step verifier audited against the truth
     posttrain think --checkpoint DIR   /think, /no_think and thinking budgets of a fused model: accuracy vs tokens
@@ -51,6 +53,7 @@ import sys
 from typing import Callable
 
 from posttrain.cli.doctor import cmd_doctor
+from posttrain.cli.equivalence import cmd_equivalence
 from posttrain.cli.export_config import cmd_export_config
 from posttrain.cli.scoring import cmd_bon, cmd_diff, cmd_eval, cmd_search, cmd_think, cmd_verify, cmd_winrate
 from posttrain.cli.section_schema import demo_names, recorded_help
@@ -137,6 +140,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "think": cmd_think,
     "winrate": cmd_winrate,
     "prm": cmd_prm,
+    "equivalence": cmd_equivalence,
     "diff": cmd_diff,
     "doctor": cmd_doctor,
     "export": cmd_export,

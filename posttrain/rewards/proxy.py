@@ -16,6 +16,7 @@ from typing import Callable, Sequence
 
 from posttrain.models import load_tokenizer
 from posttrain.rewards.ensemble import RewardEnsemble
+from posttrain.rewards.equivalence_judge import CHECKER_NAME, EquivalenceChecker
 from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model
 from posttrain.types import Example
 from posttrain.rewards.stack import Scored
@@ -31,7 +32,8 @@ class ProxyReward:
                      "reward_source": "reward_model", "truncated": bool}}
     """
 
-    def __init__(self, scorer: RewardModelScorer | RewardEnsemble, gold: Callable[[Example, str], Scored]) -> None:
+    def __init__(self, scorer: RewardModelScorer | RewardEnsemble | EquivalenceChecker,
+                 gold: Callable[[Example, str], Scored]) -> None:
         self.scorer = scorer
         self.gold = gold  # the environment's verifier
 
@@ -53,12 +55,16 @@ class ProxyReward:
 
 
 def load_reward_scorer(paths: Sequence[str | Path], ensemble: str = "mean",
-                       disagreement_coef: float = 1.0) -> RewardModelScorer | RewardEnsemble:
+                       disagreement_coef: float = 1.0) -> RewardModelScorer | RewardEnsemble | EquivalenceChecker:
     """A scorer from rl.rm.paths(): one reward-model directory, or several combined by
-    `ensemble` (rewards/ensemble.py)."""
+    `ensemble` (rewards/ensemble.py). One directory `posttrain equivalence` wrote is Kimi's
+    two-stage answer check (rewards/equivalence_judge.py): the rule, and its judge where the
+    rule cannot parse."""
     members = []
     for directory in paths:
-        model, _ = load_reward_model(directory)
+        model, info = load_reward_model(directory)
+        if info.get("checker") == CHECKER_NAME and len(paths) == 1:
+            return EquivalenceChecker.load(directory)
         try:
             tokenizer = load_tokenizer(Path(directory))
         except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters
