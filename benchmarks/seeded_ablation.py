@@ -2,8 +2,10 @@
 
 Each seed is one `posttrain compare` (one SFT start, every row trained from it), so each row
 has a paired held-out difference to the first row per seed; over the seeds the table gives the
-mean, the spread and every seed's paired CI, and the chart one metric of metrics.jsonl over
-the RL steps (the mean over seeds, per row) beside held-out pass@1.
+mean, every seed's paired CI and the seeds pooled (each (seed, problem) one pair of the paired
+bootstrap, as benchmarks/pooled_gain.py pools: a CI over problems, which does not cover a seed
+that trains differently; the seeds' own CIs show that), and the chart one metric of
+metrics.jsonl over the RL steps (the mean over seeds, per row) beside held-out pass@1.
 
     # run: the seeds, then the report (a seed whose compare.json exists is read, not rerun)
     PYTHONPATH=. .venv/bin/python benchmarks/seeded_ablation.py --out /tmp/entropy --seeds 0,1,2 --metric entropy \
@@ -24,6 +26,8 @@ import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from posttrain.eval.comparison import paired_change
 
 ROOT = Path(__file__).resolve().parents[1]
 LAST = 10  # the metric's "late" value: its mean over the last LAST steps
@@ -61,6 +65,13 @@ def metric_curve(directory: Path, metric: str) -> list[tuple[int, float]]:
     return [(r["step"], float(r[metric])) for r in rows if r.get("stage") == "rl" and metric in r]
 
 
+def eval_rows(path: Path, seed: str) -> list[dict]:
+    """An eval file's rows, each id prefixed with its seed so that the seeds pool apart
+    (each (seed, problem) one pair of the paired bootstrap, as benchmarks/pooled_gain.py pools)."""
+    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [{**row, "id": f"{seed}:{row['id']}"} for row in found]
+
+
 def points(value: float) -> str:
     return f"{100 * value:+.1f}"
 
@@ -73,6 +84,7 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
     late = {n: [] for n in names}
     left_out = {n: [] for n in names}  # share of rows the update skipped: the metric then averages the rest
     curves: dict[str, list[list[tuple[int, float]]]] = {n: [] for n in names}
+    after_rl: dict[str, list[dict]] = {n: [] for n in names}  # every seed's eval_rl rows, ids prefixed by seed
     starts = []
     for seed, rows in sorted(tables.items()):
         starts.append(rows[0]["sft"]["mean"])
@@ -81,6 +93,7 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
             heldout[name].append(row["rl"]["mean"])
             if "vs_first" in row:
                 diffs[name].append(row["vs_first"])
+            after_rl[name] += eval_rows(seeds[seed] / row["run"] / "eval_rl.jsonl", str(seed))
             curve = metric_curve(seeds[seed] / row["run"], metric)
             curves[name].append(curve)
             late[name].append(statistics.fmean(v for _, v in curve[-LAST:]))
@@ -88,8 +101,8 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
             left_out[name].append(statistics.fmean(v for _, v in skipped) if skipped else 0.0)
     first = names[0]
     lines = [f"| row | held-out pass@1, mean over {len(tables)} seeds (each) | vs {first}, paired: mean "
-             f"(each seed's 95% CI) | {metric}, last {LAST} steps | share of rows left out of the update, last {LAST} |",
-             "|---|---|---|---|---|"]
+             f"(each seed's 95% CI) | vs {first}, pooled over the seeds (95% CI) | {metric}, last {LAST} steps | "
+             f"share of rows left out of the update, last {LAST} |", "|---|---|---|---|---|---|"]
     for name in names:
         each = ", ".join(f"{100 * v:.1f}" for v in heldout[name])
         if diffs[name]:
@@ -98,7 +111,9 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
             versus = f"{points(statistics.fmean(d['mean_diff'] for d in diffs[name]))} ({cis})"
         else:
             versus = ""
-        lines.append(f"| {name} | {100 * statistics.fmean(heldout[name]):.1f}% ({each}) | {versus} | "
+        pooled = paired_change(after_rl[name], after_rl[first]) if diffs[name] else None
+        together = f"{points(pooled['mean_diff'])} [{points(pooled['ci_low'])}, {points(pooled['ci_high'])}]" if pooled else ""
+        lines.append(f"| {name} | {100 * statistics.fmean(heldout[name]):.1f}% ({each}) | {versus} | {together} | "
                      f"{statistics.fmean(late[name]):.4f} | {100 * statistics.fmean(left_out[name]):.0f}% |")
     lines.append(f"\nStart (the SFT checkpoint every row of a seed trains from): "
                  f"{', '.join(f'{100 * s:.1f}%' for s in starts)} held-out pass@1 for seeds "
@@ -109,7 +124,7 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
                      "that trains every row (docs/algorithms/entropy_control.md, Conventions).")
     text = "\n".join(lines)
     (out / "table.md").write_text(text + "\n")
-    draw(out, names, curves, heldout, metric)
+    draw(out, names, curves, heldout, metric, {n for n in names if statistics.fmean(left_out[n]) > 0})
     return text
 
 
@@ -120,7 +135,8 @@ def mean_curve(curves: list[list[tuple[int, float]]]) -> tuple[list[int], list[f
     return steps, [statistics.fmean(c[s] for c in by_seed) for s in steps]
 
 
-def draw(out: Path, names: list[str], curves: dict, heldout: dict, metric: str) -> None:
+def draw(out: Path, names: list[str], curves: dict, heldout: dict, metric: str, partial: set[str]) -> None:
+    """`partial`: rows whose update left rows out, so their metric averages the rows trained (dashed)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,7 +145,8 @@ def draw(out: Path, names: list[str], curves: dict, heldout: dict, metric: str) 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
     for name in names:
         steps, values = mean_curve(curves[name])
-        left.plot(steps, values, label=name, alpha=0.85)
+        label, style = (f"{name} (rows trained only)", "--") if name in partial else (name, "-")
+        left.plot(steps, values, style, label=label, alpha=0.85)
     left.set_xlabel("RL step")
     left.set_ylabel(f"{metric} (mean over seeds)")
     left.set_yscale("log")
