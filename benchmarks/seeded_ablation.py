@@ -95,8 +95,9 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
                 diffs[name].append(row["vs_first"])
             after_rl[name] += eval_rows(seeds[seed] / row["run"] / "eval_rl.jsonl", str(seed))
             curve = metric_curve(seeds[seed] / row["run"], metric)
-            curves[name].append(curve)
-            late[name].append(statistics.fmean(v for _, v in curve[-LAST:]))
+            if curve:  # a row that does not log the metric (reward_flat_groups/* only under GDPO) shows none
+                curves[name].append(curve)
+                late[name].append(statistics.fmean(v for _, v in curve[-LAST:]))
             skipped = metric_curve(seeds[seed] / row["run"], "skipped_rows")[-LAST:]
             left_out[name].append(statistics.fmean(v for _, v in skipped) if skipped else 0.0)
     first = names[0]
@@ -114,7 +115,8 @@ def report(out: Path, seeds: dict[int, Path], metric: str) -> str:
         pooled = paired_change(after_rl[name], after_rl[first]) if diffs[name] else None
         together = f"{points(pooled['mean_diff'])} [{points(pooled['ci_low'])}, {points(pooled['ci_high'])}]" if pooled else ""
         lines.append(f"| {name} | {100 * statistics.fmean(heldout[name]):.1f}% ({each}) | {versus} | {together} | "
-                     f"{statistics.fmean(late[name]):.4f} | {100 * statistics.fmean(left_out[name]):.0f}% |")
+                     f"{f'{statistics.fmean(late[name]):.4f}' if late[name] else '—'} | "
+                     f"{100 * statistics.fmean(left_out[name]):.0f}% |")
     lines.append(f"\nStart (the SFT checkpoint every row of a seed trains from): "
                  f"{', '.join(f'{100 * s:.1f}%' for s in starts)} held-out pass@1 for seeds "
                  f"{', '.join(str(s) for s in sorted(tables))}.")
@@ -143,7 +145,7 @@ def draw(out: Path, names: list[str], curves: dict, heldout: dict, metric: str, 
     import matplotlib.pyplot as plt
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [3, 2]})
-    for name in names:
+    for name in (n for n in names if curves[n]):
         steps, values = mean_curve(curves[name])
         label, style = (f"{name} (rows trained only)", "--") if name in partial else (name, "-")
         left.plot(steps, values, style, label=label, alpha=0.85)
