@@ -337,12 +337,12 @@ def test_a_lesson_quotes_the_docs_by_links_that_hold(lesson):
 # runs often land on the same value and CI; those are listed here, each with the runs that agree.
 WITH_CI = re.compile(r"[−+-]?\d+\.\d%? \[[−+-]?\d+\.\d, [−+-]?\d+\.\d\]")
 SEPARATE_RUNS = {
+    "−1.2 [−2.4, +0.0]": "entropy_control.md: Clip-Cov against none, seed 1; algorithms.md: PRIME without its process term, seed 1",
     "+1.2 [−1.2, +3.6]": "dpo.md: refreshing π_ref online; algorithms.md: the progressive build's group std",
     "+11.0 [+7.6, +14.4]": "recipes.md: Tülu 3's DPO stage; search.md: STaR (restart) against its start",
     "+9.6 [+6.2, +13.0]": "first-task.md: the products recipe's seed 2; search.md: /no_think's accuracy change",
     "5.0% [3.2, 7.0]": "first-task.md: chain_sum after 250 SFT steps; search.md: /think at budget 0",
     "11.8% [9.0, 14.6]": "recipes.md: four-stage R1 after its first GRPO stage; your-task.md: a curation row (20, 256)",
-    "58.0% [53.6, 62.2]": "first-task.md: chain_sum seed 1 after GRPO; search.md: /think at budget 24",
     "+3.6 [−0.2, +7.4]": "first-task.md: chain_sum seed 1's gain; your-task.md: the accuracy row of its table",
     "68.8% [64.6, 72.8]": "first-task.md: spell_backward seed 2 after its SFT; algorithms.md: the on_from_25 row",
     "26.2% [22.4, 30.0]": "first-task.md: spell_backward seed 1 after its SFT; preference.md: PPO without the KL term",
