@@ -27,7 +27,7 @@ from tests.test_pipeline import TINY, only_run_dir
 LEVEL2 = [*TINY, "--model.dim", "64", "--model.hidden_dim", "128", "--sft.num_examples", "600", "--sft.steps", "300",
           "--sft.batch_size", "32", "--sft.warmup_steps", "10", "--env.arithmetic.level", "2", "--env.cot", "false",
           "--rl.steps", "2"]
-LEVEL2_ENV = {"name": "arithmetic", "arithmetic": {"level": 2, "levels": ""},
+LEVEL2_ENV = {"name": "arithmetic", "arithmetic": {"level": 2, "levels": "", "words": 0.0},
               "arithmetic_think": {"level": 3, "think_mode": "fused", "budget_demos": 0.0},
               "reasoning_gym": {"pool_size": 10_000, "task_config": "", "worked_steps": False},
               "tool_arithmetic": {"tool_demos": 1.0, "step_cost": 0.0, "malformed_penalty": 0.0, "thinking": "keep_all"},
@@ -106,7 +106,7 @@ def test_explicit_env_flags_win_with_one_warning_naming_both(level2_run, tmp_pat
     assert warnings == ["warning: the checkpoint was trained on env.arithmetic.level=2; scoring on env.arithmetic.level=3 as asked"]
     meta, summary, rows = evaluated(tmp_path)
     # level 3, the flag's; cot false, still the checkpoint's (only the flags given replace its settings)
-    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "arithmetic": {"level": 3, "levels": ""}},
+    assert meta["task"] == {"source": "flags", "env": {**LEVEL2_ENV, "arithmetic": {"level": 3, "levels": "", "words": 0.0}},
                             "trained_on": LEVEL2_ENV}
     assert meta["spec_version"] == "final_int/strict-v1"
     assert all(n_terms(r["prompt"]) == 5 and r["meta"]["level"] == 3 for r in rows)
