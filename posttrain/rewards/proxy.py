@@ -17,7 +17,7 @@ from typing import Callable, Sequence
 from posttrain.models import load_tokenizer
 from posttrain.rewards.ensemble import RewardEnsemble
 from posttrain.rewards.equivalence_judge import CHECKER_NAME, EquivalenceChecker
-from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model
+from posttrain.rewards.reward_model import RewardModelScorer, load_reward_model, reward_model_info
 from posttrain.types import Example
 from posttrain.rewards.stack import Scored
 
@@ -61,10 +61,10 @@ def load_reward_scorer(paths: Sequence[str | Path], ensemble: str = "mean",
     two-stage answer check (rewards/equivalence_judge.py): the rule, and its judge where the
     rule cannot parse."""
     members = []
+    if len(paths) == 1 and reward_model_info(paths[0]).get("checker") == CHECKER_NAME:
+        return EquivalenceChecker.load(paths[0])  # it loads its judge itself: read the info, not the weights, first
     for directory in paths:
-        model, info = load_reward_model(directory)
-        if info.get("checker") == CHECKER_NAME and len(paths) == 1:
-            return EquivalenceChecker.load(directory)
+        model, _ = load_reward_model(directory)
         try:
             tokenizer = load_tokenizer(Path(directory))
         except FileNotFoundError:  # saved without its tokenizer: gpt_mini's characters

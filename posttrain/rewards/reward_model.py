@@ -218,18 +218,25 @@ def check_reward_model_dir(directory: str | Path) -> None:
                          "(a policy checkpoint has no reward head)")
 
 
+def reward_model_info(directory: str | Path) -> dict:
+    """The info dict saved with a reward model (how it was trained, what it is for), read
+    without loading its weights."""
+    check_reward_model_dir(directory)
+    return json.loads((Path(directory) / INFO_FILE).read_text())
+
+
 def load_reward_model(directory: str | Path) -> tuple[RewardModel, dict]:
     """(model in eval mode, the info dict saved with it). The body loads as what it was
     saved from: a GPTMini, or a transformers model (models.load_checkpoint_model)."""
 
-    check_reward_model_dir(directory)
+    info = reward_model_info(directory)
     directory = Path(directory)
     head = torch.load(directory / HEAD_FILE, weights_only=True, map_location="cpu")  # a GPU-trained head too
     model = RewardModel(load_checkpoint_model(directory), head.get("pooling", "last"))  # older files: last
     with torch.no_grad():
         model.head.weight.copy_(head["weight"])
         model.head.bias.copy_(head["bias"])
-    return model.eval(), json.loads((directory / INFO_FILE).read_text())
+    return model.eval(), info
 
 
 # --------------------------------------------------------------------------------------
