@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from pooled_gain import rows as eval_rows  # this directory: the script's own, first on sys.path
 from posttrain.eval.comparison import paired_change
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,13 +64,6 @@ def row_name(row: dict) -> str:
 def metric_curve(directory: Path, metric: str) -> list[tuple[int, float]]:
     rows = (json.loads(line) for line in (directory / "metrics.jsonl").read_text().splitlines() if line.strip())
     return [(r["step"], float(r[metric])) for r in rows if r.get("stage") == "rl" and metric in r]
-
-
-def eval_rows(path: Path, seed: str) -> list[dict]:
-    """An eval file's rows, each id prefixed with its seed so that the seeds pool apart
-    (each (seed, problem) one pair of the paired bootstrap, as benchmarks/pooled_gain.py pools)."""
-    found = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return [{**row, "id": f"{seed}:{row['id']}"} for row in found]
 
 
 def points(value: float) -> str:
