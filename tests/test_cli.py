@@ -15,7 +15,7 @@ from posttrain.algorithms import ALGORITHMS
 from posttrain.algorithms.preference import PREFERENCE_LOSSES
 from posttrain.cli import main
 from posttrain.cli.training import train_config
-from posttrain.config.commands import SystemsConfig
+from posttrain.config.commands import EquivalenceConfig, SystemsConfig
 from posttrain.config import ConfigError, TrainConfig
 from posttrain.config.files import to_dict
 from posttrain.pipelines.build import make_algorithm
@@ -67,7 +67,8 @@ def help_of(capsys, command: str, *flags: str) -> str:
 
 @pytest.mark.parametrize("command, cls", [("train", TrainConfig), ("run", TrainConfig), ("compare", TrainConfig),
                                           ("rlhf", TrainConfig), ("eval", EvalConfig), ("bon", BonConfig),
-                                          ("systems", SystemsConfig), ("winrate", WinrateConfig)])
+                                          ("systems", SystemsConfig), ("winrate", WinrateConfig),
+                                          ("equivalence", EquivalenceConfig)])
 def test_help_shows_every_setting_with_its_reason(capsys, command, cls):
     # --help-all: a training command's --help shows the chosen algorithm's and environment's (below)
     entries = help_entries(help_of(capsys, command, "--help-all"))

@@ -154,30 +154,33 @@ def test_a_tiny_judge_beats_chance_on_heldout_rows_and_loads_as_rl_rm_path(tmp_p
     assert checker.score(example(), "Final: 42 cats")["details"]["source"] == "judge"
 
 
-def test_the_command_answers_help_and_refuses_bad_values_before_torch_loads():
+def test_the_command_answers_help_and_refuses_bad_values_before_torch_loads(tmp_path):
     import json
     import os
     import subprocess
     import sys
 
+    settings = tmp_path / "judge.toml"
+    settings.write_text("pairs = 200\nthreshold = 0.0\n")  # --config is read as the training commands read it
     code = ("import contextlib, io, json, sys\n"
             "from posttrain.cli import main\n"
             "answers = []\n"
             "for argv in (['equivalence', '--help'], ['equivalence', '--steps', '0'],"
-            " ['equivalence', '--threshold', '1.5']):\n"
+            " ['equivalence', '--threshold', '1.5'], ['equivalence', '--config', sys.argv[1]]):\n"
             "    out, err = io.StringIO(), io.StringIO()\n"
             "    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):\n"
             "        status = main(argv)\n"
             "    answers.append([status, out.getvalue() + err.getvalue(), 'torch' in sys.modules])\n"
             "print(json.dumps(answers))\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+    done = subprocess.run([sys.executable, "-c", code, str(settings)], capture_output=True, text=True, check=True,
                           env={**os.environ, "COLUMNS": "200"})
-    (help_status, help_text, _), (steps_status, steps_error, _), (threshold_status, threshold_error, _) = \
-        answers = json.loads(done.stdout)
-    assert [torch_loaded for *_, torch_loaded in answers] == [False, False, False]
+    (help_status, help_text, _), (steps_status, steps_error, _), (threshold_status, threshold_error, _), \
+        (file_status, file_error, _) = answers = json.loads(done.stdout)
+    assert [torch_loaded for *_, torch_loaded in answers] == [False, False, False, False]
     assert help_status == 0 and "usage: posttrain equivalence" in help_text and "--threshold" in help_text
-    assert steps_status == 2 and "--steps=0 is not allowed: expected a positive integer" in steps_error
-    assert threshold_status == 2 and "--threshold=1.5 is not allowed" in threshold_error
+    assert steps_status == 2 and "steps=0 is not allowed: expected a positive integer" in steps_error
+    assert threshold_status == 2 and "threshold=1.5 is not allowed" in threshold_error
+    assert file_status == 2 and "threshold=0.0 is not allowed" in file_error
 
 
 def test_kimis_equivalence_variant_is_a_command_in_its_header_that_passes_the_dry_run(tmp_path, capsys):

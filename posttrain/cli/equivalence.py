@@ -12,41 +12,15 @@ training; the command counts and prints the overlap, which is 0 by construction.
 
 from __future__ import annotations
 
-import argparse
 import time
 from typing import TYPE_CHECKING, Sequence
+
+from posttrain.cli.flags import parse_settings, use_threads
+from posttrain.config.commands import EquivalenceConfig
 
 if TYPE_CHECKING:  # the names only: importing them loads torch, which --help must not wait for
     from posttrain.rewards.equivalence_judge import EquivalenceChecker
     from posttrain.verifiers.answer_forms import AnswerPair
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="posttrain equivalence",
-        description="Train a small classifier that judges whether a final answer states the reference integer "
-                    "(Kimi k1.5's equivalence reward model, at toy scale), and measure the rule alone, the "
-                    "classifier alone and rule-then-classifier on held-out rows: accuracy, false positives (wrong "
-                    "answers paid) and false negatives, with 95% bootstrap CIs.")
-    parser.add_argument("--out", default="runs/equivalence_judge",
-                        help="the directory the judge is written to (replaced if it exists); pass it as --rl.rm.path")
-    parser.add_argument("--pairs", type=int, default=16_000,
-                        help="generated training rows, half right; 16,000 at 2,000 steps of 64 is 8 passes, about "
-                             "90 s on one thread of the 2-core EPYC this was measured on")
-    parser.add_argument("--heldout", type=int, default=2_000,
-                        help="held-out rows, on references training never sees; 2,000 gives CIs of about ±2 points on "
-                             "accuracy")
-    parser.add_argument("--steps", type=int, default=2_000, help="optimizer steps of 64 rows")
-    parser.add_argument("--lr", type=float, default=2e-3,
-                        help="constant AdamW learning rate for the body trained from scratch")
-    parser.add_argument("--threshold", type=float, default=0.5,
-                        help="the judge's probability at which an unparsed answer is paid (higher: fewer wrong "
-                             "answers paid, more right ones missed)")
-    parser.add_argument("--seed", type=int, default=0, help="seeds the training rows, the body and the batch order; "
-                                                             "held-out rows are drawn from seed + 1")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="torch intra-op threads (0 = torch's default; 1 on a shared machine)")
-    return parser
 
 
 def measure(checker: EquivalenceChecker, pairs: Sequence[AnswerPair], seed: int = 0) -> dict[str, dict]:
@@ -99,13 +73,9 @@ def table(measured: dict[str, dict]) -> str:
 
 
 def cmd_equivalence(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
-    for name in ("pairs", "heldout", "steps"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name}={getattr(args, name)} is not allowed: expected a positive integer")
-    if not 0.0 < args.threshold < 1.0:
-        raise ValueError(f"--threshold={args.threshold} is not allowed: expected a probability strictly between 0 "
-                         "and 1 (0.5 = the judge's own decision)")
+    cfg = parse_settings(EquivalenceConfig, argv, "posttrain equivalence",
+                          "Kimi k1.5's answer-equivalence judge at toy scale, trained and measured")
+    use_threads(cfg.threads)
     # imported here for start-up time: the judge loads torch
     import torch
 
@@ -115,27 +85,25 @@ def cmd_equivalence(argv: list[str]) -> int:
     from posttrain.rewards.process_reward_model import StepRewardScorer
     from posttrain.verifiers.answer_forms import equivalence_pairs
 
-    if args.threads:
-        torch.set_num_threads(args.threads)
     tokenizer = CharTokenizer()
-    train_rows = equivalence_pairs(args.pairs, args.seed)
-    heldout_rows = equivalence_pairs(args.heldout, args.seed + 1, split="heldout")
+    train_rows = equivalence_pairs(cfg.pairs, cfg.seed)
+    heldout_rows = equivalence_pairs(cfg.heldout, cfg.seed + 1, split="heldout")
     seen = {(p.line, p.reference) for p in train_rows}
     started = time.perf_counter()
-    model, history = train_equivalence_judge(train_rows, steps=args.steps, lr=args.lr, seed=args.seed,
+    model, history = train_equivalence_judge(train_rows, steps=cfg.steps, lr=cfg.lr, seed=cfg.seed,
                                              tokenizer=tokenizer)
     seconds = time.perf_counter() - started
-    checker = EquivalenceChecker(StepRewardScorer(model, tokenizer, "orm", "newline"), args.threshold)
-    measured = measure(checker, heldout_rows, args.seed)
-    info = {"measured": measured, "train_rows": args.pairs, "heldout_rows": args.heldout,
+    checker = EquivalenceChecker(StepRewardScorer(model, tokenizer, "orm", "newline"), cfg.threshold)
+    measured = measure(checker, heldout_rows, cfg.seed)
+    info = {"measured": measured, "train_rows": cfg.pairs, "heldout_rows": cfg.heldout,
             "heldout_rows_also_in_training": sum((p.line, p.reference) in seen for p in heldout_rows),
-            "steps": args.steps, "lr": args.lr, "seed": args.seed, "threshold": args.threshold,
+            "steps": cfg.steps, "lr": cfg.lr, "seed": cfg.seed, "threshold": cfg.threshold,
             "train_seconds": round(seconds, 1), "threads": torch.get_num_threads(),
             "final_train_loss": history[-1]["loss"]}
-    out = save_equivalence_judge(model, args.out, tokenizer, info)
+    out = save_equivalence_judge(model, cfg.out, tokenizer, info)
     print(table(measured))
-    print(f"\n{info['heldout_rows_also_in_training']} of {args.heldout} held-out rows also occur in training; "
-          f"trained {args.steps} steps in {seconds:.0f} s on {info['threads']} thread(s), one seed ({args.seed})")
+    print(f"\n{info['heldout_rows_also_in_training']} of {cfg.heldout} held-out rows also occur in training; "
+          f"trained {cfg.steps} steps in {seconds:.0f} s on {info['threads']} thread(s), one seed ({cfg.seed})")
     print(f"judge written to {out} (measured numbers in {out}/reward_model.json); train a policy on it: "
           f"--rl.rm.path {out}")
     return 0

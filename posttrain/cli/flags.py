@@ -177,12 +177,22 @@ def use_threads(threads: int) -> None:
     apply(threads)
 
 
-def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
-    """A command's settings that are not a TrainConfig (eval, bon, search, verify, prm, ...)
-    from defaults < --config < flags, checked. Their --help shows every setting, as
-    --help-all does."""
+def parse_settings(cls: type, argv: list[str], prog: str, summary: str) -> Any:
+    """A command's settings from defaults < --config < flags, their types and values checked
+    (cfg.validate()): for a command that makes no run directory and needs no library check
+    (systems, equivalence). Its --help shows every setting, as --help-all does."""
     refuse_moved_flags(argv)
     argv = ["--help" if token in HELP_ALL else token for token in argv]
     base, _ = from_file(cls, argv)
     fields = [config_flag(), ("settings", Annotated[cls, tyro.conf.arg(name="")], base)]
-    return checked(parse_flags(argv, prog, description(summary), fields).settings)
+    cfg = parse_flags(argv, prog, description(summary), fields).settings
+    check_types(cfg)
+    cfg.validate()
+    return cfg
+
+
+def parse_simple(cls: type, argv: list[str], prog: str, summary: str) -> Any:
+    """A command's settings that are not a TrainConfig (eval, bon, search, verify, prm, ...)
+    from defaults < --config < flags, checked (parse_settings, then the names and files only
+    the library knows, and where the run directory goes)."""
+    return checked(parse_settings(cls, argv, prog, summary))

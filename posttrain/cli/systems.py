@@ -11,14 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Annotated
 
-import tyro
-
-from posttrain.cli.flags import config_flag, description, from_file, parse_flags
-from posttrain.cli.help_view import HELP_ALL
+from posttrain.cli.flags import parse_settings
 from posttrain.config.commands import SystemsConfig
-from posttrain.config.type_checks import check_types
 from posttrain.systems.hardware import GB, Cluster, device_named, measure_cpu
 from posttrain.systems.plan import JobSettings, plan, render_plan
 from posttrain.systems.shapes import dtype_bytes, load_shape
@@ -30,15 +25,7 @@ SUMMARY = ("does a model fit on a cluster for an RL job, and where will a step's
 
 
 def parse(argv: list[str]) -> SystemsConfig:
-    """defaults < --config FILE < flags, checked. (Not cli.flags.parse_simple: that one also
-    checks where a run directory would go, and this command makes none.)"""
-    argv = ["--help" if token in HELP_ALL else token for token in argv]  # every setting shows either way
-    base, _ = from_file(SystemsConfig, argv)
-    fields = [config_flag(), ("settings", Annotated[SystemsConfig, tyro.conf.arg(name="")], base)]
-    cfg = parse_flags(argv, "posttrain systems", description(SUMMARY), fields).settings
-    check_types(cfg)
-    cfg.validate()
-    return cfg
+    return parse_settings(SystemsConfig, argv, "posttrain systems", SUMMARY)
 
 
 def cluster_of(cfg: SystemsConfig) -> Cluster:
