@@ -58,6 +58,7 @@ bench: $(STAMP) $(BENCH_STAMP)
 	cd benchmarks && ../$(BIN)/python int8_sampling.py
 	cd benchmarks && ../$(BIN)/python dtype_step.py
 	cd benchmarks && ../$(BIN)/python compile_step.py
+	cd benchmarks && ../$(BIN)/python gradient_checkpointing.py
 	cd benchmarks && ../$(BIN)/python padding_bound.py
 	cd benchmarks && ../$(BENCH_VENV)/bin/python grpo_vs_trl.py
 	$(BIN)/python benchmarks/topology.py

@@ -29,6 +29,10 @@ class ModelConfig:
     lora_r: int = 0
     lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r, the common choice
     system_prompt: str = ""  # instruct models: replaces the chat template's default system turn; "" keeps it
+    # recompute each transformer block's activations in backward instead of keeping them: less
+    # activation memory for about one more forward pass per step, the same gradients; off because
+    # at gpt_mini's size memory is never the limit and the recompute only costs time (BENCHMARKS.md)
+    gradient_checkpointing: bool = False
 
     def validate(self, prefix: str = "model") -> None:
         check_positive(self, prefix, "dim", "n_layer", "n_head", "hidden_dim", "max_seq_len")

@@ -29,6 +29,11 @@ parse goes on after it. The environment decides what one costs (posttrain/envs/t
 an error observation the model can react to, or the episode ends with reward 0).
 
 Cost: one left-to-right scan with str.find, linear in the text, whatever it holds.
+
+Chat-API messages (bottom of the file): an OpenAI-compatible assistant message, as DeepSeek's
+API and vLLM's server return one (reasoning and tool calls as fields), maps onto this text and
+back (`turn_from_chat_message`, `chat_message_from_turn`), and the API's role-"tool" messages
+onto the observation the environment writes (`observation_from_tool_messages` and back).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from posttrain.envs.tools import ToolCall, ToolRegistry, check_arguments
-from posttrain.verifiers.think_tags import split_thinking
+from posttrain.verifiers.think_tags import THINK_CLOSE, THINK_OPEN, split_thinking
 
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 CALL_FORMATS = ("json", "compact")
@@ -206,3 +211,120 @@ def render_call(call: ToolCall, call_format: str) -> str:
         return f"{CALL_OPEN}{call.name}: {value}{CALL_CLOSE}"
     payload: dict[str, Any] = {"name": call.name, "arguments": call.arguments}
     return f"{CALL_OPEN}\n{json.dumps(payload)}\n{CALL_CLOSE}"
+
+
+# ---- OpenAI-compatible chat messages: DeepSeek's API, vLLM's server --------------------------
+#
+# DeepSeek's chat API in thinking mode, and vLLM's OpenAI-compatible server started with a tool
+# parser (--enable-auto-tool-choice --tool-call-parser NAME) and a reasoning parser
+# (--reasoning-parser NAME), return an assistant turn as fields, not text:
+#
+#     {"role": "assistant", "reasoning_content": "...", "content": "" (or null),
+#      "tool_calls": [{"id": "call_0", "type": "function",
+#                      "function": {"name": "calculator", "arguments": "{\"expression\": \"347*829\"}"}}]}
+#
+# `arguments` is a JSON object written as a string. Newer vLLM releases call the reasoning field
+# `reasoning` (renamed from `reasoning_content`, as its 0.11.2 documentation notes); both are read. A tool's result goes back
+# as one message per call: {"role": "tool", "tool_call_id": "call_0", "content": "287663"}.
+# The functions below map these onto the loop's text (<think>, <tool_call> in the json format,
+# <tool_result>) and back. Bad input is a ValueError naming the field: unlike a model's text, a
+# message is a caller's data, and a wrong one is the caller's bug.
+
+RESULT_OPEN, RESULT_CLOSE = "<tool_result>", "</tool_result>"
+REASONING_FIELDS = ("reasoning_content", "reasoning")  # DeepSeek and older vLLM; newer vLLM
+
+
+def turn_from_chat_message(message: dict[str, Any]) -> str:
+    """An API's assistant message -> the loop's text of that turn: its reasoning as a
+    <think> block, its content, then each tool call in the json format, in order."""
+    if not isinstance(message, dict) or message.get("role") != "assistant":
+        raise ValueError(f"expected an assistant message (a dict with role 'assistant'), got {str(message)[:100]!r}")
+    given = {key: message[key] for key in REASONING_FIELDS if message.get(key)}
+    if len(set(given.values())) > 1:
+        raise ValueError(f"the message has both {' and '.join(given)}, and they differ: which is the reasoning?")
+    reasoning, content = next(iter(given.values()), ""), message.get("content") or ""
+    for key, value in (("reasoning", reasoning), ("content", content)):
+        if not isinstance(value, str):
+            raise ValueError(f"the message's {key} is {type(value).__name__}, not text")
+    calls = [render_call(call_from_api(entry, i), "json") for i, entry in enumerate(message.get("tool_calls") or [])]
+    think = f"{THINK_OPEN}{reasoning}{THINK_CLOSE}\n" if reasoning else ""
+    return think + content + "".join(f"\n{call}" if content or i else call for i, call in enumerate(calls))
+
+
+def call_from_api(entry: Any, index: int) -> ToolCall:
+    """One tool_calls[index] entry -> ToolCall, with its arguments string parsed."""
+    where = f"tool_calls[{index}]"
+    function = entry.get("function") if isinstance(entry, dict) else None
+    if not isinstance(function, dict):
+        raise ValueError(f"{where} has no 'function' object: expected {{'id', 'type': 'function', "
+                         f"'function': {{'name', 'arguments'}}}}, got {str(entry)[:100]!r}")
+    name, arguments = function.get("name"), function.get("arguments")
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"{where}.function has no 'name' string (got {name!r})")
+    if not isinstance(arguments, str):
+        raise ValueError(f"{where}.function.arguments must be a JSON object written as a string, as the API "
+                         f"sends it; got {type(arguments).__name__}")
+    try:
+        parsed = json.loads(arguments or "{}")  # a call without arguments may send ""
+    except (json.JSONDecodeError, RecursionError) as error:
+        raise ValueError(f"{where}.function.arguments is not valid JSON ({str(error)[:80]}): {arguments[:100]!r}") from None
+    if not isinstance(parsed, dict):
+        raise ValueError(f"{where}.function.arguments is JSON but not an object: {arguments[:100]!r}")
+    return ToolCall(name, parsed)
+
+
+def chat_message_from_turn(text: str, registry: ToolRegistry, call_ids: list[str]) -> dict[str, Any]:
+    """The loop's text of a model turn -> the API's assistant message (json-format calls, each
+    given its id from call_ids). A malformed call is a ValueError: the API has no way to say one."""
+    parsed = parse_turn(text, registry, "json")
+    if parsed.malformed:
+        first = parsed.malformed[0]
+        raise ValueError(f"the turn has a malformed call ({first.reason}: {first.message}), which no message can hold")
+    if len(call_ids) != len(parsed.calls):
+        raise ValueError(f"{len(parsed.calls)} calls in the turn but {len(call_ids)} call ids")
+    message: dict[str, Any] = {"role": "assistant", "content": parsed.answer or None}
+    if parsed.thinking:
+        message["reasoning_content"] = "".join(parsed.thinking)
+    if parsed.calls:
+        message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
+            "name": call.name, "arguments": json.dumps(call.arguments)}} for call_id, call in zip(call_ids, parsed.calls)]
+    return message
+
+
+def observation_from_tool_messages(messages: list[dict[str, Any]], call_ids: list[str]) -> str:
+    """The API's tool messages answering one assistant turn -> the loop's observation: one
+    <tool_result> per call, in the order of call_ids (the assistant message's tool_calls)."""
+    by_id = {}
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") != "tool":
+            raise ValueError(f"messages[{i}] is not a tool message (role 'tool'): {str(message)[:100]!r}")
+        call_id, content = message.get("tool_call_id"), message.get("content")
+        if not isinstance(call_id, str) or not call_id:
+            raise ValueError(f"messages[{i}] has no 'tool_call_id' string: which call does it answer?")
+        if not isinstance(content, str):
+            raise ValueError(f"messages[{i}] (tool_call_id {call_id!r}) has content of type "
+                             f"{type(content).__name__}; a tool's result is text")
+        by_id[call_id] = content
+    missing, unknown = [c for c in call_ids if c not in by_id], sorted(set(by_id) - set(call_ids))
+    if missing or unknown:
+        raise ValueError(f"the tool messages do not answer the calls: no result for {missing}, "
+                         f"results for calls never made {unknown}")
+    return "".join(f"{RESULT_OPEN}{by_id[call_id]}{RESULT_CLOSE}\n" for call_id in call_ids)
+
+
+def tool_messages_from_observation(observation: str, call_ids: list[str]) -> list[dict[str, Any]]:
+    """The loop's observation -> one API tool message per <tool_result>, paired with call_ids in
+    order. An observation holding a <tool_error> (a failed or malformed call) is refused: the
+    API has no error flag, and passing the error as a result would blur the two."""
+    results, position = [], 0
+    while (start := observation.find(RESULT_OPEN, position)) >= 0:
+        end = observation.find(RESULT_CLOSE, start)
+        if end < 0:
+            raise ValueError(f"a {RESULT_OPEN} without {RESULT_CLOSE} in the observation")
+        results.append(observation[start + len(RESULT_OPEN):end])
+        position = end + len(RESULT_CLOSE)
+    if "<tool_error>" in observation:
+        raise ValueError("the observation holds a <tool_error>, which a tool message cannot mark as an error")
+    if len(results) != len(call_ids):
+        raise ValueError(f"{len(results)} results in the observation but {len(call_ids)} call ids")
+    return [{"role": "tool", "tool_call_id": call_id, "content": result} for call_id, result in zip(call_ids, results)]

@@ -68,7 +68,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from posttrain.envs.tool_calls import CALL_FORMATS, MalformedCall, parse_turn
+from posttrain.envs.tool_calls import CALL_FORMATS, RESULT_CLOSE, RESULT_OPEN, MalformedCall, parse_turn
 from posttrain.envs.tools import Tool, ToolRegistry, ToolResult
 from posttrain.rewards.agentic import AgenticReward
 from posttrain.roles.thinking import check_thinking_policy
@@ -183,7 +183,7 @@ class ToolEnvironment:
         """The observation of one call. A chat model expects its template's tool turn
         around it; the agent loop, which knows the template, can add that."""
         if result.ok:
-            return f"<tool_result>{result.output}</tool_result>\n"
+            return f"{RESULT_OPEN}{result.output}{RESULT_CLOSE}\n"
         return f"<tool_error>{result.name}: {result.error}</tool_error>\n"
 
     def format_error(self, malformed: MalformedCall) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from posttrain.config import ModelConfig
 from posttrain.types import Tokenizer
@@ -28,6 +28,9 @@ from .tokenizer import CharTokenizer
 
 if TYPE_CHECKING:  # for annotations only: models/hf.py is imported where a transformers policy is loaded
     from .hf import HFPolicy
+
+# with_settings hands back what it was given, GPTMini or HFPolicy
+P = TypeVar("P", GPTMini, "HFPolicy")
 
 __all__ = ["MODELS", "CharTokenizer", "CheckpointMismatchError", "GPTMini", "GPTMiniConfig", "KVCache",
            "build_model", "is_pretrained", "is_transformers_policy", "load_checkpoint_model", "load_tokenizer", "make_policy",
@@ -65,11 +68,20 @@ def make_policy(model_cfg: ModelConfig) -> tuple[GPTMini | HFPolicy, Tokenizer]:
     """(policy, tokenizer): a freshly initialised gpt_mini (seed torch first), or a
     pretrained transformers model loaded offline."""
     if not is_pretrained(model_cfg):
-        tokenizer = CharTokenizer()
-        return build_model(model_cfg, tokenizer), tokenizer
+        chars = CharTokenizer()
+        return with_settings(build_model(model_cfg, chars), model_cfg), chars
     from .hf import HFPolicy
 
-    return HFPolicy.load(model_cfg.name, model_cfg.system_prompt)
+    policy, tokenizer = HFPolicy.load(model_cfg.name, model_cfg.system_prompt)
+    return with_settings(policy, model_cfg), tokenizer
+
+
+def with_settings(policy: P, model_cfg: ModelConfig) -> P:
+    """`policy` with model_cfg's training switches on (model.gradient_checkpointing), whether
+    built here or loaded from a checkpoint: they are how it trains, not what it is."""
+    if model_cfg.gradient_checkpointing:
+        policy.gradient_checkpointing_enable()
+    return policy
 
 
 def save_checkpoint_model(model: SavablePolicy, tokenizer: Tokenizer, directory: Path) -> None:
@@ -98,13 +110,14 @@ def load_checkpoint_model(directory: Path, expected=None) -> GPTMini | HFPolicy:
     the differing fields. A checkpoint written from a transformers policy loads as one."""
     from .hf import HFPolicy, HFPolicyConfig
 
+    settings = expected if isinstance(expected, ModelConfig) else ModelConfig()  # a shape alone: no switches
     if isinstance(expected, HFPolicyConfig) or _is_transformers_checkpoint(directory):
-        return HFPolicy.from_pretrained(directory)
+        return with_settings(HFPolicy.from_pretrained(directory), settings)
     if expected is not None and not isinstance(expected, GPTMiniConfig):
         if is_pretrained(expected):
             raise ValueError(f"{directory} is a gpt_mini checkpoint, but model.name={expected.name!r}")
         expected = gpt_mini_config(expected)
-    return GPTMini.from_pretrained(directory, expected_config=expected)
+    return with_settings(GPTMini.from_pretrained(directory, expected_config=expected), settings)
 
 
 def load_tokenizer(directory: str | Path, model_cfg: ModelConfig | None = None) -> Tokenizer:

