@@ -1,6 +1,7 @@
 """The measurement track (docs/course/): every milestone page is there and linked, every link
 resolves, every command, demo, exercise, pack and spec it names exists, the taxonomy is the
-kata's, the oral exam answers its six questions, and the scorer-test template passes."""
+kata's, the oral exam answers its six questions, the reading list gives each reading its arXiv
+id, and the scorer-test template passes."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ def test_the_measuring_guide_links_the_track():
 
 def test_the_index_links_every_milestone_and_page():
     index = text_of("README.md")
-    for name in MILESTONES + ["MEASUREMENT_RULES.md", "failure_taxonomy.md", "oral_exam.md"]:
+    for name in MILESTONES + ["MEASUREMENT_RULES.md", "failure_taxonomy.md", "oral_exam.md", "reading.md"]:
         assert f"]({name})" in index, name
     for template in sorted((COURSE / "templates").iterdir()):
         assert f"](templates/{template.name})" in index, template.name
@@ -105,3 +106,20 @@ def test_the_scorer_test_template_passes_as_shipped(tmp_path):
                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "12 passed" in run.stdout
+
+
+READINGS = {"Schulman": "1707.06347", "Christiano": "1706.03741", "Stiennon": "2009.01325", "Ouyang": "2203.02155",
+            "Gao": "2210.10760", "Rafailov": "2305.18290", "Ethayarajh": "2402.01306", "Yuan": "2401.10020",
+            "Lightman": "2305.20050", "Zelikman": "2203.14465", "DeepSeekMath": "2402.03300"}
+
+
+def test_the_reading_list_gives_each_of_the_seeds_readings_its_id_and_the_minimal_reading():
+    page = text_of("reading.md")
+    rows = [line for line in page.splitlines() if line.startswith("| ") and "arxiv.org/abs/" in line]
+    assert len(rows) == len(READINGS)
+    for author, arxiv_id in READINGS.items():
+        [row] = [line for line in rows if author in line]
+        assert f"[{arxiv_id}](https://arxiv.org/abs/{arxiv_id})" in row, author
+    assert "<https://huggingface.co/docs/trl>" in page  # the one reading that is documentation, not a paper
+    for minimal in ("](README.md)", "verifiers/contract.py)", "](MEASUREMENT_RULES.md)", "data/packs/README.md)"):
+        assert minimal in page.split("## The papers")[0], minimal

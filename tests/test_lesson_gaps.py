@@ -198,6 +198,8 @@ def test_the_published_catalogue_holds_the_seeds_six_on_five_axes():
         "data", "algorithm", "reward"}
     assert "not disclosed" in o_series["data"]["known"] and "2412.16339" in o_series["source"]
     assert "13k" in papers["InstructGPT"]["data"]["known"] and "GRPO" in papers["Qwen2.5"]["algorithm"]["known"]
+    # R1's distillation outcome (arXiv:2501.12948, Tables 5 and 6): distilled 32B against RL on the same base
+    assert "72.6%" in papers["DeepSeek-R1"]["scale"]["known"] and "47.0%" in papers["DeepSeek-R1"]["scale"]["known"]
 
 
 def test_lesson_23_shows_the_catalogue_and_marks_the_panels_recipe(restore_threads):  # noqa: F811
