@@ -209,6 +209,63 @@ def _(K, baseline, best_arm, lr, mo, probs_true, reinforce_step, torch):
 
 
 @app.cell
+def _(K, best_arm, lr, mo, probs_true, torch):
+    from posttrain.teach.demos.bandit import FORMAT_PROBS, flipped_probs, paid_for, reward_noise_table, run_learners
+
+    # Rewards flipped at rate ε: the exact gradient statistics at the uniform policy, and 300
+    # learners × 60 steps trained on the flipped rewards (seed 0, as the ablation above).
+    flips = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
+    noise_rows = reward_noise_table(torch.zeros(1, K), probs_true, flips)
+    noisy_p_best = [float(run_learners(flipped_probs(probs_true, e), 300, 60, lr, "running_mean", 0.9, 0)
+                          ["p_best"][-1]) for e in flips]
+    # The format reward: paid when the answer is written as asked, whatever the answer.
+    format_probs = torch.tensor(FORMAT_PROBS)
+    format_curves = paid_for(format_probs, probs_true, 300, 60, lr, seed=0)
+    answer_curves = paid_for(probs_true, probs_true, 300, 60, lr, seed=0)
+    _need = ["never" if r["grad_ratio"] < 1e-6 else f"{noise_rows[0]['snr'] / r['snr']:.1f}×" for r in noise_rows]
+    _noise = "".join(
+        f"| {r['flip']:.1f} | {r['grad_norm']:.4f} | {r['grad_ratio']:.2f} | {1 - 2 * r['flip']:.2f} | "
+        f"{r['variance']:.3f} | {r['snr']:.4f} | {need} | {pb:.2f} |\n"
+        for r, need, pb in zip(noise_rows, _need, noisy_p_best))
+    _steps = [0, 9, 29, 59]
+    _format = "".join(
+        f"| {t + 1} | {format_curves['reward'][t]:.2f} | {format_curves['accuracy'][t]:.2f} | "
+        f"{answer_curves['accuracy'][t]:.2f} |\n" for t in _steps)
+    mo.md(
+        f"""
+    ## When the reward lies
+
+    **Noise.** Suppose the verifier flips each 0/1 reward with probability ε: a mislabelled answer,
+    a grader that misreads. An arm that pays with probability p now pays with probability
+    ε + (1 − 2ε)p. The ε is added to every arm, and the baseline cancels it. The gaps between
+    arms, which are all the gradient can see, shrink by a factor of 1 − 2ε. The variance of one
+    sample stays near p(1 − p), because a flipped coin is still a coin.
+
+    | ε | ‖expected gradient‖ | ratio to ε = 0 | 1 − 2ε | variance | signal-to-noise | samples for the clean signal | π(best) after 60 steps |
+    |---:|---:|---:|---:|---:|---:|---:|---:|
+    {_noise}
+    The signal shrinks and the noise does not, so signal-to-noise falls by (1 − 2ε)², a little
+    more as the variance creeps up. At ε = 0.2 a learner needs {_need[2]} the samples for the same
+    signal, and at ε = 0.5 the reward is a coin that ignores the action: no amount of data helps. The last column trains on the flipped
+    rewards (the best arm is arm {best_arm}; π(best) starts at {1 / K:.2f}).
+
+    **A reward for the format.** Read the arms as answer styles, each writing the asked-for
+    format ("Final: n") with its own probability {list(FORMAT_PROBS)}. Arm 2 always writes it and is
+    right {probs_true[2]:.0%} of the time. Pay for the format alone, whatever the answer, and
+    train the same learners:
+
+    | step | paid for the format: reward | paid for the format: accuracy | paid for the answer: reward = accuracy |
+    |---:|---:|---:|---:|
+    {_format}
+    The format-paid reward climbs while accuracy falls. The policy earns the format and skips the
+    content, and its reward curve looks like learning. So a format term goes beside an accuracy
+    term, never alone, and a reward curve is never read without a held-out accuracy beside it.
+    """
+    )
+    return answer_curves, format_curves, noise_rows, noisy_p_best
+
+
+@app.cell
 def _(mo):
     mo.md(r"""
     ## Find the knob that breaks it
@@ -223,7 +280,8 @@ def _(mo):
 
     ## Source files used here
 
-    * `posttrain/teach/demos/bandit.py` — `reinforce_step`, `expected_grad_and_variance` (also `posttrain demo bandit`)
+    * `posttrain/teach/demos/bandit.py` — `reinforce_step`, `expected_grad_and_variance` (also `posttrain demo bandit`),
+      and for the lying reward `flipped_probs`, `reward_noise_table`, `paid_for`
     * `posttrain/algorithms/core.py` — `policy_gradient_loss`, the surrogate loss itself
     * `posttrain/algorithms/reinforce.py` — the same estimator for language models, with its baselines
 

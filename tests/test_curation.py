@@ -1,15 +1,16 @@
 """The curated prompt pool (posttrain/data/curation.py): the pass-rate band on hand-made
 pass rates, the curriculum's draw frequencies against its formula, the easy → hard
-schedule, online filtering, the state a checkpoint saves; and the measurement pass
-(pipelines/curation.py) on a stub engine whose answers are known."""
+schedule, online filtering, the state a checkpoint saves, topic balance counted by hand; and
+the measurement pass (pipelines/curation.py) on a stub engine whose answers are known."""
 
+import dataclasses
 import math
 
 import pytest
 
-from posttrain.config import ConfigError, CurationConfig
-from posttrain.data.curation import KEPT, PromptPool, band_verdict, curriculum_weights, unlocked_labels
-from posttrain.pipelines.curation import measure_pass_rates
+from posttrain.config import ConfigError, CurationConfig, TrainConfig
+from posttrain.data.curation import KEPT, PromptPool, band_verdict, cap_topics, curriculum_weights, unlocked_labels
+from posttrain.pipelines.curation import build_pool, measure_pass_rates, summary_line
 from posttrain.types import Episode, Example
 
 
@@ -192,7 +193,54 @@ def test_measure_pass_rates_counts_each_prompt_across_batches():
     ({"pool_size": 10, "min_pass_rate": 0.8, "max_pass_rate": 0.2}, r"0 <= min_pass_rate <= max_pass_rate=0.2"),
     ({"pool_size": 10, "remeasure_every": 5}, r"remeasure_every=5 .* 0 unless pass rates are read"),
     ({"pool_size": 10, "order": "hard_to_easy"}, r"rl.curation.order='hard_to_easy' .* \['none', 'easy_to_hard'\]"),
+    ({"pool_size": 0, "balance_topics": True}, r"rl.curation.pool_size=0 .* with rl.curation.balance_topics set"),
 ])
 def test_bad_curation_settings_are_refused_by_name(settings, message):
     with pytest.raises(ConfigError, match=message):
         CurationConfig(**settings).validate()
+
+
+class TopicTask:
+    """Training prompts of four sizes of topic, one that names only its level and one that names
+    nothing: algebra 10, geometry 6, logic 2, "level 3" 4, "no topic" 1. One held-out and one dev
+    problem, which match none of them."""
+
+    def __init__(self, labels=True):
+        sizes = {"algebra": 10, "geometry": 6, "logic": 2}
+        self.train = [Example(f"{topic} problem {i}?", str(i), meta={"topic": topic} if labels else {})
+                      for topic, n in sizes.items() for i in range(n)]
+        self.train += [Example(f"Q: {i}+1\n", str(i + 1), meta={"level": 3} if labels else {}) for i in range(4)]
+        self.train += [Example("An unlabelled riddle?", "7")]
+
+    def fixed_set(self, split, n, seed=0):
+        return self.train[:n] if split == "train" else [Example(f"held {split}", "0")]
+
+
+def test_topic_balance_caps_every_topic_at_the_median_by_hand():
+    # sizes 1, 2, 4, 6, 10: the median topic holds 4, so algebra keeps 4 of 10, geometry 4 of 6, the rest all
+    kept, dropped = cap_topics(TopicTask().train, seed=0)
+    topics = [e.meta.get("topic", "level 3" if e.meta else "none") for e in kept]
+    assert {t: topics.count(t) for t in topics} == {"algebra": 4, "geometry": 4, "logic": 2, "level 3": 4, "none": 1}
+    assert len(kept) == 15 and len(dropped) == 8
+    assert {why for _, why in dropped} == {"topic balance: algebra held 10 prompts, capped at the median topic's 4",
+                                           "topic balance: geometry held 6 prompts, capped at the median topic's 4"}
+    assert [e.prompt for e in kept] == [e.prompt for e in TopicTask().train if e in kept]  # the pool's order kept
+    assert cap_topics(TopicTask().train, seed=0)[0] == kept  # a seeded draw
+    # an even number of topics: sizes 2, 4, 6, 10 -> the median is (4 + 6) / 2 = 5
+    four = [e for e in TopicTask().train if e.meta]
+    assert len(cap_topics(four, seed=1)[0]) == 5 + 5 + 2 + 4
+
+
+def test_a_curated_pool_records_what_topic_balance_dropped():
+    cfg = TrainConfig()
+    cfg = dataclasses.replace(cfg, heldout_size=1, rl=dataclasses.replace(
+        cfg.rl, dev_size=1, curation=dataclasses.replace(cfg.rl.curation, pool_size=23, balance_topics=True)))
+    pool = build_pool(cfg, TopicTask())
+    assert len(pool.examples) == 15 and len(pool.screened_out) == 8
+    assert summary_line(pool).startswith("8 screened out (dedup, decontamination, guessable, topic balance), "
+                                         "15 of 15 prompts")
+    off = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, curation=dataclasses.replace(
+        cfg.rl.curation, balance_topics=False)))
+    assert len(build_pool(off, TopicTask()).examples) == 23
+    with pytest.raises(ValueError, match="none of the 23 pool prompts names a topic"):
+        build_pool(cfg, TopicTask(labels=False))

@@ -70,6 +70,43 @@ def test_bandit_baseline_lowers_gradient_variance(offset, min_ratio):
     assert float(curves["running_mean"]["p_best"][-1]) > float(curves["none"]["p_best"][-1])
 
 
+def test_flipped_rewards_shrink_the_gradient_by_one_minus_two_epsilon():
+    # by hand, two arms at the uniform policy: E g = Σ_a π(a) q(a) (onehot(a) − π)
+    two = torch.tensor([0.2, 0.8])
+    torch.testing.assert_close(bandit.flipped_probs(two, 0.25), torch.tensor([0.35, 0.65]))  # 0.25 + 0.5 p
+    clean, _ = bandit.expected_grad_and_variance(torch.zeros(1, 2), two, torch.zeros(1))
+    noisy, _ = bandit.expected_grad_and_variance(torch.zeros(1, 2), bandit.flipped_probs(two, 0.25), torch.zeros(1))
+    torch.testing.assert_close(clean[0], torch.tensor([-0.15, 0.15]))
+    torch.testing.assert_close(noisy[0], torch.tensor([-0.075, 0.075]))  # half: 1 − 2 × 0.25
+    # flipping sampled rewards is the coin flipped_probs describes (10^5 draws per arm, within 5 standard errors)
+    gen, n, flip = torch.Generator().manual_seed(0), 100_000, 0.3
+    probs = torch.tensor(bandit.DEFAULT_PROBS)
+    rewards = (torch.rand(n, 5, generator=gen) < probs).float()  # (n, K)
+    flipped = torch.where(torch.rand(n, 5, generator=gen) < flip, 1 - rewards, rewards)
+    assert (flipped.mean(0) - bandit.flipped_probs(probs, flip)).abs().max() < 5 * 0.5 / n**0.5
+    # the five-arm bandit at a policy that is not uniform: the factor holds exactly, the variance hardly moves
+    theta = torch.tensor([[0.4, 1.0, -0.3, 0.6, 0.0]])
+    rows = bandit.reward_noise_table(theta, probs, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5])
+    assert [round(r["grad_ratio"], 5) for r in rows] == [1.0, 0.8, 0.6, 0.4, 0.2, 0.0]
+    assert all(r["variance"] == pytest.approx(rows[0]["variance"], rel=0.15) for r in rows)
+    assert [r["snr"] for r in rows] == sorted((r["snr"] for r in rows), reverse=True) and rows[-1]["snr"] < 1e-20
+    with pytest.raises(ValueError, match="flip 1.5 is a probability"):
+        bandit.flipped_probs(probs, 1.5)
+
+
+def test_a_format_reward_rises_while_accuracy_falls():
+    correct, formatted = torch.tensor(bandit.DEFAULT_PROBS), torch.tensor(bandit.FORMAT_PROBS)
+    paid_format = bandit.paid_for(formatted, correct, runs=300, steps=60, lr=0.5, seed=0)
+    paid_answer = bandit.paid_for(correct, correct, runs=300, steps=60, lr=0.5, seed=0)
+    # from the uniform policy: format paid 0.74 of the time, accuracy 0.46 (the arms' means)
+    assert float(paid_format["reward"][0]) == pytest.approx(0.74)
+    assert float(paid_format["accuracy"][0]) == pytest.approx(0.46)
+    # measured after 60 steps: format reward 0.91, accuracy 0.29; paid for the answer, accuracy 0.70
+    assert float(paid_format["reward"][-1]) > 0.85 and float(paid_format["accuracy"][-1]) < 0.35
+    assert float(paid_answer["accuracy"][-1]) > 0.6
+    torch.testing.assert_close(paid_answer["reward"], paid_answer["accuracy"])
+
+
 # --------------------------------------------------------------------------------------
 # two-step MDP
 # --------------------------------------------------------------------------------------

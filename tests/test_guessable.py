@@ -53,7 +53,8 @@ def test_a_curated_pool_screens_out_guessable_items():
     assert [example.prompt for example in pool.examples] == [f"What is {a}*7?" for a in range(40)]
     assert len(reasons) == 40 and {reason.split(":")[0] for reason in reasons} == {
         "true/false", "multiple choice (3 options)"}
-    assert summary_line(pool).startswith("40 screened out (dedup, decontamination, guessable), 40 of 40 prompts")
+    assert summary_line(pool).startswith("40 screened out (dedup, decontamination, guessable, topic balance), "
+                                         "40 of 40 prompts")
     off = dataclasses.replace(cfg, rl=dataclasses.replace(cfg.rl, curation=dataclasses.replace(
         cfg.rl.curation, exclude_guessable=False)))
     assert len(build_pool(off, MixedTask()).examples) == 80

@@ -156,6 +156,12 @@ def test_lesson_01_baseline_changes_the_noise_not_the_direction(restore_threads)
     assert defs["pi1"][0, a] > defs["pi0"][0, a]
     assert 0.0 < defs["mean_reward"] < 1.0
     assert defs["p_best_final"].shape == (300,)
+    # when the reward lies: flips shrink the gradient by 1 − 2ε and learning with it; a format reward climbs alone
+    assert [round(r["grad_ratio"], 5) for r in defs["noise_rows"]] == [1.0, 0.8, 0.6, 0.4, 0.2, 0.0]
+    assert defs["noisy_p_best"][0] > 0.6 and defs["noisy_p_best"][-1] < 0.3  # measured 0.68 and 0.20
+    assert defs["noisy_p_best"] == sorted(defs["noisy_p_best"], reverse=True)
+    assert defs["format_curves"]["reward"][-1] > defs["format_curves"]["reward"][0] + 0.1
+    assert defs["format_curves"]["accuracy"][-1] < defs["format_curves"]["accuracy"][0] - 0.1
 
 
 def test_lesson_02_old_logp_equals_a_teacher_forced_pass(restore_threads):

@@ -14,7 +14,7 @@ from posttrain.rewards.meta_verifier import MetaVerified, MetaVerifierAudit, aud
 from posttrain.types import Episode, Example
 from posttrain.verifiers import proof_check
 from posttrain.verifiers.proof_check import (ArithmeticProofChecker, LeanProofChecker, Proof, ProofCheckerUnavailable,
-                                             StepArithmeticChecker)
+                                             StepArithmeticChecker, lean_statements, to_lean)
 from tests.test_pipeline import TINY, only_run_dir, posttrain
 
 EXAMPLE = Example(prompt="Q: 7+5+9+3\n", expected_answer="24")
@@ -113,15 +113,42 @@ def test_lean_refuses_and_names_what_is_missing(monkeypatch):
         LeanProofChecker().check(Proof.of(EXAMPLE, RIGHT))
     message = str(refused.value)
     assert message.startswith("Lean 4 proof checking is not available: missing elan; lake; lean; "
-                              "the Python package lean-interact; a translation")
+                              "the Python package lean-interact; a runner")
     assert "elan-init.sh" in message and "pip install lean-interact" in message
     # with a toolchain and the package present, what is still missing is the translation: no fake Lean verdict
     monkeypatch.setattr(proof_check.shutil, "which", lambda tool: f"/usr/bin/{tool}")
     monkeypatch.setattr(proof_check.importlib.util, "find_spec", lambda name: object())
-    assert LeanProofChecker().missing() == [
-        "a translation of posttrain's proofs into Lean theorems (the spec's Lean4Translator)"]
-    with pytest.raises(ProofCheckerUnavailable, match="missing a translation"):
+    assert LeanProofChecker().missing() == ["a runner that feeds to_lean's source to lean-interact and reads its verdicts"]
+    with pytest.raises(ProofCheckerUnavailable, match="missing a runner"):
         LeanProofChecker().check(Proof.of(EXAMPLE, RIGHT))
+
+
+def test_the_lean_translation_against_golden_source():
+    # the skipped term: every step's statement is true, the final claim 7+5+9+3 = 15 is false, so Lean rejects it
+    assert to_lean(Proof.of(EXAMPLE, SKIPPED_TERM)) == (
+        "import Mathlib.Tactic.NormNum\n"
+        "-- the problem: 7+5+9+3\n"
+        "-- step 1\n"
+        "example : (7 : Int) + 5 = 12 := by norm_num\n"
+        "-- step 2\n"
+        "example : (12 : Int) + 3 = 15 := by norm_num\n"
+        "-- step 3: the final claim\n"
+        "example : (7 : Int) + 5 + 9 + 3 = 15 := by norm_num\n")
+    # the wrong sum is its own false statement; the final claim (23) is false too
+    assert lean_statements(Proof.of(EXAMPLE, BAD_SUM)) == [
+        "example : (7 : Int) + 5 = 12 := by norm_num", "example : (12 : Int) + 9 = 20 := by norm_num",
+        "example : (20 : Int) + 3 = 23 := by norm_num", "example : (7 : Int) + 5 + 9 + 3 = 23 := by norm_num"]
+    # subtraction in Int (Nat's would stop at 0), a negative running value, a step with no statement
+    minus = Example(prompt="Q: 3-5+2\n", expected_answer="0")
+    assert to_lean(Proof.of(minus, "3-5=-2,oops,-2+2=0\nFinal: 0")).splitlines()[1:] == [
+        "-- the problem: 3-5+2",
+        "-- step 1", "example : (3 : Int) - 5 = -2 := by norm_num",
+        "-- step 2: not 'a+b=c' or 'Final: n', so no statement (invalid without Lean)",
+        "-- step 3", "example : (-2 : Int) + 2 = 0 := by norm_num",
+        "-- step 4: the final claim", "example : (3 : Int) - 5 + 2 = 0 := by norm_num"]
+    assert lean_statements(Proof.of(EXAMPLE, GARBAGE)) == [None]
+    with pytest.raises(ValueError, match="not an arithmetic example"):
+        to_lean(Proof.of(Example(prompt="What is the capital of France?", expected_answer="Paris"), "Paris"))
 
 
 def test_a_two_step_run_logs_the_audit(tmp_path):

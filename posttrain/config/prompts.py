@@ -61,6 +61,11 @@ class CurationConfig:
     # screen out the pool's multiple-choice and true/false items, which a guess passes 1/k of the time
     # (Kimi k1.5's RL data rule; posttrain/data/guessable.py); off
     exclude_guessable: bool = False
+    # cap every topic of the pool (meta.topic, a data file's `topic` column; else the difficulty label)
+    # at the median topic's count, a seeded draw, so the topic the data holds most of cannot take most
+    # draws (Kimi k1.5 tagged its RL prompts by discipline to keep them balanced); what it drops is in curation.jsonl.
+    # Off, as it shrinks the pool and arithmetic's levels are already drawn in equal shares
+    balance_topics: bool = False
 
     def enabled(self) -> bool:
         return self.pool_size > 0

@@ -22,6 +22,11 @@ nothing. Three levers, each off by default:
                 neither the solved nor the hopeless are drawn; order "easy_to_hard": the pool's difficulty labels
                 (meta["difficulty"], else meta["level"]) unlock one at a time over the run
 
+and one more before anything is measured: `cap_topics` (rl.curation.balance_topics) caps every
+topic of the pool at the median topic's count, so the topic the data source happened to hold
+most of does not take most draws (Kimi k1.5 tagged its RL prompts by domain and discipline to
+keep them balanced; the median cap is this repository's rule, data/balance.py's).
+
 A step's prompts are drawn i.i.d. (with replacement, as env.sample draws them) from the
 prompts that are in the band and unlocked, by `probabilities(step)`, from a generator
 seeded by (seed, step, round): a resumed run draws what an uninterrupted one draws, given
@@ -35,6 +40,7 @@ import random
 from dataclasses import dataclass
 
 from posttrain.config import CURATION_ORDERS, CURATION_WEIGHTS
+from posttrain.data.balance import balance_by, median_caps, topic_label
 from posttrain.runs.console import console
 from posttrain.seeds import derive_seed
 from posttrain.types import Episode, Example
@@ -78,6 +84,30 @@ def difficulty(example: Example) -> float | None:
     return float(label) if isinstance(label, (int, float)) and not isinstance(label, bool) else None
 
 
+NO_TOPIC = "no topic"  # the bucket of the prompts that name neither a topic nor a difficulty label
+
+
+def cap_topics(examples: list[Example], seed: int) -> tuple[list[Example], list[tuple[Example, str]]]:
+    """Every topic of the pool (data/balance.py::topic_label: meta["topic"], else the
+    difficulty label; NO_TOPIC for neither) capped at the median topic's count, rounded up, by
+    a draw seeded from `seed`. Returns the kept examples in their order and the dropped ones with
+    their reason, for curation.jsonl. Raises ValueError when no example names a topic or a
+    label: there is nothing to balance by."""
+    if examples and all(topic_label(e.meta) is None for e in examples):
+        raise ValueError(f"rl.curation.balance_topics: none of the {len(examples)} pool prompts names a topic "
+                         "(meta.topic: a `topic` column of a data file) or a difficulty label (meta.difficulty, "
+                         "meta.level), so there is nothing to balance by; label the data, or set it false")
+
+    def topic(example: Example) -> str:
+        return topic_label(example.meta) or NO_TOPIC
+
+    kept, report = balance_by(examples, topic, median_caps, random.Random(seed))
+    kept_ids = {id(e) for e in kept}
+    dropped = [(e, f"topic balance: {topic(e)} held {report[topic(e)]['before']} prompts, capped at the median "
+                   f"topic's {report[topic(e)]['kept']}") for e in examples if id(e) not in kept_ids]
+    return kept, dropped
+
+
 @dataclass
 class Measurement:
     """A prompt's latest pass count: `passes` of `tries` samples, at `step` (-1: before RL)."""
@@ -102,7 +132,8 @@ class PromptPool:
                fresh measurement leaves it
     weights    "uniform", "failure" (∝ 1 − pass rate) or "signal" (∝ p(1 − p))
     order      "none" or "easy_to_hard"
-    screened_out  the prompts dropped before the pool was made, with the reason: for the record
+    screened_out  the prompts dropped before the pool was made (dedup, decontamination, guessable,
+               topic balance), with the reason: for the record
     """
 
     def __init__(self, examples: list[Example], *, seed: int, steps: int, band: tuple[float, float] = (0.0, 1.0),
@@ -115,7 +146,7 @@ class PromptPool:
                              f"got {weights!r} and {order!r}")
         self.examples, self.seed, self.steps = examples, seed, steps
         self.band, self.online, self.weights, self.order = band, online, weights, order
-        self.screened_out = list(screened_out)  # (prompt, why) of the prompts dedup and decontamination dropped
+        self.screened_out = list(screened_out)  # (prompt, why) of the prompts dropped before the pool was made
         self.index = {e.prompt: i for i, e in enumerate(examples)}
         if len(self.index) < len(examples):
             raise ValueError("the curated pool holds a prompt twice; dedup it first (data/decontamination.py)")

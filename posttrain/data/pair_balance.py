@@ -34,20 +34,20 @@ The rules:
               the whole set to its own size, as an equal-counts rule would.
 
 Prompts are deduplicated first, topics balanced second, lengths third, each draw seeded
-(seeds.py), so the same pairs and seed always keep the same records.
+(seeds.py), so the same pairs and seed always keep the same records. The capping itself
+(balance_by, median_caps) is data/balance.py's, shared with the RL prompt pool's topic balance.
 """
 
 from __future__ import annotations
 
-import math
 import random
 from collections import Counter
-from typing import Callable, Sequence, TypeVar
+from typing import Sequence
 
+from posttrain.data.balance import balance_by, median_caps, topic_label
 from posttrain.types import PreferencePair, UnpairedExample
 
 Record = PreferencePair | UnpairedExample
-T = TypeVar("T")
 
 # lengths within 5% of each other count as the same: an arithmetic chain of thought whose one
 # wrong sum has a digit more or fewer (~40 characters) is not a length preference
@@ -64,44 +64,13 @@ def length_bucket(pair: PreferencePair, tolerance: float = SAME_LENGTH_TOLERANCE
 
 
 def topic_of(record: PreferencePair | UnpairedExample) -> str:
-    """The topic a record is balanced by: meta topic, else its difficulty label, else the
-    first word of its prompt ("" for an empty prompt)."""
-    if record.meta.get("topic") is not None:
-        return str(record.meta["topic"])
-    for label in ("difficulty", "level"):  # named, so a report reads "level 2", not "2"
-        if record.meta.get(label) is not None:
-            return f"{label} {record.meta[label]}"
+    """The topic a record is balanced by: its meta's topic or difficulty label
+    (balance.topic_label), else the first word of its prompt ("" for an empty prompt)."""
+    label = topic_label(record.meta)
+    if label is not None:
+        return label
     words = record.prompt.split()
     return words[0] if words else ""
-
-
-def subsample(indices_by_bucket: dict[str, list[int]], caps: dict[str, int], rng: random.Random) -> set[int]:
-    """The indices kept: every bucket's, cut to its cap by a seeded draw."""
-    kept: set[int] = set()
-    for bucket, indices in indices_by_bucket.items():
-        cap = caps.get(bucket, len(indices))
-        kept |= set(indices if len(indices) <= cap else rng.sample(indices, cap))
-    return kept
-
-
-def balance_by(records: Sequence[T], key: Callable[[T], str], caps_for: Callable[[dict[str, int]], dict[str, int]],
-               rng: random.Random) -> tuple[list[T], dict[str, dict[str, int]]]:
-    """Records kept after capping each key's bucket (caps_for: bucket sizes -> caps), in
-    their original order, and {bucket: {"before", "kept"}}."""
-    by_bucket: dict[str, list[int]] = {}
-    for i, record in enumerate(records):
-        by_bucket.setdefault(key(record), []).append(i)
-    kept = subsample(by_bucket, caps_for({b: len(ix) for b, ix in by_bucket.items()}), rng)
-    report = {b: {"before": len(ix), "kept": sum(i in kept for i in ix)} for b, ix in sorted(by_bucket.items())}
-    return [r for i, r in enumerate(records) if i in kept], report
-
-
-def median_caps(sizes: dict[str, int]) -> dict[str, int]:
-    """Every topic capped at the median topic's size, rounded up."""
-    counts = sorted(sizes.values())
-    middle = len(counts) // 2
-    median = counts[middle] if len(counts) % 2 else math.ceil((counts[middle - 1] + counts[middle]) / 2)
-    return {topic: median for topic in sizes}
 
 
 def equal_length_caps(sizes: dict[str, int]) -> dict[str, int]:

@@ -3,7 +3,9 @@
     build_pool(cfg, env)        the pool rl.curation asks for, or None: the train split's fixed
                                 set, screened against the held-out and dev sets the run is scored
                                 on, then against itself (data/decontamination.py), and for items
-                                a guess passes when rl.curation.exclude_guessable (data/guessable.py)
+                                a guess passes when rl.curation.exclude_guessable (data/guessable.py);
+                                then, with rl.curation.balance_topics, each topic capped at the
+                                median topic's count (data/curation.py::cap_topics)
     measure_pass_rates(...)     k samples of every prompt from the rollout engine, batched in
                                 whole groups, scored by the verifier: passes per prompt
     prepare_pool(...)           the measurement before the first RL step: made once, kept in
@@ -21,7 +23,7 @@ from collections import Counter
 
 from posttrain.config import TrainConfig
 from posttrain.roles.engines import Engine
-from posttrain.data.curation import KEPT, PromptPool, band_verdict, difficulty
+from posttrain.data.curation import KEPT, PromptPool, band_verdict, cap_topics, difficulty
 from posttrain.data.decontamination import screen
 from posttrain.data.guessable import guessable
 from posttrain.eval.evaluate import sampler
@@ -57,6 +59,9 @@ def build_pool(cfg: TrainConfig, env: Environment) -> PromptPool | None:
         reasons = [reason or guessable(e) for e, reason in zip(drawn, reasons)]
     screened_out = [(e, reason) for e, reason in zip(drawn, reasons) if reason is not None]
     kept = [e for e, reason in zip(drawn, reasons) if reason is None]
+    if cur.balance_topics:  # after screening: a topic is capped by the prompts that could be trained on
+        kept, capped = cap_topics(kept, derive_seed(cfg.seed, "curation-topics"))
+        screened_out += capped
     return PromptPool(kept, seed=cfg.seed, steps=cfg.rl.steps, band=(cur.min_pass_rate, cur.max_pass_rate),
                       online=cur.online, weights=cur.weights, order=cur.order, screened_out=screened_out)
 
@@ -124,8 +129,8 @@ def summary_line(pool: PromptPool) -> str:
     kept = sum(status == KEPT for status in pool.status)
     out = Counter(status for status in pool.status if status != KEPT)
     why = ", ".join(f"{count} {reason}" for reason, count in out.most_common())
-    screened = f"{len(pool.screened_out)} screened out (dedup, decontamination, guessable), " if pool.screened_out \
-        else ""
+    screened = f"{len(pool.screened_out)} screened out (dedup, decontamination, guessable, topic balance), " \
+        if pool.screened_out else ""
     return f"{screened}{kept} of {len(pool.examples)} prompts in the pool" + (f" ({why} out of it)" if why else "")
 
 

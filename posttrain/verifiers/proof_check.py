@@ -25,14 +25,34 @@ Today's implementations are arithmetic, on the chain format of envs/arithmetic.p
     LeanProofChecker         Lean 4 through lean-interact: refuses, naming what is missing (the
                              toolchain cannot be installed without internet access; below)
 
+What a Lean checker would be fed (`to_lean`, the spec's Lean4Translator): one Lean 4 `example`
+per chain step, stating that step's own arithmetic, and one for the final claim, stating that
+the problem's expression equals the Final line's number. Lean accepts the file only if every
+statement is true, so it rejects a wrong sum (its step) and a skipped term (the final claim):
+
+    print(to_lean(Proof.of(example, "7+5=12,12+3=15\\nFinal: 15")))
+    import Mathlib.Tactic.NormNum
+    -- the problem: 7+5+9+3
+    -- step 1
+    example : (7 : Int) + 5 = 12 := by norm_num
+    -- step 2
+    example : (12 : Int) + 3 = 15 := by norm_num
+    -- step 3: the final claim
+    example : (7 : Int) + 5 + 9 + 3 = 15 := by norm_num
+
+The numbers are integers (`Int`), not Lean's default `Nat`, whose subtraction stops at 0 and
+would prove 3 − 5 = 0. A step that is not 'a+b=c' or 'Final: n' has no statement: it becomes a
+comment, and a checker must count it invalid without asking Lean.
+
 Why Lean is not here. lean-interact (PyPI, 0.11.6 checked) is a 44 kB pure-Python package, but
 at first use it clones the Lean REPL from GitHub and builds it with `lake`, which comes with a
 Lean 4 toolchain that elan downloads from GitHub; its own `install-lean` pipes elan's install
 script from raw.githubusercontent.com into sh. This machine reaches a package index and
 nothing else, and no apt package ships a Lean toolchain (Debian's `elan` is the manager alone,
 which then downloads the toolchain). So the Lean class states what is missing instead of
-pretending; where a network exists, install elan and lean-interact, and write the translation
-of a proof into Lean statements (the spec's Lean4Translator), which does not exist yet.
+pretending; where a network exists, install elan and lean-interact, and write the runner that
+feeds `to_lean`'s source to lean-interact's REPL and reads one verdict per statement from its
+messages: a runner that cannot be run here would be untested code.
 """
 
 from __future__ import annotations
@@ -44,10 +64,14 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from posttrain.types import Example
-from posttrain.verifiers.steps import StepVerdict, check_arithmetic_steps, split_steps
+from posttrain.verifiers.steps import StepVerdict, check_arithmetic_steps, problem_of, split_steps
 
 _STEP_NOT_PARSED = "not 'a+b=c' or 'Final: n'"
 _CHAIN_STEP = re.compile(r"(-?[0-9]{1,40})([+-])([0-9]{1,40})=(-?[0-9]{1,40})")
+_FINAL_LINE = re.compile(r"Final: (-?[0-9]{1,40})")
+# norm_num, Mathlib's tactic for numerals: it proves a true equation between integer expressions
+# and fails on a false one
+LEAN_HEADER = "import Mathlib.Tactic.NormNum"
 
 
 @dataclass(frozen=True)
@@ -151,6 +175,50 @@ class StepArithmeticChecker:
         return _verdict([v.arithmetic_holds for v in verdicts], reasons)
 
 
+def lean_claim(terms: list[int], ops: list[str], value: str) -> str:
+    """`example : (7 : Int) + 5 = 12 := by norm_num`: the integers `terms` joined by `ops`,
+    left to right as the chain computes them, equal `value` (a signed integer as written)."""
+    left = f"({terms[0]} : Int)" + "".join(f" {op} {term}" for op, term in zip(ops, terms[1:]))
+    return f"example : {left} = {value} := by norm_num"
+
+
+def lean_statements(proof: Proof) -> list[str | None]:
+    """One Lean statement per step (module docstring): a chain step's own arithmetic, the
+    Final line's claim about the problem, None for a step that is neither. Raises
+    ValueError on a non-arithmetic example, as check_arithmetic_steps does."""
+    problem = problem_of(proof.example)
+    if problem is None:
+        raise ValueError(f"not an arithmetic example, so no Lean statement of it: {proof.example.prompt!r}")
+    terms, ops = problem
+    statements: list[str | None] = []
+    for step in proof.steps:
+        chain, final = _CHAIN_STEP.fullmatch(step), _FINAL_LINE.fullmatch(step)
+        if chain is not None:
+            a, op, b, written = chain.groups()
+            statements.append(lean_claim([int(a), int(b)], [op], written))
+        elif final is not None:
+            statements.append(lean_claim(terms, ops, final.group(1)))
+        else:
+            statements.append(None)
+    return statements
+
+
+def to_lean(proof: Proof) -> str:
+    """The Lean 4 source a Lean checker would be fed for `proof` (module docstring): a header,
+    the problem as a comment, then each step's statement under a comment naming the step. Only
+    numbers parsed from the steps reach the source: the model's own text never does."""
+    statements = lean_statements(proof)  # raises first on a non-arithmetic example
+    terms, ops = problem_of(proof.example) or ([], [])
+    problem = str(terms[0]) + "".join(f"{op}{term}" for op, term in zip(ops, terms[1:]))
+    lines = [LEAN_HEADER, f"-- the problem: {problem}"]
+    for i, (step, statement) in enumerate(zip(proof.steps, statements), start=1):
+        if statement is None:
+            lines.append(f"-- step {i}: {_STEP_NOT_PARSED}, so no statement (invalid without Lean)")
+        else:
+            lines += [f"-- step {i}" + (": the final claim" if step.startswith("Final:") else ""), statement]
+    return "\n".join(lines) + "\n"
+
+
 class ProofCheckerUnavailable(RuntimeError):
     """A proof checker that cannot run here; the message says what is missing and how to get it."""
 
@@ -168,8 +236,8 @@ class LeanProofChecker:
         lacking = [tool for tool in ("elan", "lake", "lean") if shutil.which(tool) is None]
         if importlib.util.find_spec("lean_interact") is None:
             lacking.append("the Python package lean-interact")
-        # nothing installs this: posttrain has no translation of its proofs into Lean yet
-        lacking.append("a translation of posttrain's proofs into Lean theorems (the spec's Lean4Translator)")
+        # nothing installs this: to_lean writes the source, but nothing here hands it to Lean yet
+        lacking.append("a runner that feeds to_lean's source to lean-interact and reads its verdicts")
         return lacking
 
     def check(self, proof: Proof) -> ProofVerdict:

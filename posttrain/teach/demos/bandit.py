@@ -18,6 +18,13 @@ LLM trainer feeds it, and the running baseline is reinforce.py's `ema_update`. T
 gradient comes from autograd; the demo only prints onehot(a) − π beside it to show they
 agree.
 
+When the reward lies. `flipped_probs` turns a 0/1 reward flipped at rate ε (a noisy verifier,
+a mislabelled answer) into the arm probabilities it amounts to, ε + (1 − 2ε)p: the expected
+gradient shrinks by exactly (1 − 2ε), its variance hardly moves, and at ε = ½ no signal is left
+(`reward_noise_table`). `paid_for` trains learners on one payment and measures another, so a
+reward that pays the answer's format whatever the answer (FORMAT_PROBS) shows reward rising
+while accuracy falls.
+
     posttrain demo bandit            # the story for 5 steps, then the ablation
     posttrain demo bandit --slow     # pause before each update and predict it first
     posttrain demo bandit --fast     # one line per step
@@ -39,6 +46,10 @@ from posttrain.teach.demos.common import demo_parser, finish_run, one_torch_thre
 # much better than the runner-up (index 3), so the learner has something to figure out.
 DEFAULT_PROBS = (0.3, 0.8, 0.2, 0.6, 0.4)
 BASELINES = ("none", "running_mean")  # reinforce.py's names; group_mean needs > 1 sample per step
+# The same arms read as answer styles: the chance each writes the answer in the asked-for format
+# ("Final: n"). Arm 2 always writes it and is rarely right (a confident guess); arm 1, the most
+# accurate, forgets it half the time. A reward for the format alone prefers arm 2.
+FORMAT_PROBS = (0.9, 0.5, 1.0, 0.6, 0.7)
 
 
 # --------------------------------------------------------------------------------------
@@ -97,7 +108,8 @@ def run_learners(
     Returns per-step tensors, each (steps,): mean_reward (over runs), p_best (mean π of
     the best arm), grad_var (E over runs of the exact variance of the gradient estimate),
     grad_var_sampled (the same measured from the autograd gradients: mean over runs of
-    ‖g − E g‖², an unbiased estimate of grad_var). Rewards are offset + Bernoulli(p)."""
+    ‖g − E g‖², an unbiased estimate of grad_var), and mean_pi (steps, K), π averaged over
+    runs before each step's update. Rewards are offset + Bernoulli(p)."""
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; choose one of {list(BASELINES)}")
     gen = torch.Generator().manual_seed(seed)
@@ -106,6 +118,7 @@ def run_learners(
     running = torch.zeros(runs)  # each learner's own EMA of its rewards
     best = int(probs_true.argmax())
     out = {k: torch.zeros(steps) for k in ("mean_reward", "p_best", "grad_var", "grad_var_sampled")}
+    out["mean_pi"] = torch.zeros(steps, K)
     for t in range(steps):
         pi = torch.softmax(theta, dim=-1)  # (S, K)
         actions = torch.multinomial(pi, 1, generator=gen)[:, 0]  # (S,)
@@ -118,9 +131,53 @@ def run_learners(
         # grad is the loss gradient, −g: the ascent direction g is its negative
         out["mean_reward"][t] = rewards.mean()
         out["p_best"][t] = pi[:, best].mean()
+        out["mean_pi"][t] = pi.mean(0)
         out["grad_var"][t] = g_var.mean()
         out["grad_var_sampled"][t] = (-grad - g_mean).pow(2).sum(-1).mean()
     return out
+
+
+# --------------------------------------------------------------------------------------
+# When the reward lies: flipped labels, and a reward for the format alone
+# --------------------------------------------------------------------------------------
+
+
+def flipped_probs(probs_true: torch.Tensor, flip: float) -> torch.Tensor:
+    """Each arm's chance of paying 1 once its 0/1 reward is flipped with probability `flip`:
+    p(1 − ε) + (1 − p)ε = ε + (1 − 2ε)p. The flip is one more coin, so a bandit with noisy
+    rewards is a bandit with these probabilities, and every function here takes them."""
+    if not 0.0 <= flip <= 1.0:
+        raise ValueError(f"flip {flip} is a probability: give a number in [0, 1]")
+    return flip + (1.0 - 2.0 * flip) * probs_true
+
+
+def reward_noise_table(theta: torch.Tensor, probs_true: torch.Tensor, flips: list[float]) -> list[dict[str, float]]:
+    """At one learner's θ (1, K), for each flip rate ε: the expected gradient's length, its
+    ratio to the clean one, the one-sample variance with the policy's mean (noisy) reward as
+    baseline (what a group mean estimates), and signal-to-noise ‖E g‖² / variance. The ratio is
+    exactly 1 − 2ε: the flip adds ε to every arm, which the baseline cancels, and shrinks every
+    gap between arms by 1 − 2ε; the variance stays near p(1 − p)'s, so the signal-to-noise falls
+    by (1 − 2ε)², and a learner needs 1/(1 − 2ε)² times the samples for the same signal."""
+    pi = torch.softmax(theta, dim=-1)  # (1, K)
+    rows, clean = [], None
+    for flip in flips:
+        noisy = flipped_probs(probs_true, flip)  # (K,)
+        g_mean, g_var = expected_grad_and_variance(theta, noisy, (pi * noisy).sum(-1))
+        signal = float(g_mean.norm())
+        clean = signal if clean is None else clean
+        rows.append({"flip": flip, "grad_norm": signal, "grad_ratio": signal / clean if clean else 0.0,
+                     "variance": float(g_var[0]), "snr": signal**2 / float(g_var[0])})
+    return rows
+
+
+def paid_for(paid: torch.Tensor, correct: torch.Tensor, runs: int, steps: int, lr: float, seed: int,
+             ema_decay: float = 0.9) -> dict[str, torch.Tensor]:
+    """Train `runs` learners on rewards Bernoulli(paid[a]) (running-mean baseline) and read off,
+    per step (steps,), what they expect to be paid, Σ_a π(a)·paid(a), and the accuracy of the
+    policy, Σ_a π(a)·correct(a), both averaged over runs. paid = correct: the honest reward;
+    paid = FORMAT_PROBS: a reward for the format, whatever the answer."""
+    out = run_learners(paid, runs, steps, lr, "running_mean", ema_decay, seed)
+    return {"reward": out["mean_pi"] @ paid, "accuracy": out["mean_pi"] @ correct}
 
 
 # --------------------------------------------------------------------------------------
