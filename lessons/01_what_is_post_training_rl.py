@@ -216,12 +216,13 @@ def _(K, best_arm, lr, mo, probs_true, torch):
     # learners × 60 steps trained on the flipped rewards (seed 0, as the ablation above).
     flips = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5]
     noise_rows = reward_noise_table(torch.zeros(1, K), probs_true, flips)
-    noisy_p_best = [float(run_learners(flipped_probs(probs_true, e), 300, 60, lr, "running_mean", 0.9, 0)
-                          ["p_best"][-1]) for e in flips]
-    # The format reward: paid when the answer is written as asked, whatever the answer.
-    format_probs = torch.tensor(FORMAT_PROBS)
-    format_curves = paid_for(format_probs, probs_true, 300, 60, lr, seed=0)
-    answer_curves = paid_for(probs_true, probs_true, 300, 60, lr, seed=0)
+    with mo.status.spinner(title=f"Training 300 learners × 60 steps at {len(flips)} flip rates, then on two rewards…"):
+        noisy_p_best = [float(run_learners(flipped_probs(probs_true, e), 300, 60, lr, "running_mean", 0.9, 0)
+                              ["p_best"][-1]) for e in flips]
+        # The format reward: paid when the answer is written as asked, whatever the answer.
+        format_probs = torch.tensor(FORMAT_PROBS)
+        format_curves = paid_for(format_probs, probs_true, 300, 60, lr, seed=0)
+        answer_curves = paid_for(probs_true, probs_true, 300, 60, lr, seed=0)
     _need = ["never" if r["grad_ratio"] < 1e-6 else f"{noise_rows[0]['snr'] / r['snr']:.1f}×" for r in noise_rows]
     _noise = "".join(
         f"| {r['flip']:.1f} | {r['grad_norm']:.4f} | {r['grad_ratio']:.2f} | {1 - 2 * r['flip']:.2f} | "

@@ -250,10 +250,8 @@ class GRPO(GroupRelative):
     # is skipped entirely.
     kl_coef: float = 0.0
     kl_estimator: str = "k3"  # the paper's unbiased, non-negative estimator (Eq. 4)
-    # weight the KL term's per-token estimate by π_θ/π_old: the tokens were drawn from π_old,
-    # so an estimate of KL(π_θ ‖ π_ref) evaluated on them needs that importance weight to stay
-    # unbiased once π_θ moves (DeepSeek-V3.2's correction). Off, as in the GRPO paper; TRL
-    # 1.16 turns it on by default (use_bias_correction_kl)
+    # weight the per-token KL estimate by π_θ/π_old: tokens drawn from π_old estimate
+    # KL(π_θ ‖ π_ref) unbiased only so (DeepSeek-V3.2). Off as in GRPO; on in TRL 1.16
     kl_importance_weight: bool = False
     adv_norm: str = "group"  # divide by the group std, as in the paper (Sec. 4.1.2)
     adv_eps: float = 1e-6  # keeps zero-variance groups at advantage 0 instead of 0 / 0

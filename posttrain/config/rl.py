@@ -48,9 +48,8 @@ class OptimConfig:
 
     lr: float = 1e-4  # 3e-4 collapsed the prototype (pass@1 56% -> 6%); see ARCHITECTURE.md
     warmup_steps: int = 10  # linear warmup before the cosine decay: Adam's first steps are noisy
-    # the learning rate decays (cosine) to this fraction of rl.optim.lr by the last step; 1 keeps it
-    # constant after warmup. Online DPO wants 1: its last rounds bring the freshest pairs, and
-    # a decayed rate barely learns from them (docs/algorithms/dpo.md)
+    # the cosine decays the rate to this fraction of rl.optim.lr by the last step; 1 = constant,
+    # which online DPO wants: its last rounds bring the freshest pairs (docs/algorithms/dpo.md)
     final_lr_fraction: float = 0.1
     # AdamW's second-moment decay: 0.95 is the shorter memory LLM training uses, so the step
     # size adapts quickly when the reward signal shifts; 0.999 is PyTorch's (and TRL's DPO) default

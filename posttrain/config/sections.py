@@ -29,9 +29,8 @@ class ModelConfig:
     lora_r: int = 0
     lora_alpha: int = 0  # the adapters' scale α (α/r multiplies B·A); 0 = 2·r, the common choice
     system_prompt: str = ""  # instruct models: replaces the chat template's default system turn; "" keeps it
-    # recompute each transformer block's activations in backward instead of keeping them: less
-    # activation memory for about one more forward pass per step, the same gradients; off because
-    # at gpt_mini's size memory is never the limit and the recompute only costs time (BENCHMARKS.md)
+    # recompute each block's activations in backward: less memory, same gradients, slower; off
+    # (gpt_mini never runs short of memory, BENCHMARKS.md)
     gradient_checkpointing: bool = False
 
     def validate(self, prefix: str = "model") -> None:
@@ -123,8 +122,8 @@ class EnvConfig:
     tool_arithmetic: ToolArithmeticConfig = field(default_factory=ToolArithmeticConfig)  # env.name tool_arithmetic
     # arithmetic and jsonl: worked steps before `Final: <int>` (spec final_int/cot-v1); false: one line only
     cot: bool = True
-    # the verifier, any name in posttrain/verifiers VERIFIERS for jsonl, math, code and reasoning_gym
-    # (a hackable final_int spec for red-teaming); "" = the environment's own (final_int, math/..., code/...)
+    # the verifier, a name in posttrain/verifiers VERIFIERS (jsonl, math, code, reasoning_gym; a
+    # hackable final_int spec to red-team); "" = the environment's own
     spec_version: str = ""
     # the problems of env "jsonl", "math", "code" or "gsm8k": a .jsonl, .json or .parquet file, or a directory
     # (save_to_disk's, or of data files), rows {"prompt", "expected_answer"} or TRL's prompt/completion
