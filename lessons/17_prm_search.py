@@ -29,7 +29,8 @@ def _():
     settings = SearchConfig()  # expansions, MCTS children, c_uct, step cap: what `posttrain search` uses
     env = ArithmeticEnv(level=2, cot=True)
     # every level-2 problem the policy never trained on (dev and held-out): a set of 40 left each
-    # method's gain over greedy inside its own CI; all 205 separate them, and the search is batched,
+    # method's gain over greedy inside its own CI; all 205 separate them (on the AMD EPYC; MCTS sits
+    # at the edge on the Intel Xeon), and the search is batched,
     # so five times the problems cost about 1.5 times the CPU
     problems = env.fixed_set("dev", 102) + env.fixed_set("heldout", 103)
     return DEMOS, MAX_NEW, SFT_STEPS, TEMPERATURE, env, problems, settings
@@ -334,11 +335,13 @@ def _(mo):
     * **Noise 0, budget 112 or more.** With perfect scorers, selection pays: best-of-N climbs
       well above greedy, and beam search gets much of that gain while spending fewer tokens,
       because it abandons a chain at its first wrong step instead of paying for the rest of it.
-      Every method's gain over greedy there has a paired CI that excludes 0: the chart's bars
-      all clear greedy's dotted line.
+      Every method's gain over greedy there has a paired CI that excludes 0, or touches it: on
+      the Intel Xeon this project also runs on, MCTS's lower bound is 0.000, and the line under
+      the table names whatever sits inside the noise on your machine.
     * **Noise 1.** The same samples, a judge that scores at random: best-of-N by the ORM keeps
-      little of its gain, and the PRM-guided methods fall to about greedy's level (their CIs
-      include 0). More candidates only help a scorer that can tell them apart; with a bad one,
+      little of its gain, and the PRM-guided methods gain nothing: on the AMD EPYC their CIs
+      include 0, on the Intel Xeon they fall below greedy outright (a random pick among four
+      temperature samples is one temperature sample, and that is worse than the greedy answer). More candidates only help a scorer that can tell them apart; with a bad one,
       more candidates mean more wrong ones it likes (`docs/guides/search.md` measures exactly
       this with a trained PRM). Between 0 and 1 the gain fades; at which noise a method's CI
       first includes 0 is what the table's CI column shows as you move the slider.

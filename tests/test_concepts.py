@@ -74,7 +74,9 @@ def test_the_goodhart_regime_starts_where_the_gold_peaks(restore_threads):
     proxy = [defs["start"]["proxy"]] + [row["proxy"] for row in defs["frontier"]]
     peak = max(range(len(gold)), key=gold.__getitem__)
     assert defs["hacking_from"] == kl[peak] and 0 < peak < len(kl) - 1  # the regime is inside the sweep
-    assert defs["hacking_from"] == pytest.approx(2.39, abs=0.05)  # measured on the lesson's reviews
+    # measured on the lesson's reviews: 2.39 on the AMD EPYC, 2.26 on the Intel Xeon (AMX) that also
+    # serves this project; the sweep's points move with the CPU's float path, the regime does not
+    assert defs["hacking_from"] == pytest.approx(2.33, abs=0.15)
     # in the regime the proxy only rises while the gold stays below its peak
     assert all(b >= a - 1e-9 for a, b in zip(proxy[peak:], proxy[peak + 1:]))
     assert all(g < gold[peak] for g in gold[peak + 1:]) and min(gold[peak:]) < gold[peak] - 1.0
