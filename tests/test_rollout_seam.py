@@ -1,16 +1,21 @@
 """The rollout seam: a new engine is one class and one registry entry, and a GRPO step runs
-through it; the controller takes its roles and hooks, never more than eight parameters."""
+through it; the controller takes its roles and hooks, never more than eight parameters; a step
+passes through the files ARCHITECTURE.md maps, and no other."""
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
 import math
+import re
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
 
+import posttrain
 from posttrain.config import ConfigError
 from posttrain.envs import make_env
 from posttrain.models import save_checkpoint_model
@@ -118,3 +123,37 @@ def test_the_controller_takes_its_roles_and_at_most_eight_parameters():
     parameters = [p for p in inspect.signature(Controller.__init__).parameters if p != "self"]
     assert len(parameters) <= 8, parameters
     assert parameters[:4] == ["rollout", "reward", "algorithm", "trainer"]
+
+
+def step_map_in_architecture() -> list[str]:
+    """The files of ARCHITECTURE.md's "One GRPO step, file by file" table, in its order."""
+    text = (Path(__file__).parents[1] / "ARCHITECTURE.md").read_text()
+    section = text.split("### One GRPO step, file by file", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"^\| `([\w/]+\.py)` \|", section, flags=re.M)
+
+
+def test_a_grpo_step_passes_through_the_files_architecture_md_lists_and_no_other(tmp_path):
+    cfg = tiny_config()
+    policy, tokenizer = tiny_policy()
+    save_checkpoint_model(policy, tokenizer, tmp_path / "start")
+    controller = build_controller(cfg, make_env("arithmetic"), tokenizer, policy, tmp_path / "start")
+    controller.step(0)  # the second step is the steady state: nothing built lazily on the first
+    package = str(Path(posttrain.__file__).parent) + "/"
+    seen: set[str] = set()
+
+    def record(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.startswith(package):
+            seen.add(frame.f_code.co_filename.removeprefix(package))
+
+    sys.setprofile(record)
+    try:
+        controller.step(1)
+    finally:
+        sys.setprofile(None)
+    listed = step_map_in_architecture()
+    assert len(listed) == len(set(listed)) == 25
+    assert seen == set(listed), (f"in the step, not in ARCHITECTURE.md: {sorted(seen - set(listed))}; "
+                                 f"listed, not in the step: {sorted(set(listed) - seen)}")
+    # the step's own machinery first: the roles and the algorithm, thirteen files
+    machinery = [f for f in listed if f.startswith(("roles/", "algorithms/"))]
+    assert listed[:13] == machinery
