@@ -85,18 +85,6 @@ def test_the_goodhart_regime_starts_where_the_gold_peaks(restore_threads):
     assert any(label.startswith("reward-hacking regime") for label in labels)
 
 
-def test_test_time_compute_keeps_measured_and_speculated_apart(restore_threads):
-    defs = run_in_process(LESSONS / "17_prm_search.py")
-    known, budgets = defs["test_time_known"], defs["BUDGETS"]
-    high = defs["by_budget"][budgets[-1]]
-    assert known["greedy"] == high["greedy"]["accuracy"]
-    assert known["best_accuracy"] == max(r["accuracy"] for r in list(high.values())[2:])
-    assert known["ceiling_high"] > known["ceiling_low"] and known["best_gain_low"] > 0  # budget bought accuracy
-    text = (LESSONS / "17_prm_search.py").read_text(encoding="utf-8")
-    for label in ("**Measured here**", "**Published, with numbers, not reproducible here.**", "**Speculated.**"):
-        assert text.count(label) == 1, label
-
-
 def test_the_tool_episode_shows_the_policy_less_than_the_environment_holds(lesson_27):
     first, second = lesson_27["decisions"]
     assert (first["turn"], second["turn"]) == (1, 2) and (first["turns_left"], second["turns_left"]) == (3, 2)

@@ -4,6 +4,7 @@ schedule, online filtering, the state a checkpoint saves, topic balance counted 
 the measurement pass (pipelines/curation.py) on a stub engine whose answers are known."""
 
 import dataclasses
+import json
 import math
 
 import pytest
@@ -244,3 +245,20 @@ def test_a_curated_pool_records_what_topic_balance_dropped():
     assert len(build_pool(off, TopicTask()).examples) == 23
     with pytest.raises(ValueError, match="none of the 23 pool prompts names a topic"):
         build_pool(cfg, TopicTask(labels=False))
+
+
+def test_an_unlabelled_pool_with_topic_balance_is_refused_before_a_run_directory_exists(tmp_path, capsys):
+    """The refusal comes from the run's checks (pipelines/data_checks.py builds the pool as the
+    run would), not from the RL stage after SFT has spent its compute."""
+    from posttrain.cli import main
+
+    data = tmp_path / "plain.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"What is {i}+{i + 1}?", "answer": str(2 * i + 1)}) + "\n"
+                            for i in range(300)), encoding="utf-8")
+    runs = tmp_path / "runs"
+    code = main(["run", "--env.name", "jsonl", "--env.path", str(data), "--heldout_size", "30", "--rl.dev_size", "20",
+                 "--sft.steps", "0", "--rl.curation.pool_size", "64", "--rl.curation.balance_topics", "true",
+                 "--out_dir", str(runs)])
+    said = capsys.readouterr()
+    assert code != 0 and "none of the 64 pool prompts names a topic" in said.out + said.err
+    assert not runs.exists() or not any(runs.iterdir())

@@ -195,3 +195,15 @@ def test_lesson_17_search_pays_with_a_good_scorer_and_not_with_a_noisy_one(lesso
     poor = _lesson_17(tmp_path, budget="MAX_NEW")
     assert poor["n"] == 1
     assert poor["rows"]["beam 1×2 (PRM)"]["accuracy"] == 0 and poor["rows"]["MCTS (PRM)"]["accuracy"] == 0
+
+
+def test_test_time_compute_keeps_measured_and_speculated_apart(lesson_17):
+    defs = lesson_17
+    known, budgets = defs["test_time_known"], defs["BUDGETS"]
+    high = defs["by_budget"][budgets[-1]]
+    assert known["greedy"] == high["greedy"]["accuracy"]
+    assert known["best_accuracy"] == max(r["accuracy"] for r in list(high.values())[2:])
+    assert known["ceiling_high"] > known["ceiling_low"] and known["best_gain_low"] > 0  # budget bought accuracy
+    text = (LESSONS / "17_prm_search.py").read_text(encoding="utf-8")
+    for label in ("**Measured here**", "**Published, with numbers, not reproducible here.**", "**Speculated.**"):
+        assert text.count(label) == 1, label
