@@ -56,22 +56,3 @@ def cluster(monkeypatch_module):
             yield
         finally:
             ray.shutdown()
-
-
-# The files that take longest, heaviest first: their summed test time in one `make test` of
-# 2026-12-03 on the 2-core Intel Xeon (--durations=0), from ~300 s (test_lessons.py) down to
-# ~35 s. `--dist loadfile` hands whole files to the workers in collection order, so a long file
-# collected late keeps one worker busy while the other has nothing left; handed out first, the
-# short files fill in behind them (longest-processing-time-first scheduling).
-HEAVIEST_FIRST = [
-    "test_lessons.py", "test_docs_pages.py", "test_lesson17_26.py", "test_recipes.py", "test_pipeline.py",
-    "test_docs_site.py", "test_humaneval_attacks.py", "test_checkpoint_task.py", "test_distributed.py",
-    "test_lesson_charts_b.py", "test_distributed_faults.py", "test_int8_rollout.py", "test_rlhf.py",
-    "test_humaneval_env.py", "test_compare.py", "test_stages.py", "test_hf.py", "test_partial_rollouts.py",
-    "test_api_objects.py", "test_code_attacks.py", "test_cli.py", "test_verifiers.py", "test_trackers.py",
-]
-
-
-def pytest_collection_modifyitems(config, items):
-    rank = {name: i for i, name in enumerate(HEAVIEST_FIRST)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: each file's own order kept
