@@ -17,7 +17,7 @@ import pytest
 from posttrain.envs.arithmetic import expressions_by_split
 from posttrain.teach import forces as F
 from posttrain.teach.charts import points
-from tests.test_lessons import LESSONS, _lesson_17, marked_at, restore_threads, run_in_process  # noqa: F401  (a fixture)
+from tests.test_lessons import LESSONS, marked_at, restore_threads, run_in_process  # noqa: F401  (a fixture)
 
 LESSON_17 = LESSONS / "17_prm_search.py"
 LESSON_26 = LESSONS / "26_three_forces.py"
@@ -159,6 +159,18 @@ def test_the_tolerance_covers_how_far_a_difference_between_designs_moves_between
     assert 3 * F.TIE < F.TOLERANCE
 
 
+def _lesson_17(tmp_path, budget: str | None = None, noise: str | None = None) -> dict:
+    path = LESSON_17
+    text = path.read_text(encoding="utf-8")
+    if budget is not None:
+        text = text.replace("8 * MAX_NEW], value=4 * MAX_NEW,", f"8 * MAX_NEW], value={budget},")
+    if noise is not None:
+        text = text.replace('step=0.1, value=0.0, label="reward-model noise', f'step=0.1, value={noise}, label="reward-model noise')
+    copy = tmp_path / path.name
+    copy.write_text(text, encoding="utf-8")
+    return run_in_process(copy)
+
+
 def test_lesson_17_search_pays_with_a_good_scorer_and_not_with_a_noisy_one(lesson_17, restore_threads, tmp_path):
     defs = lesson_17  # the defaults' run, shared with the tests above
     assert defs["budget"] == 112 and defs["n"] == 4 and defs["noise"] == 0.0
@@ -204,6 +216,6 @@ def test_test_time_compute_keeps_measured_and_speculated_apart(lesson_17):
     assert known["greedy"] == high["greedy"]["accuracy"]
     assert known["best_accuracy"] == max(r["accuracy"] for r in list(high.values())[2:])
     assert known["ceiling_high"] > known["ceiling_low"] and known["best_gain_low"] > 0  # budget bought accuracy
-    text = (LESSONS / "17_prm_search.py").read_text(encoding="utf-8")
+    text = LESSON_17.read_text(encoding="utf-8")
     for label in ("**Measured here**", "**Published, with numbers, not reproducible here.**", "**Speculated.**"):
         assert text.count(label) == 1, label
